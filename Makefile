@@ -1,0 +1,117 @@
+# weightfs — non-recursive build. `make` builds everything into $(B)/; `make check` runs the test suite;
+# `make demo` runs the real-weights job; `make bench` the side-by-side benchmark; `make asan` the
+# sanitizer build of the suite. Dependencies come from pkg-config; libfuse >= 3.17 is built from Debian's
+# source package when the system one is older (.ci/build-libfuse).
+
+B        ?= build
+PREFIX   ?= /usr/local
+DESTDIR  ?=
+CC       ?= cc
+PYTHON   ?= python3
+
+WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wvla \
+            -Wwrite-strings
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=c17 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -pthread $(WARN) -Ilib -MMD -MP
+LDFLAGS  += -pthread
+
+PKGS_LIB := sqlite3 libxxhash
+LIB_CFLAGS := $(shell pkg-config --cflags $(PKGS_LIB))
+LIB_LIBS   := $(shell pkg-config --libs $(PKGS_LIB))
+CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
+CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
+
+# libfuse: $(B)/fuse.mk holds FUSE_CFLAGS/FUSE_LIBS, made once by .ci/build-libfuse.
+ifeq ($(filter clean distclean,$(MAKECMDGOALS)),)
+-include $(B)/fuse.mk
+endif
+$(B)/fuse.mk: .ci/build-libfuse
+	@mkdir -p $(B)
+	@pc=$$(.ci/build-libfuse) && \
+	{ echo "FUSE_CFLAGS := $$(PKG_CONFIG_PATH=$$pc pkg-config --cflags fuse3)"; \
+	  echo "FUSE_LIBS := $$(PKG_CONFIG_PATH=$$pc pkg-config --static --libs fuse3)"; } > $@.tmp && mv $@.tmp $@
+
+# CUDA runtime: optional. Found through CUDA_HOME (default /usr/local/cuda) or not at all.
+CUDA_HOME ?= /usr/local/cuda
+ifneq ($(wildcard $(CUDA_HOME)/include/cuda_runtime.h),)
+ifneq ($(WFS_CUDA),0)
+CUDA_CFLAGS := -DWFS_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
+endif
+endif
+NUMA_LIBS := -lnuma
+
+# ---- lib/: libweightfs.a (usable without FUSE) -------------------------------------------------
+LIB_SRCS := $(wildcard lib/*.c)
+LIB_OBJS := $(LIB_SRCS:%.c=$(B)/%.o)
+$(B)/lib/%.o: lib/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LIB_CFLAGS) $(CUDA_CFLAGS) -fPIC -c -o $@ $<
+$(B)/libweightfs.a: $(LIB_OBJS)
+	$(AR) rcs $@ $^
+ALL_LIBS = $(B)/libweightfs.a $(LIB_LIBS) $(CUDA_LIBS) $(NUMA_LIBS) -lm
+
+# ---- fs/: the daemon and the admin command -----------------------------------------------------
+CTL_SRCS    := fs/weightfsctl.c $(wildcard fs/cmd_*.c)
+CTL_OBJS    := $(CTL_SRCS:%.c=$(B)/%.o)
+DAEMON_SRCS := $(filter-out $(CTL_SRCS),$(wildcard fs/*.c))
+DAEMON_OBJS := $(DAEMON_SRCS:%.c=$(B)/%.o)
+$(B)/fs/%.o: fs/%.c $(B)/fuse.mk
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LIB_CFLAGS) $(FUSE_CFLAGS) -Ifs -c -o $@ $<
+$(B)/weightfs: $(DAEMON_OBJS) $(B)/libweightfs.a
+	$(CC) $(LDFLAGS) -o $@ $(DAEMON_OBJS) $(ALL_LIBS) $(FUSE_LIBS)
+$(CTL_OBJS): $(B)/fs/%.o: fs/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LIB_CFLAGS) $(CUDA_CFLAGS) -Ifs -c -o $@ $<
+$(B)/weightfsctl: $(CTL_OBJS) $(B)/libweightfs.a
+	$(CC) $(LDFLAGS) -o $@ $(CTL_OBJS) $(ALL_LIBS)
+
+# Shared library for the Python binding (ctypes).
+$(B)/libweightfs.so: $(LIB_OBJS)
+	$(CC) $(LDFLAGS) -shared -o $@ $^ $(LIB_LIBS) $(CUDA_LIBS) $(NUMA_LIBS) -lm
+
+PROGS := $(B)/weightfs $(B)/weightfsctl $(B)/libweightfs.so
+
+# ---- tests/ ------------------------------------------------------------------------------------
+TEST_SRCS := $(wildcard tests/check_*.c)
+TEST_BINS := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
+$(B)/tests/%: tests/%.c tests/testutil.h $(B)/libweightfs.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LIB_CFLAGS) $(CUDA_CFLAGS) $(CHECK_CFLAGS) -Itests -o $@ $< $(ALL_LIBS) $(CHECK_LIBS)
+
+.PHONY: all check asan demo bench install uninstall clean
+all: $(PROGS)
+
+# The suite: Check unit suites, mount tests against a real mount, a small real-weights check.
+check: $(PROGS) $(TEST_BINS)
+	@tests/run-tests $(B)
+
+# The same suite under AddressSanitizer and UndefinedBehaviorSanitizer, in its own build directory.
+asan:
+	$(MAKE) B=build-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
+		LDFLAGS="-fsanitize=address,undefined" check
+
+demo: $(PROGS)
+	@tests/demo/run-demo $(B)
+
+bench: $(PROGS)
+	@tests/bench/run-bench $(B)
+
+install: $(PROGS)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8
+	install -m 0755 $(B)/weightfs $(B)/weightfsctl $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PREFIX)/lib
+	install -m 0644 $(B)/libweightfs.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 0644 $(wildcard docs/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/ 2>/dev/null || true
+	install -m 0644 $(wildcard docs/*.8) $(DESTDIR)$(PREFIX)/share/man/man8/ 2>/dev/null || true
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/weightfs $(DESTDIR)$(PREFIX)/bin/weightfsctl $(DESTDIR)$(PREFIX)/lib/libweightfs.so
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/share/man/man1/,$(notdir $(wildcard docs/*.1)))
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/share/man/man8/,$(notdir $(wildcard docs/*.8)))
+
+clean:
+	rm -rf $(B) build-asan
+
+-include $(shell find $(B) -name '*.d' 2>/dev/null)

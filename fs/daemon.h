@@ -1,0 +1,177 @@
+/*
+ * The weightfs daemon: shared state of the FUSE filesystem and the in-memory tables behind it.
+ *
+ * What lives where:
+ *   catalog (SQLite)  names, attributes, xattrs, which object a sealed file is — the truth on disk.
+ *   wfs_inode         per inode the kernel knows: its lookup count, open handles, and the version
+ *                     being written, if any. Created on first lookup/create, freed when the kernel
+ *                     has forgotten it and no handle is open.
+ *   wfs_object        per object in use by open handles: the descriptor read without passthrough and
+ *                     the passthrough backing id, shared by every open of every name with that content.
+ *   wfs_version       bytes being written to a name: a tmp file in the store, hashed as it is written
+ *                     when writes come in order. Sealed into an object when the last writable handle
+ *                     is flushed (close(2)) or released.
+ *
+ * Kernel passthrough rules this follows (fs/fuse/iomode.c): all passthrough opens of an inode must
+ * share one backing file, and while any exist every new open must be passthrough too; an inode open
+ * in cached mode (daemon-served) refuses passthrough opens. So writable opens are always daemon-served
+ * (which is also what makes sealed objects immutable: no kernel write path reaches an object file), a
+ * read-only open of a sealed file is passthrough unless a cached open exists, and a writable open of
+ * an inode with passthrough readers fails with ETXTBSY.
+ *
+ * Locking: fs->lock protects the catalog handle, both tables and every field marked (L).
+ * version->lock protects the fields marked (V) and serialises I/O on the tmp file.
+ * Order: fs->lock before version->lock; never take fs->lock while holding a version lock.
+ */
+#ifndef WFS_DAEMON_H
+#define WFS_DAEMON_H
+
+#define FUSE_USE_VERSION 317
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "catalog.h"
+#include "digest.h"
+#include "store.h"
+
+struct wfs_map_node {
+	struct wfs_map_node *next;
+	uint64_t key;
+};
+
+/* Chained hash table keyed on uint64; entries embed a wfs_map_node. Not thread-safe (fs->lock). */
+struct wfs_map {
+	struct wfs_map_node **buckets;
+	size_t nbuckets; /* power of two */
+	size_t count;
+};
+
+struct wfs_version {
+	pthread_mutex_t lock;
+	unsigned refs;             /* (L) inode->writer counts one, each user in flight one */
+	struct wfs_tmpfile tmp;    /* (V) fd -1 once published or discarded */
+	uint64_t size;             /* (V) bytes */
+	struct wfs_hasher hasher;  /* (V) digest of bytes [0, hashed) when @in_order */
+	bool in_order;             /* (V) every write so far extended the hashed prefix */
+	int error;                 /* (V) first write error (-errno); sealing fails with it */
+	bool modified;             /* (V) changed since it was started */
+	bool has_base;             /* (V) started as a copy of object @base */
+	struct wfs_digest base;
+	bool frozen;               /* (V) being sealed: writes wait, then go to a new version */
+	unsigned writers;          /* (L) writable handles not yet flushed */
+};
+
+struct wfs_object {
+	struct wfs_map_node node; /* key: first 8 bytes of the digest */
+	struct wfs_digest digest;
+	unsigned pins;  /* (L) open handles using it + seals publishing it */
+	int fd;         /* (L) O_RDONLY, for daemon-served reads; -1 until needed */
+	int backing_id; /* (L) passthrough backing id, 0 when not registered */
+};
+
+struct wfs_inode {
+	struct wfs_map_node node; /* key: ino */
+	uint64_t ino;
+	uint64_t nlookup;            /* (L) kernel lookup count */
+	unsigned nopen;              /* (L) open handles */
+	unsigned ncached;            /* (L) open handles in cached (daemon-served) mode */
+	unsigned npassthrough;       /* (L) open handles in passthrough mode */
+	struct wfs_object *pt_object;/* (L) backing of the passthrough opens, when npassthrough > 0 */
+	struct wfs_version *writer;  /* (L) version being written, or NULL */
+	bool sealed;                 /* (L) catalog content: sealed as object @digest */
+	struct wfs_digest digest;
+	bool cache_valid;            /* (L) kernel page cache holds @cache_digest's bytes */
+	struct wfs_digest cache_digest;
+};
+
+struct wfs_handle {
+	struct wfs_inode *inode;
+	struct wfs_object *object;   /* (L) pinned sealed object this handle reads, or NULL */
+	struct wfs_version *writing; /* (L) referenced version counting this handle in ->writers:
+				      * written to (or truncated) since the last flush */
+	bool writable;               /* opened for writing: daemon-served, may start versions */
+	bool passthrough;            /* reads and mmaps go to @object's backing file in the kernel */
+};
+
+struct wfs_options {
+	char *store;
+	char *mountpoint;
+	int passthrough;      /* -1 auto, 0 off */
+	int sync;             /* fdatasync objects and sync seal commits */
+	double timeout;       /* entry and attribute cache timeout, seconds */
+	int foreground, debug, show_help, show_version;
+	unsigned max_threads;
+};
+
+struct wfs_fs {
+	struct wfs_options opt;
+	struct wfs_store *store;
+	struct wfs_catalog *catalog;
+	struct fuse_session *se;
+	pthread_mutex_t lock;
+	pthread_cond_t sealed;  /* broadcast when a seal finishes */
+	struct wfs_map inodes;  /* (L) */
+	struct wfs_map objects; /* (L) */
+	atomic_bool passthrough; /* negotiated and still working */
+};
+
+/* map.c */
+void wfs_map_init(struct wfs_map *m);
+void wfs_map_release(struct wfs_map *m);
+struct wfs_map_node *wfs_map_first(const struct wfs_map *m, uint64_t key);
+struct wfs_map_node *wfs_map_next(struct wfs_map_node *n, uint64_t key);
+int wfs_map_insert(struct wfs_map *m, struct wfs_map_node *n);
+void wfs_map_remove(struct wfs_map *m, struct wfs_map_node *n);
+
+/* table.c — all with fs->lock held */
+struct wfs_inode *wfs_inode_find(struct wfs_fs *fs, uint64_t ino);
+/* The inode for @attr->ino, created with zero counts and @attr's content when absent. NULL: ENOMEM. */
+struct wfs_inode *wfs_inode_get(struct wfs_fs *fs, const struct wfs_attr *attr);
+/* Free @in if unused (no lookups, no handles, no writer); drop it from the catalog if unlinked. */
+void wfs_inode_maybe_free(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in);
+/* Catalog-side: drop inode @ino if it has no name and nothing in the kernel refers to it. */
+void wfs_inode_maybe_drop(struct wfs_fs *fs, fuse_req_t req, uint64_t ino);
+/* Pin object @d (creating the table entry). NULL on ENOMEM. */
+struct wfs_object *wfs_object_pin(struct wfs_fs *fs, const struct wfs_digest *d);
+/* Unpin; on the last pin close its descriptor and backing id, and delete it if unreferenced. */
+void wfs_object_unpin(struct wfs_fs *fs, fuse_req_t req, struct wfs_object *o);
+/* Delete object @d from catalog and store when no name refers to it and nothing pins it. */
+void wfs_object_maybe_delete(struct wfs_fs *fs, const struct wfs_digest *d);
+/* Make sure @o has a read descriptor. Returns 0 or -errno. */
+int wfs_object_open_fd(struct wfs_fs *fs, struct wfs_object *o);
+
+/* version.c */
+/*
+ * The version being written of @in, started when there is none (fs->lock held; may drop and retake
+ * it): empty when @truncate or when the name has no content yet, otherwise a copy of its sealed
+ * object (copy_file_range, so filesystems that share extents copy nothing), made with only the
+ * version lock held. Waits while a seal of @in is in progress. Returns a referenced version
+ * (wfs_version_put() it), or NULL with *@err set (-ENOSPC, -EIO, -ENOMEM, ...).
+ */
+struct wfs_version *wfs_version_writer(struct wfs_fs *fs, struct wfs_inode *in, bool truncate, int *err);
+void wfs_version_get(struct wfs_version *v);
+void wfs_version_put(struct wfs_version *v);
+/*
+ * Write @len bytes at @off. Returns bytes written, -EAGAIN when the version is being sealed (start
+ * over with wfs_version_writer()), or another -errno, which is also kept for the seal to fail with.
+ */
+ssize_t wfs_version_write(struct wfs_version *v, const void *buf, size_t len, off_t off);
+/* Read up to @len bytes at @off. Returns bytes read, -EAGAIN once sealed, or -errno. */
+ssize_t wfs_version_read(struct wfs_version *v, void *buf, size_t len, off_t off);
+/* Set the size to @size bytes (zero-filled when growing). Returns 0, -EAGAIN, or -errno. */
+int wfs_version_truncate(struct wfs_version *v, uint64_t size);
+uint64_t wfs_version_size(struct wfs_version *v);
+/*
+ * Seal in->writer (fs->lock held on entry and on return; dropped while hashing and publishing):
+ * digest, publish the object, point the inode at it. On failure the version is discarded and the
+ * name keeps its previous content. Returns 0 or -errno (-ENOSPC, -EIO, ...).
+ */
+int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in);
+
+/* ops.c */
+extern const struct fuse_lowlevel_ops wfs_ops;
+
+#endif

@@ -1,0 +1,1165 @@
+/*
+ * FUSE low-level handlers. Each handler calls a helper that returns 0 or -errno and sends exactly
+ * one reply. Namespace work happens under fs->lock (daemon.h explains the locking and why writable
+ * opens are daemon-served while sealed reads use kernel passthrough).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "log.h"
+
+#define DIGEST_XATTR "user.weightfs.digest"
+#define BLKSIZE (1u << 20) /* st_blksize: large, so cp and friends write in big pieces */
+
+static atomic_bool warned_passthrough, warned_txtbsy, warned_unsealed;
+
+static struct wfs_fs *fs_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static struct wfs_handle *handle_of(const struct fuse_file_info *fi)
+{
+	return (struct wfs_handle *)(uintptr_t)fi->fh;
+}
+
+/* stat(2) view of @a; a file being written shows the size written so far. fs->lock held. */
+static void attr_to_stat(const struct wfs_attr *a, const struct wfs_inode *in, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = a->ino;
+	st->st_mode = a->mode;
+	st->st_nlink = a->nlink;
+	st->st_uid = a->uid;
+	st->st_gid = a->gid;
+	st->st_size = (off_t)a->size;
+	if (in && in->writer)
+		st->st_size = (off_t)wfs_version_size(in->writer);
+	st->st_blocks = (blkcnt_t)(((uint64_t)st->st_size + 511) / 512); /* logical, not shared */
+	st->st_blksize = BLKSIZE;
+	st->st_atim = a->atime;
+	st->st_mtim = a->mtime;
+	st->st_ctim = a->ctime;
+}
+
+/* Entry reply for @a, taking a lookup reference on its inode. fs->lock held. */
+static int make_entry(struct wfs_fs *fs, const struct wfs_attr *a, struct fuse_entry_param *e)
+{
+	struct wfs_inode *in = wfs_inode_get(fs, a);
+
+	if (!in)
+		return -ENOMEM;
+	memset(e, 0, sizeof(*e));
+	e->ino = a->ino;
+	e->generation = 1;
+	e->attr_timeout = fs->opt.timeout;
+	e->entry_timeout = fs->opt.timeout;
+	attr_to_stat(a, in, &e->attr);
+	in->nlookup++;
+	return 0;
+}
+
+static int check_name(const char *name)
+{
+	return strlen(name) > NAME_MAX ? -ENAMETOOLONG : 0;
+}
+
+static void reply_entry_or_err(fuse_req_t req, int ret, const struct fuse_entry_param *e)
+{
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_entry(req, e);
+}
+
+static void wfs_init(void *userdata, struct fuse_conn_info *conn)
+{
+	struct wfs_fs *fs = userdata;
+
+	if (fs->opt.passthrough != 0 && fuse_set_feature_flag(conn, FUSE_CAP_PASSTHROUGH))
+		atomic_store(&fs->passthrough, true);
+	else if (fs->opt.passthrough != 0)
+		wfs_log(WFS_LOG_WARN, "kernel FUSE passthrough unavailable: the daemon serves reads");
+	/* Writeback caching would defer writes past close(2), where seal errors must be reported. */
+	fuse_unset_feature_flag(conn, FUSE_CAP_WRITEBACK_CACHE);
+	conn->max_write = 1u << 20;
+	conn->time_gran = 1;
+}
+
+static void wfs_destroy(void *userdata)
+{
+	struct wfs_fs *fs = userdata;
+
+	pthread_mutex_lock(&fs->lock);
+	wfs_catalog_sync(fs->catalog);
+	pthread_mutex_unlock(&fs->lock);
+}
+
+static void wfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct wfs_fs *fs = fs_of(req);
+	struct fuse_entry_param e;
+	struct wfs_attr a;
+	int ret = check_name(name);
+
+	pthread_mutex_lock(&fs->lock);
+	if (ret == 0)
+		ret = wfs_catalog_lookup(fs->catalog, parent, name, &a);
+	if (ret == 0)
+		ret = make_entry(fs, &a, &e);
+	pthread_mutex_unlock(&fs->lock);
+	if (ret == -ENOENT) {
+		/* Negative entry: the kernel may cache the absence; creates go through us anyway. */
+		memset(&e, 0, sizeof(e));
+		e.entry_timeout = fs->opt.timeout;
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	reply_entry_or_err(req, ret, &e);
+}
+
+static void forget_one(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	struct wfs_inode *in = wfs_inode_find(fs, ino);
+
+	if (!in)
+		return;
+	if (in->nlookup < nlookup) {
+		wfs_log(WFS_LOG_ERR, "inode %llu: kernel forgot %llu lookups of %llu",
+			(unsigned long long)ino, (unsigned long long)nlookup, (unsigned long long)in->nlookup);
+		nlookup = in->nlookup;
+	}
+	in->nlookup -= nlookup;
+	wfs_inode_maybe_free(fs, req, in);
+}
+
+static void wfs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	struct wfs_fs *fs = fs_of(req);
+
+	pthread_mutex_lock(&fs->lock);
+	forget_one(fs, req, ino, nlookup);
+	pthread_mutex_unlock(&fs->lock);
+	fuse_reply_none(req);
+}
+
+static void wfs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	struct wfs_fs *fs = fs_of(req);
+
+	pthread_mutex_lock(&fs->lock);
+	for (size_t i = 0; i < count; i++)
+		forget_one(fs, req, forgets[i].ino, forgets[i].nlookup);
+	pthread_mutex_unlock(&fs->lock);
+	fuse_reply_none(req);
+}
+
+static void wfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct wfs_fs *fs = fs_of(req);
+	struct wfs_attr a;
+	struct stat st;
+	int ret;
+
+	(void)fi;
+	pthread_mutex_lock(&fs->lock);
+	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+	if (ret == 0)
+		attr_to_stat(&a, wfs_inode_find(fs, ino), &st);
+	pthread_mutex_unlock(&fs->lock);
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_attr(req, &st, fs->opt.timeout);
+}
+
+/* Stop counting @h as a writer of its version; the last writer seals it. fs->lock held. */
+static int finish_writing(struct wfs_fs *fs, fuse_req_t req, struct wfs_handle *h)
+{
+	struct wfs_version *v = h->writing;
+	struct wfs_inode *in = h->inode;
+	int ret = 0;
+
+	if (!v)
+		return 0;
+	h->writing = NULL;
+	if (--v->writers == 0 && in->writer == v)
+		ret = wfs_version_seal(fs, req, in);
+	wfs_version_put(v);
+	return ret;
+}
+
+/* Count @h as a writer of @v (a referenced version of its inode). fs->lock held. */
+static void start_writing(struct wfs_handle *h, struct wfs_version *v)
+{
+	if (h->writing == v)
+		return;
+	wfs_version_get(v);
+	v->writers++;
+	if (h->writing) {
+		/* The version it wrote was sealed or dropped meanwhile; it no longer counts there. */
+		h->writing->writers--;
+		wfs_version_put(h->writing);
+	}
+	h->writing = v;
+}
+
+/* truncate(2)/ftruncate(2): a new version of the given size, sealed now unless a writer is open. */
+static int set_size(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, struct wfs_handle *h,
+		    uint64_t size)
+{
+	struct wfs_version *v;
+	int ret;
+
+	for (;;) {
+		v = wfs_version_writer(fs, in, size == 0, &ret);
+		if (!v)
+			return ret;
+		ret = size == 0 ? 0 : wfs_version_truncate(v, size);
+		if (ret != -EAGAIN)
+			break;
+		wfs_version_put(v);
+	}
+	if (ret == 0 && h && h->writable)
+		start_writing(h, v); /* sealed at this handle's close */
+	if (v->writers == 0 && in->writer == v) {
+		int r = wfs_version_seal(fs, req, in);
+
+		if (ret == 0)
+			ret = r;
+	}
+	wfs_version_put(v);
+	return ret;
+}
+
+static int do_setattr(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const struct stat *st,
+		      int to_set, struct fuse_file_info *fi, struct stat *out)
+{
+	struct wfs_attr a, in_attr = {0};
+	struct wfs_inode *in;
+	unsigned valid = 0;
+	int ret;
+
+	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+	if (ret)
+		return ret;
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		if (S_ISDIR(a.mode))
+			return -EISDIR;
+		if (!S_ISREG(a.mode))
+			return -EINVAL;
+		in = wfs_inode_get(fs, &a);
+		if (!in)
+			return -ENOMEM;
+		ret = set_size(fs, req, in, fi ? handle_of(fi) : NULL, (uint64_t)st->st_size);
+		if (ret)
+			return ret;
+	}
+	if (to_set & FUSE_SET_ATTR_MODE) {
+		valid |= WFS_ATTR_MODE;
+		in_attr.mode = st->st_mode;
+	}
+	if (to_set & FUSE_SET_ATTR_UID) {
+		valid |= WFS_ATTR_UID;
+		in_attr.uid = st->st_uid;
+	}
+	if (to_set & FUSE_SET_ATTR_GID) {
+		valid |= WFS_ATTR_GID;
+		in_attr.gid = st->st_gid;
+	}
+	if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW)) {
+		valid |= WFS_ATTR_ATIME;
+		in_attr.atime = st->st_atim;
+		if (to_set & FUSE_SET_ATTR_ATIME_NOW)
+			clock_gettime(CLOCK_REALTIME, &in_attr.atime);
+	}
+	if (to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW)) {
+		valid |= WFS_ATTR_MTIME;
+		in_attr.mtime = st->st_mtim;
+		if (to_set & FUSE_SET_ATTR_MTIME_NOW)
+			clock_gettime(CLOCK_REALTIME, &in_attr.mtime);
+	}
+	if (to_set & FUSE_SET_ATTR_CTIME) {
+		valid |= WFS_ATTR_CTIME;
+		in_attr.ctime = st->st_ctim;
+	}
+	if (valid)
+		ret = wfs_catalog_setattr(fs->catalog, ino, &in_attr, valid, &a);
+	else
+		ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+	if (ret == 0)
+		attr_to_stat(&a, wfs_inode_find(fs, ino), out);
+	return ret;
+}
+
+static void wfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+			struct fuse_file_info *fi)
+{
+	struct wfs_fs *fs = fs_of(req);
+	struct stat st;
+	int ret;
+
+	pthread_mutex_lock(&fs->lock);
+	ret = do_setattr(fs, req, ino, attr, to_set, fi, &st);
+	pthread_mutex_unlock(&fs->lock);
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_attr(req, &st, fs->opt.timeout);
+}
+
+/* Owner of a new inode: the caller, with the group of a set-group-ID parent (as ext4 does). */
+static void new_owner(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t parent, uint32_t *mode,
+		      uint32_t *uid, uint32_t *gid)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct wfs_attr p;
+
+	*uid = ctx->uid;
+	*gid = ctx->gid;
+	if (wfs_catalog_getattr(fs->catalog, parent, &p) == 0 && (p.mode & S_ISGID)) {
+		*gid = p.gid;
+		if (S_ISDIR(*mode))
+			*mode |= S_ISGID;
+	}
+}
+
+static int do_mknode(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t parent, const char *name,
+		     uint32_t mode, const char *target, struct wfs_attr *a)
+{
+	uint32_t uid, gid;
+	int ret = check_name(name);
+
+	if (ret)
+		return ret;
+	new_owner(fs, req, parent, &mode, &uid, &gid);
+	return wfs_catalog_create(fs->catalog, parent, name, mode, uid, gid, target, a);
+}
+
+static void wfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	struct wfs_fs *fs = fs_of(req);
+	struct fuse_entry_param e;
+	struct wfs_attr a;
+	int ret;
+
+	pthread_mutex_lock(&fs->lock);
+	ret = do_mknode(fs, req, parent, name, S_IFDIR | (mode & 07777), NULL, &a);
+	if (ret == 0)
+		ret = make_entry(fs, &a, &e);
+	pthread_mutex_unlock(&fs->lock);
+	reply_entry_or_err(req, ret, &e);
+}
+
+static void wfs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	struct wfs_fs *fs = fs_of(req);
+	struct fuse_entry_param e;
+	struct wfs_attr a;
+	int ret = strlen(link) >= PATH_MAX ? -ENAMETOOLONG : 0;
+
+	pthread_mutex_lock(&fs->lock);
+	if (ret == 0)
+		ret = do_mknode(fs, req, parent, name, S_IFLNK | 0777, link, &a);
+	if (ret == 0)
+		ret = make_entry(fs, &a, &e);
+	pthread_mutex_unlock(&fs->lock);
+	reply_entry_or_err(req, ret, &e);
+}
+
+/* Undo the catalog side of a create that could not be completed. fs->lock held. */
+static void undo_create(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	uint64_t ino;
+
+	if (wfs_catalog_unlink(fs->catalog, parent, name, false, &ino) == 0)
+		wfs_inode_maybe_drop(fs, req, ino);
+}
+
+/* mknod(2): regular files only (an empty sealed file); devices, FIFOs and sockets are refused. */
+static void wfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	struct wfs_fs *fs = fs_of(req);
+	struct fuse_entry_param e;
+	struct wfs_inode *in = NULL;
+	struct wfs_version *v;
+	struct wfs_attr a;
+	int ret;
+
+	(void)rdev;
+	if (!S_ISREG(mode)) {
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	pthread_mutex_lock(&fs->lock);
+	ret = do_mknode(fs, req, parent, name, S_IFREG | (mode & 07777), NULL, &a);
+	if (ret == 0) {
+		in = wfs_inode_get(fs, &a);
+		ret = in ? 0 : -ENOMEM;
+	}
+	if (ret == 0) {
+		v = wfs_version_writer(fs, in, true, &ret);
+		if (v) {
+			ret = wfs_version_seal(fs, req, in);
+			wfs_version_put(v);
+		}
+		if (ret == 0)
+			ret = wfs_catalog_getattr(fs->catalog, a.ino, &a);
+		if (ret == 0)
+			ret = make_entry(fs, &a, &e);
+		if (ret) {
+			undo_create(fs, req, parent, name);
+			wfs_inode_maybe_free(fs, req, in);
+		}
+	}
+	pthread_mutex_unlock(&fs->lock);
+	reply_entry_or_err(req, ret, &e);
+}
+
+static struct wfs_handle *handle_new(struct wfs_inode *in, bool writable)
+{
+	struct wfs_handle *h = calloc(1, sizeof(*h));
+
+	if (h) {
+		h->inode = in;
+		h->writable = writable;
+	}
+	return h;
+}
+
+static void wfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		       struct fuse_file_info *fi)
+{
+	struct wfs_fs *fs = fs_of(req);
+	struct fuse_entry_param e;
+	struct wfs_inode *in = NULL;
+	struct wfs_handle *h = NULL;
+	struct wfs_version *v;
+	struct wfs_attr a;
+	int ret;
+
+	pthread_mutex_lock(&fs->lock);
+	ret = do_mknode(fs, req, parent, name, S_IFREG | (mode & 07777), NULL, &a);
+	if (ret)
+		goto out;
+	in = wfs_inode_get(fs, &a);
+	h = in ? handle_new(in, true) : NULL;
+	v = h ? wfs_version_writer(fs, in, true, &ret) : NULL;
+	if (!h)
+		ret = -ENOMEM;
+	if (!v) {
+		free(h);
+		undo_create(fs, req, parent, name);
+		if (in)
+			wfs_inode_maybe_free(fs, req, in);
+		goto out;
+	}
+	start_writing(h, v); /* a created file is sealed at close even if nothing is written */
+	wfs_version_put(v);
+	ret = make_entry(fs, &a, &e);
+	if (ret == 0) {
+		in->nopen++;
+		in->ncached++;
+		fi->fh = (uintptr_t)h;
+		fi->keep_cache = 0;
+	}
+out:
+	pthread_mutex_unlock(&fs->lock);
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_create(req, &e, fi);
+}
+
+/*
+ * Register @o as a passthrough backing file. Our descriptor is closed right after: the kernel holds
+ * the file from then on, so open objects cost no descriptors here. fs->lock held. Returns 0 or -errno.
+ */
+static int object_backing(struct wfs_fs *fs, fuse_req_t req, struct wfs_object *o)
+{
+	int id, ret;
+
+	if (o->backing_id)
+		return 0;
+	ret = wfs_object_open_fd(fs, o);
+	if (ret)
+		return ret;
+	id = fuse_passthrough_open(req, o->fd);
+	if (id <= 0) {
+		wfs_log_once(&warned_passthrough, WFS_LOG_WARN,
+			     "passthrough open failed (needs CAP_SYS_ADMIN and kernel >= 6.9): "
+			     "the daemon serves reads from now on");
+		atomic_store(&fs->passthrough, false);
+		return -EOPNOTSUPP;
+	}
+	o->backing_id = id;
+	close(o->fd);
+	o->fd = -1;
+	return 0;
+}
+
+static int open_read_only(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, struct wfs_handle *h,
+			  struct fuse_file_info *fi)
+{
+	struct wfs_object *o;
+	int ret;
+
+	if (!in->sealed && !in->writer) {
+		wfs_log_once(&warned_unsealed, WFS_LOG_WARN,
+			     "inode %llu: never sealed (its writer failed or was killed): EIO",
+			     (unsigned long long)in->ino);
+		return -EIO;
+	}
+	if (in->npassthrough > 0 ||
+	    (atomic_load(&fs->passthrough) && !in->writer && in->ncached == 0)) {
+		/* All passthrough opens of an inode share one backing file. */
+		o = in->npassthrough > 0 ? in->pt_object : wfs_object_pin(fs, &in->digest);
+		if (!o)
+			return -ENOMEM;
+		if (in->npassthrough > 0)
+			o->pins++;
+		ret = object_backing(fs, req, o);
+		if (ret == 0) {
+			h->object = o;
+			h->passthrough = true;
+			fi->backing_id = o->backing_id;
+			fi->keep_cache = 0;
+			in->pt_object = o;
+			in->npassthrough++;
+			return 0;
+		}
+		wfs_object_unpin(fs, req, o);
+		if (in->npassthrough > 0)
+			return ret;
+	}
+	/* Daemon-served: the kernel page cache of this inode may be kept when it holds this content. */
+	fi->keep_cache = !in->writer && in->sealed && in->cache_valid &&
+			 wfs_digest_equal(&in->cache_digest, &in->digest);
+	if (!in->writer && in->sealed) {
+		in->cache_valid = true;
+		in->cache_digest = in->digest;
+	}
+	in->ncached++;
+	return 0;
+}
+
+static int do_open(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	bool truncate = fi->flags & O_TRUNC;
+	bool writable = (fi->flags & O_ACCMODE) != O_RDONLY || truncate;
+	struct wfs_version *v;
+	struct wfs_inode *in;
+	struct wfs_handle *h;
+	struct wfs_attr a;
+	int ret;
+
+	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+	if (ret)
+		return ret;
+	if (S_ISDIR(a.mode))
+		return -EISDIR;
+	in = wfs_inode_get(fs, &a);
+	if (!in)
+		return -ENOMEM;
+	h = handle_new(in, writable);
+	if (!h)
+		return -ENOMEM;
+	if (writable) {
+		if (in->npassthrough > 0) {
+			wfs_log_once(&warned_txtbsy, WFS_LOG_WARN,
+				     "inode %llu: open for writing while mapped read-only through passthrough: "
+				     "ETXTBSY (replace it with rename instead)",
+				     (unsigned long long)ino);
+			free(h);
+			return -ETXTBSY;
+		}
+		if (truncate) {
+			v = wfs_version_writer(fs, in, true, &ret);
+			if (!v) {
+				free(h);
+				return ret;
+			}
+			start_writing(h, v);
+			wfs_version_put(v);
+		}
+		fi->keep_cache = 0;
+		in->ncached++;
+	} else {
+		ret = open_read_only(fs, req, in, h, fi);
+		if (ret) {
+			free(h);
+			wfs_inode_maybe_free(fs, req, in);
+			return ret;
+		}
+	}
+	in->nopen++;
+	fi->fh = (uintptr_t)h;
+	return 0;
+}
+
+static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct wfs_fs *fs = fs_of(req);
+	int ret;
+
+	pthread_mutex_lock(&fs->lock);
+	ret = do_open(fs, req, ino, fi);
+	pthread_mutex_unlock(&fs->lock);
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_open(req, fi);
+}
+
+/*
+ * Where a daemon-served read of @h reads from now: the version being written (referenced into *@v),
+ * or the inode's current object (pinned in h->object, with a descriptor). fs->lock held.
+ */
+static int read_source(struct wfs_fs *fs, fuse_req_t req, struct wfs_handle *h, struct wfs_version **v)
+{
+	struct wfs_inode *in = h->inode;
+	struct wfs_object *o;
+
+	*v = NULL;
+	if (in->writer) {
+		wfs_version_get(in->writer);
+		*v = in->writer;
+		return 0;
+	}
+	if (!in->sealed)
+		return -EIO;
+	if (!h->object || !wfs_digest_equal(&h->object->digest, &in->digest)) {
+		o = wfs_object_pin(fs, &in->digest);
+		if (!o)
+			return -ENOMEM;
+		if (h->object)
+			wfs_object_unpin(fs, req, h->object);
+		h->object = o;
+	}
+	return wfs_object_open_fd(fs, h->object);
+}
+
+static ssize_t do_read(struct wfs_fs *fs, fuse_req_t req, struct wfs_handle *h, char *buf, size_t size,
+		       off_t off)
+{
+	struct wfs_version *v;
+	ssize_t n;
+	int fd;
+
+	for (;;) {
+		pthread_mutex_lock(&fs->lock);
+		n = read_source(fs, req, h, &v);
+		fd = h->object ? h->object->fd : -1;
+		pthread_mutex_unlock(&fs->lock);
+		if (n)
+			return n;
+		if (!v)
+			break;
+		n = wfs_version_read(v, buf, size, off);
+		if (n == -EAGAIN) {
+			pthread_mutex_lock(&fs->lock);
+			while (h->inode->writer == v)
+				pthread_cond_wait(&fs->sealed, &fs->lock);
+			pthread_mutex_unlock(&fs->lock);
+		}
+		wfs_version_put(v);
+		if (n != -EAGAIN)
+			return n;
+	}
+	/* The descriptor stays valid: h->object is pinned by this handle until release. */
+	n = pread(fd, buf, size, off);
+	if (n < 0)
+		return -errno;
+	/* Without passthrough the kernel caches these bytes for the FUSE inode; a second copy in the
+	 * backing file's page cache would only double the memory. */
+	posix_fadvise(fd, off, (off_t)n, POSIX_FADV_DONTNEED);
+	return n;
+}
+
+static void wfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct wfs_fs *fs = fs_of(req);
+	char *buf = malloc(size ? size : 1);
+	ssize_t n;
+
+	(void)ino;
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	n = do_read(fs, req, handle_of(fi), buf, size, off);
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+	free(buf);
+}
+
+static ssize_t do_write(struct wfs_fs *fs, struct wfs_handle *h, const char *buf, size_t size, off_t off)
+{
+	struct wfs_version *v;
+	ssize_t n;
+	int ret;
+
+	if (!h->writable)
+		return -EBADF;
+	do {
+		pthread_mutex_lock(&fs->lock);
+		v = wfs_version_writer(fs, h->inode, false, &ret);
+		if (v)
+			start_writing(h, v); /* also after close: a shared mapping's writeback */
+		pthread_mutex_unlock(&fs->lock);
+		if (!v)
+			return ret;
+		n = wfs_version_write(v, buf, size, off);
+		wfs_version_put(v);
+	} while (n == -EAGAIN);
+	return n;
+}
+
+static void wfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		      struct fuse_file_info *fi)
+{
+	ssize_t n = do_write(fs_of(req), handle_of(fi), buf, size, off);
+
+	(void)ino;
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else
+		fuse_reply_write(req, (size_t)n);
+}
+
+/* close(2): the last writable handle's flush seals, and its errors come back from close(2). */
+static void wfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct wfs_fs *fs = fs_of(req);
+	int ret;
+
+	(void)ino;
+	pthread_mutex_lock(&fs->lock);
+	ret = finish_writing(fs, req, handle_of(fi));
+	pthread_mutex_unlock(&fs->lock);
+	fuse_reply_err(req, -ret);
+}
+
+static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct wfs_fs *fs = fs_of(req);
+	struct wfs_handle *h = handle_of(fi);
+	struct wfs_inode *in = h->inode;
+	int ret;
+
+	pthread_mutex_lock(&fs->lock);
+	/* Writes after the last flush (a shared mapping written back at munmap) seal here; the
+	 * kernel drops release errors, so they can only be logged. */
+	ret = finish_writing(fs, req, h);
+	if (ret)
+		wfs_log(WFS_LOG_ERR, "inode %llu: seal at release failed: %s", (unsigned long long)ino,
+			strerror(-ret));
+	if (h->passthrough) {
+		if (--in->npassthrough == 0)
+			in->pt_object = NULL;
+	} else {
+		in->ncached--;
+	}
+	if (h->object)
+		wfs_object_unpin(fs, req, h->object);
+	in->nopen--;
+	wfs_inode_maybe_free(fs, req, in);
+	pthread_mutex_unlock(&fs->lock);
+	free(h);
+	fuse_reply_err(req, 0);
+}
+
+static void wfs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	struct wfs_fs *fs = fs_of(req);
+	int ret;
+
+	(void)ino, (void)datasync, (void)fi;
+	/* Bytes become durable when sealed (at close); fsync makes the namespace durable. */
+	pthread_mutex_lock(&fs->lock);
+	ret = wfs_catalog_sync(fs->catalog);
+	pthread_mutex_unlock(&fs->lock);
+	fuse_reply_err(req, -ret);
+}
+
+static void wfs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	wfs_fsync(req, ino, datasync, fi);
+}
+
+static void wfs_unlink_common(fuse_req_t req, fuse_ino_t parent, const char *name, bool dir)
+{
+	struct wfs_fs *fs = fs_of(req);
+	uint64_t ino;
+	int ret;
+
+	pthread_mutex_lock(&fs->lock);
+	ret = wfs_catalog_unlink(fs->catalog, parent, name, dir, &ino);
+	if (ret == 0)
+		wfs_inode_maybe_drop(fs, req, ino);
+	pthread_mutex_unlock(&fs->lock);
+	fuse_reply_err(req, -ret);
+}
+
+static void wfs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	wfs_unlink_common(req, parent, name, false);
+}
+
+static void wfs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	wfs_unlink_common(req, parent, name, true);
+}
+
+static void wfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		       const char *newname, unsigned int flags)
+{
+	struct wfs_fs *fs = fs_of(req);
+	uint64_t replaced = 0;
+	int ret = check_name(newname);
+
+	pthread_mutex_lock(&fs->lock);
+	if (ret == 0)
+		ret = wfs_catalog_rename(fs->catalog, parent, name, newparent, newname, flags, &replaced);
+	if (ret == 0 && replaced)
+		wfs_inode_maybe_drop(fs, req, replaced);
+	pthread_mutex_unlock(&fs->lock);
+	fuse_reply_err(req, -ret);
+}
+
+static void wfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	struct wfs_fs *fs = fs_of(req);
+	struct fuse_entry_param e;
+	struct wfs_attr a;
+	int ret = check_name(newname);
+
+	pthread_mutex_lock(&fs->lock);
+	if (ret == 0)
+		ret = wfs_catalog_link(fs->catalog, ino, newparent, newname, &a);
+	if (ret == 0)
+		ret = make_entry(fs, &a, &e);
+	pthread_mutex_unlock(&fs->lock);
+	reply_entry_or_err(req, ret, &e);
+}
+
+static void wfs_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct wfs_fs *fs = fs_of(req);
+	char buf[PATH_MAX];
+	int ret;
+
+	pthread_mutex_lock(&fs->lock);
+	ret = wfs_catalog_readlink(fs->catalog, ino, buf, sizeof(buf));
+	pthread_mutex_unlock(&fs->lock);
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_readlink(req, buf);
+}
+
+static void wfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct wfs_fs *fs = fs_of(req);
+	struct wfs_attr a;
+	int ret;
+
+	pthread_mutex_lock(&fs->lock);
+	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+	pthread_mutex_unlock(&fs->lock);
+	if (ret == 0 && !S_ISDIR(a.mode))
+		ret = -ENOTDIR;
+	if (ret) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	fi->fh = 0;
+	fuse_reply_open(req, fi);
+}
+
+static void wfs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino, (void)fi;
+	fuse_reply_err(req, 0);
+}
+
+/*
+ * readdir offsets: 1 after ".", 2 after "..", then catalog cookie + 2 after each entry, so a later
+ * call resumes after the last entry returned even when entries are added or removed meanwhile.
+ */
+struct dirbuf {
+	struct wfs_fs *fs;
+	fuse_req_t req;
+	bool plus;
+	char *buf;
+	size_t size, used;
+};
+
+static bool dirbuf_add(struct dirbuf *d, const char *name, const struct stat *st,
+		       const struct fuse_entry_param *e, off_t next)
+{
+	size_t n;
+
+	if (d->plus)
+		n = fuse_add_direntry_plus(d->req, d->buf + d->used, d->size - d->used, name, e, next);
+	else
+		n = fuse_add_direntry(d->req, d->buf + d->used, d->size - d->used, name, st, next);
+	if (n > d->size - d->used)
+		return false;
+	d->used += n;
+	return true;
+}
+
+static int dirbuf_entry(void *ctx, const char *name, const struct wfs_attr *a, uint64_t cookie)
+{
+	struct dirbuf *d = ctx;
+	struct fuse_entry_param e;
+	struct wfs_inode *in;
+
+	if (!d->plus) {
+		memset(&e, 0, sizeof(e));
+		attr_to_stat(a, wfs_inode_find(d->fs, a->ino), &e.attr);
+		return !dirbuf_add(d, name, &e.attr, NULL, (off_t)(cookie + 2));
+	}
+	/* readdirplus hands the kernel a lookup reference per entry: count it only if it fit. */
+	if (make_entry(d->fs, a, &e))
+		return 1;
+	if (dirbuf_add(d, name, &e.attr, &e, (off_t)(cookie + 2)))
+		return 0;
+	in = wfs_inode_find(d->fs, a->ino);
+	in->nlookup--;
+	wfs_inode_maybe_free(d->fs, d->req, in);
+	return 1;
+}
+
+static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus)
+{
+	struct wfs_fs *fs = fs_of(req);
+	struct dirbuf d = {.fs = fs, .req = req, .plus = plus, .size = size};
+	struct fuse_entry_param e;
+	struct wfs_attr a;
+	int ret;
+
+	d.buf = malloc(size ? size : 1);
+	if (!d.buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_mutex_lock(&fs->lock);
+	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+	if (ret == 0 && !S_ISDIR(a.mode))
+		ret = -ENOTDIR;
+	memset(&e, 0, sizeof(e));
+	/* "." and ".." carry no lookup reference (the kernel skips them in readdirplus). */
+	if (ret == 0 && off < 1) {
+		e.attr.st_ino = a.ino;
+		e.attr.st_mode = S_IFDIR;
+		if (!dirbuf_add(&d, ".", &e.attr, &e, 1))
+			goto done;
+	}
+	if (ret == 0 && off < 2) {
+		e.attr.st_ino = a.parent ? a.parent : a.ino;
+		e.attr.st_mode = S_IFDIR;
+		if (!dirbuf_add(&d, "..", &e.attr, &e, 2))
+			goto done;
+	}
+	if (ret == 0)
+		ret = wfs_catalog_readdir(fs->catalog, ino, off > 2 ? (uint64_t)off - 2 : 0, dirbuf_entry, &d);
+done:
+	pthread_mutex_unlock(&fs->lock);
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_buf(req, d.buf, d.used);
+	free(d.buf);
+}
+
+static void wfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	(void)fi;
+	readdir_common(req, ino, size, off, false);
+}
+
+static void wfs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			    struct fuse_file_info *fi)
+{
+	(void)fi;
+	readdir_common(req, ino, size, off, true);
+}
+
+static void wfs_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct wfs_fs *fs = fs_of(req);
+	struct statvfs st;
+	int ret;
+
+	(void)ino;
+	ret = wfs_store_statfs(fs->store, &st);
+	if (ret) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	st.f_namemax = NAME_MAX;
+	fuse_reply_statfs(req, &st);
+}
+
+/* Extended attributes: user.* stored in the catalog; user.weightfs.digest computed, read-only. */
+static bool is_user_xattr(const char *name)
+{
+	return strncmp(name, "user.", 5) == 0;
+}
+
+static void reply_xattr(fuse_req_t req, int ret, size_t size, const void *value, size_t len)
+{
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else if (size == 0)
+		fuse_reply_xattr(req, len);
+	else if (len > size)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, value, len);
+}
+
+static void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	struct wfs_fs *fs = fs_of(req);
+	char *buf = NULL;
+	size_t len = 0;
+	struct wfs_attr a;
+	int ret;
+
+	if (!is_user_xattr(name)) {
+		fuse_reply_err(req, ENODATA); /* security.*, system.*: none stored */
+		return;
+	}
+	if (size && !(buf = malloc(size))) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_mutex_lock(&fs->lock);
+	if (strcmp(name, DIGEST_XATTR) == 0) {
+		char hex[WFS_DIGEST_HEX_CHARS + 1];
+
+		ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+		if (ret == 0 && !a.sealed)
+			ret = -ENODATA;
+		if (ret == 0) {
+			wfs_digest_to_hex(&a.digest, hex);
+			len = WFS_DIGEST_HEX_CHARS;
+			if (size >= len)
+				memcpy(buf, hex, len);
+		}
+	} else {
+		ret = wfs_catalog_xattr_get(fs->catalog, ino, name, buf, size, &len);
+	}
+	pthread_mutex_unlock(&fs->lock);
+	reply_xattr(req, ret, size, buf, len);
+	free(buf);
+}
+
+static void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
+			 int flags)
+{
+	struct wfs_fs *fs = fs_of(req);
+	int ret = 0;
+
+	if (!is_user_xattr(name))
+		ret = -EOPNOTSUPP;
+	else if (strcmp(name, DIGEST_XATTR) == 0)
+		ret = -EPERM;
+	if (ret == 0) {
+		pthread_mutex_lock(&fs->lock);
+		ret = wfs_catalog_xattr_set(fs->catalog, ino, name, value, size, flags);
+		pthread_mutex_unlock(&fs->lock);
+	}
+	fuse_reply_err(req, -ret);
+}
+
+static void wfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct wfs_fs *fs = fs_of(req);
+	size_t len = 0, stored = 0;
+	struct wfs_attr a = {0};
+	char *buf;
+	int ret;
+
+	pthread_mutex_lock(&fs->lock);
+	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+	if (ret == 0)
+		ret = wfs_catalog_xattr_list(fs->catalog, ino, NULL, 0, &stored);
+	len = stored + (a.sealed ? sizeof(DIGEST_XATTR) : 0);
+	buf = ret == 0 && size ? malloc(len + 1) : NULL;
+	if (ret == 0 && size && !buf)
+		ret = -ENOMEM;
+	if (ret == 0 && buf) {
+		if (a.sealed)
+			memcpy(buf, DIGEST_XATTR, sizeof(DIGEST_XATTR));
+		ret = wfs_catalog_xattr_list(fs->catalog, ino, buf + (a.sealed ? sizeof(DIGEST_XATTR) : 0),
+					     stored + 1, &stored);
+	}
+	pthread_mutex_unlock(&fs->lock);
+	reply_xattr(req, ret, size, buf, len);
+	free(buf);
+}
+
+static void wfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	struct wfs_fs *fs = fs_of(req);
+	int ret = 0;
+
+	if (!is_user_xattr(name))
+		ret = -ENODATA;
+	else if (strcmp(name, DIGEST_XATTR) == 0)
+		ret = -EPERM;
+	if (ret == 0) {
+		pthread_mutex_lock(&fs->lock);
+		ret = wfs_catalog_xattr_remove(fs->catalog, ino, name);
+		pthread_mutex_unlock(&fs->lock);
+	}
+	fuse_reply_err(req, -ret);
+}
+
+const struct fuse_lowlevel_ops wfs_ops = {
+	.init = wfs_init,
+	.destroy = wfs_destroy,
+	.lookup = wfs_lookup,
+	.forget = wfs_forget,
+	.forget_multi = wfs_forget_multi,
+	.getattr = wfs_getattr,
+	.setattr = wfs_setattr,
+	.readlink = wfs_readlink,
+	.mknod = wfs_mknod,
+	.mkdir = wfs_mkdir,
+	.unlink = wfs_unlink,
+	.rmdir = wfs_rmdir,
+	.symlink = wfs_symlink,
+	.rename = wfs_rename,
+	.link = wfs_link,
+	.open = wfs_open,
+	.read = wfs_read,
+	.write = wfs_write,
+	.flush = wfs_flush,
+	.release = wfs_release,
+	.fsync = wfs_fsync,
+	.opendir = wfs_opendir,
+	.readdir = wfs_readdir,
+	.readdirplus = wfs_readdirplus,
+	.releasedir = wfs_releasedir,
+	.fsyncdir = wfs_fsyncdir,
+	.statfs = wfs_statfs,
+	.setxattr = wfs_setxattr,
+	.getxattr = wfs_getxattr,
+	.listxattr = wfs_listxattr,
+	.removexattr = wfs_removexattr,
+	.create = wfs_create,
+};

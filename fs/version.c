@@ -1,0 +1,340 @@
+/*
+ * Versions: the bytes of a name while they are being written, and their seal into an object.
+ *
+ * States of a version, all under its lock:
+ *   open    tmp.fd valid, writes and reads allowed;
+ *   frozen  digest computed, publish in progress: writes get -EAGAIN, reads still served;
+ *   done    tmp consumed (published or discarded): reads and writes get -EAGAIN.
+ * A caller that gets -EAGAIN waits for the seal (fs->sealed) and starts over from the inode.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "log.h"
+
+void wfs_version_get(struct wfs_version *v)
+{
+	__atomic_add_fetch(&v->refs, 1, __ATOMIC_RELAXED);
+}
+
+void wfs_version_put(struct wfs_version *v)
+{
+	if (__atomic_sub_fetch(&v->refs, 1, __ATOMIC_ACQ_REL))
+		return;
+	if (v->tmp.fd >= 0)
+		close(v->tmp.fd); /* tmp name, if any, is removed by the seal or discard that owned it */
+	wfs_hasher_release(&v->hasher);
+	pthread_mutex_destroy(&v->lock);
+	free(v);
+}
+
+/* Copy all of object @d into the empty tmp file @fd. Returns bytes copied or -errno. */
+static int64_t copy_object(struct wfs_fs *fs, const struct wfs_digest *d, int fd)
+{
+	int src = wfs_store_object_open(fs->store, d, 0);
+	loff_t in_off = 0, out_off = 0;
+	int64_t ret;
+
+	if (src < 0)
+		return src == -ENOENT ? -EIO : src;
+	for (;;) {
+		ssize_t n = copy_file_range(src, &in_off, fd, &out_off, 1 << 30, 0);
+
+		if (n < 0 && (errno == EXDEV || errno == EOPNOTSUPP || errno == ENOSYS)) {
+			char buf[1 << 16];
+
+			n = pread(src, buf, sizeof(buf), in_off);
+			if (n > 0 && pwrite(fd, buf, (size_t)n, out_off) != n)
+				n = -1;
+			if (n > 0) {
+				in_off += n;
+				out_off += n;
+			}
+		}
+		if (n < 0) {
+			ret = errno ? -errno : -EIO;
+			goto out;
+		}
+		if (n == 0)
+			break;
+	}
+	ret = out_off;
+out:
+	close(src);
+	return ret;
+}
+
+static struct wfs_version *version_new(struct wfs_fs *fs, int *err)
+{
+	struct wfs_version *v = calloc(1, sizeof(*v));
+
+	if (!v) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	pthread_mutex_init(&v->lock, NULL);
+	v->refs = 1;
+	v->in_order = true;
+	v->tmp.fd = -1;
+	*err = wfs_hasher_init(&v->hasher);
+	if (*err == 0)
+		*err = wfs_store_tmp_create(fs->store, &v->tmp);
+	if (*err) {
+		wfs_version_put(v);
+		return NULL;
+	}
+	return v;
+}
+
+struct wfs_version *wfs_version_writer(struct wfs_fs *fs, struct wfs_inode *in, bool truncate, int *err)
+{
+	struct wfs_version *v;
+	int64_t copied;
+
+	for (;;) {
+		v = in->writer;
+		if (!v)
+			break;
+		if (!__atomic_load_n(&v->frozen, __ATOMIC_ACQUIRE)) {
+			wfs_version_get(v);
+			if (truncate) {
+				int ret = wfs_version_truncate(v, 0);
+
+				if (ret == -EAGAIN) {
+					wfs_version_put(v);
+					continue;
+				}
+				if (ret) {
+					wfs_version_put(v);
+					*err = ret;
+					return NULL;
+				}
+			}
+			return v;
+		}
+		pthread_cond_wait(&fs->sealed, &fs->lock);
+	}
+
+	v = version_new(fs, err);
+	if (!v)
+		return NULL;
+	in->writer = v; /* the inode's reference */
+	in->cache_valid = false;
+	wfs_version_get(v); /* the caller's */
+	if (truncate || !in->sealed)
+		return v;
+
+	/* A copy of the sealed bytes: other users of @in wait on the version lock, not on fs->lock. */
+	v->has_base = true;
+	v->base = in->digest;
+	v->in_order = false;
+	pthread_mutex_lock(&v->lock);
+	pthread_mutex_unlock(&fs->lock);
+	copied = copy_object(fs, &v->base, v->tmp.fd);
+	if (copied < 0) {
+		/* Users that found it meanwhile get -EAGAIN and start over. */
+		v->frozen = true;
+		wfs_store_tmp_discard(fs->store, &v->tmp);
+	} else {
+		v->size = (uint64_t)copied;
+	}
+	pthread_mutex_unlock(&v->lock);
+	pthread_mutex_lock(&fs->lock);
+	if (copied < 0) {
+		*err = (int)copied;
+		in->writer = NULL;
+		wfs_version_put(v);
+		wfs_version_put(v);
+		pthread_cond_broadcast(&fs->sealed);
+		return NULL;
+	}
+	return v;
+}
+
+ssize_t wfs_version_write(struct wfs_version *v, const void *buf, size_t len, off_t off)
+{
+	size_t done = 0;
+	ssize_t ret;
+
+	pthread_mutex_lock(&v->lock);
+	if (v->frozen || v->tmp.fd < 0) {
+		ret = -EAGAIN;
+		goto out;
+	}
+	while (done < len) {
+		ssize_t n = pwrite(v->tmp.fd, (const char *)buf + done, len - done, off + (off_t)done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			ret = n < 0 ? -errno : -EIO;
+			if (!v->error)
+				v->error = (int)ret;
+			goto out;
+		}
+		done += (size_t)n;
+	}
+	/* Hash in place when the write extends the hashed prefix; otherwise rehash at seal. */
+	if (v->in_order && (uint64_t)off == v->hasher.bytes)
+		wfs_hasher_update(&v->hasher, buf, len);
+	else
+		v->in_order = false;
+	if ((uint64_t)off + len > v->size)
+		v->size = (uint64_t)off + len;
+	v->modified = true;
+	ret = (ssize_t)len;
+out:
+	pthread_mutex_unlock(&v->lock);
+	return ret;
+}
+
+ssize_t wfs_version_read(struct wfs_version *v, void *buf, size_t len, off_t off)
+{
+	ssize_t ret;
+
+	pthread_mutex_lock(&v->lock);
+	if (v->tmp.fd < 0)
+		ret = -EAGAIN;
+	else if ((uint64_t)off >= v->size)
+		ret = 0;
+	else {
+		if ((uint64_t)off + len > v->size)
+			len = (size_t)(v->size - (uint64_t)off);
+		ret = pread(v->tmp.fd, buf, len, off);
+		if (ret < 0)
+			ret = -errno;
+	}
+	pthread_mutex_unlock(&v->lock);
+	return ret;
+}
+
+int wfs_version_truncate(struct wfs_version *v, uint64_t size)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&v->lock);
+	if (v->frozen || v->tmp.fd < 0) {
+		ret = -EAGAIN;
+		goto out;
+	}
+	if (ftruncate(v->tmp.fd, (off_t)size) < 0) {
+		ret = -errno;
+		goto out;
+	}
+	if (size == 0) {
+		wfs_hasher_reset(&v->hasher);
+		v->in_order = true;
+	} else if (size < v->hasher.bytes) {
+		v->in_order = false;
+	}
+	v->size = size;
+	v->modified = true;
+out:
+	pthread_mutex_unlock(&v->lock);
+	return ret;
+}
+
+uint64_t wfs_version_size(struct wfs_version *v)
+{
+	uint64_t size;
+
+	pthread_mutex_lock(&v->lock);
+	size = v->size;
+	pthread_mutex_unlock(&v->lock);
+	return size;
+}
+
+/* Digest of the version's bytes (version lock held). Returns 0 or -errno. */
+static int version_digest(struct wfs_version *v, struct wfs_digest *d)
+{
+	uint64_t bytes;
+	int ret;
+
+	if (v->has_base && !v->modified) {
+		*d = v->base;
+		return 0;
+	}
+	if (v->in_order && v->hasher.bytes == v->size) {
+		wfs_hasher_digest(&v->hasher, d);
+		return 0;
+	}
+	ret = wfs_digest_fd(v->tmp.fd, d, &bytes);
+	if (ret == 0 && bytes != v->size)
+		ret = -EIO;
+	return ret;
+}
+
+static void log_seal_error(struct wfs_inode *in, int err)
+{
+	wfs_log(err == -ENOSPC || err == -EDQUOT ? WFS_LOG_WARN : WFS_LOG_ERR,
+		"inode %llu: seal failed, name keeps its previous content: %s", (unsigned long long)in->ino,
+		strerror(-err));
+}
+
+int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in)
+{
+	struct wfs_version *v = in->writer;
+	struct wfs_object *o = NULL;
+	struct wfs_attr old, now;
+	struct wfs_digest d;
+	struct timespec mtime;
+	bool existed = false;
+	uint64_t size = 0;
+	int ret;
+
+	wfs_version_get(v);
+	pthread_mutex_unlock(&fs->lock);
+
+	pthread_mutex_lock(&v->lock);
+	ret = v->error;
+	if (ret == 0)
+		ret = version_digest(v, &d);
+	size = v->size;
+	v->frozen = true;
+	pthread_mutex_unlock(&v->lock);
+
+	pthread_mutex_lock(&fs->lock);
+	if (ret == 0) {
+		o = wfs_object_pin(fs, &d); /* keeps the object from being deleted until committed */
+		if (!o)
+			ret = -ENOMEM;
+	}
+	pthread_mutex_unlock(&fs->lock);
+
+	pthread_mutex_lock(&v->lock);
+	if (ret == 0 && v->has_base && !v->modified) {
+		wfs_store_tmp_discard(fs->store, &v->tmp); /* unchanged copy: the object is already there */
+		existed = true;
+	} else if (ret == 0) {
+		ret = wfs_store_publish(fs->store, &v->tmp, &d, &existed);
+	} else {
+		wfs_store_tmp_discard(fs->store, &v->tmp);
+	}
+	pthread_mutex_unlock(&v->lock);
+
+	pthread_mutex_lock(&fs->lock);
+	if (ret == 0) {
+		clock_gettime(CLOCK_REALTIME, &mtime);
+		ret = wfs_catalog_set_content(fs->catalog, in->ino, &d, size, &mtime, fs->opt.sync, &old, &now);
+	}
+	if (ret == 0) {
+		in->sealed = true;
+		in->digest = d;
+	} else {
+		log_seal_error(in, ret);
+	}
+	in->writer = NULL;
+	in->cache_valid = false;
+	wfs_version_put(v); /* the inode's reference */
+	wfs_version_put(v); /* ours */
+	pthread_cond_broadcast(&fs->sealed);
+	if (o)
+		wfs_object_unpin(fs, req, o); /* deletes the object again if the commit failed */
+	if (ret == 0 && old.sealed && !wfs_digest_equal(&old.digest, &d))
+		wfs_object_maybe_delete(fs, &old.digest);
+	(void)existed;
+	return ret;
+}

@@ -1,0 +1,244 @@
+/*
+ * weightfs STORE MOUNTPOINT [options] — mount a content-addressed store of frozen model weights.
+ */
+#include <errno.h>
+#include <fuse_opt.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "log.h"
+
+#define WFS_VERSION "0.1.0"
+
+enum { KEY_HELP, KEY_VERSION };
+
+#define OPT(t, p, v) {t, offsetof(struct wfs_options, p), v}
+static const struct fuse_opt option_spec[] = {
+	OPT("passthrough=auto", passthrough, -1),
+	OPT("passthrough=on", passthrough, -1),
+	OPT("passthrough=off", passthrough, 0),
+	OPT("sync", sync, 1),
+	OPT("nosync", sync, 0),
+	OPT("timeout=%lf", timeout, 0),
+	FUSE_OPT_KEY("-h", KEY_HELP),
+	FUSE_OPT_KEY("--help", KEY_HELP),
+	FUSE_OPT_KEY("-V", KEY_VERSION),
+	FUSE_OPT_KEY("--version", KEY_VERSION),
+	FUSE_OPT_END,
+};
+
+static void usage(const char *prog)
+{
+	printf("usage: %s STORE MOUNTPOINT [options]\n"
+	       "\n"
+	       "Mount the weightfs store in directory STORE (created when missing) at MOUNTPOINT.\n"
+	       "Files written under the mount are stored once per distinct content, named by their\n"
+	       "XXH3-128 digest, and sealed (made immutable) when closed.\n"
+	       "\n"
+	       "weightfs options:\n"
+	       "    -o passthrough=auto|off  serve reads through kernel FUSE passthrough when the kernel\n"
+	       "                             and privileges allow (default auto)\n"
+	       "    -o sync|nosync           fdatasync objects and sync the catalog at each seal\n"
+	       "                             (default sync)\n"
+	       "    -o timeout=SECONDS       kernel cache timeout for names and attributes (default 10)\n"
+	       "    -f                       stay in the foreground\n"
+	       "    -d                       debug output (implies -f)\n"
+	       "    -h, --help               this help, then libfuse's own options\n"
+	       "    -V, --version            version\n"
+	       "\n"
+	       "Unmount with: fusermount3 -u MOUNTPOINT\n\n",
+	       prog);
+}
+
+static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+	struct wfs_options *opt = data;
+
+	(void)outargs;
+	switch (key) {
+	case FUSE_OPT_KEY_NONOPT:
+		if (!opt->store) {
+			opt->store = strdup(arg);
+			return 0;
+		}
+		return 1; /* the mount point: fuse_parse_cmdline takes it */
+	case KEY_HELP:
+		opt->show_help = 1;
+		return 0;
+	case KEY_VERSION:
+		opt->show_version = 1;
+		return 0;
+	default:
+		return 1;
+	}
+}
+
+struct digest_list {
+	struct wfs_digest *d;
+	size_t n, cap;
+};
+
+static int collect_digest(void *ctx, const struct wfs_digest *d, uint64_t bytes)
+{
+	struct digest_list *l = ctx;
+
+	(void)bytes;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 64;
+		struct wfs_digest *p = realloc(l->d, cap * sizeof(*p));
+
+		if (!p)
+			return 1;
+		l->d = p;
+		l->cap = cap;
+	}
+	l->d[l->n++] = *d;
+	return 0;
+}
+
+/* Objects no name refers to (a crash between a commit and the delete that follows it) go now. */
+static void remove_unreferenced(struct wfs_fs *fs)
+{
+	struct digest_list l = {0};
+
+	wfs_catalog_unreferenced(fs->catalog, collect_digest, &l);
+	for (size_t i = 0; i < l.n; i++)
+		if (wfs_catalog_object_delete(fs->catalog, &l.d[i]) == 0)
+			wfs_store_object_remove(fs->store, &l.d[i]);
+	if (l.n)
+		wfs_log(WFS_LOG_INFO, "removed %zu unreferenced objects", l.n);
+	free(l.d);
+}
+
+static int open_catalog(struct wfs_fs *fs, bool recover)
+{
+	char path[PATH_MAX];
+	struct wfs_recovery rec;
+	int ret;
+
+	snprintf(path, sizeof(path), "%s/catalog.db", fs->opt.store);
+	ret = wfs_catalog_open(path, WFS_CATALOG_CREATE, getuid(), getgid(), &fs->catalog);
+	if (ret) {
+		fprintf(stderr, "weightfs: %s: cannot open catalog: %s\n", path, strerror(-ret));
+		return ret;
+	}
+	if (!recover)
+		return 0;
+	ret = wfs_catalog_recover(fs->catalog, &rec);
+	if (ret) {
+		fprintf(stderr, "weightfs: %s: recovery failed: %s\n", path, strerror(-ret));
+		return ret;
+	}
+	if (rec.unsealed_removed || rec.orphans_removed)
+		wfs_log(WFS_LOG_INFO, "recovered: removed %llu never-sealed names, %llu orphan inodes",
+			(unsigned long long)rec.unsealed_removed, (unsigned long long)rec.orphans_removed);
+	remove_unreferenced(fs);
+	return 0;
+}
+
+int main(int argc, char *argv[])
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct fuse_cmdline_opts cmd = {0};
+	struct fuse_loop_config *loop = NULL;
+	struct wfs_fs fs = {0};
+	char fsname[PATH_MAX + 16];
+	int ret = 1;
+
+	fs.opt.passthrough = -1;
+	fs.opt.sync = 1;
+	fs.opt.timeout = 10.0;
+	if (fuse_opt_parse(&args, &fs.opt, option_spec, opt_proc) == -1)
+		return 2;
+	if (fs.opt.show_version) {
+		printf("weightfs %s (libfuse %s)\n", WFS_VERSION, fuse_pkgversion());
+		return 0;
+	}
+	if (fs.opt.show_help) {
+		usage(argv[0]);
+		fuse_lowlevel_help();
+		return 0;
+	}
+	if (fuse_parse_cmdline(&args, &cmd) != 0)
+		return 2;
+	if (!fs.opt.store || !cmd.mountpoint) {
+		fprintf(stderr, "usage: %s STORE MOUNTPOINT [options]  (try --help)\n", argv[0]);
+		return 2;
+	}
+	fs.opt.foreground = cmd.foreground;
+	fs.opt.debug = cmd.debug;
+	wfs_log_init("weightfs", !cmd.foreground, cmd.debug ? WFS_LOG_DEBUG : WFS_LOG_INFO);
+
+	ret = wfs_store_open(fs.opt.store, WFS_STORE_CREATE | (fs.opt.sync ? 0 : WFS_STORE_NOSYNC), &fs.store);
+	if (ret) {
+		fprintf(stderr, "weightfs: %s: cannot open store: %s\n", fs.opt.store,
+			ret == -EBUSY ? "in use by another weightfs process" : strerror(-ret));
+		ret = 1;
+		goto out;
+	}
+	{
+		/* fuse_daemonize() changes directory to /: keep the store's absolute path. */
+		char *abs = realpath(fs.opt.store, NULL);
+
+		if (abs) {
+			free(fs.opt.store);
+			fs.opt.store = abs;
+		}
+	}
+	/* SQLite connections must not cross fork(): recover now, reopen after daemonizing. */
+	if (open_catalog(&fs, true)) {
+		ret = 1;
+		goto out;
+	}
+	wfs_catalog_close(fs.catalog);
+	fs.catalog = NULL;
+
+	snprintf(fsname, sizeof(fsname), "-ofsname=%s,subtype=weightfs,default_permissions", fs.opt.store);
+	fuse_opt_add_arg(&args, fsname);
+	pthread_mutex_init(&fs.lock, NULL);
+	pthread_cond_init(&fs.sealed, NULL);
+	wfs_map_init(&fs.inodes);
+	wfs_map_init(&fs.objects);
+
+	fs.se = fuse_session_new(&args, &wfs_ops, sizeof(wfs_ops), &fs);
+	ret = 1;
+	if (!fs.se)
+		goto out;
+	if (fuse_set_signal_handlers(fs.se) != 0)
+		goto out_session;
+	if (fuse_session_mount(fs.se, cmd.mountpoint) != 0)
+		goto out_signals;
+	fuse_daemonize(cmd.foreground);
+	if (open_catalog(&fs, false))
+		goto out_unmount;
+
+	if (cmd.singlethread) {
+		ret = fuse_session_loop(fs.se);
+	} else {
+		loop = fuse_loop_cfg_create();
+		fuse_loop_cfg_set_clone_fd(loop, cmd.clone_fd);
+		fuse_loop_cfg_set_max_threads(loop, cmd.max_threads);
+		ret = fuse_session_loop_mt(fs.se, loop);
+	}
+	ret = ret ? 1 : 0;
+out_unmount:
+	fuse_session_unmount(fs.se);
+out_signals:
+	fuse_remove_signal_handlers(fs.se);
+out_session:
+	fuse_session_destroy(fs.se);
+out:
+	fuse_loop_cfg_destroy(loop);
+	wfs_catalog_close(fs.catalog);
+	wfs_store_close(fs.store);
+	free(cmd.mountpoint);
+	free(fs.opt.store);
+	fuse_opt_free_args(&args);
+	return ret;
+}

@@ -1,0 +1,213 @@
+/*
+ * weightfsctl — the weightfs admin command line: one binary, one subcommand per task.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <mntent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "catalog.h"
+#include "cmd.h"
+#include "log.h"
+#include "store.h"
+
+#define WFS_VERSION "0.1.0"
+
+struct subcommand {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *summary;
+};
+
+static const struct subcommand subcommands[] = {
+	{"stat", wfs_cmd_stat, "names, bytes, objects and the dedup ratio of a store or mount"},
+	{"stage", wfs_cmd_stage, "copy files to a GPU through pinned buffers (and back), with a benchmark"},
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out, "usage: weightfsctl COMMAND [ARGS]  (weightfsctl COMMAND --help for its options)\n\n"
+		     "commands:\n");
+	for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
+		fprintf(out, "  %-8s %s\n", subcommands[i].name, subcommands[i].summary);
+	fprintf(out, "\nexit status: 0 success, 1 the work failed or found a problem, 2 usage error\n");
+}
+
+/*
+ * The store directory for @path: @path itself when it holds a catalog, or the source of the
+ * fuse.weightfs mount at @path (the daemon mounts with fsname=STORE). Writes into @out (PATH_MAX).
+ */
+static int resolve_store(const char *path, char *out)
+{
+	char real[PATH_MAX], probe[PATH_MAX + 16];
+	struct mntent *m;
+	FILE *f;
+	int ret = -ENOENT;
+
+	if (!realpath(path, real))
+		return -errno;
+	snprintf(probe, sizeof(probe), "%s/catalog.db", real);
+	if (access(probe, F_OK) == 0) {
+		snprintf(out, PATH_MAX, "%s", real);
+		return 0;
+	}
+	f = setmntent("/proc/self/mounts", "r");
+	if (!f)
+		return -errno;
+	while ((m = getmntent(f)) != NULL) {
+		if (strcmp(m->mnt_type, "fuse.weightfs") == 0 && strcmp(m->mnt_dir, real) == 0) {
+			snprintf(out, PATH_MAX, "%s", m->mnt_fsname);
+			ret = 0;
+		}
+	}
+	endmntent(f);
+	return ret;
+}
+
+/* Disk usage of every file below @dir_fd (st_blocks × 512), like du(1). */
+static uint64_t disk_usage(int dir_fd)
+{
+	DIR *d = fdopendir(dir_fd);
+	struct dirent *e;
+	uint64_t total = 0;
+
+	if (!d) {
+		close(dir_fd);
+		return 0;
+	}
+	while ((e = readdir(d)) != NULL) {
+		struct stat st;
+
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		total += (uint64_t)st.st_blocks * 512;
+		if (S_ISDIR(st.st_mode)) {
+			int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+			if (fd >= 0)
+				total += disk_usage(fd);
+		}
+	}
+	closedir(d);
+	return total;
+}
+
+static void stat_usage(FILE *out)
+{
+	fprintf(out, "usage: weightfsctl stat [--json] STORE|MOUNTPOINT\n\n"
+		     "Print the names, directories, logical bytes (the sum of file sizes, what ls and du\n"
+		     "of the mount show), objects, physical bytes (object bytes; disk usage of\n"
+		     "STORE/objects as du reports it) and the dedup ratio (logical / object bytes).\n"
+		     "Reads the catalog only: safe next to a running daemon.\n");
+}
+
+int wfs_cmd_stat(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"json", no_argument, NULL, 'j'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	struct wfs_catalog_stats st;
+	struct wfs_catalog *c = NULL;
+	char store[PATH_MAX], db[PATH_MAX + 16];
+	bool json = false;
+	uint64_t du = 0;
+	double ratio;
+	int opt, ret, fd;
+
+	while ((opt = getopt_long(argc, argv, "jh", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'j':
+			json = true;
+			break;
+		case 'h':
+			stat_usage(stdout);
+			return 0;
+		default:
+			stat_usage(stderr);
+			return 2;
+		}
+	}
+	if (optind != argc - 1) {
+		stat_usage(stderr);
+		return 2;
+	}
+	ret = resolve_store(argv[optind], store);
+	if (ret) {
+		fprintf(stderr, "weightfsctl stat: %s: not a weightfs store or mount: %s\n", argv[optind],
+			strerror(-ret));
+		return 1;
+	}
+	snprintf(db, sizeof(db), "%s/catalog.db", store);
+	ret = wfs_catalog_open(db, WFS_CATALOG_READONLY, 0, 0, &c);
+	if (ret == 0)
+		ret = wfs_catalog_stats(c, &st);
+	wfs_catalog_close(c);
+	if (ret) {
+		fprintf(stderr, "weightfsctl stat: %s: cannot read catalog: %s\n", db, strerror(-ret));
+		return 1;
+	}
+	snprintf(db, sizeof(db), "%s/objects", store);
+	fd = open(db, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0)
+		du = disk_usage(fd);
+	ratio = st.object_bytes ? (double)st.logical_bytes / (double)st.object_bytes : 0.0;
+	if (json) {
+		printf("{\"store\": \"%s\", \"names\": %llu, \"directories\": %llu, \"symlinks\": %llu, "
+		       "\"logical_bytes\": %llu, \"objects\": %llu, \"object_bytes\": %llu, "
+		       "\"objects_disk_bytes\": %llu, \"unreferenced_objects\": %llu, "
+		       "\"unreferenced_bytes\": %llu, \"dedup_ratio\": %.4f}\n",
+		       store, (unsigned long long)st.names, (unsigned long long)st.directories,
+		       (unsigned long long)st.symlinks, (unsigned long long)st.logical_bytes,
+		       (unsigned long long)st.objects, (unsigned long long)st.object_bytes,
+		       (unsigned long long)du, (unsigned long long)st.unreferenced_objects,
+		       (unsigned long long)st.unreferenced_bytes, ratio);
+		return 0;
+	}
+	printf("store:              %s\n", store);
+	printf("names:              %llu\n", (unsigned long long)st.names);
+	printf("directories:        %llu\n", (unsigned long long)st.directories);
+	printf("logical bytes:      %llu (%.1f MiB)\n", (unsigned long long)st.logical_bytes,
+	       (double)st.logical_bytes / 1048576.0);
+	printf("objects:            %llu\n", (unsigned long long)st.objects);
+	printf("physical bytes:     %llu (%.1f MiB); on disk %.1f MiB\n", (unsigned long long)st.object_bytes,
+	       (double)st.object_bytes / 1048576.0, (double)du / 1048576.0);
+	if (st.unreferenced_objects)
+		printf("unreferenced:       %llu objects, %llu bytes\n",
+		       (unsigned long long)st.unreferenced_objects, (unsigned long long)st.unreferenced_bytes);
+	printf("dedup ratio:        %.2fx\n", ratio);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	wfs_log_init("weightfsctl", false, WFS_LOG_WARN);
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	if (strcmp(argv[1], "--version") == 0) {
+		printf("weightfsctl %s\n", WFS_VERSION);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
+		if (strcmp(argv[1], subcommands[i].name) == 0)
+			return subcommands[i].fn(argc - 1, argv + 1);
+	fprintf(stderr, "weightfsctl: unknown command '%s'\n", argv[1]);
+	usage(stderr);
+	return 2;
+}

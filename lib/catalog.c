@@ -1,0 +1,1152 @@
+#include "catalog.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <sqlite3.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+
+#include "log.h"
+
+#define SCHEMA_VERSION 1
+
+static const char schema_sql[] =
+	"CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"
+	"CREATE TABLE IF NOT EXISTS inodes("
+	"  ino INTEGER PRIMARY KEY AUTOINCREMENT,"
+	"  mode INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL,"
+	"  nlink INTEGER NOT NULL, size INTEGER NOT NULL DEFAULT 0, parent INTEGER NOT NULL DEFAULT 0,"
+	"  atime INTEGER NOT NULL, mtime INTEGER NOT NULL, ctime INTEGER NOT NULL,"
+	"  digest BLOB, target TEXT);"
+	"CREATE INDEX IF NOT EXISTS inodes_nlink0 ON inodes(nlink) WHERE nlink = 0;"
+	"CREATE INDEX IF NOT EXISTS inodes_digest ON inodes(digest) WHERE digest IS NOT NULL;"
+	"CREATE TABLE IF NOT EXISTS dentries("
+	"  id INTEGER PRIMARY KEY AUTOINCREMENT, parent INTEGER NOT NULL, name TEXT NOT NULL,"
+	"  ino INTEGER NOT NULL, UNIQUE(parent, name));"
+	"CREATE INDEX IF NOT EXISTS dentries_ino ON dentries(ino);"
+	"CREATE TABLE IF NOT EXISTS xattrs(ino INTEGER NOT NULL, name TEXT NOT NULL, value BLOB NOT NULL,"
+	"  PRIMARY KEY(ino, name)) WITHOUT ROWID;"
+	"CREATE TABLE IF NOT EXISTS objects(digest BLOB PRIMARY KEY, size INTEGER NOT NULL,"
+	"  refcount INTEGER NOT NULL DEFAULT 0, state INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;"
+	"CREATE INDEX IF NOT EXISTS objects_unref ON objects(refcount) WHERE refcount = 0;"
+	/* Invariant 1: objects.refcount follows inodes.digest in every transaction. */
+	"CREATE TRIGGER IF NOT EXISTS inode_ref_insert AFTER INSERT ON inodes WHEN NEW.digest IS NOT NULL"
+	"  BEGIN UPDATE objects SET refcount = refcount + 1 WHERE digest = NEW.digest; END;"
+	"CREATE TRIGGER IF NOT EXISTS inode_ref_delete AFTER DELETE ON inodes WHEN OLD.digest IS NOT NULL"
+	"  BEGIN UPDATE objects SET refcount = refcount - 1 WHERE digest = OLD.digest; END;"
+	"CREATE TRIGGER IF NOT EXISTS inode_ref_update AFTER UPDATE OF digest ON inodes"
+	"  WHEN OLD.digest IS NOT NEW.digest BEGIN"
+	"  UPDATE objects SET refcount = refcount - 1 WHERE digest = OLD.digest;"
+	"  UPDATE objects SET refcount = refcount + 1 WHERE digest = NEW.digest; END;";
+
+#define ATTR_COLS "i.ino, i.mode, i.uid, i.gid, i.nlink, i.size, i.parent, i.atime, i.mtime, i.ctime, i.digest"
+
+enum stmt_id {
+	ST_GETATTR,
+	ST_LOOKUP,
+	ST_INSERT_INODE,
+	ST_INSERT_DENTRY,
+	ST_DELETE_DENTRY,
+	ST_NLINK_ADD,
+	ST_DIR_HAS_ENTRY,
+	ST_MOVE_DENTRY,
+	ST_SET_DENTRY_INO,
+	ST_SET_PARENT,
+	ST_TOUCH_DIR,
+	ST_SETATTR,
+	ST_INSERT_OBJECT,
+	ST_SET_CONTENT,
+	ST_READLINK,
+	ST_READDIR,
+	ST_XATTR_GET,
+	ST_XATTR_INSERT,
+	ST_XATTR_UPDATE,
+	ST_XATTR_LIST,
+	ST_XATTR_DELETE,
+	ST_XATTR_DELETE_ALL,
+	ST_DELETE_INODE,
+	ST_OBJECT_GET,
+	ST_OBJECT_DELETE,
+	ST_UNREFERENCED,
+	ST_BEGIN,
+	ST_COMMIT,
+	ST_ROLLBACK,
+	ST_COUNT
+};
+
+static const char *const stmt_sql[ST_COUNT] = {
+	[ST_GETATTR] = "SELECT " ATTR_COLS " FROM inodes i WHERE i.ino = ?1",
+	[ST_LOOKUP] = "SELECT " ATTR_COLS " FROM dentries d JOIN inodes i ON i.ino = d.ino"
+		      " WHERE d.parent = ?1 AND d.name = ?2",
+	[ST_INSERT_INODE] = "INSERT INTO inodes(mode, uid, gid, nlink, size, parent, atime, mtime, ctime,"
+			    " target) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?7, ?8)",
+	[ST_INSERT_DENTRY] = "INSERT INTO dentries(parent, name, ino) VALUES(?1, ?2, ?3)",
+	[ST_DELETE_DENTRY] = "DELETE FROM dentries WHERE parent = ?1 AND name = ?2",
+	[ST_NLINK_ADD] = "UPDATE inodes SET nlink = nlink + ?2, ctime = ?3 WHERE ino = ?1",
+	[ST_DIR_HAS_ENTRY] = "SELECT 1 FROM dentries WHERE parent = ?1 LIMIT 1",
+	[ST_MOVE_DENTRY] = "UPDATE dentries SET parent = ?3, name = ?4 WHERE parent = ?1 AND name = ?2",
+	[ST_SET_DENTRY_INO] = "UPDATE dentries SET ino = ?3 WHERE parent = ?1 AND name = ?2",
+	[ST_SET_PARENT] = "UPDATE inodes SET parent = ?2, ctime = ?3 WHERE ino = ?1",
+	[ST_TOUCH_DIR] = "UPDATE inodes SET mtime = ?2, ctime = ?2 WHERE ino = ?1",
+	[ST_SETATTR] = "UPDATE inodes SET mode = ?2, uid = ?3, gid = ?4, atime = ?5, mtime = ?6, ctime = ?7"
+		       " WHERE ino = ?1",
+	[ST_INSERT_OBJECT] = "INSERT OR IGNORE INTO objects(digest, size) VALUES(?1, ?2)",
+	[ST_SET_CONTENT] = "UPDATE inodes SET digest = ?2, size = ?3, mtime = ?4, ctime = ?4 WHERE ino = ?1",
+	[ST_READLINK] = "SELECT mode, target FROM inodes WHERE ino = ?1",
+	[ST_READDIR] = "SELECT d.id, d.name, " ATTR_COLS " FROM dentries d JOIN inodes i ON i.ino = d.ino"
+		       " WHERE d.parent = ?1 AND d.id > ?2 ORDER BY d.id",
+	[ST_XATTR_GET] = "SELECT value FROM xattrs WHERE ino = ?1 AND name = ?2",
+	[ST_XATTR_INSERT] = "INSERT INTO xattrs(ino, name, value) VALUES(?1, ?2, ?3)",
+	[ST_XATTR_UPDATE] = "UPDATE xattrs SET value = ?3 WHERE ino = ?1 AND name = ?2",
+	[ST_XATTR_LIST] = "SELECT name FROM xattrs WHERE ino = ?1 ORDER BY name",
+	[ST_XATTR_DELETE] = "DELETE FROM xattrs WHERE ino = ?1 AND name = ?2",
+	[ST_XATTR_DELETE_ALL] = "DELETE FROM xattrs WHERE ino = ?1",
+	[ST_DELETE_INODE] = "DELETE FROM inodes WHERE ino = ?1",
+	[ST_OBJECT_GET] = "SELECT refcount, size FROM objects WHERE digest = ?1",
+	[ST_OBJECT_DELETE] = "DELETE FROM objects WHERE digest = ?1 AND refcount = 0",
+	[ST_UNREFERENCED] = "SELECT digest, size FROM objects WHERE refcount = 0",
+	[ST_BEGIN] = "BEGIN IMMEDIATE",
+	[ST_COMMIT] = "COMMIT",
+	[ST_ROLLBACK] = "ROLLBACK",
+};
+
+struct wfs_catalog {
+	sqlite3 *db;
+	sqlite3_stmt *stmt[ST_COUNT];
+	bool readonly;
+};
+
+static atomic_bool sqlite_error_logged;
+
+static int map_sqlite(struct wfs_catalog *c, int rc)
+{
+	switch (rc & 0xff) {
+	case SQLITE_OK:
+	case SQLITE_DONE:
+	case SQLITE_ROW:
+		return 0;
+	case SQLITE_FULL:
+		return -ENOSPC;
+	case SQLITE_NOMEM:
+		return -ENOMEM;
+	case SQLITE_BUSY:
+	case SQLITE_LOCKED:
+		return -EBUSY;
+	case SQLITE_READONLY:
+		return -EROFS;
+	case SQLITE_CONSTRAINT:
+		return -EEXIST;
+	case SQLITE_CANTOPEN:
+		return -ENOENT;
+	case SQLITE_PERM:
+	case SQLITE_AUTH:
+		return -EACCES;
+	default:
+		wfs_log_once(&sqlite_error_logged, WFS_LOG_ERR, "catalog: %s (sqlite %d)",
+			     c && c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(rc), rc);
+		return -EIO;
+	}
+}
+
+/* The cached statement @id, reset and unbound, ready for binding. */
+static sqlite3_stmt *stmt(struct wfs_catalog *c, enum stmt_id id)
+{
+	sqlite3_stmt *s = c->stmt[id];
+
+	sqlite3_reset(s);
+	sqlite3_clear_bindings(s);
+	return s;
+}
+
+/* Run a statement that returns no rows. */
+static int step_done(struct wfs_catalog *c, sqlite3_stmt *s)
+{
+	int rc = sqlite3_step(s);
+	int ret = rc == SQLITE_DONE ? 0 : map_sqlite(c, rc);
+
+	sqlite3_reset(s);
+	return rc == SQLITE_ROW ? 0 : ret;
+}
+
+static int64_t ts_to_ns(const struct timespec *ts)
+{
+	return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
+}
+
+static struct timespec ns_to_ts(int64_t ns)
+{
+	struct timespec ts = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
+
+	if (ts.tv_nsec < 0) {
+		ts.tv_nsec += 1000000000;
+		ts.tv_sec -= 1;
+	}
+	return ts;
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts_to_ns(&ts);
+}
+
+/* Fill @a from columns starting at @col (the ATTR_COLS order). */
+static void row_to_attr(sqlite3_stmt *s, int col, struct wfs_attr *a)
+{
+	const void *digest;
+
+	memset(a, 0, sizeof(*a));
+	a->ino = (uint64_t)sqlite3_column_int64(s, col + 0);
+	a->mode = (uint32_t)sqlite3_column_int64(s, col + 1);
+	a->uid = (uint32_t)sqlite3_column_int64(s, col + 2);
+	a->gid = (uint32_t)sqlite3_column_int64(s, col + 3);
+	a->nlink = (uint32_t)sqlite3_column_int64(s, col + 4);
+	a->size = (uint64_t)sqlite3_column_int64(s, col + 5);
+	a->parent = (uint64_t)sqlite3_column_int64(s, col + 6);
+	a->atime = ns_to_ts(sqlite3_column_int64(s, col + 7));
+	a->mtime = ns_to_ts(sqlite3_column_int64(s, col + 8));
+	a->ctime = ns_to_ts(sqlite3_column_int64(s, col + 9));
+	digest = sqlite3_column_blob(s, col + 10);
+	if (digest && sqlite3_column_bytes(s, col + 10) == WFS_DIGEST_BYTES) {
+		a->sealed = true;
+		memcpy(a->digest.bytes, digest, WFS_DIGEST_BYTES);
+	}
+}
+
+/* Run a statement that yields at most one ATTR_COLS row. -ENOENT when none. */
+static int step_attr(struct wfs_catalog *c, sqlite3_stmt *s, struct wfs_attr *out)
+{
+	int rc = sqlite3_step(s), ret;
+
+	if (rc == SQLITE_ROW) {
+		row_to_attr(s, 0, out);
+		ret = 0;
+	} else {
+		ret = rc == SQLITE_DONE ? -ENOENT : map_sqlite(c, rc);
+	}
+	sqlite3_reset(s);
+	return ret;
+}
+
+static int begin(struct wfs_catalog *c)
+{
+	return step_done(c, stmt(c, ST_BEGIN));
+}
+
+/* Commit when @ret is 0, roll back otherwise; returns the first error. */
+static int end(struct wfs_catalog *c, int ret)
+{
+	if (ret == 0) {
+		ret = step_done(c, stmt(c, ST_COMMIT));
+		if (ret == 0)
+			return 0;
+	}
+	if (!sqlite3_get_autocommit(c->db))
+		step_done(c, stmt(c, ST_ROLLBACK));
+	return ret;
+}
+
+static int exec(struct wfs_catalog *c, const char *sql)
+{
+	return map_sqlite(c, sqlite3_exec(c->db, sql, NULL, NULL, NULL));
+}
+
+static int get_schema_version(struct wfs_catalog *c, int64_t *version)
+{
+	sqlite3_stmt *s;
+	int rc;
+
+	rc = sqlite3_prepare_v2(c->db, "SELECT value FROM meta WHERE key = 'schema_version'", -1, &s, NULL);
+	if (rc != SQLITE_OK)
+		return rc == SQLITE_ERROR ? -ENOENT : map_sqlite(c, rc); /* no meta table yet */
+	rc = sqlite3_step(s);
+	*version = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+	sqlite3_finalize(s);
+	return rc == SQLITE_ROW ? 0 : -ENOENT;
+}
+
+static int create_schema(struct wfs_catalog *c, uint32_t uid, uint32_t gid)
+{
+	char sql[512];
+	int64_t t = now_ns();
+	int ret;
+
+	ret = exec(c, "BEGIN IMMEDIATE");
+	if (ret)
+		return ret;
+	ret = exec(c, schema_sql);
+	if (ret == 0) {
+		snprintf(sql, sizeof(sql),
+			 "INSERT OR IGNORE INTO meta(key, value) VALUES('schema_version', %d);"
+			 "INSERT OR IGNORE INTO inodes(ino, mode, uid, gid, nlink, parent, atime, mtime, ctime)"
+			 " VALUES(%d, %u, %u, %u, 2, %d, %lld, %lld, %lld);",
+			 SCHEMA_VERSION, WFS_ROOT_INO, (unsigned)(S_IFDIR | 0755), uid, gid, WFS_ROOT_INO,
+			 (long long)t, (long long)t, (long long)t);
+		ret = exec(c, sql);
+	}
+	if (ret) {
+		exec(c, "ROLLBACK");
+		return ret;
+	}
+	return exec(c, "COMMIT");
+}
+
+int wfs_catalog_open(const char *path, unsigned flags, uint32_t root_uid, uint32_t root_gid,
+		     struct wfs_catalog **out)
+{
+	bool readonly = flags & WFS_CATALOG_READONLY;
+	int oflags = SQLITE_OPEN_NOMUTEX | (readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE);
+	struct wfs_catalog *c;
+	int64_t version = 0;
+	int ret;
+
+	if ((flags & WFS_CATALOG_CREATE) && !readonly)
+		oflags |= SQLITE_OPEN_CREATE;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->readonly = readonly;
+	ret = sqlite3_open_v2(path, &c->db, oflags, NULL);
+	if (ret != SQLITE_OK) {
+		ret = map_sqlite(c, ret);
+		goto fail;
+	}
+	sqlite3_busy_timeout(c->db, 5000);
+	sqlite3_extended_result_codes(c->db, 1);
+	if (!readonly) {
+		/* WAL: readers never block the writer; NORMAL: commits sync at checkpoints, except the
+		 * seal commits, which wfs_catalog_set_content() syncs itself. */
+		ret = exec(c, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF;");
+		if (ret)
+			goto fail;
+	}
+	ret = get_schema_version(c, &version);
+	if (ret == -ENOENT && !readonly && (flags & WFS_CATALOG_CREATE)) {
+		ret = create_schema(c, root_uid, root_gid);
+		if (ret == 0)
+			ret = get_schema_version(c, &version);
+	}
+	if (ret)
+		goto fail;
+	if (version != SCHEMA_VERSION) {
+		wfs_log(WFS_LOG_ERR, "catalog %s: schema version %lld, this weightfs reads %d", path,
+			(long long)version, SCHEMA_VERSION);
+		ret = -EIO;
+		goto fail;
+	}
+	for (int i = 0; i < ST_COUNT; i++) {
+		int rc = sqlite3_prepare_v3(c->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &c->stmt[i],
+					    NULL);
+		if (rc != SQLITE_OK) {
+			wfs_log(WFS_LOG_ERR, "catalog %s: %s", path, sqlite3_errmsg(c->db));
+			ret = -EIO;
+			goto fail;
+		}
+	}
+	*out = c;
+	return 0;
+fail:
+	wfs_catalog_close(c);
+	return ret;
+}
+
+void wfs_catalog_close(struct wfs_catalog *c)
+{
+	if (!c)
+		return;
+	for (int i = 0; i < ST_COUNT; i++)
+		sqlite3_finalize(c->stmt[i]);
+	sqlite3_close(c->db);
+	free(c);
+}
+
+int wfs_catalog_recover(struct wfs_catalog *c, struct wfs_recovery *report)
+{
+	char sql[512];
+	int ret;
+
+	ret = begin(c);
+	if (ret)
+		return ret;
+	/* Invariant 2: names of regular files never sealed lose their dentry first... */
+	snprintf(sql, sizeof(sql),
+		 "UPDATE inodes SET nlink = 0 WHERE digest IS NULL AND (mode & %u) = %u;"
+		 "DELETE FROM dentries WHERE ino IN (SELECT ino FROM inodes WHERE digest IS NULL"
+		 " AND (mode & %u) = %u);",
+		 (unsigned)S_IFMT, (unsigned)S_IFREG, (unsigned)S_IFMT, (unsigned)S_IFREG);
+	ret = exec(c, sql);
+	report->unsealed_removed = ret ? 0 : (uint64_t)sqlite3_changes(c->db);
+	/* ...then, invariant 3: every inode without a name goes, with its xattrs. */
+	if (ret == 0)
+		ret = exec(c, "DELETE FROM xattrs WHERE ino IN (SELECT ino FROM inodes WHERE nlink = 0);"
+			      "DELETE FROM inodes WHERE nlink = 0;");
+	report->orphans_removed = ret ? 0 : (uint64_t)sqlite3_changes(c->db);
+	if (report->orphans_removed >= report->unsealed_removed)
+		report->orphans_removed -= report->unsealed_removed;
+	return end(c, ret);
+}
+
+int wfs_catalog_getattr(struct wfs_catalog *c, uint64_t ino, struct wfs_attr *out)
+{
+	sqlite3_stmt *s = stmt(c, ST_GETATTR);
+
+	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	return step_attr(c, s, out);
+}
+
+static int get_dir(struct wfs_catalog *c, uint64_t ino, struct wfs_attr *dir)
+{
+	int ret = wfs_catalog_getattr(c, ino, dir);
+
+	if (ret == 0 && !S_ISDIR(dir->mode))
+		return -ENOTDIR;
+	if (ret == 0 && dir->nlink == 0)
+		return -ENOENT; /* removed directory: nothing may be created in it */
+	return ret;
+}
+
+int wfs_catalog_lookup(struct wfs_catalog *c, uint64_t parent, const char *name, struct wfs_attr *out)
+{
+	sqlite3_stmt *s = stmt(c, ST_LOOKUP);
+	int ret;
+
+	sqlite3_bind_int64(s, 1, (int64_t)parent);
+	sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
+	ret = step_attr(c, s, out);
+	if (ret == -ENOENT) {
+		struct wfs_attr dir;
+		int r = wfs_catalog_getattr(c, parent, &dir);
+
+		if (r == 0 && !S_ISDIR(dir.mode))
+			ret = -ENOTDIR;
+	}
+	return ret;
+}
+
+static int nlink_add(struct wfs_catalog *c, uint64_t ino, int delta, int64_t t)
+{
+	sqlite3_stmt *s = stmt(c, ST_NLINK_ADD);
+
+	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	sqlite3_bind_int(s, 2, delta);
+	sqlite3_bind_int64(s, 3, t);
+	return step_done(c, s);
+}
+
+static int touch_dir(struct wfs_catalog *c, uint64_t ino, int64_t t)
+{
+	sqlite3_stmt *s = stmt(c, ST_TOUCH_DIR);
+
+	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	sqlite3_bind_int64(s, 2, t);
+	return step_done(c, s);
+}
+
+static int insert_dentry(struct wfs_catalog *c, uint64_t parent, const char *name, uint64_t ino)
+{
+	sqlite3_stmt *s = stmt(c, ST_INSERT_DENTRY);
+
+	sqlite3_bind_int64(s, 1, (int64_t)parent);
+	sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 3, (int64_t)ino);
+	return step_done(c, s); /* UNIQUE(parent, name) → -EEXIST */
+}
+
+static int delete_dentry(struct wfs_catalog *c, uint64_t parent, const char *name)
+{
+	sqlite3_stmt *s = stmt(c, ST_DELETE_DENTRY);
+
+	sqlite3_bind_int64(s, 1, (int64_t)parent);
+	sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
+	return step_done(c, s);
+}
+
+static int dir_is_empty(struct wfs_catalog *c, uint64_t ino, bool *empty)
+{
+	sqlite3_stmt *s = stmt(c, ST_DIR_HAS_ENTRY);
+	int rc;
+
+	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	rc = sqlite3_step(s);
+	sqlite3_reset(s);
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		return map_sqlite(c, rc);
+	*empty = rc == SQLITE_DONE;
+	return 0;
+}
+
+int wfs_catalog_create(struct wfs_catalog *c, uint64_t parent, const char *name, uint32_t mode,
+		       uint32_t uid, uint32_t gid, const char *target, struct wfs_attr *out)
+{
+	bool is_dir = S_ISDIR(mode), is_link = S_ISLNK(mode);
+	struct wfs_attr dir;
+	sqlite3_stmt *s;
+	int64_t t = now_ns();
+	uint64_t ino;
+	int ret;
+
+	if (!S_ISREG(mode) && !is_dir && !is_link)
+		return -EINVAL;
+	if (is_link != (target != NULL))
+		return -EINVAL;
+	ret = begin(c);
+	if (ret)
+		return ret;
+	ret = get_dir(c, parent, &dir);
+	if (ret)
+		goto out;
+	s = stmt(c, ST_INSERT_INODE);
+	sqlite3_bind_int64(s, 1, mode);
+	sqlite3_bind_int64(s, 2, uid);
+	sqlite3_bind_int64(s, 3, gid);
+	sqlite3_bind_int(s, 4, is_dir ? 2 : 1);
+	sqlite3_bind_int64(s, 5, is_link ? (int64_t)strlen(target) : 0);
+	sqlite3_bind_int64(s, 6, is_dir ? (int64_t)parent : 0);
+	sqlite3_bind_int64(s, 7, t);
+	if (is_link)
+		sqlite3_bind_text(s, 8, target, -1, SQLITE_STATIC);
+	ret = step_done(c, s);
+	if (ret)
+		goto out;
+	ino = (uint64_t)sqlite3_last_insert_rowid(c->db);
+	ret = insert_dentry(c, parent, name, ino);
+	if (ret == 0 && is_dir)
+		ret = nlink_add(c, parent, 1, t);
+	if (ret == 0)
+		ret = touch_dir(c, parent, t);
+	if (ret == 0)
+		ret = wfs_catalog_getattr(c, ino, out);
+out:
+	return end(c, ret);
+}
+
+int wfs_catalog_link(struct wfs_catalog *c, uint64_t ino, uint64_t newparent, const char *newname,
+		     struct wfs_attr *out)
+{
+	struct wfs_attr a, dir;
+	int64_t t = now_ns();
+	int ret;
+
+	ret = begin(c);
+	if (ret)
+		return ret;
+	ret = wfs_catalog_getattr(c, ino, &a);
+	if (ret == 0 && S_ISDIR(a.mode))
+		ret = -EPERM;
+	if (ret == 0 && a.nlink == 0)
+		ret = -ENOENT;
+	if (ret == 0)
+		ret = get_dir(c, newparent, &dir);
+	if (ret == 0)
+		ret = insert_dentry(c, newparent, newname, ino);
+	if (ret == 0)
+		ret = nlink_add(c, ino, 1, t);
+	if (ret == 0)
+		ret = touch_dir(c, newparent, t);
+	if (ret == 0)
+		ret = wfs_catalog_getattr(c, ino, out);
+	return end(c, ret);
+}
+
+/* Remove dentry @parent/@name naming @victim; adjusts link counts. Inside a transaction. */
+static int remove_name(struct wfs_catalog *c, uint64_t parent, const char *name,
+		       const struct wfs_attr *victim, int64_t t)
+{
+	int ret = delete_dentry(c, parent, name);
+
+	if (ret)
+		return ret;
+	if (S_ISDIR(victim->mode)) {
+		ret = nlink_add(c, victim->ino, -(int)victim->nlink, t); /* "." and the name both go */
+		if (ret == 0)
+			ret = nlink_add(c, parent, -1, t);
+	} else {
+		ret = nlink_add(c, victim->ino, -1, t);
+	}
+	return ret;
+}
+
+int wfs_catalog_unlink(struct wfs_catalog *c, uint64_t parent, const char *name, bool dir,
+		       uint64_t *ino)
+{
+	struct wfs_attr a;
+	int64_t t = now_ns();
+	bool empty;
+	int ret;
+
+	ret = begin(c);
+	if (ret)
+		return ret;
+	ret = wfs_catalog_lookup(c, parent, name, &a);
+	if (ret)
+		goto out;
+	if (dir && !S_ISDIR(a.mode))
+		ret = -ENOTDIR;
+	else if (!dir && S_ISDIR(a.mode))
+		ret = -EISDIR;
+	if (ret == 0 && dir) {
+		ret = dir_is_empty(c, a.ino, &empty);
+		if (ret == 0 && !empty)
+			ret = -ENOTEMPTY;
+	}
+	if (ret == 0)
+		ret = remove_name(c, parent, name, &a, t);
+	if (ret == 0)
+		ret = touch_dir(c, parent, t);
+out:
+	ret = end(c, ret);
+	if (ret == 0)
+		*ino = a.ino;
+	return ret;
+}
+
+/* Is @ino @ancestor or below it? Walks directory parents up to the root. */
+static int is_within(struct wfs_catalog *c, uint64_t ino, uint64_t ancestor, bool *within)
+{
+	struct wfs_attr a;
+
+	for (int depth = 0; depth < 4096; depth++) {
+		if (ino == ancestor) {
+			*within = true;
+			return 0;
+		}
+		if (ino == WFS_ROOT_INO) {
+			*within = false;
+			return 0;
+		}
+		int ret = wfs_catalog_getattr(c, ino, &a);
+
+		if (ret)
+			return ret;
+		ino = a.parent;
+	}
+	return -ELOOP;
+}
+
+static int move_dentry(struct wfs_catalog *c, uint64_t parent, const char *name, uint64_t newparent,
+		       const char *newname)
+{
+	sqlite3_stmt *s = stmt(c, ST_MOVE_DENTRY);
+
+	sqlite3_bind_int64(s, 1, (int64_t)parent);
+	sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 3, (int64_t)newparent);
+	sqlite3_bind_text(s, 4, newname, -1, SQLITE_STATIC);
+	return step_done(c, s);
+}
+
+static int set_dentry_ino(struct wfs_catalog *c, uint64_t parent, const char *name, uint64_t ino)
+{
+	sqlite3_stmt *s = stmt(c, ST_SET_DENTRY_INO);
+
+	sqlite3_bind_int64(s, 1, (int64_t)parent);
+	sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 3, (int64_t)ino);
+	return step_done(c, s);
+}
+
+/* A directory that moved to @newparent: its ".." changes, and both parents' link counts. */
+static int reparent(struct wfs_catalog *c, const struct wfs_attr *a, uint64_t oldparent,
+		    uint64_t newparent, int64_t t)
+{
+	sqlite3_stmt *s;
+	int ret;
+
+	if (!S_ISDIR(a->mode) || oldparent == newparent)
+		return 0;
+	s = stmt(c, ST_SET_PARENT);
+	sqlite3_bind_int64(s, 1, (int64_t)a->ino);
+	sqlite3_bind_int64(s, 2, (int64_t)newparent);
+	sqlite3_bind_int64(s, 3, t);
+	ret = step_done(c, s);
+	if (ret == 0)
+		ret = nlink_add(c, oldparent, -1, t);
+	if (ret == 0)
+		ret = nlink_add(c, newparent, 1, t);
+	return ret;
+}
+
+static int rename_locked(struct wfs_catalog *c, uint64_t parent, const char *name, uint64_t newparent,
+			 const char *newname, unsigned flags, uint64_t *replaced, int64_t t)
+{
+	struct wfs_attr src, dst, dir;
+	bool have_dst, within, empty;
+	int ret;
+
+	ret = get_dir(c, newparent, &dir);
+	if (ret)
+		return ret;
+	ret = wfs_catalog_lookup(c, parent, name, &src);
+	if (ret)
+		return ret;
+	ret = wfs_catalog_lookup(c, newparent, newname, &dst);
+	if (ret && ret != -ENOENT)
+		return ret;
+	have_dst = ret == 0;
+	if (have_dst && dst.ino == src.ino)
+		return 0; /* same file: rename(2) does nothing */
+	if ((flags & RENAME_NOREPLACE) && have_dst)
+		return -EEXIST;
+	if ((flags & RENAME_EXCHANGE) && !have_dst)
+		return -ENOENT;
+	/* A directory may not move below itself (nor, when exchanging, may the other one). */
+	if (S_ISDIR(src.mode)) {
+		ret = is_within(c, newparent, src.ino, &within);
+		if (ret == 0 && within)
+			ret = -EINVAL;
+		if (ret)
+			return ret;
+	}
+	if ((flags & RENAME_EXCHANGE) && S_ISDIR(dst.mode)) {
+		ret = is_within(c, parent, dst.ino, &within);
+		if (ret == 0 && within)
+			ret = -EINVAL;
+		if (ret)
+			return ret;
+	}
+
+	if (flags & RENAME_EXCHANGE) {
+		ret = set_dentry_ino(c, parent, name, dst.ino);
+		if (ret == 0)
+			ret = set_dentry_ino(c, newparent, newname, src.ino);
+		if (ret == 0)
+			ret = reparent(c, &src, parent, newparent, t);
+		if (ret == 0)
+			ret = reparent(c, &dst, newparent, parent, t);
+		if (ret == 0)
+			ret = nlink_add(c, dst.ino, 0, t); /* ctime */
+		*replaced = 0;
+	} else {
+		if (have_dst) {
+			if (S_ISDIR(src.mode) && !S_ISDIR(dst.mode))
+				return -ENOTDIR;
+			if (!S_ISDIR(src.mode) && S_ISDIR(dst.mode))
+				return -EISDIR;
+			if (S_ISDIR(dst.mode)) {
+				ret = dir_is_empty(c, dst.ino, &empty);
+				if (ret == 0 && !empty)
+					ret = -ENOTEMPTY;
+				if (ret)
+					return ret;
+			}
+			ret = remove_name(c, newparent, newname, &dst, t);
+			if (ret)
+				return ret;
+		}
+		ret = move_dentry(c, parent, name, newparent, newname);
+		if (ret == 0)
+			ret = reparent(c, &src, parent, newparent, t);
+		*replaced = have_dst ? dst.ino : 0;
+	}
+	if (ret == 0)
+		ret = nlink_add(c, src.ino, 0, t); /* ctime */
+	if (ret == 0)
+		ret = touch_dir(c, parent, t);
+	if (ret == 0 && newparent != parent)
+		ret = touch_dir(c, newparent, t);
+	return ret;
+}
+
+int wfs_catalog_rename(struct wfs_catalog *c, uint64_t parent, const char *name, uint64_t newparent,
+		       const char *newname, unsigned flags, uint64_t *replaced)
+{
+	uint64_t victim = 0;
+	int ret;
+
+	if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE))
+		return -EINVAL;
+	if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE))
+		return -EINVAL;
+	ret = begin(c);
+	if (ret)
+		return ret;
+	ret = rename_locked(c, parent, name, newparent, newname, flags, &victim, now_ns());
+	ret = end(c, ret);
+	if (ret == 0)
+		*replaced = victim;
+	return ret;
+}
+
+int wfs_catalog_setattr(struct wfs_catalog *c, uint64_t ino, const struct wfs_attr *in,
+			unsigned valid, struct wfs_attr *out)
+{
+	struct wfs_attr a;
+	sqlite3_stmt *s;
+	int ret;
+
+	ret = begin(c);
+	if (ret)
+		return ret;
+	ret = wfs_catalog_getattr(c, ino, &a);
+	if (ret)
+		goto out;
+	if (valid & WFS_ATTR_MODE)
+		a.mode = (a.mode & S_IFMT) | (in->mode & 07777);
+	if (valid & WFS_ATTR_UID)
+		a.uid = in->uid;
+	if (valid & WFS_ATTR_GID)
+		a.gid = in->gid;
+	if (valid & WFS_ATTR_ATIME)
+		a.atime = in->atime;
+	if (valid & WFS_ATTR_MTIME)
+		a.mtime = in->mtime;
+	if (valid & WFS_ATTR_CTIME)
+		a.ctime = in->ctime;
+	else
+		a.ctime = ns_to_ts(now_ns());
+	s = stmt(c, ST_SETATTR);
+	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	sqlite3_bind_int64(s, 2, a.mode);
+	sqlite3_bind_int64(s, 3, a.uid);
+	sqlite3_bind_int64(s, 4, a.gid);
+	sqlite3_bind_int64(s, 5, ts_to_ns(&a.atime));
+	sqlite3_bind_int64(s, 6, ts_to_ns(&a.mtime));
+	sqlite3_bind_int64(s, 7, ts_to_ns(&a.ctime));
+	ret = step_done(c, s);
+out:
+	ret = end(c, ret);
+	if (ret == 0)
+		*out = a;
+	return ret;
+}
+
+int wfs_catalog_set_content(struct wfs_catalog *c, uint64_t ino, const struct wfs_digest *digest,
+			    uint64_t size, const struct timespec *mtime, bool durable,
+			    struct wfs_attr *old, struct wfs_attr *out)
+{
+	struct wfs_attr before;
+	sqlite3_stmt *s;
+	int ret;
+
+	if (durable) {
+		ret = exec(c, "PRAGMA synchronous=FULL");
+		if (ret)
+			return ret;
+	}
+	ret = begin(c);
+	if (ret)
+		goto out_sync;
+	ret = wfs_catalog_getattr(c, ino, &before);
+	if (ret == 0 && !S_ISREG(before.mode))
+		ret = -EISDIR;
+	if (ret)
+		goto out;
+	s = stmt(c, ST_INSERT_OBJECT);
+	sqlite3_bind_blob(s, 1, digest->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 2, (int64_t)size);
+	ret = step_done(c, s);
+	if (ret)
+		goto out;
+	s = stmt(c, ST_SET_CONTENT);
+	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	sqlite3_bind_blob(s, 2, digest->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 3, (int64_t)size);
+	sqlite3_bind_int64(s, 4, ts_to_ns(mtime));
+	ret = step_done(c, s);
+	if (ret == 0)
+		ret = wfs_catalog_getattr(c, ino, out);
+out:
+	ret = end(c, ret);
+	if (ret == 0)
+		*old = before;
+out_sync:
+	if (durable)
+		exec(c, "PRAGMA synchronous=NORMAL");
+	return ret;
+}
+
+int wfs_catalog_readlink(struct wfs_catalog *c, uint64_t ino, char *buf, size_t size)
+{
+	sqlite3_stmt *s = stmt(c, ST_READLINK);
+	int rc, ret = 0;
+
+	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		const char *target = (const char *)sqlite3_column_text(s, 1);
+
+		if (!S_ISLNK((uint32_t)sqlite3_column_int64(s, 0)) || !target || size == 0)
+			ret = -EINVAL;
+		else
+			snprintf(buf, size, "%s", target);
+	} else {
+		ret = rc == SQLITE_DONE ? -ENOENT : map_sqlite(c, rc);
+	}
+	sqlite3_reset(s);
+	return ret;
+}
+
+int wfs_catalog_readdir(struct wfs_catalog *c, uint64_t dir, uint64_t cookie, wfs_catalog_dirent_fn fn,
+			void *ctx)
+{
+	struct wfs_attr d, a;
+	sqlite3_stmt *s;
+	int rc, ret;
+
+	ret = wfs_catalog_getattr(c, dir, &d);
+	if (ret)
+		return ret;
+	if (!S_ISDIR(d.mode))
+		return -ENOTDIR;
+	/* The readdir statement is not shared: @fn may call other catalog functions. */
+	rc = sqlite3_prepare_v2(c->db, stmt_sql[ST_READDIR], -1, &s, NULL);
+	if (rc != SQLITE_OK)
+		return map_sqlite(c, rc);
+	sqlite3_bind_int64(s, 1, (int64_t)dir);
+	sqlite3_bind_int64(s, 2, (int64_t)cookie);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		row_to_attr(s, 2, &a);
+		if (fn(ctx, (const char *)sqlite3_column_text(s, 1), &a, (uint64_t)sqlite3_column_int64(s, 0)))
+			break;
+	}
+	ret = rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : map_sqlite(c, rc);
+	sqlite3_finalize(s);
+	return ret;
+}
+
+int wfs_catalog_xattr_get(struct wfs_catalog *c, uint64_t ino, const char *name, void *buf,
+			  size_t size, size_t *len)
+{
+	sqlite3_stmt *s = stmt(c, ST_XATTR_GET);
+	int rc, ret = 0;
+
+	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		size_t n = (size_t)sqlite3_column_bytes(s, 0);
+
+		if (size && n > size) {
+			ret = -ERANGE;
+		} else {
+			if (size && n)
+				memcpy(buf, sqlite3_column_blob(s, 0), n);
+			*len = n;
+		}
+	} else {
+		ret = rc == SQLITE_DONE ? -ENODATA : map_sqlite(c, rc);
+	}
+	sqlite3_reset(s);
+	return ret;
+}
+
+int wfs_catalog_xattr_set(struct wfs_catalog *c, uint64_t ino, const char *name, const void *value,
+			  size_t len, int flags)
+{
+	sqlite3_stmt *s;
+	int ret;
+
+	ret = begin(c);
+	if (ret)
+		return ret;
+	s = stmt(c, flags & XATTR_REPLACE ? ST_XATTR_UPDATE : ST_XATTR_INSERT);
+	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
+	sqlite3_bind_blob(s, 3, len ? value : "", (int)len, SQLITE_STATIC);
+	ret = step_done(c, s);
+	if (flags & XATTR_REPLACE) {
+		if (ret == 0 && sqlite3_changes(c->db) == 0)
+			ret = -ENODATA;
+	} else if (ret == -EEXIST && !(flags & XATTR_CREATE)) {
+		s = stmt(c, ST_XATTR_UPDATE);
+		sqlite3_bind_int64(s, 1, (int64_t)ino);
+		sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
+		sqlite3_bind_blob(s, 3, len ? value : "", (int)len, SQLITE_STATIC);
+		ret = step_done(c, s);
+	}
+	if (ret == 0)
+		ret = nlink_add(c, ino, 0, now_ns()); /* ctime */
+	return end(c, ret);
+}
+
+int wfs_catalog_xattr_list(struct wfs_catalog *c, uint64_t ino, char *buf, size_t size, size_t *len)
+{
+	sqlite3_stmt *s = stmt(c, ST_XATTR_LIST);
+	size_t total = 0;
+	int rc, ret = 0;
+
+	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		size_t n = (size_t)sqlite3_column_bytes(s, 0) + 1;
+
+		if (size) {
+			if (total + n > size) {
+				ret = -ERANGE;
+				break;
+			}
+			memcpy(buf + total, sqlite3_column_text(s, 0), n);
+		}
+		total += n;
+	}
+	if (ret == 0 && rc != SQLITE_DONE)
+		ret = map_sqlite(c, rc);
+	sqlite3_reset(s);
+	if (ret == 0)
+		*len = total;
+	return ret;
+}
+
+int wfs_catalog_xattr_remove(struct wfs_catalog *c, uint64_t ino, const char *name)
+{
+	sqlite3_stmt *s;
+	int ret;
+
+	ret = begin(c);
+	if (ret)
+		return ret;
+	s = stmt(c, ST_XATTR_DELETE);
+	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
+	ret = step_done(c, s);
+	if (ret == 0 && sqlite3_changes(c->db) == 0)
+		ret = -ENODATA;
+	if (ret == 0)
+		ret = nlink_add(c, ino, 0, now_ns()); /* ctime */
+	return end(c, ret);
+}
+
+int wfs_catalog_inode_drop(struct wfs_catalog *c, uint64_t ino, struct wfs_attr *old)
+{
+	struct wfs_attr a;
+	sqlite3_stmt *s;
+	int ret;
+
+	ret = begin(c);
+	if (ret)
+		return ret;
+	ret = wfs_catalog_getattr(c, ino, &a);
+	if (ret == 0 && a.nlink != 0)
+		ret = -EBUSY;
+	if (ret)
+		goto out;
+	s = stmt(c, ST_XATTR_DELETE_ALL);
+	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	ret = step_done(c, s);
+	if (ret)
+		goto out;
+	s = stmt(c, ST_DELETE_INODE);
+	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	ret = step_done(c, s);
+out:
+	ret = end(c, ret);
+	if (ret == 0)
+		*old = a;
+	return ret;
+}
+
+int wfs_catalog_object_refcount(struct wfs_catalog *c, const struct wfs_digest *d, uint64_t *refcount)
+{
+	sqlite3_stmt *s = stmt(c, ST_OBJECT_GET);
+	int rc, ret = 0;
+
+	sqlite3_bind_blob(s, 1, d->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		*refcount = (uint64_t)sqlite3_column_int64(s, 0);
+	else
+		ret = rc == SQLITE_DONE ? -ENOENT : map_sqlite(c, rc);
+	sqlite3_reset(s);
+	return ret;
+}
+
+int wfs_catalog_object_delete(struct wfs_catalog *c, const struct wfs_digest *d)
+{
+	sqlite3_stmt *s = stmt(c, ST_OBJECT_DELETE);
+	int ret;
+
+	sqlite3_bind_blob(s, 1, d->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
+	ret = step_done(c, s);
+	if (ret == 0 && sqlite3_changes(c->db) == 0) {
+		uint64_t refs;
+
+		ret = wfs_catalog_object_refcount(c, d, &refs);
+		if (ret == 0)
+			ret = -EBUSY;
+	}
+	return ret;
+}
+
+int wfs_catalog_unreferenced(struct wfs_catalog *c,
+			     int (*fn)(void *ctx, const struct wfs_digest *d, uint64_t bytes), void *ctx)
+{
+	sqlite3_stmt *s = stmt(c, ST_UNREFERENCED);
+	struct wfs_digest d;
+	int rc, ret = 0;
+
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if (sqlite3_column_bytes(s, 0) != WFS_DIGEST_BYTES)
+			continue;
+		memcpy(d.bytes, sqlite3_column_blob(s, 0), WFS_DIGEST_BYTES);
+		if (fn(ctx, &d, (uint64_t)sqlite3_column_int64(s, 1)))
+			break;
+	}
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		ret = map_sqlite(c, rc);
+	sqlite3_reset(s);
+	return ret;
+}
+
+static int query_u64(struct wfs_catalog *c, const char *sql, uint64_t *a, uint64_t *b)
+{
+	sqlite3_stmt *s;
+	int rc;
+
+	rc = sqlite3_prepare_v2(c->db, sql, -1, &s, NULL);
+	if (rc != SQLITE_OK)
+		return map_sqlite(c, rc);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		*a = (uint64_t)sqlite3_column_int64(s, 0);
+		if (b)
+			*b = (uint64_t)sqlite3_column_int64(s, 1);
+	}
+	sqlite3_finalize(s);
+	return rc == SQLITE_ROW ? 0 : map_sqlite(c, rc);
+}
+
+int wfs_catalog_stats(struct wfs_catalog *c, struct wfs_catalog_stats *out)
+{
+	struct wfs_catalog_stats st = {0};
+	char sql[256];
+	int ret;
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*), coalesce(sum(i.size), 0) FROM dentries d JOIN inodes i ON i.ino = d.ino"
+		 " WHERE (i.mode & %u) = %u",
+		 (unsigned)S_IFMT, (unsigned)S_IFREG);
+	ret = query_u64(c, sql, &st.names, &st.logical_bytes);
+	if (ret == 0) {
+		snprintf(sql, sizeof(sql), "SELECT count(*) FROM inodes WHERE (mode & %u) = %u AND nlink > 0",
+			 (unsigned)S_IFMT, (unsigned)S_IFDIR);
+		ret = query_u64(c, sql, &st.directories, NULL);
+	}
+	if (ret == 0) {
+		snprintf(sql, sizeof(sql), "SELECT count(*) FROM dentries d JOIN inodes i ON i.ino = d.ino"
+			 " WHERE (i.mode & %u) = %u", (unsigned)S_IFMT, (unsigned)S_IFLNK);
+		ret = query_u64(c, sql, &st.symlinks, NULL);
+	}
+	if (ret == 0)
+		ret = query_u64(c, "SELECT count(*), coalesce(sum(size), 0) FROM objects WHERE refcount > 0",
+				&st.objects, &st.object_bytes);
+	if (ret == 0)
+		ret = query_u64(c, "SELECT count(*), coalesce(sum(size), 0) FROM objects WHERE refcount = 0",
+				&st.unreferenced_objects, &st.unreferenced_bytes);
+	if (ret == 0)
+		*out = st;
+	return ret;
+}
+
+int wfs_catalog_sync(struct wfs_catalog *c)
+{
+	int rc;
+
+	if (c->readonly)
+		return 0;
+	rc = sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+	return map_sqlite(c, rc);
+}

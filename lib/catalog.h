@@ -1,0 +1,189 @@
+/*
+ * catalog — the namespace and object metadata of a store, in SQLite (STORE/catalog.db, WAL mode).
+ *
+ * Identifier spaces:
+ *   ino     inode number, 1 = root (FUSE_ROOT_ID). Never reused (AUTOINCREMENT), so inode numbers are
+ *           stable across remounts and a stale kernel reference can never alias a new file.
+ *   dentry  (parent ino, name) → ino, with a 64-bit id that orders readdir and serves as its cookie.
+ *   digest  an object's XXH3-128 digest (digest.h); the object's bytes live in the store (store.h).
+ *
+ * Tables: inodes (attributes, object digest of a sealed regular file, symlink target), dentries,
+ * xattrs (ino, name) → value, objects (digest, bytes, refcount).
+ *
+ * Invariants (kept by this module, in the same transaction as the change that affects them):
+ *  1. objects.refcount = number of inode rows whose digest is that object. SQL triggers maintain it,
+ *     so no code path can forget it.
+ *  2. A regular file's digest changes only in wfs_catalog_set_content(): from the catalog's point of
+ *     view a file is either sealed (digest set, size = object bytes) or being created (digest NULL).
+ *     Inodes still being created when the daemon died are removed by wfs_catalog_recover().
+ *  3. inodes.nlink counts dentries (plus 2 + subdirectories for a directory). An inode with nlink 0
+ *     lives on only while the kernel or an open file still refers to it; the daemon then calls
+ *     wfs_catalog_inode_drop(). wfs_catalog_recover() drops those left over by a crash.
+ *
+ * Errors: every function returns 0 or a negative errno. SQLite results map to errno at this edge:
+ * SQLITE_FULL → -ENOSPC, SQLITE_IOERR/CORRUPT → -EIO, SQLITE_NOMEM → -ENOMEM, SQLITE_BUSY/LOCKED →
+ * -EBUSY, SQLITE_READONLY → -EROFS; the SQLite message is logged once per failure.
+ *
+ * Thread-safety: a catalog handle is used by one thread at a time (the daemon serialises namespace
+ * operations under its own lock). Out parameters are written only on success.
+ */
+#ifndef WFS_CATALOG_H
+#define WFS_CATALOG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "digest.h"
+
+#define WFS_ROOT_INO 1
+
+struct wfs_catalog;
+
+/* Attributes of an inode, as stored. Sizes in bytes, times as struct timespec (ns resolution). */
+struct wfs_attr {
+	uint64_t ino;
+	uint32_t mode; /* S_IFMT type bits | permission bits */
+	uint32_t uid, gid;
+	uint32_t nlink;
+	uint64_t size;   /* regular file: object bytes; symlink: target length; directory: 0 */
+	uint64_t parent; /* directory: its parent's ino (root: itself); otherwise 0 */
+	struct timespec atime, mtime, ctime;
+	bool sealed;              /* regular file whose bytes are object @digest */
+	struct wfs_digest digest; /* valid when @sealed */
+};
+
+enum wfs_catalog_flags {
+	WFS_CATALOG_CREATE = 1 << 0,   /* create the database and the root directory when missing */
+	WFS_CATALOG_READONLY = 1 << 1, /* open read-only (inspection tools, next to a running daemon) */
+};
+
+/*
+ * Open (and with WFS_CATALOG_CREATE create) the catalog at @path. The root directory is created
+ * owned by @root_uid/@root_gid with mode 0755. Returns 0 with *@out owning the handle, or -ENOENT,
+ * -EIO (not a weightfs catalog, or a newer schema), -ENOMEM, -EACCES, ...
+ */
+int wfs_catalog_open(const char *path, unsigned flags, uint32_t root_uid, uint32_t root_gid,
+		     struct wfs_catalog **out);
+void wfs_catalog_close(struct wfs_catalog *c);
+
+/* What wfs_catalog_recover() removed. */
+struct wfs_recovery {
+	uint64_t unsealed_removed; /* names of files that were still being created */
+	uint64_t orphans_removed;  /* inodes with no name left (unlinked while open) */
+};
+/* Crash recovery at mount: enforce invariants 2 and 3. Returns 0 or -errno. */
+int wfs_catalog_recover(struct wfs_catalog *c, struct wfs_recovery *report);
+
+int wfs_catalog_getattr(struct wfs_catalog *c, uint64_t ino, struct wfs_attr *out);
+/* Look @name up in directory @parent. -ENOENT, -ENOTDIR. */
+int wfs_catalog_lookup(struct wfs_catalog *c, uint64_t parent, const char *name, struct wfs_attr *out);
+
+/*
+ * Create @name in @parent with type and permissions @mode (S_IFREG, S_IFDIR or S_IFLNK), owner
+ * @uid/@gid, all times now. Symlinks take their @target (NUL-terminated; NULL otherwise). A regular
+ * file starts unsealed (invariant 2). Errors: -EEXIST, -ENOENT (@parent gone), -ENOTDIR, -EINVAL.
+ */
+int wfs_catalog_create(struct wfs_catalog *c, uint64_t parent, const char *name, uint32_t mode,
+		       uint32_t uid, uint32_t gid, const char *target, struct wfs_attr *out);
+/* Hard link: new dentry @newparent/@newname → @ino (not a directory). -EEXIST, -EPERM, -ENOENT. */
+int wfs_catalog_link(struct wfs_catalog *c, uint64_t ino, uint64_t newparent, const char *newname,
+		     struct wfs_attr *out);
+/*
+ * Remove dentry @parent/@name. @dir selects rmdir semantics (-ENOTDIR if not a directory, -ENOTEMPTY)
+ * versus unlink (-EISDIR). Decrements nlink; *@ino gets the inode it named, so the caller can drop it
+ * once unreferenced (invariant 3).
+ */
+int wfs_catalog_unlink(struct wfs_catalog *c, uint64_t parent, const char *name, bool dir,
+		       uint64_t *ino);
+/*
+ * rename(2) / renameat2(2) with @flags RENAME_NOREPLACE or RENAME_EXCHANGE (other flags: -EINVAL).
+ * When a name was replaced, *@replaced gets its inode (nlink already decremented), else 0.
+ * Errors: -ENOENT, -EEXIST (NOREPLACE), -ENOTDIR, -EISDIR, -ENOTEMPTY, -EINVAL (directory into its
+ * own subtree).
+ */
+int wfs_catalog_rename(struct wfs_catalog *c, uint64_t parent, const char *name, uint64_t newparent,
+		       const char *newname, unsigned flags, uint64_t *replaced);
+
+enum wfs_attr_valid {
+	WFS_ATTR_MODE = 1 << 0, /* permission bits only; the type never changes */
+	WFS_ATTR_UID = 1 << 1,
+	WFS_ATTR_GID = 1 << 2,
+	WFS_ATTR_ATIME = 1 << 3,
+	WFS_ATTR_MTIME = 1 << 4,
+	WFS_ATTR_CTIME = 1 << 5,
+};
+/* Change the attributes named in @valid to those in @in; ctime becomes now unless given. */
+int wfs_catalog_setattr(struct wfs_catalog *c, uint64_t ino, const struct wfs_attr *in,
+			unsigned valid, struct wfs_attr *out);
+
+/*
+ * Seal: point regular file @ino at object @digest of @size bytes (adding the object row if new),
+ * set mtime/ctime to @mtime. When @durable, the commit is synced to disk before returning. The
+ * object file must already be published (store.h). *@old gets the previous content, if any
+ * (old->sealed false otherwise) so the caller can release it. -ENOENT, -EISDIR, -ENOSPC, -EIO.
+ */
+int wfs_catalog_set_content(struct wfs_catalog *c, uint64_t ino, const struct wfs_digest *digest,
+			    uint64_t size, const struct timespec *mtime, bool durable,
+			    struct wfs_attr *old, struct wfs_attr *out);
+
+/* Target of symlink @ino into @buf (NUL-terminated, truncated to @size - 1). -EINVAL if not a link. */
+int wfs_catalog_readlink(struct wfs_catalog *c, uint64_t ino, char *buf, size_t size);
+
+/*
+ * Directory entries of @dir after @cookie (0 = from the start), in a stable order, with their
+ * attributes. @fn gets each entry and the cookie to resume after it, and returns non-zero to stop.
+ * "." and ".." are not included. -ENOTDIR, -ENOENT.
+ */
+typedef int (*wfs_catalog_dirent_fn)(void *ctx, const char *name, const struct wfs_attr *attr,
+				     uint64_t next_cookie);
+int wfs_catalog_readdir(struct wfs_catalog *c, uint64_t dir, uint64_t cookie, wfs_catalog_dirent_fn fn,
+			void *ctx);
+
+/*
+ * Extended attributes. get: copies the value into @buf when @size >= its length, writes the length to
+ * *@len; -ENODATA when absent, -ERANGE when @size is too small (and non-zero). set: @flags 0,
+ * XATTR_CREATE (-EEXIST) or XATTR_REPLACE (-ENODATA). list: NUL-separated names, same size protocol.
+ */
+int wfs_catalog_xattr_get(struct wfs_catalog *c, uint64_t ino, const char *name, void *buf,
+			  size_t size, size_t *len);
+int wfs_catalog_xattr_set(struct wfs_catalog *c, uint64_t ino, const char *name, const void *value,
+			  size_t len, int flags);
+int wfs_catalog_xattr_list(struct wfs_catalog *c, uint64_t ino, char *buf, size_t size, size_t *len);
+int wfs_catalog_xattr_remove(struct wfs_catalog *c, uint64_t ino, const char *name);
+
+/*
+ * Delete inode @ino, which must have nlink 0 (-EBUSY otherwise), with its xattrs. *@old gets its
+ * attributes so the caller can release its object. -ENOENT when already gone.
+ */
+int wfs_catalog_inode_drop(struct wfs_catalog *c, uint64_t ino, struct wfs_attr *old);
+
+/* Reference count of object @d (invariant 1). -ENOENT if the catalog has no such object. */
+int wfs_catalog_object_refcount(struct wfs_catalog *c, const struct wfs_digest *d, uint64_t *refcount);
+/* Forget object @d; only when unreferenced (-EBUSY otherwise). The caller removes the file after. */
+int wfs_catalog_object_delete(struct wfs_catalog *c, const struct wfs_digest *d);
+/*
+ * Objects with refcount 0, for cleanup: @fn gets each digest and its bytes; non-zero return stops.
+ * Do not modify the catalog from @fn.
+ */
+int wfs_catalog_unreferenced(struct wfs_catalog *c,
+			     int (*fn)(void *ctx, const struct wfs_digest *d, uint64_t bytes), void *ctx);
+
+/* Totals for the stat command. Bytes are logical file sizes or object sizes, not disk blocks. */
+struct wfs_catalog_stats {
+	uint64_t names;          /* dentries naming regular files */
+	uint64_t directories;    /* directories, root included */
+	uint64_t symlinks;
+	uint64_t logical_bytes;  /* sum over names of their file size */
+	uint64_t objects;        /* referenced objects */
+	uint64_t object_bytes;   /* sum of referenced objects' sizes */
+	uint64_t unreferenced_objects;
+	uint64_t unreferenced_bytes;
+};
+int wfs_catalog_stats(struct wfs_catalog *c, struct wfs_catalog_stats *out);
+
+/* Make every committed change durable (WAL checkpoint with sync). For fsync/fsyncdir/unmount. */
+int wfs_catalog_sync(struct wfs_catalog *c);
+
+#endif

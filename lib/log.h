@@ -1,0 +1,24 @@
+/*
+ * log — one-line diagnostics for the daemon and tools.
+ *
+ * Messages go to stderr (and to syslog when wfs_log_init() asked for it), one line each, prefixed with
+ * the program name. wfs_log_once() keys a message on a caller-provided flag so a failure class is
+ * reported once per process, not once per request.
+ * Thread-safe.
+ */
+#ifndef WFS_LOG_H
+#define WFS_LOG_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+enum wfs_log_level { WFS_LOG_ERR, WFS_LOG_WARN, WFS_LOG_INFO, WFS_LOG_DEBUG };
+
+/* @prog is kept by reference (pass a string literal or argv[0]). */
+void wfs_log_init(const char *prog, bool use_syslog, enum wfs_log_level max_level);
+void wfs_log(enum wfs_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Log only the first time *@once is found clear; sets it. */
+void wfs_log_once(atomic_bool *once, enum wfs_log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,306 @@
+"""GPU staging: files to CUDA tensors and back through libweightfs's pinned ring (lib/stage.h).
+
+    import torch, weightfs
+    w = torch.empty(4096, 4096, dtype=torch.bfloat16, device="cuda")
+    weightfs.backload("/data/frozen/rank0/layer0.w", w)     # file bytes -> w's storage
+    weightfs.offload_tensor(w, "/data/frozen/rank0/layer0.w")  # w's storage -> a new file
+
+The C library is found through $WEIGHTFS_LIB (a path to libweightfs.so), then the build/ directory of
+the repository this package sits in, then the loader's default path. torch is imported only by the
+tensor functions. Errors are OSError with the errno and the C library's one-line message, which names
+the file (for example "rank0/w.bin: short file: 1000 bytes, expected 4096", errno ENODATA).
+"""
+
+import ctypes
+import os
+import threading
+
+__all__ = ["Stager", "backload", "offload_tensor", "library"]
+
+MEM_DEVICE, MEM_HOST = 0, 1
+_OFFLOAD, _EXACT, _FSYNC = 1 << 0, 1 << 1, 1 << 2
+_MSG_MAX = 512
+
+
+class _Opts(ctypes.Structure):
+    # Mirrors struct wfs_stage_opts in lib/stage.h; keep the two in step.
+    _fields_ = [
+        ("mem", ctypes.c_int),
+        ("device", ctypes.c_int),
+        ("numa_node", ctypes.c_int),
+        ("buffers", ctypes.c_uint),
+        ("buffer_bytes", ctypes.c_size_t),
+        ("threads", ctypes.c_uint),
+        ("io_fault", ctypes.c_void_p),
+        ("io_fault_arg", ctypes.c_void_p),
+    ]
+
+
+class _Stats(ctypes.Structure):
+    # Mirrors struct wfs_stage_stats.
+    _fields_ = [
+        ("ring_bytes", ctypes.c_uint64),
+        ("host_bytes_peak", ctypes.c_uint64),
+        ("pinned", ctypes.c_bool),
+        ("numa_node", ctypes.c_int),
+        ("buffers", ctypes.c_uint),
+        ("buffer_bytes", ctypes.c_size_t),
+        ("threads", ctypes.c_uint),
+        ("buffers_in_use_peak", ctypes.c_uint),
+        ("bytes_loaded", ctypes.c_uint64),
+        ("bytes_offloaded", ctypes.c_uint64),
+        ("pci_bus_id", ctypes.c_char * 32),
+    ]
+
+
+_lib = None
+_lib_lock = threading.Lock()
+
+
+def _candidates():
+    env = os.environ.get("WEIGHTFS_LIB")
+    if env:
+        yield env
+    here = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.normpath(os.path.join(here, "..", "..", ".."))
+    yield os.path.join(repo, "build", "libweightfs.so")
+    yield "libweightfs.so"
+
+
+def library():
+    """The loaded libweightfs (ctypes.CDLL), loading it on first use."""
+    global _lib
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        errors = []
+        for cand in _candidates():
+            if os.sep in cand and not os.path.exists(cand):
+                errors.append(f"{cand}: not found")
+                continue
+            try:
+                lib = ctypes.CDLL(cand)
+                break
+            except OSError as e:
+                errors.append(str(e))
+        else:
+            raise OSError("cannot load libweightfs.so (set WEIGHTFS_LIB): " + "; ".join(errors))
+        P, S, U64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64
+        lib.wfs_stage_opts_init.argtypes = [ctypes.POINTER(_Opts)]
+        lib.wfs_stage_opts_init.restype = None
+        lib.wfs_stage_new.argtypes = [ctypes.POINTER(_Opts), ctypes.POINTER(P), ctypes.c_char_p, S]
+        lib.wfs_stage_new.restype = ctypes.c_int
+        lib.wfs_stage_free.argtypes = [P]
+        lib.wfs_stage_free.restype = None
+        lib.wfs_stage_load.argtypes = [P, ctypes.c_char_p, U64, U64, P, ctypes.c_uint, ctypes.c_char_p, S]
+        lib.wfs_stage_load.restype = ctypes.c_int
+        lib.wfs_stage_offload.argtypes = [P, P, U64, ctypes.c_char_p, ctypes.c_uint, ctypes.c_char_p, S]
+        lib.wfs_stage_offload.restype = ctypes.c_int
+        lib.wfs_stage_stats.argtypes = [P, ctypes.POINTER(_Stats)]
+        lib.wfs_stage_stats.restype = None
+        lib.wfs_stage_have_cuda.argtypes = []
+        lib.wfs_stage_have_cuda.restype = ctypes.c_bool
+        _lib = lib
+        return lib
+
+
+def _error(rc, buf):
+    msg = buf.value.decode("utf-8", "replace") or os.strerror(-rc)
+    return OSError(-rc, msg)
+
+
+class Stager:
+    """A stager bound to one CUDA device (or to host memory with host=True, for tests without a GPU).
+
+    buffers x buffer_mib is all the host memory it ever pins; threads read files in parallel.
+    Thread-safe: several threads may load and offload through one Stager at once.
+    """
+
+    def __init__(self, device=0, buffers=None, buffer_mib=None, threads=None, numa_node=-1, host=False):
+        lib = library()
+        o = _Opts()
+        lib.wfs_stage_opts_init(ctypes.byref(o))
+        o.mem = MEM_HOST if host else MEM_DEVICE
+        o.device = int(device)
+        o.numa_node = int(numa_node)
+        if buffers is not None:
+            o.buffers = int(buffers)
+        if buffer_mib is not None:
+            o.buffer_bytes = int(buffer_mib) << 20
+        if threads is not None:
+            o.threads = int(threads)
+        err = ctypes.create_string_buffer(_MSG_MAX)
+        handle = ctypes.c_void_p()
+        rc = lib.wfs_stage_new(ctypes.byref(o), ctypes.byref(handle), err, _MSG_MAX)
+        if rc < 0:
+            raise _error(rc, err)
+        self._lib, self._h, self.device, self.host = lib, handle, int(device), bool(host)
+
+    def close(self):
+        if getattr(self, "_h", None):
+            self._lib.wfs_stage_free(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    def _handle(self):
+        if not self._h:
+            raise ValueError("stager is closed")
+        return self._h
+
+    def load(self, path, ptr, nbytes, offset=0, exact=True):
+        """Copy nbytes bytes of the file at path, from byte offset, to memory address ptr (device memory
+        of this stager's GPU, or host memory for a host stager). exact: the file must end right there."""
+        err = ctypes.create_string_buffer(_MSG_MAX)
+        rc = self._lib.wfs_stage_load(self._handle(), os.fsencode(path), offset, nbytes, ptr,
+                                      _EXACT if exact else 0, err, _MSG_MAX)
+        if rc < 0:
+            raise _error(rc, err)
+
+    def offload(self, ptr, nbytes, path, fsync=False):
+        """Write nbytes bytes at memory address ptr into a new file at path (no partial file on error)."""
+        err = ctypes.create_string_buffer(_MSG_MAX)
+        rc = self._lib.wfs_stage_offload(self._handle(), ptr, nbytes, os.fsencode(path),
+                                         _FSYNC if fsync else 0, err, _MSG_MAX)
+        if rc < 0:
+            raise _error(rc, err)
+
+    def stats(self):
+        s = _Stats()
+        self._lib.wfs_stage_stats(self._handle(), ctypes.byref(s))
+        out = {name: getattr(s, name) for name, _ in _Stats._fields_}
+        out["pci_bus_id"] = s.pci_bus_id.decode()
+        return out
+
+
+_default = {}
+_default_lock = threading.Lock()
+
+
+def _stager_for(tensor, stager):
+    if stager is not None:
+        return stager
+    dev = tensor.device.index
+    if dev is None:
+        import torch
+        dev = torch.cuda.current_device()
+    with _default_lock:
+        if dev not in _default:
+            _default[dev] = Stager(device=dev)
+        return _default[dev]
+
+
+def _check_tensor(tensor, what):
+    import torch  # optional dependency: only these functions need it
+
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{what}: expected a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.device.type != "cuda":
+        raise ValueError(f"{what}: tensor is on {tensor.device}, not a CUDA device")
+    if not tensor.is_contiguous():
+        raise ValueError(f"{what}: tensor is not contiguous")
+    # Work queued on the tensor (on torch's streams) must finish before our streams touch it.
+    torch.cuda.current_stream(tensor.device).synchronize()
+    return tensor.numel() * tensor.element_size()
+
+
+def backload(path, tensor, offset=0, length=None, stager=None):
+    """Fill a contiguous CUDA tensor's storage with bytes from the file at path.
+
+    The tensor's size in bytes (numel x dtype element size) must equal the file's size, or, when offset
+    or length is given, the range [offset, offset + length) read from the file (length defaults to the
+    tensor's size). Returns the tensor. Raises OSError (errno + the C message naming the file) on short
+    files, size mismatches, read and CUDA errors; ValueError on a tensor that cannot take the bytes."""
+    nbytes = _check_tensor(tensor, "backload")
+    if length is not None and int(length) != nbytes:
+        raise ValueError(f"backload: {path}: length {length} != tensor bytes {nbytes} "
+                         f"({tensor.numel()} x {tensor.element_size()}-byte {tensor.dtype})")
+    whole = offset == 0 and length is None
+    _stager_for(tensor, stager).load(path, tensor.data_ptr(), nbytes, offset=int(offset), exact=whole)
+    return tensor
+
+
+def offload_tensor(tensor, path, fsync=False, stager=None):
+    """Write a contiguous CUDA tensor's bytes into a new file at path, chunk by chunk through the ring
+    (never a full host copy). On weightfs the file is sealed at close; a seal error (ENOSPC, EIO) is
+    raised as OSError and the file is removed."""
+    nbytes = _check_tensor(tensor, "offload_tensor")
+    _stager_for(tensor, stager).offload(tensor.data_ptr(), nbytes, path, fsync=fsync)
+
+
+def selftest():
+    """Round trips through a host stager, and through the GPU when torch sees one. Prints what ran."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        _selftest(d)
+
+
+def _selftest(tmpdir):
+    import errno
+
+    data = os.urandom(5 * (1 << 20) + 12345)
+    src = os.path.join(tmpdir, "w.bin")
+    with open(src, "wb") as f:
+        f.write(data)
+    with Stager(host=True, buffers=3, buffer_mib=1, threads=2) as st:
+        buf = ctypes.create_string_buffer(len(data))
+        st.load(src, ctypes.addressof(buf), len(data))
+        assert buf.raw == data, "host load: bytes differ"
+        out = os.path.join(tmpdir, "out.bin")
+        st.offload(ctypes.addressof(buf), len(data), out)
+        with open(out, "rb") as f:
+            assert f.read() == data, "host offload: bytes differ"
+        try:
+            st.load(src, ctypes.addressof(buf), len(data) + 1)
+        except OSError as e:
+            assert e.errno == errno.ENODATA and "w.bin: short file" in str(e), e
+        else:
+            raise AssertionError("short file not reported")
+        assert st.stats()["ring_bytes"] == 3 << 20
+    print("weightfs.stage selftest: host round trips ok")
+    try:
+        import torch
+    except ImportError:
+        print("weightfs.stage selftest: torch not installed; GPU part NOT RUN")
+        return
+    if not torch.cuda.is_available():
+        print("weightfs.stage selftest: no CUDA device; GPU part NOT RUN")
+        return
+    n = len(data) // 2
+    raw = data[: 2 * n]
+    with open(src, "wb") as f:
+        f.write(raw)
+    t = torch.empty(n, dtype=torch.bfloat16, device="cuda")
+    backload(src, t)
+    assert t.cpu().view(torch.uint8).numpy().tobytes() == raw, "GPU backload: bytes differ"
+    out = os.path.join(tmpdir, "gpu.out")
+    offload_tensor(t, out, fsync=True)
+    with open(out, "rb") as f:
+        assert f.read() == raw, "GPU offload: bytes differ"
+    try:
+        backload(src, torch.empty(n + 1, dtype=torch.bfloat16, device="cuda"))
+    except OSError as e:
+        assert e.errno == errno.ENODATA and "short file" in str(e), e
+    else:
+        raise AssertionError("short file not reported")
+    try:
+        backload(src, torch.empty(n - 1, dtype=torch.bfloat16, device="cuda"))
+    except OSError as e:
+        assert e.errno == errno.EMSGSIZE and "size mismatch" in str(e), e
+    else:
+        raise AssertionError("size mismatch not reported")
+    try:
+        backload(src, torch.empty(n, dtype=torch.bfloat16))
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("CPU tensor accepted")
+    print("weightfs.stage selftest: GPU backload/offload ok on", torch.cuda.get_device_name())

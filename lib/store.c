@@ -1,0 +1,300 @@
+#include "store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+struct wfs_store {
+	char *path;
+	unsigned flags;
+	int dir_fd;     /* STORE */
+	int objects_fd; /* STORE/objects */
+	int tmp_fd;     /* STORE/tmp */
+	int lock_fd;    /* STORE/lock, flock()ed; -1 when read-only */
+};
+
+static int open_subdir(int dir_fd, const char *name, bool create, int *out)
+{
+	int fd;
+
+	if (create && mkdirat(dir_fd, name, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	fd = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	*out = fd;
+	return 0;
+}
+
+/* Remove everything in STORE/tmp: leftovers of writes that never reached publish. */
+static int clean_tmp(struct wfs_store *s)
+{
+	int fd = dup(s->tmp_fd);
+	DIR *d;
+	struct dirent *e;
+
+	if (fd < 0)
+		return -errno;
+	d = fdopendir(fd);
+	if (!d) {
+		int ret = -errno;
+
+		close(fd);
+		return ret;
+	}
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		unlinkat(s->tmp_fd, e->d_name, 0);
+	}
+	closedir(d);
+	return 0;
+}
+
+int wfs_store_open(const char *path, unsigned flags, struct wfs_store **out)
+{
+	bool create = flags & WFS_STORE_CREATE;
+	bool readonly = flags & WFS_STORE_READONLY;
+	struct wfs_store *s;
+	int ret;
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->dir_fd = s->objects_fd = s->tmp_fd = s->lock_fd = -1;
+	s->flags = flags;
+	s->path = strdup(path);
+	if (!s->path) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	if (create && !readonly && mkdir(path, 0755) < 0 && errno != EEXIST) {
+		ret = -errno;
+		goto fail;
+	}
+	s->dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (s->dir_fd < 0) {
+		ret = -errno;
+		goto fail;
+	}
+	if (!readonly) {
+		s->lock_fd = openat(s->dir_fd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+		if (s->lock_fd < 0) {
+			ret = -errno;
+			goto fail;
+		}
+		if (flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+			ret = errno == EWOULDBLOCK ? -EBUSY : -errno;
+			goto fail;
+		}
+	}
+	ret = open_subdir(s->dir_fd, "objects", create && !readonly, &s->objects_fd);
+	if (ret)
+		goto fail;
+	ret = open_subdir(s->dir_fd, "tmp", create && !readonly, &s->tmp_fd);
+	if (ret)
+		goto fail;
+	if (!readonly) {
+		ret = clean_tmp(s);
+		if (ret)
+			goto fail;
+	}
+	*out = s;
+	return 0;
+fail:
+	wfs_store_close(s);
+	return ret;
+}
+
+void wfs_store_close(struct wfs_store *s)
+{
+	if (!s)
+		return;
+	if (s->tmp_fd >= 0)
+		close(s->tmp_fd);
+	if (s->objects_fd >= 0)
+		close(s->objects_fd);
+	if (s->lock_fd >= 0)
+		close(s->lock_fd); /* drops the flock */
+	if (s->dir_fd >= 0)
+		close(s->dir_fd);
+	free(s->path);
+	free(s);
+}
+
+const char *wfs_store_path(const struct wfs_store *s)
+{
+	return s->path;
+}
+
+int wfs_store_tmp_create(struct wfs_store *s, struct wfs_tmpfile *t)
+{
+	static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+	int fd;
+
+	if (s->flags & WFS_STORE_READONLY)
+		return -EROFS;
+	fd = openat(s->tmp_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
+	if (fd >= 0) {
+		t->fd = fd;
+		t->name[0] = '\0';
+		return 0;
+	}
+	if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+		return -errno;
+	/* No O_TMPFILE on this filesystem: a named file, removed at next open if we crash. */
+	for (int attempt = 0; attempt < 100; attempt++) {
+		uint64_t r = ((uint64_t)random() << 31) ^ (uint64_t)random();
+
+		snprintf(t->name, sizeof(t->name), "w.%d.", (int)getpid());
+		for (size_t i = strlen(t->name); i < 24; i++, r /= 36)
+			t->name[i] = alphabet[r % 36];
+		t->name[24] = '\0';
+		fd = openat(s->tmp_fd, t->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		if (fd >= 0) {
+			t->fd = fd;
+			return 0;
+		}
+		if (errno != EEXIST)
+			return -errno;
+	}
+	return -EEXIST;
+}
+
+void wfs_store_tmp_discard(struct wfs_store *s, struct wfs_tmpfile *t)
+{
+	if (t->fd >= 0)
+		close(t->fd);
+	t->fd = -1;
+	if (t->name[0])
+		unlinkat(s->tmp_fd, t->name, 0);
+	t->name[0] = '\0';
+}
+
+void wfs_store_object_name(const struct wfs_digest *d, char buf[34])
+{
+	char hex[WFS_DIGEST_HEX_CHARS + 1];
+
+	wfs_digest_to_hex(d, hex);
+	buf[0] = hex[0];
+	buf[1] = hex[1];
+	buf[2] = '/';
+	memcpy(buf + 3, hex + 2, WFS_DIGEST_HEX_CHARS - 2 + 1);
+}
+
+/* Link the finished tmp file under objects/ab/<rest>. Returns 0, 1 when already stored, or -errno. */
+static int link_object(struct wfs_store *s, struct wfs_tmpfile *t, const char *name)
+{
+	char subdir[3] = {name[0], name[1], '\0'};
+	char proc[32];
+	int ret;
+
+	for (int attempt = 0; attempt < 2; attempt++) {
+		if (t->name[0])
+			ret = linkat(s->tmp_fd, t->name, s->objects_fd, name, 0);
+		else {
+			snprintf(proc, sizeof(proc), "/proc/self/fd/%d", t->fd);
+			ret = linkat(AT_FDCWD, proc, s->objects_fd, name, AT_SYMLINK_FOLLOW);
+		}
+		if (ret == 0)
+			return 0;
+		if (errno == EEXIST)
+			return 1;
+		if (errno != ENOENT || attempt > 0)
+			return -errno;
+		/* First object under this prefix: make objects/ab and make it durable. */
+		if (mkdirat(s->objects_fd, subdir, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		if (!(s->flags & WFS_STORE_NOSYNC) && fsync(s->objects_fd) < 0)
+			return -errno;
+	}
+	return -ENOENT;
+}
+
+static int fsync_subdir(struct wfs_store *s, const char *name)
+{
+	char subdir[3] = {name[0], name[1], '\0'};
+	int fd, ret = 0;
+
+	fd = openat(s->objects_fd, subdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd) < 0)
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
+int wfs_store_publish(struct wfs_store *s, struct wfs_tmpfile *t, const struct wfs_digest *digest,
+		      bool *existed)
+{
+	bool sync = !(s->flags & WFS_STORE_NOSYNC);
+	char name[34];
+	int ret;
+
+	*existed = false;
+	if (s->flags & WFS_STORE_READONLY) {
+		ret = -EROFS;
+		goto out;
+	}
+	if (sync && fdatasync(t->fd) < 0) {
+		ret = -errno;
+		goto out;
+	}
+	if (fchmod(t->fd, 0444) < 0) {
+		ret = -errno;
+		goto out;
+	}
+	wfs_store_object_name(digest, name);
+	ret = link_object(s, t, name);
+	if (ret < 0)
+		goto out;
+	if (ret == 1) {
+		*existed = true;
+		ret = 0;
+		goto out;
+	}
+	if (sync)
+		ret = fsync_subdir(s, name);
+out:
+	wfs_store_tmp_discard(s, t);
+	return ret;
+}
+
+int wfs_store_object_open(struct wfs_store *s, const struct wfs_digest *d, int extra_flags)
+{
+	char name[34];
+	int fd;
+
+	wfs_store_object_name(d, name);
+	fd = openat(s->objects_fd, name, O_RDONLY | O_CLOEXEC | extra_flags);
+	return fd < 0 ? -errno : fd;
+}
+
+int wfs_store_object_stat(struct wfs_store *s, const struct wfs_digest *d, struct stat *st)
+{
+	char name[34];
+
+	wfs_store_object_name(d, name);
+	return fstatat(s->objects_fd, name, st, 0) < 0 ? -errno : 0;
+}
+
+int wfs_store_object_remove(struct wfs_store *s, const struct wfs_digest *d)
+{
+	char name[34];
+
+	if (s->flags & WFS_STORE_READONLY)
+		return -EROFS;
+	wfs_store_object_name(d, name);
+	return unlinkat(s->objects_fd, name, 0) < 0 ? -errno : 0;
+}
+
+int wfs_store_statfs(struct wfs_store *s, struct statvfs *st)
+{
+	return fstatvfs(s->dir_fd, st) < 0 ? -errno : 0;
+}

@@ -1,0 +1,89 @@
+/*
+ * store — the object store on the backing filesystem.
+ *
+ * Layout of a store directory STORE:
+ *   STORE/objects/ab/<30 hex>   one immutable, read-only (0444) file per distinct content, named by the
+ *                               XXH3-128 digest of its bytes (see digest.h); `xxhsum -H2` on an object
+ *                               prints its own name.
+ *   STORE/tmp/                  files being written (O_TMPFILE where the filesystem has it, so a crash
+ *                               leaves nothing behind; named leftovers are removed by wfs_store_open()).
+ *   STORE/catalog.db            the namespace (catalog.h); not touched by this module.
+ *   STORE/lock                  flock()ed by the one process that owns the store read-write.
+ *
+ * Publishing (wfs_store_publish) runs in this order, so an object is durable before anything can
+ * reference it:  bytes written to a tmp file → digest → fdatasync → fchmod 0444 → link() into
+ * objects/ (EEXIST: the content is already stored, the tmp file is dropped) → fsync of the object's
+ * directory. Only then may the caller commit a catalog transaction that points a name at the object.
+ *
+ * Invariants:
+ *  1. An object file's bytes hash to its name. Nothing in this module ever opens one for writing.
+ *  2. A file appears under objects/ only complete (link() of a finished file is atomic).
+ *
+ * Thread-safety: after wfs_store_open() returns, all functions may be called from any thread.
+ */
+#ifndef WFS_STORE_H
+#define WFS_STORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include "digest.h"
+
+struct wfs_store;
+
+enum wfs_store_flags {
+	WFS_STORE_CREATE = 1 << 0,   /* create the directory layout when it is missing */
+	WFS_STORE_NOSYNC = 1 << 1,   /* skip fdatasync/fsync when publishing (tests, scratch stores) */
+	WFS_STORE_READONLY = 1 << 2, /* inspection only: no lock taken, tmp/ not cleaned, no publishing */
+};
+
+/*
+ * Open the store at @path. Unless WFS_STORE_READONLY, takes an exclusive flock on STORE/lock and
+ * removes leftovers in STORE/tmp/. On success *@out owns the store; free it with wfs_store_close().
+ * Errors: -ENOENT (no store there and no WFS_STORE_CREATE), -ENOTDIR, -EBUSY (another process holds the
+ * store), -ENOMEM, or the -errno of a failed mkdir/open (-EACCES, -EROFS, ...).
+ */
+int wfs_store_open(const char *path, unsigned flags, struct wfs_store **out);
+void wfs_store_close(struct wfs_store *s);
+
+/* The path given to wfs_store_open(); owned by the store. */
+const char *wfs_store_path(const struct wfs_store *s);
+
+/* A file being written; becomes an object through wfs_store_publish(). */
+struct wfs_tmpfile {
+	int fd;        /* O_RDWR; owned by the tmpfile until wfs_store_tmp_discard()/publish */
+	char name[32]; /* name under STORE/tmp/, or "" for an anonymous O_TMPFILE */
+};
+
+/* Create an empty tmp file. Returns 0, or -errno (-ENOSPC, -EMFILE, -EIO, ...). */
+int wfs_store_tmp_create(struct wfs_store *s, struct wfs_tmpfile *t);
+/* Close and remove a tmp file that will not be published. Safe on t->fd == -1. */
+void wfs_store_tmp_discard(struct wfs_store *s, struct wfs_tmpfile *t);
+
+/*
+ * Publish the tmp file @t, whose bytes hash to @digest, as an object. Always consumes @t (its fd is
+ * closed and its name removed, success or not). *@existed is set to true when an object with that
+ * digest was already stored (the new bytes are dropped). Returns 0, or -errno from fdatasync/link/fsync
+ * (-ENOSPC, -EIO, -EDQUOT, ...) in which case no object was added.
+ */
+int wfs_store_publish(struct wfs_store *s, struct wfs_tmpfile *t, const struct wfs_digest *digest,
+		      bool *existed);
+
+/*
+ * Open object @d for reading (O_RDONLY | O_CLOEXEC | @extra_flags, e.g. O_DIRECT). Returns a descriptor
+ * the caller owns, or -ENOENT (not stored), or another -errno.
+ */
+int wfs_store_object_open(struct wfs_store *s, const struct wfs_digest *d, int extra_flags);
+/* stat(2) of object @d. Returns 0, -ENOENT, or -errno. */
+int wfs_store_object_stat(struct wfs_store *s, const struct wfs_digest *d, struct stat *st);
+/* Remove object @d (its name; readers that have it open keep their bytes). Returns 0, -ENOENT, -errno. */
+int wfs_store_object_remove(struct wfs_store *s, const struct wfs_digest *d);
+/* Path of object @d relative to STORE/objects/ ("ab/<30 hex>"), into @buf (at least 34 bytes). */
+void wfs_store_object_name(const struct wfs_digest *d, char buf[34]);
+
+/* statvfs(2) of the filesystem holding the store. Returns 0 or -errno. */
+int wfs_store_statfs(struct wfs_store *s, struct statvfs *st);
+
+#endif

@@ -1,0 +1,716 @@
+/*
+ * Mount tests: real syscalls against a real weightfs mount. Each test gets a fresh store and mount
+ * point and its own daemon (started from $WFS_BUILD, default build/), in the passthrough mode named by
+ * $WFS_TEST_PASSTHROUGH (auto or off); tests/run-tests runs the suite once per mode. Root only.
+ * WFS_TEST_BIG=1 adds the > 4 GiB round trip.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "digest.h"
+#include "store.h"
+#include "testutil.h"
+
+struct mnt {
+	char dir[200];   /* test directory */
+	char store[256];
+	char mnt[256];
+	pid_t daemon;
+};
+
+static struct mnt M;
+
+static const char *mode(void)
+{
+	const char *m = getenv("WFS_TEST_PASSTHROUGH");
+
+	return m ? m : "auto";
+}
+
+static bool passthrough_mode(void)
+{
+	return strcmp(mode(), "off") != 0;
+}
+
+static char *path(const char *name)
+{
+	static char buf[4][PATH_MAX];
+	static int i;
+	char *p = buf[i++ % 4];
+
+	snprintf(p, PATH_MAX, "%s/%s", M.mnt, name);
+	return p;
+}
+
+static bool is_mounted(const char *dir)
+{
+	struct stat a, b;
+	char parent[PATH_MAX + 4];
+
+	snprintf(parent, sizeof(parent), "%s/..", dir);
+	return stat(dir, &a) == 0 && stat(parent, &b) == 0 && a.st_dev != b.st_dev;
+}
+
+static void daemon_start(void)
+{
+	const char *build = getenv("WFS_BUILD") ? getenv("WFS_BUILD") : "build";
+	char bin[PATH_MAX], opts[128];
+
+	snprintf(bin, sizeof(bin), "%s/weightfs", build);
+	snprintf(opts, sizeof(opts), "passthrough=%s,nosync", mode());
+	M.daemon = fork();
+	ck_assert_int_ge(M.daemon, 0);
+	if (M.daemon == 0) {
+		execl(bin, "weightfs", M.store, M.mnt, "-f", "-o", opts, (char *)NULL);
+		perror(bin);
+		_exit(127);
+	}
+	for (int i = 0; i < 500 && !is_mounted(M.mnt); i++) {
+		int st;
+
+		if (waitpid(M.daemon, &st, WNOHANG) == M.daemon)
+			ck_abort_msg("weightfs exited before mounting (status %d)", st);
+		usleep(10000);
+	}
+	ck_assert_msg(is_mounted(M.mnt), "%s not mounted after 5 s", M.mnt);
+}
+
+static void daemon_stop(void)
+{
+	int st;
+
+	if (M.daemon <= 0)
+		return;
+	if (umount2(M.mnt, 0) < 0)
+		umount2(M.mnt, MNT_DETACH);
+	for (int i = 0; i < 500; i++) {
+		if (waitpid(M.daemon, &st, WNOHANG) == M.daemon) {
+			M.daemon = 0;
+			return;
+		}
+		usleep(10000);
+	}
+	kill(M.daemon, SIGKILL);
+	waitpid(M.daemon, &st, 0);
+	M.daemon = 0;
+}
+
+static void setup(void)
+{
+	const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+
+	snprintf(M.dir, sizeof(M.dir), "%s/wfs-mount-XXXXXX", tmp);
+	ck_assert_ptr_nonnull(mkdtemp(M.dir));
+	snprintf(M.store, sizeof(M.store), "%s/store", M.dir);
+	snprintf(M.mnt, sizeof(M.mnt), "%s/mnt", M.dir);
+	ck_assert_int_eq(mkdir(M.mnt, 0755), 0);
+	daemon_start();
+}
+
+static void teardown(void)
+{
+	char cmd[256 + 32];
+
+	daemon_stop();
+	umount2(M.store, MNT_DETACH); /* tmpfs stores */
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", M.dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", M.dir);
+}
+
+/* Deterministic bytes: a different stream per @seed. */
+static void fill(unsigned char *buf, size_t len, uint32_t seed)
+{
+	uint32_t x = seed * 2654435761u + 1;
+
+	for (size_t i = 0; i < len; i++) {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		buf[i] = (unsigned char)x;
+	}
+}
+
+/* Write @len bytes to @p (create/truncate) and close; returns close(2)'s result as -errno or 0. */
+static int write_file(const char *p, const void *buf, size_t len)
+{
+	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	size_t done = 0;
+	int ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	while (done < len) {
+		ssize_t n = write(fd, (const char *)buf + done, len - done);
+
+		if (n < 0) {
+			ret = -errno;
+			break;
+		}
+		done += (size_t)n;
+	}
+	if (close(fd) < 0 && ret == 0)
+		ret = -errno;
+	return ret;
+}
+
+static unsigned char *pattern(size_t len, uint32_t seed)
+{
+	unsigned char *buf = malloc(len ? len : 1);
+
+	ck_assert_ptr_nonnull(buf);
+	fill(buf, len, seed);
+	return buf;
+}
+
+static void assert_file_equals(const char *p, const unsigned char *want, size_t len)
+{
+	int fd = open(p, O_RDONLY);
+	unsigned char *got = malloc(len + 1);
+	ssize_t n;
+
+	ck_assert_msg(fd >= 0, "open %s: %s", p, strerror(errno));
+	n = pread(fd, got, len + 1, 0);
+	ck_assert_int_eq(n, (ssize_t)len);
+	ck_assert_msg(memcmp(got, want, len) == 0, "%s: bytes differ", p);
+	close(fd);
+	free(got);
+}
+
+static void digest_xattr(const char *p, struct wfs_digest *d)
+{
+	char hex[WFS_DIGEST_HEX_CHARS + 1] = {0};
+	ssize_t n = getxattr(p, "user.weightfs.digest", hex, sizeof(hex) - 1);
+
+	ck_assert_msg(n == WFS_DIGEST_HEX_CHARS, "getxattr digest %s: %zd (%s)", p, n, strerror(errno));
+	ck_assert_int_eq(wfs_digest_from_hex(hex, d), 0);
+}
+
+static bool object_exists(const struct wfs_digest *d)
+{
+	char name[34], p[400];
+
+	wfs_store_object_name(d, name);
+	snprintf(p, sizeof(p), "%s/objects/%s", M.store, name);
+	return access(p, F_OK) == 0;
+}
+
+static int count_objects(void)
+{
+	char p[300];
+	DIR *top, *sub;
+	struct dirent *e, *f;
+	int n = 0;
+
+	snprintf(p, sizeof(p), "%s/objects", M.store);
+	top = opendir(p);
+	ck_assert_ptr_nonnull(top);
+	while ((e = readdir(top)) != NULL) {
+		char sp[600];
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(sp, sizeof(sp), "%s/%s", p, e->d_name);
+		sub = opendir(sp);
+		if (!sub)
+			continue;
+		while ((f = readdir(sub)) != NULL)
+			n += f->d_name[0] != '.';
+		closedir(sub);
+	}
+	closedir(top);
+	return n;
+}
+
+/* Poll @cond for up to 3 s: forget and release reach the daemon asynchronously. */
+#define EVENTUALLY(cond)                                          \
+	do {                                                      \
+		for (int _i = 0; _i < 300 && !(cond); _i++)       \
+			usleep(10000);                            \
+		ck_assert_msg((cond), "still false after 3 s: %s", #cond); \
+	} while (0)
+
+START_TEST(write_then_mmap)
+{
+	size_t len = 3 * 1024 * 1024 + 123;
+	unsigned char *buf = pattern(len, 1);
+	struct wfs_digest want, got;
+	int fd;
+
+	ck_assert_int_eq(write_file(path("t"), buf, len), 0);
+	fd = open(path("t"), O_RDONLY);
+	ck_assert_int_ge(fd, 0);
+	for (int shared = 0; shared < 2; shared++) {
+		void *m = mmap(NULL, len, PROT_READ, shared ? MAP_SHARED : MAP_PRIVATE, fd, 0);
+
+		ck_assert_ptr_ne(m, MAP_FAILED);
+		ck_assert_msg(memcmp(m, buf, len) == 0, "mapping (%s) differs", shared ? "shared" : "private");
+		munmap(m, len);
+	}
+	close(fd);
+	wfs_digest_buf(buf, len, &want);
+	digest_xattr(path("t"), &got);
+	ck_assert(wfs_digest_equal(&want, &got));
+	ck_assert(object_exists(&want));
+	free(buf);
+}
+END_TEST
+
+START_TEST(stat_fields)
+{
+	unsigned char *buf = pattern(1000, 2);
+	struct stat st;
+	ino_t ino;
+
+	ck_assert_int_eq(write_file(path("s"), buf, 1000), 0);
+	ck_assert_int_eq(stat(path("s"), &st), 0);
+	ck_assert_int_eq(st.st_size, 1000);
+	ck_assert_int_eq(st.st_blocks, 2); /* logical: ceil(1000 / 512) */
+	ck_assert_int_eq(st.st_blksize, 1 << 20);
+	ck_assert_int_eq(st.st_nlink, 1);
+	ck_assert_int_eq(st.st_mode & 07777, 0644);
+	ino = st.st_ino;
+	/* Inode numbers are stable across remounts. */
+	daemon_stop();
+	daemon_start();
+	ck_assert_int_eq(stat(path("s"), &st), 0);
+	ck_assert_int_eq(st.st_ino, ino);
+	assert_file_equals(path("s"), buf, 1000);
+	free(buf);
+}
+END_TEST
+
+START_TEST(rename_over_while_mapped)
+{
+	size_t len = 1 << 20;
+	unsigned char *a = pattern(len, 3), *b = pattern(len, 4);
+	struct wfs_digest da, db;
+	void *m;
+	int fd;
+
+	ck_assert_int_eq(write_file(path("w"), a, len), 0);
+	digest_xattr(path("w"), &da);
+	fd = open(path("w"), O_RDONLY);
+	ck_assert_int_ge(fd, 0);
+	m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(m, MAP_FAILED);
+	close(fd);
+	/* The trainer pattern: write a tmp name, rename it over the old one. */
+	ck_assert_int_eq(write_file(path(".w.tmp"), b, len), 0);
+	ck_assert_int_eq(rename(path(".w.tmp"), path("w")), 0);
+	ck_assert_msg(memcmp(m, a, len) == 0, "old mapping changed after rename");
+	assert_file_equals(path("w"), b, len);
+	digest_xattr(path("w"), &db);
+	ck_assert(object_exists(&da));
+	munmap(m, len);
+	EVENTUALLY(!object_exists(&da)); /* no name, no mapping: the old object goes */
+	ck_assert(object_exists(&db));
+	free(a);
+	free(b);
+}
+END_TEST
+
+START_TEST(unlink_while_mapped)
+{
+	size_t len = 256 * 1024;
+	unsigned char *a = pattern(len, 5);
+	struct wfs_digest da;
+	void *m;
+	int fd;
+
+	ck_assert_int_eq(write_file(path("u"), a, len), 0);
+	digest_xattr(path("u"), &da);
+	fd = open(path("u"), O_RDONLY);
+	m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+	ck_assert_ptr_ne(m, MAP_FAILED);
+	ck_assert_int_eq(unlink(path("u")), 0);
+	ck_assert_int_eq(access(path("u"), F_OK), -1);
+	ck_assert(memcmp(m, a, len) == 0);
+	{
+		unsigned char *back = malloc(len);
+
+		ck_assert_int_eq(pread(fd, back, len, 0), (ssize_t)len); /* the open file still reads */
+		ck_assert(memcmp(back, a, len) == 0);
+		free(back);
+	}
+	close(fd);
+	munmap(m, len);
+	EVENTUALLY(!object_exists(&da));
+	free(a);
+}
+END_TEST
+
+START_TEST(identical_content_stored_once)
+{
+	size_t len = 64 * 1024;
+	unsigned char *a = pattern(len, 6);
+	char name[32];
+	struct stat st;
+
+	ck_assert_int_eq(mkdir(path("many"), 0755), 0);
+	for (int i = 0; i < 100; i++) {
+		snprintf(name, sizeof(name), "many/n%03d", i);
+		ck_assert_int_eq(write_file(path(name), a, len), 0);
+	}
+	ck_assert_int_eq(count_objects(), 1);
+	for (int i = 0; i < 100; i += 17) {
+		snprintf(name, sizeof(name), "many/n%03d", i);
+		assert_file_equals(path(name), a, len);
+		ck_assert_int_eq(stat(path(name), &st), 0);
+		ck_assert_int_eq(st.st_blocks, (blkcnt_t)(len / 512)); /* each name shows its logical size */
+	}
+	free(a);
+}
+END_TEST
+
+START_TEST(xattr_protocol)
+{
+	char buf[256];
+	ssize_t n;
+
+	ck_assert_int_eq(write_file(path("x"), "abc", 3), 0);
+	ck_assert_int_eq(setxattr(path("x"), "user.dtype", "F32", 3, 0), 0);
+	n = getxattr(path("x"), "user.dtype", NULL, 0); /* size probe */
+	ck_assert_int_eq(n, 3);
+	ck_assert_int_eq(getxattr(path("x"), "user.dtype", buf, 2), -1);
+	ck_assert_int_eq(errno, ERANGE);
+	n = getxattr(path("x"), "user.dtype", buf, sizeof(buf));
+	ck_assert_int_eq(n, 3);
+	ck_assert(memcmp(buf, "F32", 3) == 0);
+	ck_assert_int_eq(setxattr(path("x"), "user.dtype", "F16", 3, XATTR_CREATE), -1);
+	ck_assert_int_eq(errno, EEXIST);
+	ck_assert_int_eq(setxattr(path("x"), "user.none", "1", 1, XATTR_REPLACE), -1);
+	ck_assert_int_eq(errno, ENODATA);
+	/* list: the digest and the stored name, NUL-separated; probe then fetch. */
+	n = listxattr(path("x"), NULL, 0);
+	ck_assert_int_eq(n, (ssize_t)(sizeof("user.weightfs.digest") + sizeof("user.dtype")));
+	ck_assert_int_eq(listxattr(path("x"), buf, (size_t)n), n);
+	ck_assert_str_eq(buf, "user.weightfs.digest");
+	ck_assert_str_eq(buf + sizeof("user.weightfs.digest"), "user.dtype");
+	ck_assert_int_eq(listxattr(path("x"), buf, 4), -1);
+	ck_assert_int_eq(errno, ERANGE);
+	/* The digest is read-only. */
+	ck_assert_int_eq(setxattr(path("x"), "user.weightfs.digest", "0", 1, 0), -1);
+	ck_assert_int_eq(errno, EPERM);
+	ck_assert_int_eq(removexattr(path("x"), "user.weightfs.digest"), -1);
+	ck_assert_int_eq(errno, EPERM);
+	ck_assert_int_eq(removexattr(path("x"), "user.dtype"), 0);
+	ck_assert_int_eq(getxattr(path("x"), "user.dtype", buf, sizeof(buf)), -1);
+	ck_assert_int_eq(errno, ENODATA);
+	ck_assert_int_eq(setxattr(path("x"), "trusted.x", "1", 1, 0), -1);
+	ck_assert_int_eq(errno, EOPNOTSUPP);
+}
+END_TEST
+
+START_TEST(readdir_10k)
+{
+	enum { N = 10000 };
+	static bool seen[N];
+	char name[32];
+	struct dirent *e;
+	DIR *d;
+	int n = 0, dots = 0;
+
+	ck_assert_int_eq(mkdir(path("big"), 0755), 0);
+	for (int i = 0; i < N; i++) {
+		int fd;
+
+		snprintf(name, sizeof(name), "big/f%05d", i);
+		fd = open(path(name), O_WRONLY | O_CREAT | O_EXCL, 0644);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(close(fd), 0);
+	}
+	d = opendir(path("big"));
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)) != NULL) {
+		int i;
+
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) {
+			dots++;
+			continue;
+		}
+		ck_assert_int_eq(sscanf(e->d_name, "f%05d", &i), 1);
+		ck_assert_msg(i >= 0 && i < N && !seen[i], "entry %s twice or unknown", e->d_name);
+		seen[i] = true;
+		n++;
+	}
+	closedir(d);
+	ck_assert_int_eq(dots, 2);
+	ck_assert_int_eq(n, N);
+}
+END_TEST
+
+START_TEST(rename_flags)
+{
+	ck_assert_int_eq(write_file(path("a"), "A", 1), 0);
+	ck_assert_int_eq(write_file(path("b"), "B", 1), 0);
+	ck_assert_int_eq(renameat2(AT_FDCWD, path("a"), AT_FDCWD, path("b"), RENAME_NOREPLACE), -1);
+	ck_assert_int_eq(errno, EEXIST);
+	ck_assert_int_eq(renameat2(AT_FDCWD, path("a"), AT_FDCWD, path("b"), RENAME_EXCHANGE), 0);
+	assert_file_equals(path("a"), (const unsigned char *)"B", 1);
+	assert_file_equals(path("b"), (const unsigned char *)"A", 1);
+	ck_assert_int_eq(renameat2(AT_FDCWD, path("a"), AT_FDCWD, path("c"), RENAME_WHITEOUT), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(mkdir(path("d"), 0755), 0);
+	ck_assert_int_eq(rename(path("d"), path("d/sub")), -1);
+	ck_assert_int_eq(errno, EINVAL);
+}
+END_TEST
+
+START_TEST(special_files)
+{
+	char target[64];
+
+	ck_assert_int_eq(mknod(path("fifo"), S_IFIFO | 0644, 0), -1);
+	ck_assert_int_eq(errno, EPERM);
+	ck_assert_int_eq(mknod(path("dev"), S_IFCHR | 0644, makedev(1, 3)), -1);
+	ck_assert_int_eq(errno, EPERM);
+	ck_assert_int_eq(mknod(path("reg"), S_IFREG | 0600, 0), 0);
+	assert_file_equals(path("reg"), (const unsigned char *)"", 0);
+	ck_assert_int_eq(symlink("reg", path("ln")), 0);
+	ck_assert_int_eq(readlink(path("ln"), target, sizeof(target)), 3);
+	ck_assert_int_eq(link(path("reg"), path("hard")), 0);
+	{
+		struct stat a, b;
+
+		ck_assert_int_eq(stat(path("reg"), &a), 0);
+		ck_assert_int_eq(stat(path("hard"), &b), 0);
+		ck_assert_int_eq(a.st_ino, b.st_ino);
+		ck_assert_int_eq(a.st_nlink, 2);
+	}
+}
+END_TEST
+
+/* Opening a sealed file for writing starts a new version; O_TRUNC an empty one. */
+START_TEST(rewrite_sealed)
+{
+	size_t len = 100000;
+	unsigned char *a = pattern(len, 7);
+	struct wfs_digest d1, d2;
+	int fd;
+
+	ck_assert_int_eq(write_file(path("r"), a, len), 0);
+	digest_xattr(path("r"), &d1);
+	fd = open(path("r"), O_WRONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, "Z", 1, 5000), 1);
+	ck_assert_int_eq(close(fd), 0);
+	a[5000] = 'Z';
+	assert_file_equals(path("r"), a, len);
+	digest_xattr(path("r"), &d2);
+	ck_assert(!wfs_digest_equal(&d1, &d2));
+	EVENTUALLY(!object_exists(&d1));
+	ck_assert_int_eq(truncate(path("r"), 10), 0);
+	assert_file_equals(path("r"), a, 10);
+	fd = open(path("r"), O_WRONLY | O_TRUNC);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(close(fd), 0);
+	assert_file_equals(path("r"), a, 0);
+	free(a);
+}
+END_TEST
+
+/* A passthrough reader pins the inode's backing file: a writer must rename instead. */
+START_TEST(write_while_passthrough_reader)
+{
+	int r, w;
+
+	ck_assert_int_eq(write_file(path("p"), "abc", 3), 0);
+	r = open(path("p"), O_RDONLY);
+	ck_assert_int_ge(r, 0);
+	w = open(path("p"), O_WRONLY);
+	if (passthrough_mode()) {
+		ck_assert_int_eq(w, -1);
+		ck_assert_int_eq(errno, ETXTBSY);
+	} else {
+		ck_assert_int_ge(w, 0);
+		ck_assert_int_eq(pwrite(w, "X", 1, 0), 1);
+		ck_assert_int_eq(close(w), 0);
+		assert_file_equals(path("p"), (const unsigned char *)"Xbc", 3);
+	}
+	close(r);
+}
+END_TEST
+
+/*
+ * A writable shared mapping that outlives close(2) can change the name (a new version, sealed when
+ * the mapping goes), never the object published at close.
+ */
+START_TEST(shared_writable_mapping_after_close)
+{
+	size_t len = 64 * 1024;
+	unsigned char *a = pattern(len, 8);
+	struct wfs_digest da, now, check;
+	char name[34], op[400];
+	unsigned char *m;
+	uint64_t bytes;
+	int fd, ofd;
+
+	ck_assert_int_eq(write_file(path("keep"), a, len), 0); /* a second name keeps object A alive */
+	fd = open(path("m"), O_RDWR | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, a, len), (ssize_t)len);
+	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(m, MAP_FAILED);
+	ck_assert_int_eq(close(fd), 0); /* seals object A */
+	digest_xattr(path("m"), &da);
+	m[10] ^= 0xff;
+	ck_assert_int_eq(msync(m, len, MS_SYNC), 0);
+	ck_assert_int_eq(munmap(m, len), 0);
+	/* Object A still holds exactly A's bytes. */
+	wfs_store_object_name(&da, name);
+	snprintf(op, sizeof(op), "%s/objects/%s", M.store, name);
+	ofd = open(op, O_RDONLY);
+	ck_assert_int_ge(ofd, 0);
+	ck_assert_int_eq(wfs_digest_fd(ofd, &check, &bytes), 0);
+	close(ofd);
+	ck_assert(wfs_digest_equal(&check, &da));
+	ck_assert_int_eq(bytes, len);
+	assert_file_equals(path("keep"), a, len);
+	/* The name got the mapping's bytes as a new version. */
+	a[10] ^= 0xff;
+	EVENTUALLY((digest_xattr(path("m"), &now), !wfs_digest_equal(&now, &da)));
+	assert_file_equals(path("m"), a, len);
+	free(a);
+}
+END_TEST
+
+/* ENOSPC fails the write or the close, never leaves a sealed partial file, and passes. */
+START_TEST(enospc)
+{
+	size_t len = 6 << 20;
+	unsigned char *a = pattern(len, 9), *small = pattern(4096, 10);
+	char cmd[300];
+	int ret;
+
+	daemon_stop();
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", M.store);
+	ck_assert_int_eq(system(cmd), 0);
+	ck_assert_int_eq(mkdir(M.store, 0755), 0);
+	ck_assert_msg(mount("tmpfs", M.store, "tmpfs", 0, "size=4m") == 0, "mount tmpfs: %s", strerror(errno));
+	daemon_start();
+	ck_assert_int_eq(write_file(path("small"), small, 4096), 0);
+	ret = write_file(path("big"), a, len);
+	ck_assert_int_eq(ret, -ENOSPC);
+	ck_assert_int_eq(getxattr(path("big"), "user.weightfs.digest", NULL, 0), -1);
+	ck_assert_int_eq(open(path("big"), O_RDONLY), -1);
+	ck_assert_int_eq(errno, EIO);
+	assert_file_equals(path("small"), small, 4096);
+	ck_assert_int_eq(unlink(path("big")), 0);
+	ck_assert_int_eq(write_file(path("again"), a, 1 << 20), 0); /* space is back */
+	assert_file_equals(path("again"), a, 1 << 20);
+	free(a);
+	free(small);
+}
+END_TEST
+
+/* > 4 GiB round trip (WFS_TEST_BIG=1): st_size exact, bytes at the far end right. */
+START_TEST(big_file)
+{
+	const uint64_t len = (4ULL << 30) + 12345;
+	size_t chunk = 16 << 20;
+	unsigned char *buf = pattern(chunk, 11);
+	struct stat st;
+	uint64_t off;
+	int fd;
+
+	fd = open(path("big"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	for (off = 0; off < len; off += chunk) {
+		size_t n = len - off < chunk ? (size_t)(len - off) : chunk;
+
+		buf[0] = (unsigned char)(off >> 24);
+		ck_assert_int_eq(pwrite(fd, buf, n, (off_t)off), (ssize_t)n);
+	}
+	ck_assert_int_eq(close(fd), 0);
+	ck_assert_int_eq(stat(path("big"), &st), 0);
+	ck_assert_int_eq((uint64_t)st.st_size, len);
+	fd = open(path("big"), O_RDONLY);
+	{
+		unsigned char tail[12345];
+		unsigned char *m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+
+		ck_assert_ptr_ne(m, MAP_FAILED);
+		off = len - 12345;
+		ck_assert_int_eq(pread(fd, tail, sizeof(tail), (off_t)off), 12345);
+		ck_assert_int_eq(tail[0], (unsigned char)(off >> 24));
+		ck_assert(memcmp(tail + 1, buf + 1, sizeof(tail) - 1) == 0);
+		ck_assert(memcmp(m + off, tail, sizeof(tail)) == 0);
+		munmap(m, len);
+	}
+	close(fd);
+	free(buf);
+}
+END_TEST
+
+static Suite *mount_suite(void)
+{
+	Suite *s = suite_create("mount");
+	struct {
+		const char *name;
+		const TTest *test;
+		int timeout;
+	} cases[] = {
+		{"write_then_mmap", write_then_mmap, 30},
+		{"stat_fields", stat_fields, 30},
+		{"rename_over_while_mapped", rename_over_while_mapped, 30},
+		{"unlink_while_mapped", unlink_while_mapped, 30},
+		{"identical_content_stored_once", identical_content_stored_once, 60},
+		{"xattr_protocol", xattr_protocol, 30},
+		{"readdir_10k", readdir_10k, 300},
+		{"rename_flags", rename_flags, 30},
+		{"special_files", special_files, 30},
+		{"rewrite_sealed", rewrite_sealed, 30},
+		{"write_while_passthrough_reader", write_while_passthrough_reader, 30},
+		{"shared_writable_mapping_after_close", shared_writable_mapping_after_close, 30},
+		{"enospc", enospc, 60},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		TCase *tc = tcase_create(cases[i].name);
+
+		tcase_add_checked_fixture(tc, setup, teardown);
+		tcase_set_timeout(tc, cases[i].timeout);
+		tcase_add_test(tc, cases[i].test);
+		suite_add_tcase(s, tc);
+	}
+	if (getenv("WFS_TEST_BIG") && strcmp(getenv("WFS_TEST_BIG"), "1") == 0) {
+		TCase *tc = tcase_create("big_file");
+
+		tcase_add_checked_fixture(tc, setup, teardown);
+		tcase_set_timeout(tc, 900);
+		tcase_add_test(tc, big_file);
+		suite_add_tcase(s, tc);
+	}
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(mount_suite());
+	int failed;
+
+	if (geteuid() != 0) {
+		fprintf(stderr, "check_mount: needs root (FUSE mounts, tmpfs for ENOSPC)\n");
+		return 1;
+	}
+	printf("check_mount: passthrough=%s\n", mode());
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

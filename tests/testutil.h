@@ -1,0 +1,194 @@
+/* Shared helpers for the Check suites. */
+#ifndef WFS_TESTUTIL_H
+#define WFS_TESTUTIL_H
+
+#include <check.h>
+
+/*
+ * Helpers below are prefixed tu_ so they never collide with a suite's own statics. All are
+ * static inline: a suite that does not use one gets no unused-function warning.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Bytes that differ per seed and per position (splitmix64 of both), reproducible across runs. */
+static inline void tu_fill(void *buf, size_t len, uint64_t seed)
+{
+	unsigned char *p = buf;
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+
+	for (size_t i = 0; i < len; i += 8) {
+		uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+		z ^= z >> 31;
+		for (size_t j = 0; j < 8 && i + j < len; j++)
+			p[i + j] = (unsigned char)(z >> (8 * j));
+	}
+}
+
+/*
+ * Make a fresh directory "$TMPDIR/<prefix>.XXXXXX" (TMPDIR defaults to /tmp) and write its path into
+ * @buf (@len bytes). Fails the running test on error.
+ */
+static inline void tu_mkdtemp(char *buf, size_t len, const char *prefix)
+{
+	const char *base = getenv("TMPDIR");
+	int n;
+
+	if (!base || !*base)
+		base = "/tmp";
+	n = snprintf(buf, len, "%s/%s.XXXXXX", base, prefix);
+	ck_assert_msg(n > 0 && (size_t)n < len, "temporary path too long");
+	ck_assert_msg(mkdtemp(buf) != NULL, "mkdtemp(%s): %s", buf, strerror(errno));
+}
+
+static inline int tu_rmtree_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)ftw;
+	if (flag == FTW_DP || flag == FTW_D)
+		chmod(path, 0700); /* a directory made read-only by a test must still be emptied */
+	return remove(path) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+/* Remove @path and everything below it (no symlinks followed). Returns 0 or -errno. */
+static inline int tu_rmtree(const char *path)
+{
+	if (nftw(path, tu_rmtree_one, 16, FTW_DEPTH | FTW_PHYS) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	return 0;
+}
+
+/* "@dir/@name" into @buf; fails the running test when it does not fit. */
+static inline void tu_path(char *buf, size_t len, const char *dir, const char *name)
+{
+	int n = snprintf(buf, len, "%s/%s", dir, name);
+
+	ck_assert_msg(n > 0 && (size_t)n < len, "path too long: %s/%s", dir, name);
+}
+
+/* Write all @len bytes at @buf to @fd (retrying short writes). Returns 0 or -errno. */
+static inline int tu_write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Create or truncate @path with @mode and write @len bytes into it. Returns 0 or -errno. */
+static inline int tu_write_file(const char *path, const void *buf, size_t len, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	int ret;
+
+	if (fd < 0)
+		return -errno;
+	ret = tu_write_all(fd, buf, len);
+	if (close(fd) < 0 && ret == 0)
+		ret = -errno;
+	return ret;
+}
+
+/*
+ * Read the whole file at @path into a new buffer (*@buf, free() it; one spare NUL byte after the
+ * data) and its length in bytes into *@len. Returns 0 or -errno.
+ */
+static inline int tu_read_file(const char *path, void **buf, size_t *len)
+{
+	struct stat st;
+	char *p = NULL;
+	size_t got = 0;
+	int fd, ret = 0;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0) {
+		ret = -errno;
+		goto out;
+	}
+	p = malloc((size_t)st.st_size + 1);
+	if (!p) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	while (got < (size_t)st.st_size) {
+		ssize_t n = read(fd, p + got, (size_t)st.st_size - got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			ret = -errno;
+			goto out;
+		}
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	p[got] = '\0';
+out:
+	close(fd);
+	if (ret) {
+		free(p);
+		return ret;
+	}
+	*buf = p;
+	*len = got;
+	return 0;
+}
+
+/* Number of regular files at or below @path, or -1 when it cannot be read. */
+static inline long tu_count_files(const char *path)
+{
+	struct dirent *e;
+	struct stat st;
+	char sub[4096];
+	long n = 0;
+	DIR *d;
+
+	if (lstat(path, &st) < 0)
+		return -1;
+	if (!S_ISDIR(st.st_mode))
+		return S_ISREG(st.st_mode) ? 1 : 0;
+	d = opendir(path);
+	if (!d)
+		return -1;
+	while ((e = readdir(d)) != NULL) {
+		long k;
+
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name);
+		k = tu_count_files(sub);
+		if (k < 0) {
+			n = -1;
+			break;
+		}
+		n += k;
+	}
+	closedir(d);
+	return n;
+}
+
+#endif
