@@ -11,9 +11,11 @@ PYTHON   ?= python3
 
 WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wvla \
             -Wwrite-strings
+# CFLAGS/LDFLAGS are the user's (optimisation, sanitizers); what the code needs is in WFS_CFLAGS.
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=c17 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -pthread $(WARN) -Ilib -MMD -MP
-LDFLAGS  += -pthread
+WFS_CFLAGS := -std=c17 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -pthread $(WARN) -Ilib -MMD -MP
+override CFLAGS += $(WFS_CFLAGS)
+override LDFLAGS += -pthread
 
 PKGS_LIB := sqlite3 libxxhash
 LIB_CFLAGS := $(shell pkg-config --cflags $(PKGS_LIB))

@@ -8,8 +8,8 @@
  *                     has forgotten it and no handle is open.
  *   wfs_object        per object in use by open handles: the descriptor read without passthrough and
  *                     the passthrough backing id, shared by every open of every name with that content.
- *   wfs_version       bytes being written to a name: a tmp file in the store, hashed as it is written
- *                     when writes come in order. Sealed into an object when the last writable handle
+ *   wfs_version       bytes being written to a name: in memory while small, else a tmp file in
+ *                     the store; hashed as they are written when writes come in order. Sealed into an object when the last writable handle
  *                     is flushed (close(2)) or released.
  *
  * Kernel passthrough rules this follows (fs/fuse/iomode.c): all passthrough opens of an inode must
@@ -52,7 +52,10 @@ struct wfs_map {
 struct wfs_version {
 	pthread_mutex_t lock;
 	unsigned refs;             /* (L) inode->writer counts one, each user in flight one */
-	struct wfs_tmpfile tmp;    /* (V) fd -1 once published or discarded */
+	struct wfs_tmpfile tmp;    /* (V) backing tmp file, fd -1 while the bytes fit in @mem */
+	char *mem;                 /* (V) small versions live here: no tmp inode churn for dedup hits */
+	size_t mem_cap;            /* (V) bytes allocated at @mem */
+	bool done;                 /* (V) published or discarded: nothing more to read or write */
 	uint64_t size;             /* (V) bytes */
 	struct wfs_hasher hasher;  /* (V) digest of bytes [0, hashed) when @in_order */
 	bool in_order;             /* (V) every write so far extended the hashed prefix */
@@ -158,11 +161,12 @@ void wfs_version_put(struct wfs_version *v);
  * Write @len bytes at @off. Returns bytes written, -EAGAIN when the version is being sealed (start
  * over with wfs_version_writer()), or another -errno, which is also kept for the seal to fail with.
  */
-ssize_t wfs_version_write(struct wfs_version *v, const void *buf, size_t len, off_t off);
+ssize_t wfs_version_write(struct wfs_fs *fs, struct wfs_version *v, const void *buf, size_t len,
+			  off_t off);
 /* Read up to @len bytes at @off. Returns bytes read, -EAGAIN once sealed, or -errno. */
 ssize_t wfs_version_read(struct wfs_version *v, void *buf, size_t len, off_t off);
 /* Set the size to @size bytes (zero-filled when growing). Returns 0, -EAGAIN, or -errno. */
-int wfs_version_truncate(struct wfs_version *v, uint64_t size);
+int wfs_version_truncate(struct wfs_fs *fs, struct wfs_version *v, uint64_t size);
 uint64_t wfs_version_size(struct wfs_version *v);
 /*
  * Seal in->writer (fs->lock held on entry and on return; dropped while hashing and publishing):

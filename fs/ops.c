@@ -222,7 +222,7 @@ static int set_size(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, str
 		v = wfs_version_writer(fs, in, size == 0, &ret);
 		if (!v)
 			return ret;
-		ret = size == 0 ? 0 : wfs_version_truncate(v, size);
+		ret = size == 0 ? 0 : wfs_version_truncate(fs, v, size);
 		if (ret != -EAGAIN)
 			break;
 		wfs_version_put(v);
@@ -718,7 +718,7 @@ static ssize_t do_write(struct wfs_fs *fs, struct wfs_handle *h, const char *buf
 		pthread_mutex_unlock(&fs->lock);
 		if (!v)
 			return ret;
-		n = wfs_version_write(v, buf, size, off);
+		n = wfs_version_write(fs, v, buf, size, off);
 		wfs_version_put(v);
 	} while (n == -EAGAIN);
 	return n;

@@ -2,10 +2,15 @@
  * Versions: the bytes of a name while they are being written, and their seal into an object.
  *
  * States of a version, all under its lock:
- *   open    tmp.fd valid, writes and reads allowed;
+ *   open    writes and reads allowed;
  *   frozen  digest computed, publish in progress: writes get -EAGAIN, reads still served;
- *   done    tmp consumed (published or discarded): reads and writes get -EAGAIN.
+ *   done    published or discarded: reads and writes get -EAGAIN.
  * A caller that gets -EAGAIN waits for the seal (fs->sealed) and starts over from the inode.
+ *
+ * Where the bytes are: a version up to VERSION_MEM_MAX bytes lives in memory, so a small file whose
+ * content is already stored (the common case when ranks and restarts write the same weights) never
+ * creates a tmp inode at all; creating and deleting tens of thousands of inodes is what a
+ * filesystem's allocator is slowest at. A version that grows past it moves to a tmp file.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -14,6 +19,8 @@
 
 #include "daemon.h"
 #include "log.h"
+
+#define VERSION_MEM_MAX (1u << 20) /* bytes; one FUSE write request */
 
 void wfs_version_get(struct wfs_version *v)
 {
@@ -26,6 +33,7 @@ void wfs_version_put(struct wfs_version *v)
 		return;
 	if (v->tmp.fd >= 0)
 		close(v->tmp.fd); /* tmp name, if any, is removed by the seal or discard that owned it */
+	free(v->mem);
 	wfs_hasher_release(&v->hasher);
 	pthread_mutex_destroy(&v->lock);
 	free(v);
@@ -67,7 +75,7 @@ out:
 	return ret;
 }
 
-static struct wfs_version *version_new(struct wfs_fs *fs, int *err)
+static struct wfs_version *version_new(int *err)
 {
 	struct wfs_version *v = calloc(1, sizeof(*v));
 
@@ -80,8 +88,6 @@ static struct wfs_version *version_new(struct wfs_fs *fs, int *err)
 	v->in_order = true;
 	v->tmp.fd = -1;
 	*err = wfs_hasher_init(&v->hasher);
-	if (*err == 0)
-		*err = wfs_store_tmp_create(fs->store, &v->tmp);
 	if (*err) {
 		wfs_version_put(v);
 		return NULL;
@@ -101,7 +107,7 @@ struct wfs_version *wfs_version_writer(struct wfs_fs *fs, struct wfs_inode *in, 
 		if (!__atomic_load_n(&v->frozen, __ATOMIC_ACQUIRE)) {
 			wfs_version_get(v);
 			if (truncate) {
-				int ret = wfs_version_truncate(v, 0);
+				int ret = wfs_version_truncate(fs, v, 0);
 
 				if (ret == -EAGAIN) {
 					wfs_version_put(v);
@@ -118,7 +124,7 @@ struct wfs_version *wfs_version_writer(struct wfs_fs *fs, struct wfs_inode *in, 
 		pthread_cond_wait(&fs->sealed, &fs->lock);
 	}
 
-	v = version_new(fs, err);
+	v = version_new(err);
 	if (!v)
 		return NULL;
 	in->writer = v; /* the inode's reference */
@@ -133,10 +139,13 @@ struct wfs_version *wfs_version_writer(struct wfs_fs *fs, struct wfs_inode *in, 
 	v->in_order = false;
 	pthread_mutex_lock(&v->lock);
 	pthread_mutex_unlock(&fs->lock);
-	copied = copy_object(fs, &v->base, v->tmp.fd);
+	copied = wfs_store_tmp_create(fs->store, &v->tmp);
+	if (copied == 0)
+		copied = copy_object(fs, &v->base, v->tmp.fd);
 	if (copied < 0) {
 		/* Users that found it meanwhile get -EAGAIN and start over. */
 		v->frozen = true;
+		v->done = true;
 		wfs_store_tmp_discard(fs->store, &v->tmp);
 	} else {
 		v->size = (uint64_t)copied;
@@ -154,28 +163,101 @@ struct wfs_version *wfs_version_writer(struct wfs_fs *fs, struct wfs_inode *in, 
 	return v;
 }
 
-ssize_t wfs_version_write(struct wfs_version *v, const void *buf, size_t len, off_t off)
+/* Move the in-memory bytes to a tmp file (version lock held). Returns 0 or -errno. */
+static int spill(struct wfs_fs *fs, struct wfs_version *v)
 {
 	size_t done = 0;
-	ssize_t ret;
+	int ret;
 
-	pthread_mutex_lock(&v->lock);
-	if (v->frozen || v->tmp.fd < 0) {
-		ret = -EAGAIN;
-		goto out;
+	ret = wfs_store_tmp_create(fs->store, &v->tmp);
+	if (ret)
+		return ret;
+	while (done < v->size) {
+		ssize_t n = pwrite(v->tmp.fd, v->mem + done, v->size - done, (off_t)done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			ret = n < 0 ? -errno : -EIO;
+			wfs_store_tmp_discard(fs->store, &v->tmp);
+			return ret;
+		}
+		done += (size_t)n;
+	}
+	free(v->mem);
+	v->mem = NULL;
+	v->mem_cap = 0;
+	return 0;
+}
+
+/* Make the in-memory version hold @size bytes, zero-filled beyond the old size. */
+static int mem_resize(struct wfs_version *v, size_t size)
+{
+	if (size > v->mem_cap) {
+		size_t cap = v->mem_cap ? v->mem_cap : 4096;
+		char *p;
+
+		while (cap < size)
+			cap *= 2;
+		p = realloc(v->mem, cap);
+		if (!p)
+			return -ENOMEM;
+		v->mem = p;
+		v->mem_cap = cap;
+	}
+	if (size > v->size)
+		memset(v->mem + v->size, 0, size - v->size);
+	return 0;
+}
+
+static ssize_t write_locked(struct wfs_fs *fs, struct wfs_version *v, const void *buf, size_t len,
+			    off_t off)
+{
+	uint64_t end = (uint64_t)off + len;
+	size_t done = 0;
+	int ret;
+
+	if (len == 0)
+		return 0;
+	if (v->tmp.fd < 0 && end <= VERSION_MEM_MAX) {
+		ret = mem_resize(v, end > v->size ? (size_t)end : v->size);
+		if (ret)
+			return ret;
+		memcpy(v->mem + off, buf, len);
+		return (ssize_t)len;
+	}
+	if (v->tmp.fd < 0) {
+		ret = spill(fs, v);
+		if (ret)
+			return ret;
 	}
 	while (done < len) {
 		ssize_t n = pwrite(v->tmp.fd, (const char *)buf + done, len - done, off + (off_t)done);
 
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n <= 0) {
-			ret = n < 0 ? -errno : -EIO;
-			if (!v->error)
-				v->error = (int)ret;
-			goto out;
-		}
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
 		done += (size_t)n;
+	}
+	return (ssize_t)len;
+}
+
+ssize_t wfs_version_write(struct wfs_fs *fs, struct wfs_version *v, const void *buf, size_t len,
+			  off_t off)
+{
+	ssize_t ret;
+
+	pthread_mutex_lock(&v->lock);
+	if (v->frozen || v->done) {
+		ret = -EAGAIN;
+		goto out;
+	}
+	ret = write_locked(fs, v, buf, len, off);
+	if (ret < 0) {
+		if (!v->error)
+			v->error = (int)ret;
+		goto out;
 	}
 	/* Hash in place when the write extends the hashed prefix; otherwise rehash at seal. */
 	if (v->in_order && (uint64_t)off == v->hasher.bytes)
@@ -185,7 +267,6 @@ ssize_t wfs_version_write(struct wfs_version *v, const void *buf, size_t len, of
 	if ((uint64_t)off + len > v->size)
 		v->size = (uint64_t)off + len;
 	v->modified = true;
-	ret = (ssize_t)len;
 out:
 	pthread_mutex_unlock(&v->lock);
 	return ret;
@@ -196,34 +277,45 @@ ssize_t wfs_version_read(struct wfs_version *v, void *buf, size_t len, off_t off
 	ssize_t ret;
 
 	pthread_mutex_lock(&v->lock);
-	if (v->tmp.fd < 0)
+	if (v->done) {
 		ret = -EAGAIN;
-	else if ((uint64_t)off >= v->size)
+	} else if ((uint64_t)off >= v->size) {
 		ret = 0;
-	else {
+	} else {
 		if ((uint64_t)off + len > v->size)
 			len = (size_t)(v->size - (uint64_t)off);
-		ret = pread(v->tmp.fd, buf, len, off);
-		if (ret < 0)
-			ret = -errno;
+		if (v->tmp.fd < 0) {
+			memcpy(buf, v->mem + off, len);
+			ret = (ssize_t)len;
+		} else {
+			ret = pread(v->tmp.fd, buf, len, off);
+			if (ret < 0)
+				ret = -errno;
+		}
 	}
 	pthread_mutex_unlock(&v->lock);
 	return ret;
 }
 
-int wfs_version_truncate(struct wfs_version *v, uint64_t size)
+int wfs_version_truncate(struct wfs_fs *fs, struct wfs_version *v, uint64_t size)
 {
 	int ret = 0;
 
 	pthread_mutex_lock(&v->lock);
-	if (v->frozen || v->tmp.fd < 0) {
+	if (v->frozen || v->done) {
 		ret = -EAGAIN;
 		goto out;
 	}
-	if (ftruncate(v->tmp.fd, (off_t)size) < 0) {
-		ret = -errno;
+	if (v->tmp.fd < 0 && size > VERSION_MEM_MAX)
+		ret = spill(fs, v);
+	if (ret)
 		goto out;
-	}
+	if (v->tmp.fd < 0)
+		ret = mem_resize(v, (size_t)size);
+	else if (ftruncate(v->tmp.fd, (off_t)size) < 0)
+		ret = -errno;
+	if (ret)
+		goto out;
 	if (size == 0) {
 		wfs_hasher_reset(&v->hasher);
 		v->in_order = true;
@@ -259,6 +351,10 @@ static int version_digest(struct wfs_version *v, struct wfs_digest *d)
 	}
 	if (v->in_order && v->hasher.bytes == v->size) {
 		wfs_hasher_digest(&v->hasher, d);
+		return 0;
+	}
+	if (v->tmp.fd < 0) {
+		wfs_digest_buf(v->mem, v->size, d);
 		return 0;
 	}
 	ret = wfs_digest_fd(v->tmp.fd, d, &bytes);
@@ -305,14 +401,16 @@ int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in)
 	pthread_mutex_unlock(&fs->lock);
 
 	pthread_mutex_lock(&v->lock);
-	if (ret == 0 && v->has_base && !v->modified) {
-		wfs_store_tmp_discard(fs->store, &v->tmp); /* unchanged copy: the object is already there */
-		existed = true;
-	} else if (ret == 0) {
+	if (ret == 0 && ((v->has_base && !v->modified) || wfs_store_object_exists(fs->store, &d)))
+		existed = true; /* already stored: this copy is not needed */
+	else if (ret == 0 && v->tmp.fd < 0)
+		ret = spill(fs, v);
+	if (ret == 0 && !existed)
 		ret = wfs_store_publish(fs->store, &v->tmp, &d, &existed);
-	} else {
-		wfs_store_tmp_discard(fs->store, &v->tmp);
-	}
+	wfs_store_tmp_discard(fs->store, &v->tmp);
+	free(v->mem);
+	v->mem = NULL;
+	v->done = true;
 	pthread_mutex_unlock(&v->lock);
 
 	pthread_mutex_lock(&fs->lock);

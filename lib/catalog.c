@@ -367,28 +367,40 @@ void wfs_catalog_close(struct wfs_catalog *c)
 
 int wfs_catalog_recover(struct wfs_catalog *c, struct wfs_recovery *report)
 {
+	struct wfs_recovery r = {0};
 	char sql[512];
+	sqlite3_stmt *s;
 	int ret;
 
 	ret = begin(c);
 	if (ret)
 		return ret;
-	/* Invariant 2: names of regular files never sealed lose their dentry first... */
+	/* Orphans first, before the unsealed files below join them at nlink 0. */
+	ret = map_sqlite(c, sqlite3_prepare_v2(c->db, "SELECT count(*) FROM inodes WHERE nlink = 0", -1, &s,
+					       NULL));
+	if (ret == 0) {
+		if (sqlite3_step(s) == SQLITE_ROW)
+			r.orphans_removed = (uint64_t)sqlite3_column_int64(s, 0);
+		sqlite3_finalize(s);
+	}
+	/* Invariant 2: names of regular files never sealed go, and their inodes become orphans... */
 	snprintf(sql, sizeof(sql),
 		 "UPDATE inodes SET nlink = 0 WHERE digest IS NULL AND (mode & %u) = %u;"
 		 "DELETE FROM dentries WHERE ino IN (SELECT ino FROM inodes WHERE digest IS NULL"
 		 " AND (mode & %u) = %u);",
 		 (unsigned)S_IFMT, (unsigned)S_IFREG, (unsigned)S_IFMT, (unsigned)S_IFREG);
-	ret = exec(c, sql);
-	report->unsealed_removed = ret ? 0 : (uint64_t)sqlite3_changes(c->db);
+	if (ret == 0)
+		ret = exec(c, sql);
+	if (ret == 0)
+		r.unsealed_removed = (uint64_t)sqlite3_changes(c->db);
 	/* ...then, invariant 3: every inode without a name goes, with its xattrs. */
 	if (ret == 0)
 		ret = exec(c, "DELETE FROM xattrs WHERE ino IN (SELECT ino FROM inodes WHERE nlink = 0);"
 			      "DELETE FROM inodes WHERE nlink = 0;");
-	report->orphans_removed = ret ? 0 : (uint64_t)sqlite3_changes(c->db);
-	if (report->orphans_removed >= report->unsealed_removed)
-		report->orphans_removed -= report->unsealed_removed;
-	return end(c, ret);
+	ret = end(c, ret);
+	if (ret == 0)
+		*report = r;
+	return ret;
 }
 
 int wfs_catalog_getattr(struct wfs_catalog *c, uint64_t ino, struct wfs_attr *out)

@@ -71,7 +71,7 @@ void wfs_catalog_close(struct wfs_catalog *c);
 /* What wfs_catalog_recover() removed. */
 struct wfs_recovery {
 	uint64_t unsealed_removed; /* names of files that were still being created */
-	uint64_t orphans_removed;  /* inodes with no name left (unlinked while open) */
+	uint64_t orphans_removed;  /* other inodes with no name left (unlinked while open) */
 };
 /* Crash recovery at mount: enforce invariants 2 and 3. Returns 0 or -errno. */
 int wfs_catalog_recover(struct wfs_catalog *c, struct wfs_recovery *report);

@@ -3,8 +3,8 @@
  * through a bounded ring of pinned host buffers.
  *
  * A stager is bound to one CUDA device. It owns:
- *   - a ring of B buffers of S bytes each, allocated once, at exactly B × S bytes, on the GPU's NUMA
- *     node and pinned with cudaHostRegister. This is all the host memory a stager ever holds for
+ *   - a ring of B buffers of S bytes each, allocated once, at exactly B × S bytes (default 64 × 2 MiB
+ *     = 128 MiB), on the GPU's NUMA node and pinned with cudaHostRegister. This is all the host memory a stager ever holds for
  *     data, whatever the size of what it moves;
  *   - T worker threads, bound to the NUMA node's CPUs, each with its own CUDA stream;
  *   - one completion thread that waits for copies to finish and gives buffers back to the ring.
@@ -73,9 +73,10 @@ struct wfs_stage_opts {
 	enum wfs_stage_mem mem; /* default WFS_STAGE_MEM_DEVICE */
 	int device;             /* CUDA device index as this process sees it; default 0 */
 	int numa_node;          /* >= 0: that node; -1: auto (env, then GPU); -2: unbound, no warning */
-	unsigned buffers;       /* ring buffers (B); default 16 */
-	size_t buffer_bytes;    /* bytes per ring buffer (S), a multiple of 4096; default 16 MiB */
-	unsigned threads;       /* worker threads (T), one CUDA stream each; default 8 */
+	unsigned buffers;       /* ring buffers (B); default 64 */
+	size_t buffer_bytes;    /* bytes per ring buffer (S), a multiple of 4096; default 2 MiB */
+	unsigned threads;       /* worker threads (T), one CUDA stream each; default online CPUs - 2,
+				   at least 2, at most 12 */
 	/*
 	 * Test-only fault injection: when set, called before every pread()/pwrite() of an item's file and
 	 * before the close() of an offloaded file, with the item's path, the operation and the file offset

@@ -82,6 +82,13 @@ int wfs_store_open(const char *path, unsigned flags, struct wfs_store **out)
 		ret = -errno;
 		goto fail;
 	}
+	/* The layout first: a directory that is not a store must be left exactly as it was. */
+	ret = open_subdir(s->dir_fd, "objects", create && !readonly, &s->objects_fd);
+	if (ret)
+		goto fail;
+	ret = open_subdir(s->dir_fd, "tmp", create && !readonly, &s->tmp_fd);
+	if (ret)
+		goto fail;
 	if (!readonly) {
 		s->lock_fd = openat(s->dir_fd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0644);
 		if (s->lock_fd < 0) {
@@ -92,14 +99,6 @@ int wfs_store_open(const char *path, unsigned flags, struct wfs_store **out)
 			ret = errno == EWOULDBLOCK ? -EBUSY : -errno;
 			goto fail;
 		}
-	}
-	ret = open_subdir(s->dir_fd, "objects", create && !readonly, &s->objects_fd);
-	if (ret)
-		goto fail;
-	ret = open_subdir(s->dir_fd, "tmp", create && !readonly, &s->tmp_fd);
-	if (ret)
-		goto fail;
-	if (!readonly) {
 		ret = clean_tmp(s);
 		if (ret)
 			goto fail;
@@ -242,6 +241,12 @@ int wfs_store_publish(struct wfs_store *s, struct wfs_tmpfile *t, const struct w
 		ret = -EROFS;
 		goto out;
 	}
+	wfs_store_object_name(digest, name);
+	if (wfs_store_object_exists(s, digest)) {
+		*existed = true; /* already stored: no need to make this copy durable */
+		ret = 0;
+		goto out;
+	}
 	if (sync && fdatasync(t->fd) < 0) {
 		ret = -errno;
 		goto out;
@@ -250,7 +255,6 @@ int wfs_store_publish(struct wfs_store *s, struct wfs_tmpfile *t, const struct w
 		ret = -errno;
 		goto out;
 	}
-	wfs_store_object_name(digest, name);
 	ret = link_object(s, t, name);
 	if (ret < 0)
 		goto out;
@@ -274,6 +278,14 @@ int wfs_store_object_open(struct wfs_store *s, const struct wfs_digest *d, int e
 	wfs_store_object_name(d, name);
 	fd = openat(s->objects_fd, name, O_RDONLY | O_CLOEXEC | extra_flags);
 	return fd < 0 ? -errno : fd;
+}
+
+bool wfs_store_object_exists(struct wfs_store *s, const struct wfs_digest *d)
+{
+	char name[34];
+
+	wfs_store_object_name(d, name);
+	return faccessat(s->objects_fd, name, F_OK, AT_EACCESS) == 0;
 }
 
 int wfs_store_object_stat(struct wfs_store *s, const struct wfs_digest *d, struct stat *st)

@@ -66,7 +66,9 @@ void wfs_store_tmp_discard(struct wfs_store *s, struct wfs_tmpfile *t);
  * Publish the tmp file @t, whose bytes hash to @digest, as an object. Always consumes @t (its fd is
  * closed and its name removed, success or not). *@existed is set to true when an object with that
  * digest was already stored (the new bytes are dropped). Returns 0, or -errno from fdatasync/link/fsync
- * (-ENOSPC, -EIO, -EDQUOT, ...) in which case no object was added.
+ * (-ENOSPC, -EIO, -EDQUOT, ...): then the caller must not reference the object. When only the final
+ * directory fsync failed, the complete object stays linked (removing it could pull it from under a
+ * concurrent publisher that found it stored); with no catalog row it is an orphan for fsck/gc.
  */
 int wfs_store_publish(struct wfs_store *s, struct wfs_tmpfile *t, const struct wfs_digest *digest,
 		      bool *existed);
@@ -76,6 +78,8 @@ int wfs_store_publish(struct wfs_store *s, struct wfs_tmpfile *t, const struct w
  * the caller owns, or -ENOENT (not stored), or another -errno.
  */
 int wfs_store_object_open(struct wfs_store *s, const struct wfs_digest *d, int extra_flags);
+/* Whether object @d is stored (its name exists under objects/). */
+bool wfs_store_object_exists(struct wfs_store *s, const struct wfs_digest *d);
 /* stat(2) of object @d. Returns 0, -ENOENT, or -errno. */
 int wfs_store_object_stat(struct wfs_store *s, const struct wfs_digest *d, struct stat *st);
 /* Remove object @d (its name; readers that have it open keep their bytes). Returns 0, -ENOENT, -errno. */

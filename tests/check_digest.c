@@ -205,11 +205,14 @@ END_TEST
 
 /* ---- files ----------------------------------------------------------------------------------- */
 
-static char tmpdir[256];
+static char run_dir[256]; /* made by main(); removed, with whatever a failed test left, at exit */
+static char tmpdir[512];  /* this test's directory */
 
 static void tmp_setup(void)
 {
-	tu_mkdtemp(tmpdir, sizeof(tmpdir), "check_digest");
+	int ret = tu_mkdtemp_in(tmpdir, sizeof(tmpdir), run_dir, "t");
+
+	ck_assert_msg(ret == 0, "mkdtemp in %s: %s", run_dir, strerror(-ret));
 }
 
 static void tmp_teardown(void)
@@ -437,11 +440,18 @@ static Suite *digest_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(digest_suite());
-	int failed;
+	SRunner *sr;
+	int ret, failed;
 
+	ret = tu_mkdtemp_in(run_dir, sizeof(run_dir), tu_tmpdir_base(), "check_digest");
+	if (ret) {
+		fprintf(stderr, "check_digest: mkdtemp under %s: %s\n", tu_tmpdir_base(), strerror(-ret));
+		return EXIT_FAILURE;
+	}
+	sr = srunner_create(digest_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
+	tu_rmtree(run_dir);
 	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -34,21 +34,12 @@ static char tmpdir[256];
 
 static void setup_tmp(void)
 {
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/check_stage.XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	return remove(p);
+	tu_mkdtemp(tmpdir, sizeof(tmpdir), "check_stage");
 }
 
 static void teardown_tmp(void)
 {
-	nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	tu_rmtree(tmpdir);
 }
 
 static void tpath(char *out, size_t len, const char *name)

@@ -37,27 +37,42 @@ static inline void tu_fill(void *buf, size_t len, uint64_t seed)
 }
 
 /*
+ * Make a fresh directory "@base/<prefix>.XXXXXX" and write its path into @buf (@len bytes).
+ * Returns 0 or -errno; usable outside a running test (from main()).
+ */
+static inline int tu_mkdtemp_in(char *buf, size_t len, const char *base, const char *prefix)
+{
+	int n = snprintf(buf, len, "%s/%s.XXXXXX", base, prefix);
+
+	if (n < 0 || (size_t)n >= len)
+		return -ENAMETOOLONG;
+	return mkdtemp(buf) ? 0 : -errno;
+}
+
+/* $TMPDIR, or /tmp when it is unset or empty. */
+static inline const char *tu_tmpdir_base(void)
+{
+	const char *base = getenv("TMPDIR");
+
+	return base && *base ? base : "/tmp";
+}
+
+/*
  * Make a fresh directory "$TMPDIR/<prefix>.XXXXXX" (TMPDIR defaults to /tmp) and write its path into
  * @buf (@len bytes). Fails the running test on error.
  */
 static inline void tu_mkdtemp(char *buf, size_t len, const char *prefix)
 {
-	const char *base = getenv("TMPDIR");
-	int n;
+	int ret = tu_mkdtemp_in(buf, len, tu_tmpdir_base(), prefix);
 
-	if (!base || !*base)
-		base = "/tmp";
-	n = snprintf(buf, len, "%s/%s.XXXXXX", base, prefix);
-	ck_assert_msg(n > 0 && (size_t)n < len, "temporary path too long");
-	ck_assert_msg(mkdtemp(buf) != NULL, "mkdtemp(%s): %s", buf, strerror(errno));
+	ck_assert_msg(ret == 0, "mkdtemp under %s: %s", tu_tmpdir_base(), strerror(-ret));
 }
 
 static inline int tu_rmtree_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
 	(void)sb;
+	(void)flag;
 	(void)ftw;
-	if (flag == FTW_DP || flag == FTW_D)
-		chmod(path, 0700); /* a directory made read-only by a test must still be emptied */
 	return remove(path) < 0 && errno != ENOENT ? -1 : 0;
 }
 
@@ -176,11 +191,12 @@ static inline long tu_count_files(const char *path)
 		return -1;
 	while ((e = readdir(d)) != NULL) {
 		long k;
+		int len;
 
 		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
 			continue;
-		snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name);
-		k = tu_count_files(sub);
+		len = snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name);
+		k = len > 0 && (size_t)len < sizeof(sub) ? tu_count_files(sub) : -1;
 		if (k < 0) {
 			n = -1;
 			break;

@@ -1,0 +1,1443 @@
+/*
+ * Check suite for lib/catalog: the namespace (create, lookup, link, unlink, rename), link counts,
+ * object reference counts, crash recovery, readdir cookies, xattrs, stats, inode-number stability
+ * and persistence. Each test opens a fresh catalog in its own temporary directory.
+ */
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "catalog.h"
+#include "digest.h"
+#include "testutil.h"
+
+#define ROOT WFS_ROOT_INO
+#define UID 1000u
+#define GID 1001u
+
+static char run_dir[256]; /* made by main(); removed, with whatever a failed test left, at exit */
+static char tmpdir[512];  /* this test's directory */
+static char db_path[600];
+static struct wfs_catalog *cat;
+
+static void cat_setup(void)
+{
+	int ret = tu_mkdtemp_in(tmpdir, sizeof(tmpdir), run_dir, "t");
+
+	ck_assert_msg(ret == 0, "mkdtemp in %s: %s", run_dir, strerror(-ret));
+	tu_path(db_path, sizeof(db_path), tmpdir, "catalog.db");
+	ret = wfs_catalog_open(db_path, WFS_CATALOG_CREATE, UID, GID, &cat);
+	ck_assert_msg(ret == 0, "wfs_catalog_open(%s): %s", db_path, strerror(-ret));
+}
+
+static void cat_teardown(void)
+{
+	wfs_catalog_close(cat);
+	cat = NULL;
+	tu_rmtree(tmpdir);
+}
+
+/* ---- helpers --------------------------------------------------------------------------------- */
+
+static uint64_t mk(uint64_t parent, const char *name, uint32_t mode, const char *target)
+{
+	struct wfs_attr a;
+	int ret = wfs_catalog_create(cat, parent, name, mode, UID, GID, target, &a);
+
+	ck_assert_msg(ret == 0, "create %llu/%s: %s", (unsigned long long)parent, name, strerror(-ret));
+	ck_assert_uint_gt(a.ino, ROOT);
+	return a.ino;
+}
+
+static uint64_t mkfile(uint64_t parent, const char *name)
+{
+	return mk(parent, name, S_IFREG | 0644, NULL);
+}
+
+static uint64_t mkdir_(uint64_t parent, const char *name)
+{
+	return mk(parent, name, S_IFDIR | 0755, NULL);
+}
+
+static struct wfs_attr get(uint64_t ino)
+{
+	struct wfs_attr a;
+	int ret = wfs_catalog_getattr(cat, ino, &a);
+
+	ck_assert_msg(ret == 0, "getattr %llu: %s", (unsigned long long)ino, strerror(-ret));
+	return a;
+}
+
+static uint32_t nlink_of(uint64_t ino)
+{
+	return get(ino).nlink;
+}
+
+/* The inode @parent/@name names, or 0 when lookup fails with -ENOENT. */
+static uint64_t ino_at(uint64_t parent, const char *name)
+{
+	struct wfs_attr a;
+	int ret = wfs_catalog_lookup(cat, parent, name, &a);
+
+	if (ret == -ENOENT)
+		return 0;
+	ck_assert_msg(ret == 0, "lookup %llu/%s: %s", (unsigned long long)parent, name, strerror(-ret));
+	return a.ino;
+}
+
+static struct wfs_digest dg(const char *s)
+{
+	struct wfs_digest d;
+
+	wfs_digest_buf(s, strlen(s), &d);
+	return d;
+}
+
+static void seal(uint64_t ino, const char *content, uint64_t size)
+{
+	struct wfs_digest d = dg(content);
+	struct timespec t = {.tv_sec = 1700000000, .tv_nsec = 123456789};
+	struct wfs_attr old, out;
+	int ret = wfs_catalog_set_content(cat, ino, &d, size, &t, false, &old, &out);
+
+	ck_assert_msg(ret == 0, "set_content %llu: %s", (unsigned long long)ino, strerror(-ret));
+}
+
+static uint64_t refcount(const char *content)
+{
+	struct wfs_digest d = dg(content);
+	uint64_t n = 999;
+	int ret = wfs_catalog_object_refcount(cat, &d, &n);
+
+	ck_assert_msg(ret == 0, "refcount of \"%s\": %s", content, strerror(-ret));
+	return n;
+}
+
+static void unlink_ok(uint64_t parent, const char *name, bool dir, uint64_t want_ino)
+{
+	uint64_t ino = 0;
+	int ret = wfs_catalog_unlink(cat, parent, name, dir, &ino);
+
+	ck_assert_msg(ret == 0, "unlink %s: %s", name, strerror(-ret));
+	ck_assert_uint_eq(ino, want_ino);
+}
+
+static int64_t ns(const struct timespec *t)
+{
+	return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec;
+}
+
+static int64_t now(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_REALTIME, &t);
+	return ns(&t);
+}
+
+static void assert_attr_eq(const struct wfs_attr *a, const struct wfs_attr *b)
+{
+	ck_assert_uint_eq(a->ino, b->ino);
+	ck_assert_uint_eq(a->mode, b->mode);
+	ck_assert_uint_eq(a->uid, b->uid);
+	ck_assert_uint_eq(a->gid, b->gid);
+	ck_assert_uint_eq(a->nlink, b->nlink);
+	ck_assert_uint_eq(a->size, b->size);
+	ck_assert_uint_eq(a->parent, b->parent);
+	ck_assert_int_eq(ns(&a->atime), ns(&b->atime));
+	ck_assert_int_eq(ns(&a->mtime), ns(&b->mtime));
+	ck_assert_int_eq(ns(&a->ctime), ns(&b->ctime));
+	ck_assert_int_eq(a->sealed, b->sealed);
+	if (a->sealed)
+		ck_assert_mem_eq(a->digest.bytes, b->digest.bytes, WFS_DIGEST_BYTES);
+}
+
+/* ---- open ------------------------------------------------------------------------------------ */
+
+START_TEST(test_open_root)
+{
+	struct wfs_attr a = get(ROOT);
+	struct wfs_catalog *c2 = NULL;
+
+	ck_assert_uint_eq(a.ino, ROOT);
+	ck_assert_uint_eq(a.mode, S_IFDIR | 0755);
+	ck_assert_uint_eq(a.nlink, 2);
+	ck_assert_uint_eq(a.uid, UID);
+	ck_assert_uint_eq(a.gid, GID);
+	ck_assert_uint_eq(a.parent, ROOT);
+	ck_assert_uint_eq(a.size, 0);
+	ck_assert(!a.sealed);
+	ck_assert_int_gt(ns(&a.mtime), 0);
+	ck_assert_int_eq(ns(&a.mtime), ns(&a.ctime));
+	wfs_catalog_close(cat);
+	/* Opening again with CREATE and another owner leaves the existing root alone. */
+	ck_assert_int_eq(wfs_catalog_open(db_path, WFS_CATALOG_CREATE, 0, 0, &cat), 0);
+	ck_assert_uint_eq(get(ROOT).uid, UID);
+	ck_assert_uint_eq(get(ROOT).gid, GID);
+	ck_assert_int_eq(wfs_catalog_open(db_path, 0, 0, 0, &c2), 0);
+	wfs_catalog_close(c2);
+}
+END_TEST
+
+START_TEST(test_open_errors)
+{
+	struct wfs_catalog *c = (struct wfs_catalog *)&c; /* sentinel: must stay untouched */
+	struct wfs_catalog *const sentinel = c;
+	char path[400];
+
+	tu_path(path, sizeof(path), tmpdir, "missing.db");
+	ck_assert_int_eq(wfs_catalog_open(path, 0, 0, 0, &c), -ENOENT);
+	ck_assert_int_eq(wfs_catalog_open(path, WFS_CATALOG_READONLY, 0, 0, &c), -ENOENT);
+	ck_assert_int_eq(access(path, F_OK), -1);
+	tu_path(path, sizeof(path), tmpdir, "no/such/dir.db");
+	ck_assert_int_eq(wfs_catalog_open(path, WFS_CATALOG_CREATE, 0, 0, &c), -ENOENT);
+	/* Not a database at all. */
+	tu_path(path, sizeof(path), tmpdir, "garbage.db");
+	{
+		char junk[4096];
+
+		tu_fill(junk, sizeof(junk), 1);
+		ck_assert_int_eq(tu_write_file(path, junk, sizeof(junk), 0644), 0);
+	}
+	ck_assert_int_eq(wfs_catalog_open(path, 0, 0, 0, &c), -EIO);
+	ck_assert_int_eq(wfs_catalog_open(path, WFS_CATALOG_CREATE, 0, 0, &c), -EIO);
+	ck_assert_ptr_eq(c, sentinel);
+}
+END_TEST
+
+/* A catalog written by a newer weightfs (schema_version 2) is refused with -EIO. */
+START_TEST(test_open_newer_schema)
+{
+	struct wfs_catalog *c = NULL;
+	sqlite3 *db;
+
+	wfs_catalog_close(cat);
+	cat = NULL;
+	ck_assert_int_eq(sqlite3_open(db_path, &db), SQLITE_OK);
+	ck_assert_int_eq(sqlite3_exec(db, "UPDATE meta SET value = 2 WHERE key = 'schema_version'", NULL,
+				      NULL, NULL),
+			 SQLITE_OK);
+	ck_assert_int_eq(sqlite3_changes(db), 1);
+	sqlite3_close(db);
+	ck_assert_int_eq(wfs_catalog_open(db_path, 0, 0, 0, &c), -EIO);
+	ck_assert_int_eq(wfs_catalog_open(db_path, WFS_CATALOG_CREATE, 0, 0, &c), -EIO);
+	ck_assert_ptr_null(c);
+}
+END_TEST
+
+/* ---- create / lookup ------------------------------------------------------------------------- */
+
+START_TEST(test_create_kinds)
+{
+	int64_t before = now(), after;
+	struct wfs_attr f, d, l, got;
+	char buf[64];
+
+	ck_assert_int_eq(wfs_catalog_create(cat, ROOT, "file", S_IFREG | 0640, 10, 20, NULL, &f), 0);
+	ck_assert_int_eq(wfs_catalog_create(cat, ROOT, "dir", S_IFDIR | 0750, 11, 21, NULL, &d), 0);
+	ck_assert_int_eq(wfs_catalog_create(cat, d.ino, "link", S_IFLNK | 0777, 12, 22, "../file", &l), 0);
+	after = now();
+
+	ck_assert_uint_eq(f.mode, S_IFREG | 0640);
+	ck_assert_uint_eq(f.uid, 10);
+	ck_assert_uint_eq(f.gid, 20);
+	ck_assert_uint_eq(f.nlink, 1);
+	ck_assert_uint_eq(f.size, 0);
+	ck_assert_uint_eq(f.parent, 0);
+	ck_assert(!f.sealed); /* invariant 2: a new file is unsealed */
+	ck_assert_int_ge(ns(&f.mtime), before);
+	ck_assert_int_le(ns(&f.mtime), after);
+	ck_assert_int_eq(ns(&f.atime), ns(&f.mtime));
+	ck_assert_int_eq(ns(&f.ctime), ns(&f.mtime));
+
+	ck_assert_uint_eq(d.mode, S_IFDIR | 0750);
+	ck_assert_uint_eq(d.nlink, 2);
+	ck_assert_uint_eq(d.parent, ROOT);
+	ck_assert_uint_eq(d.size, 0);
+
+	ck_assert_uint_eq(l.mode, S_IFLNK | 0777);
+	ck_assert_uint_eq(l.nlink, 1);
+	ck_assert_uint_eq(l.size, strlen("../file"));
+	ck_assert_uint_eq(l.parent, 0);
+
+	/* Distinct inode numbers, and lookup, getattr and create agree. */
+	ck_assert_uint_ne(f.ino, d.ino);
+	ck_assert_uint_ne(d.ino, l.ino);
+	ck_assert_uint_ne(f.ino, l.ino);
+	ck_assert_int_eq(wfs_catalog_lookup(cat, ROOT, "file", &got), 0);
+	assert_attr_eq(&got, &f);
+	got = get(f.ino);
+	assert_attr_eq(&got, &f);
+	/* d's mtime and ctime moved when "link" was made in it; the rest is as created. */
+	ck_assert_int_eq(wfs_catalog_lookup(cat, ROOT, "dir", &got), 0);
+	ck_assert_int_ge(ns(&got.mtime), ns(&l.mtime));
+	ck_assert_int_eq(ns(&got.ctime), ns(&got.mtime));
+	ck_assert_int_eq(ns(&got.atime), ns(&d.atime));
+	got.mtime = d.mtime;
+	got.ctime = d.ctime;
+	assert_attr_eq(&got, &d);
+	ck_assert_int_eq(wfs_catalog_lookup(cat, ROOT, "dir", &d), 0);
+	got = get(d.ino);
+	assert_attr_eq(&got, &d);
+	ck_assert_int_eq(wfs_catalog_lookup(cat, d.ino, "link", &got), 0);
+	assert_attr_eq(&got, &l);
+	got = get(l.ino);
+	assert_attr_eq(&got, &l);
+
+	ck_assert_int_eq(wfs_catalog_readlink(cat, l.ino, buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "../file");
+	ck_assert_int_eq(wfs_catalog_readlink(cat, l.ino, buf, 4), 0); /* truncated to size - 1 */
+	ck_assert_str_eq(buf, "../");
+	ck_assert_int_eq(wfs_catalog_readlink(cat, f.ino, buf, sizeof(buf)), -EINVAL);
+	ck_assert_int_eq(wfs_catalog_readlink(cat, d.ino, buf, sizeof(buf)), -EINVAL);
+	ck_assert_int_eq(wfs_catalog_readlink(cat, 999999, buf, sizeof(buf)), -ENOENT);
+
+	/* The root's mtime moved when "dir" was made in it. */
+	got = get(ROOT);
+	ck_assert_int_ge(ns(&got.mtime), ns(&d.atime));
+}
+END_TEST
+
+START_TEST(test_create_invalid)
+{
+	struct wfs_attr a;
+
+	ck_assert_int_eq(wfs_catalog_create(cat, ROOT, "fifo", S_IFIFO | 0644, 0, 0, NULL, &a), -EINVAL);
+	ck_assert_int_eq(wfs_catalog_create(cat, ROOT, "sock", S_IFSOCK | 0644, 0, 0, NULL, &a), -EINVAL);
+	ck_assert_int_eq(wfs_catalog_create(cat, ROOT, "l", S_IFLNK | 0777, 0, 0, NULL, &a), -EINVAL);
+	ck_assert_int_eq(wfs_catalog_create(cat, ROOT, "f", S_IFREG | 0644, 0, 0, "x", &a), -EINVAL);
+	ck_assert_uint_eq(ino_at(ROOT, "fifo"), 0);
+	ck_assert_uint_eq(ino_at(ROOT, "l"), 0);
+	ck_assert_uint_eq(ino_at(ROOT, "f"), 0);
+}
+END_TEST
+
+START_TEST(test_create_eexist)
+{
+	uint64_t f = mkfile(ROOT, "a"), d = mkdir_(ROOT, "d");
+	struct wfs_attr a, before = get(ROOT);
+
+	a.ino = 4242;
+	ck_assert_int_eq(wfs_catalog_create(cat, ROOT, "a", S_IFREG | 0644, 0, 0, NULL, &a), -EEXIST);
+	ck_assert_int_eq(wfs_catalog_create(cat, ROOT, "a", S_IFDIR | 0755, 0, 0, NULL, &a), -EEXIST);
+	ck_assert_int_eq(wfs_catalog_create(cat, ROOT, "d", S_IFREG | 0644, 0, 0, NULL, &a), -EEXIST);
+	ck_assert_int_eq(wfs_catalog_create(cat, ROOT, "d", S_IFLNK | 0777, 0, 0, "t", &a), -EEXIST);
+	ck_assert_uint_eq(a.ino, 4242); /* out parameter untouched */
+	ck_assert_uint_eq(ino_at(ROOT, "a"), f);
+	ck_assert_uint_eq(ino_at(ROOT, "d"), d);
+	ck_assert_uint_eq(nlink_of(ROOT), 3); /* the failed mkdir did not count */
+	ck_assert_uint_eq(get(ROOT).nlink, before.nlink);
+	/* The same name in another directory is fine. */
+	ck_assert_uint_ne(mkfile(d, "a"), f);
+}
+END_TEST
+
+START_TEST(test_create_enotdir)
+{
+	uint64_t f = mkfile(ROOT, "f"), d = mkdir_(ROOT, "d");
+	struct wfs_attr a;
+
+	ck_assert_int_eq(wfs_catalog_create(cat, f, "x", S_IFREG | 0644, 0, 0, NULL, &a), -ENOTDIR);
+	ck_assert_int_eq(wfs_catalog_create(cat, f, "x", S_IFDIR | 0755, 0, 0, NULL, &a), -ENOTDIR);
+	ck_assert_int_eq(wfs_catalog_lookup(cat, f, "x", &a), -ENOTDIR);
+	ck_assert_int_eq(wfs_catalog_create(cat, 987654, "x", S_IFREG | 0644, 0, 0, NULL, &a), -ENOENT);
+	ck_assert_int_eq(wfs_catalog_lookup(cat, ROOT, "nothing", &a), -ENOENT);
+	ck_assert_int_eq(wfs_catalog_getattr(cat, 987654, &a), -ENOENT);
+	/* A removed directory (still referenced, nlink 0) takes no new entries. */
+	unlink_ok(ROOT, "d", true, d);
+	ck_assert_int_eq(wfs_catalog_create(cat, d, "x", S_IFREG | 0644, 0, 0, NULL, &a), -ENOENT);
+	ck_assert_int_eq(nlink_of(f), 1);
+}
+END_TEST
+
+/* ---- unlink / rmdir, link counts ------------------------------------------------------------- */
+
+START_TEST(test_unlink_semantics)
+{
+	uint64_t f = mkfile(ROOT, "f"), d = mkdir_(ROOT, "d"), e = mkdir_(ROOT, "e");
+	uint64_t inner = mkfile(d, "inner"), ino = 77;
+
+	ck_assert_int_eq(wfs_catalog_unlink(cat, ROOT, "d", false, &ino), -EISDIR);
+	ck_assert_int_eq(wfs_catalog_unlink(cat, ROOT, "f", true, &ino), -ENOTDIR);
+	ck_assert_int_eq(wfs_catalog_unlink(cat, ROOT, "d", true, &ino), -ENOTEMPTY);
+	ck_assert_int_eq(wfs_catalog_unlink(cat, ROOT, "missing", false, &ino), -ENOENT);
+	ck_assert_int_eq(wfs_catalog_unlink(cat, ROOT, "missing", true, &ino), -ENOENT);
+	ck_assert_int_eq(wfs_catalog_unlink(cat, f, "x", false, &ino), -ENOTDIR);
+	ck_assert_uint_eq(ino, 77);
+	ck_assert_uint_eq(nlink_of(ROOT), 4);
+
+	unlink_ok(ROOT, "f", false, f);
+	ck_assert_uint_eq(ino_at(ROOT, "f"), 0);
+	ck_assert_uint_eq(nlink_of(f), 0); /* the inode lives on until dropped */
+	ck_assert_uint_eq(nlink_of(ROOT), 4);
+
+	unlink_ok(ROOT, "e", true, e);
+	ck_assert_uint_eq(nlink_of(e), 0);
+	ck_assert_uint_eq(nlink_of(ROOT), 3);
+
+	unlink_ok(d, "inner", false, inner);
+	unlink_ok(ROOT, "d", true, d);
+	ck_assert_uint_eq(nlink_of(d), 0);
+	ck_assert_uint_eq(nlink_of(ROOT), 2);
+	ck_assert_uint_eq(ino_at(ROOT, "d"), 0);
+}
+END_TEST
+
+/* A directory's nlink is 2 + its subdirectories; files do not count. */
+START_TEST(test_nlink_dirs)
+{
+	uint64_t a, b, x;
+
+	ck_assert_uint_eq(nlink_of(ROOT), 2);
+	a = mkdir_(ROOT, "a");
+	b = mkdir_(ROOT, "b");
+	ck_assert_uint_eq(nlink_of(ROOT), 4);
+	x = mkdir_(a, "x");
+	mkdir_(a, "y");
+	mkfile(a, "file");
+	mk(a, "sym", S_IFLNK | 0777, "t");
+	ck_assert_uint_eq(nlink_of(a), 4);
+	ck_assert_uint_eq(nlink_of(x), 2);
+	ck_assert_uint_eq(nlink_of(b), 2);
+	ck_assert_uint_eq(nlink_of(ROOT), 4);
+	unlink_ok(a, "x", true, x);
+	ck_assert_uint_eq(nlink_of(a), 3);
+	unlink_ok(ROOT, "b", true, b);
+	ck_assert_uint_eq(nlink_of(ROOT), 3);
+}
+END_TEST
+
+START_TEST(test_hard_links)
+{
+	uint64_t f = mkfile(ROOT, "f"), d = mkdir_(ROOT, "d"), g = mkfile(ROOT, "g");
+	struct wfs_attr a;
+
+	ck_assert_int_eq(wfs_catalog_link(cat, f, d, "f2", &a), 0);
+	ck_assert_uint_eq(a.ino, f);
+	ck_assert_uint_eq(a.nlink, 2);
+	ck_assert_int_eq(wfs_catalog_link(cat, f, ROOT, "f3", &a), 0);
+	ck_assert_uint_eq(a.nlink, 3);
+	ck_assert_uint_eq(ino_at(d, "f2"), f);
+	ck_assert_uint_eq(ino_at(ROOT, "f3"), f);
+	ck_assert_uint_eq(nlink_of(d), 2); /* hard links to files do not change a directory's nlink */
+
+	a.ino = 55;
+	ck_assert_int_eq(wfs_catalog_link(cat, d, ROOT, "d2", &a), -EPERM);
+	ck_assert_int_eq(wfs_catalog_link(cat, f, ROOT, "g", &a), -EEXIST);
+	ck_assert_int_eq(wfs_catalog_link(cat, f, g, "x", &a), -ENOTDIR);
+	ck_assert_int_eq(wfs_catalog_link(cat, 987654, ROOT, "x", &a), -ENOENT);
+	ck_assert_uint_eq(a.ino, 55);
+	ck_assert_uint_eq(nlink_of(f), 3);
+	ck_assert_uint_eq(nlink_of(g), 1);
+
+	unlink_ok(ROOT, "f", false, f);
+	ck_assert_uint_eq(nlink_of(f), 2);
+	unlink_ok(d, "f2", false, f);
+	ck_assert_uint_eq(nlink_of(f), 1);
+	unlink_ok(ROOT, "f3", false, f);
+	ck_assert_uint_eq(nlink_of(f), 0);
+	/* An inode without names cannot gain one back. */
+	ck_assert_int_eq(wfs_catalog_link(cat, f, ROOT, "again", &a), -ENOENT);
+}
+END_TEST
+
+/* ---- rename ---------------------------------------------------------------------------------- */
+
+START_TEST(test_rename_plain)
+{
+	uint64_t f = mkfile(ROOT, "f"), a = mkdir_(ROOT, "a"), b = mkdir_(ROOT, "b");
+	uint64_t sub = mkdir_(a, "sub"), replaced = 99;
+
+	/* Same directory. */
+	ck_assert_int_eq(wfs_catalog_rename(cat, ROOT, "f", ROOT, "g", 0, &replaced), 0);
+	ck_assert_uint_eq(replaced, 0);
+	ck_assert_uint_eq(ino_at(ROOT, "f"), 0);
+	ck_assert_uint_eq(ino_at(ROOT, "g"), f);
+	ck_assert_uint_eq(nlink_of(f), 1);
+	/* Across directories. */
+	ck_assert_int_eq(wfs_catalog_rename(cat, ROOT, "g", a, "g", 0, &replaced), 0);
+	ck_assert_uint_eq(ino_at(a, "g"), f);
+	ck_assert_uint_eq(ino_at(ROOT, "g"), 0);
+	/* A directory moving between parents moves a link count and its ".." with it. */
+	ck_assert_uint_eq(nlink_of(a), 3);
+	ck_assert_uint_eq(nlink_of(b), 2);
+	ck_assert_int_eq(wfs_catalog_rename(cat, a, "sub", b, "moved", 0, &replaced), 0);
+	ck_assert_uint_eq(replaced, 0);
+	ck_assert_uint_eq(ino_at(b, "moved"), sub);
+	ck_assert_uint_eq(get(sub).parent, b);
+	ck_assert_uint_eq(nlink_of(sub), 2);
+	ck_assert_uint_eq(nlink_of(a), 2);
+	ck_assert_uint_eq(nlink_of(b), 3);
+	ck_assert_uint_eq(nlink_of(ROOT), 4);
+	/* Renaming a name onto another name of the same inode does nothing (rename(2)). */
+	ck_assert_int_eq(wfs_catalog_link(cat, f, a, "g2", &(struct wfs_attr){0}), 0);
+	ck_assert_int_eq(wfs_catalog_rename(cat, a, "g", a, "g2", 0, &replaced), 0);
+	ck_assert_uint_eq(replaced, 0);
+	ck_assert_uint_eq(ino_at(a, "g"), f);
+	ck_assert_uint_eq(ino_at(a, "g2"), f);
+	ck_assert_uint_eq(nlink_of(f), 2);
+	/* Missing source. */
+	replaced = 99;
+	ck_assert_int_eq(wfs_catalog_rename(cat, ROOT, "nope", ROOT, "x", 0, &replaced), -ENOENT);
+	ck_assert_int_eq(wfs_catalog_rename(cat, ROOT, "a", 987654, "x", 0, &replaced), -ENOENT);
+	ck_assert_int_eq(wfs_catalog_rename(cat, ROOT, "a", f, "x", 0, &replaced), -ENOTDIR);
+	ck_assert_uint_eq(replaced, 99);
+}
+END_TEST
+
+START_TEST(test_rename_replace)
+{
+	uint64_t src = mkfile(ROOT, "src"), dst = mkfile(ROOT, "dst"), linked = mkfile(ROOT, "linked");
+	uint64_t d1 = mkdir_(ROOT, "d1"), d2 = mkdir_(ROOT, "d2"), replaced = 0;
+
+	ck_assert_int_eq(wfs_catalog_rename(cat, ROOT, "src", ROOT, "dst", 0, &replaced), 0);
+	ck_assert_uint_eq(replaced, dst);
+	ck_assert_uint_eq(nlink_of(dst), 0);
+	ck_assert_uint_eq(ino_at(ROOT, "dst"), src);
+	ck_assert_uint_eq(ino_at(ROOT, "src"), 0);
+	ck_assert_uint_eq(nlink_of(src), 1);
+
+	/* Replacing one name of a hard-linked file leaves the other. */
+	ck_assert_int_eq(wfs_catalog_link(cat, linked, d1, "other", &(struct wfs_attr){0}), 0);
+	ck_assert_int_eq(wfs_catalog_rename(cat, ROOT, "dst", ROOT, "linked", 0, &replaced), 0);
+	ck_assert_uint_eq(replaced, linked);
+	ck_assert_uint_eq(nlink_of(linked), 1);
+	ck_assert_uint_eq(ino_at(d1, "other"), linked);
+
+	/* A directory over an empty directory, across parents. */
+	ck_assert_uint_eq(nlink_of(ROOT), 4);
+	{
+		uint64_t victim = mkdir_(d2, "victim"), mover = mkdir_(d1, "mover");
+
+		ck_assert_uint_eq(nlink_of(d1), 3);
+		ck_assert_uint_eq(nlink_of(d2), 3);
+		ck_assert_int_eq(wfs_catalog_rename(cat, d1, "mover", d2, "victim", 0, &replaced), 0);
+		ck_assert_uint_eq(replaced, victim);
+		ck_assert_uint_eq(nlink_of(victim), 0);
+		ck_assert_uint_eq(ino_at(d2, "victim"), mover);
+		ck_assert_uint_eq(get(mover).parent, d2);
+		ck_assert_uint_eq(nlink_of(d1), 2);
+		ck_assert_uint_eq(nlink_of(d2), 3);
+		/* And within one parent. */
+		mkdir_(d2, "other");
+		ck_assert_uint_eq(nlink_of(d2), 4);
+		ck_assert_int_eq(wfs_catalog_rename(cat, d2, "victim", d2, "other", 0, &replaced), 0);
+		ck_assert_uint_ne(replaced, 0);
+		ck_assert_uint_eq(nlink_of(replaced), 0);
+		ck_assert_uint_eq(nlink_of(d2), 3);
+		ck_assert_uint_eq(ino_at(d2, "other"), mover);
+	}
+	ck_assert_uint_eq(nlink_of(ROOT), 4);
+}
+END_TEST
+
+START_TEST(test_rename_noreplace)
+{
+	uint64_t a = mkfile(ROOT, "a"), b = mkfile(ROOT, "b"), replaced = 99;
+
+	ck_assert_int_eq(wfs_catalog_rename(cat, ROOT, "a", ROOT, "b", RENAME_NOREPLACE, &replaced),
+			 -EEXIST);
+	ck_assert_uint_eq(replaced, 99);
+	ck_assert_uint_eq(ino_at(ROOT, "a"), a);
+	ck_assert_uint_eq(ino_at(ROOT, "b"), b);
+	ck_assert_uint_eq(nlink_of(b), 1);
+	ck_assert_int_eq(wfs_catalog_rename(cat, ROOT, "a", ROOT, "c", RENAME_NOREPLACE, &replaced), 0);
+	ck_assert_uint_eq(replaced, 0);
+	ck_assert_uint_eq(ino_at(ROOT, "c"), a);
+	ck_assert_uint_eq(ino_at(ROOT, "a"), 0);
+}
+END_TEST
+
+START_TEST(test_rename_exchange)
+{
+	uint64_t f = mkfile(ROOT, "f"), g = mkfile(ROOT, "g"), a = mkdir_(ROOT, "a"), b = mkdir_(ROOT, "b");
+	uint64_t sub = mkdir_(a, "sub"), file_in_b = mkfile(b, "file"), replaced = 99;
+
+	ck_assert_int_eq(wfs_catalog_rename(cat, ROOT, "f", ROOT, "g", RENAME_EXCHANGE, &replaced), 0);
+	ck_assert_uint_eq(replaced, 0);
+	ck_assert_uint_eq(ino_at(ROOT, "f"), g);
+	ck_assert_uint_eq(ino_at(ROOT, "g"), f);
+	ck_assert_uint_eq(nlink_of(f), 1);
+	ck_assert_uint_eq(nlink_of(g), 1);
+
+	/* A directory and a file in different parents: the directory's link moves with it. */
+	ck_assert_uint_eq(nlink_of(a), 3);
+	ck_assert_uint_eq(nlink_of(b), 2);
+	ck_assert_int_eq(wfs_catalog_rename(cat, a, "sub", b, "file", RENAME_EXCHANGE, &replaced), 0);
+	ck_assert_uint_eq(ino_at(a, "sub"), file_in_b);
+	ck_assert_uint_eq(ino_at(b, "file"), sub);
+	ck_assert_uint_eq(get(sub).parent, b);
+	ck_assert_uint_eq(nlink_of(a), 2);
+	ck_assert_uint_eq(nlink_of(b), 3);
+	ck_assert_uint_eq(nlink_of(sub), 2);
+
+	/* Two directories. */
+	ck_assert_int_eq(wfs_catalog_rename(cat, ROOT, "a", ROOT, "b", RENAME_EXCHANGE, &replaced), 0);
+	ck_assert_uint_eq(ino_at(ROOT, "a"), b);
+	ck_assert_uint_eq(ino_at(ROOT, "b"), a);
+	ck_assert_uint_eq(nlink_of(ROOT), 4);
+
+	replaced = 99;
+	ck_assert_int_eq(wfs_catalog_rename(cat, ROOT, "f", ROOT, "none", RENAME_EXCHANGE, &replaced),
+			 -ENOENT);
+	ck_assert_int_eq(wfs_catalog_rename(cat, ROOT, "f", ROOT, "g", RENAME_EXCHANGE | RENAME_NOREPLACE,
+					    &replaced),
+			 -EINVAL);
+	ck_assert_int_eq(wfs_catalog_rename(cat, ROOT, "f", ROOT, "g", RENAME_WHITEOUT, &replaced), -EINVAL);
+	ck_assert_int_eq(wfs_catalog_rename(cat, ROOT, "f", ROOT, "g", 1u << 20, &replaced), -EINVAL);
+	ck_assert_uint_eq(replaced, 99);
+	ck_assert_uint_eq(ino_at(ROOT, "f"), g);
+}
+END_TEST
+
+START_TEST(test_rename_into_subtree)
+{
+	uint64_t a = mkdir_(ROOT, "a"), b = mkdir_(a, "b"), c = mkdir_(b, "c"), replaced = 99;
+
+	ck_assert_int_eq(wfs_catalog_rename(cat, ROOT, "a", a, "x", 0, &replaced), -EINVAL);
+	ck_assert_int_eq(wfs_catalog_rename(cat, ROOT, "a", b, "x", 0, &replaced), -EINVAL);
+	ck_assert_int_eq(wfs_catalog_rename(cat, ROOT, "a", c, "x", 0, &replaced), -EINVAL);
+	ck_assert_int_eq(wfs_catalog_rename(cat, a, "b", c, "x", RENAME_NOREPLACE, &replaced), -EINVAL);
+	/* Exchanging a directory with one of its descendants. */
+	ck_assert_int_eq(wfs_catalog_rename(cat, ROOT, "a", b, "c", RENAME_EXCHANGE, &replaced), -EINVAL);
+	ck_assert_int_eq(wfs_catalog_rename(cat, b, "c", ROOT, "a", RENAME_EXCHANGE, &replaced), -EINVAL);
+	ck_assert_uint_eq(replaced, 99);
+	ck_assert_uint_eq(ino_at(ROOT, "a"), a);
+	ck_assert_uint_eq(ino_at(a, "b"), b);
+	ck_assert_uint_eq(ino_at(b, "c"), c);
+	ck_assert_uint_eq(get(c).parent, b);
+	/* Moving up is fine. */
+	ck_assert_int_eq(wfs_catalog_rename(cat, b, "c", ROOT, "c", 0, &replaced), 0);
+	ck_assert_uint_eq(get(c).parent, ROOT);
+	ck_assert_uint_eq(nlink_of(b), 2);
+	ck_assert_uint_eq(nlink_of(ROOT), 4);
+}
+END_TEST
+
+START_TEST(test_rename_type_errors)
+{
+	uint64_t d = mkdir_(ROOT, "d"), full = mkdir_(ROOT, "full"), f = mkfile(ROOT, "f");
+	uint64_t in_full = mkfile(full, "x"), replaced = 99;
+
+	ck_assert_int_eq(wfs_catalog_rename(cat, ROOT, "d", ROOT, "full", 0, &replaced), -ENOTEMPTY);
+	ck_assert_int_eq(wfs_catalog_rename(cat, ROOT, "f", ROOT, "d", 0, &replaced), -EISDIR);
+	ck_assert_int_eq(wfs_catalog_rename(cat, ROOT, "d", ROOT, "f", 0, &replaced), -ENOTDIR);
+	ck_assert_uint_eq(replaced, 99);
+	ck_assert_uint_eq(ino_at(ROOT, "d"), d);
+	ck_assert_uint_eq(ino_at(ROOT, "full"), full);
+	ck_assert_uint_eq(ino_at(ROOT, "f"), f);
+	ck_assert_uint_eq(ino_at(full, "x"), in_full);
+	ck_assert_uint_eq(nlink_of(f), 1);
+	ck_assert_uint_eq(nlink_of(d), 2);
+	ck_assert_uint_eq(nlink_of(full), 2);
+	ck_assert_uint_eq(nlink_of(ROOT), 4);
+}
+END_TEST
+
+/* ---- content, refcounts, drop ---------------------------------------------------------------- */
+
+START_TEST(test_set_content_refcounts)
+{
+	uint64_t f = mkfile(ROOT, "f"), g = mkfile(ROOT, "g"), d = mkdir_(ROOT, "d");
+	struct wfs_digest x = dg("X"), y = dg("Y");
+	struct timespec t = {.tv_sec = 1600000000, .tv_nsec = 42};
+	struct wfs_attr old, out;
+	uint64_t n = 0;
+
+	ck_assert_int_eq(wfs_catalog_object_refcount(cat, &x, &n), -ENOENT);
+	ck_assert_int_eq(wfs_catalog_set_content(cat, f, &x, 1000, &t, false, &old, &out), 0);
+	ck_assert(!old.sealed);
+	ck_assert_uint_eq(old.ino, f);
+	ck_assert(out.sealed);
+	ck_assert_mem_eq(out.digest.bytes, x.bytes, WFS_DIGEST_BYTES);
+	ck_assert_uint_eq(out.size, 1000);
+	ck_assert_int_eq(ns(&out.mtime), ns(&t));
+	ck_assert_int_eq(ns(&out.ctime), ns(&t));
+	{
+		struct wfs_attr again = get(f);
+
+		assert_attr_eq(&again, &out);
+	}
+	ck_assert_uint_eq(refcount("X"), 1);
+	ck_assert_int_eq(wfs_catalog_set_content(cat, g, &x, 1000, &t, true, &old, &out), 0);
+	ck_assert_uint_eq(refcount("X"), 2);
+
+	/* Re-sealing g with another object: 1 and 1; old gives the previous content. */
+	ck_assert_int_eq(wfs_catalog_set_content(cat, g, &y, 7, &t, false, &old, &out), 0);
+	ck_assert(old.sealed);
+	ck_assert_mem_eq(old.digest.bytes, x.bytes, WFS_DIGEST_BYTES);
+	ck_assert_uint_eq(old.size, 1000);
+	ck_assert_uint_eq(out.size, 7);
+	ck_assert_uint_eq(refcount("X"), 1);
+	ck_assert_uint_eq(refcount("Y"), 1);
+	/* The same content again changes nothing. */
+	ck_assert_int_eq(wfs_catalog_set_content(cat, g, &y, 7, &t, false, &old, &out), 0);
+	ck_assert_uint_eq(refcount("Y"), 1);
+
+	/* Only regular files take content. */
+	ck_assert_int_eq(wfs_catalog_set_content(cat, d, &x, 1, &t, false, &old, &out), -EISDIR);
+	ck_assert_int_eq(wfs_catalog_set_content(cat, 987654, &x, 1, &t, false, &old, &out), -ENOENT);
+	ck_assert_uint_eq(refcount("X"), 1);
+
+	/* Unlink and drop g: Y becomes unreferenced, and only then may it be forgotten. */
+	ck_assert_int_eq(wfs_catalog_object_delete(cat, &y), -EBUSY);
+	unlink_ok(ROOT, "g", false, g);
+	ck_assert_uint_eq(refcount("Y"), 1); /* the nlink-0 inode still references it */
+	ck_assert_int_eq(wfs_catalog_inode_drop(cat, g, &old), 0);
+	ck_assert(old.sealed);
+	ck_assert_mem_eq(old.digest.bytes, y.bytes, WFS_DIGEST_BYTES);
+	ck_assert_uint_eq(refcount("Y"), 0);
+	ck_assert_uint_eq(refcount("X"), 1);
+	ck_assert_int_eq(wfs_catalog_object_delete(cat, &x), -EBUSY);
+	ck_assert_int_eq(wfs_catalog_object_delete(cat, &y), 0);
+	ck_assert_int_eq(wfs_catalog_object_refcount(cat, &y, &n), -ENOENT);
+	ck_assert_int_eq(wfs_catalog_object_delete(cat, &y), -ENOENT);
+}
+END_TEST
+
+struct unref_list {
+	int n, stop_after;
+	struct wfs_digest d[16];
+	uint64_t bytes[16];
+};
+
+static int collect_unref(void *ctx, const struct wfs_digest *d, uint64_t bytes)
+{
+	struct unref_list *l = ctx;
+
+	if (l->n < 16) {
+		l->d[l->n] = *d;
+		l->bytes[l->n] = bytes;
+	}
+	l->n++;
+	return l->stop_after && l->n >= l->stop_after;
+}
+
+/* Index in @l of @content's digest, or -1. */
+static int unref_find(const struct unref_list *l, const char *content)
+{
+	struct wfs_digest d = dg(content);
+
+	for (int i = 0; i < l->n && i < 16; i++)
+		if (wfs_digest_equal(&l->d[i], &d))
+			return i;
+	return -1;
+}
+
+START_TEST(test_unreferenced)
+{
+	uint64_t a = mkfile(ROOT, "a"), b = mkfile(ROOT, "b"), c = mkfile(ROOT, "c");
+	struct unref_list l = {0};
+	struct wfs_attr old;
+
+	seal(a, "A", 10);
+	seal(b, "B", 20);
+	seal(c, "C", 30);
+	ck_assert_int_eq(wfs_catalog_unreferenced(cat, collect_unref, &l), 0);
+	ck_assert_int_eq(l.n, 0);
+
+	seal(a, "A2", 11); /* A loses its only reference */
+	unlink_ok(ROOT, "b", false, b);
+	ck_assert_int_eq(wfs_catalog_inode_drop(cat, b, &old), 0); /* so does B */
+	ck_assert_int_eq(wfs_catalog_unreferenced(cat, collect_unref, &l), 0);
+	ck_assert_int_eq(l.n, 2);
+	ck_assert_int_ge(unref_find(&l, "A"), 0);
+	ck_assert_int_ge(unref_find(&l, "B"), 0);
+	ck_assert_uint_eq(l.bytes[unref_find(&l, "A")], 10);
+	ck_assert_uint_eq(l.bytes[unref_find(&l, "B")], 20);
+
+	/* A non-zero return stops the walk. */
+	memset(&l, 0, sizeof(l));
+	l.stop_after = 1;
+	ck_assert_int_eq(wfs_catalog_unreferenced(cat, collect_unref, &l), 0);
+	ck_assert_int_eq(l.n, 1);
+
+	/* Re-referencing an unreferenced object takes it off the list. */
+	seal(c, "A", 10);
+	memset(&l, 0, sizeof(l));
+	ck_assert_int_eq(wfs_catalog_unreferenced(cat, collect_unref, &l), 0);
+	ck_assert_int_eq(l.n, 2);
+	ck_assert_int_ge(unref_find(&l, "B"), 0);
+	ck_assert_int_ge(unref_find(&l, "C"), 0);
+	ck_assert_int_eq(unref_find(&l, "A"), -1);
+}
+END_TEST
+
+START_TEST(test_inode_drop)
+{
+	uint64_t f = mkfile(ROOT, "f"), d = mkdir_(ROOT, "d");
+	struct wfs_attr old;
+	char buf[8];
+	size_t len = 0;
+
+	old.ino = 31337;
+	ck_assert_int_eq(wfs_catalog_inode_drop(cat, f, &old), -EBUSY);
+	ck_assert_int_eq(wfs_catalog_inode_drop(cat, d, &old), -EBUSY);
+	ck_assert_int_eq(wfs_catalog_inode_drop(cat, ROOT, &old), -EBUSY);
+	ck_assert_int_eq(wfs_catalog_inode_drop(cat, 987654, &old), -ENOENT);
+	ck_assert_uint_eq(old.ino, 31337);
+
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, f, "user.k", "v", 1, 0), 0);
+	seal(f, "F", 5);
+	unlink_ok(ROOT, "f", false, f);
+	ck_assert_uint_eq(nlink_of(f), 0);
+	ck_assert_int_eq(wfs_catalog_inode_drop(cat, f, &old), 0);
+	ck_assert_uint_eq(old.ino, f);
+	ck_assert_uint_eq(old.nlink, 0);
+	ck_assert(old.sealed);
+	ck_assert_uint_eq(old.size, 5);
+	ck_assert_uint_eq(refcount("F"), 0);
+	ck_assert_int_eq(wfs_catalog_getattr(cat, f, &old), -ENOENT);
+	ck_assert_int_eq(wfs_catalog_inode_drop(cat, f, &old), -ENOENT);
+	/* Its xattrs went with it. */
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, f, "user.k", buf, sizeof(buf), &len), -ENODATA);
+
+	unlink_ok(ROOT, "d", true, d);
+	ck_assert_int_eq(wfs_catalog_inode_drop(cat, d, &old), 0);
+	ck_assert(S_ISDIR(old.mode));
+	ck_assert_uint_eq(nlink_of(ROOT), 2);
+}
+END_TEST
+
+/* Inode numbers only grow: a dropped inode's number is never handed out again, even after reopen. */
+START_TEST(test_ino_never_reused)
+{
+	uint64_t a = mkfile(ROOT, "a"), b = mkfile(ROOT, "b"), c;
+	struct wfs_attr old;
+
+	ck_assert_uint_gt(b, a);
+	unlink_ok(ROOT, "b", false, b);
+	ck_assert_int_eq(wfs_catalog_inode_drop(cat, b, &old), 0);
+	c = mkfile(ROOT, "c");
+	ck_assert_uint_gt(c, b);
+	unlink_ok(ROOT, "c", false, c);
+	ck_assert_int_eq(wfs_catalog_inode_drop(cat, c, &old), 0);
+	wfs_catalog_close(cat);
+	ck_assert_int_eq(wfs_catalog_open(db_path, 0, 0, 0, &cat), 0);
+	ck_assert_uint_gt(mkfile(ROOT, "d"), c);
+}
+END_TEST
+
+/* ---- recovery -------------------------------------------------------------------------------- */
+
+START_TEST(test_recover)
+{
+	uint64_t d = mkdir_(ROOT, "d");
+	uint64_t sealed = mkfile(ROOT, "sealed"), unsealed = mkfile(ROOT, "unsealed");
+	uint64_t deep = mkfile(d, "deep"), sym = mk(ROOT, "sym", S_IFLNK | 0777, "sealed");
+	uint64_t orphan = mkfile(ROOT, "orphan"), empty = mkdir_(d, "empty");
+	uint64_t raw_orphan = mkfile(ROOT, "raw"), gone_dir = mkdir_(ROOT, "gone");
+	struct wfs_recovery r = {77, 77};
+	struct wfs_attr a;
+	char buf[8];
+	size_t len;
+
+	seal(sealed, "S", 1);
+	seal(orphan, "O", 2);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, unsealed, "user.x", "1", 1, 0), 0);
+	unlink_ok(ROOT, "orphan", false, orphan); /* sealed, unlinked while open */
+	unlink_ok(ROOT, "raw", false, raw_orphan); /* unsealed, unlinked while open */
+	unlink_ok(ROOT, "gone", true, gone_dir);
+	ck_assert_uint_eq(refcount("O"), 1);
+
+	ck_assert_int_eq(wfs_catalog_recover(cat, &r), 0);
+	ck_assert_uint_eq(r.unsealed_removed, 2); /* "unsealed" and "d/deep" */
+	ck_assert_uint_eq(r.orphans_removed, 3);  /* orphan, raw, gone */
+
+	ck_assert_uint_eq(ino_at(ROOT, "unsealed"), 0);
+	ck_assert_uint_eq(ino_at(d, "deep"), 0);
+	ck_assert_int_eq(wfs_catalog_getattr(cat, unsealed, &a), -ENOENT);
+	ck_assert_int_eq(wfs_catalog_getattr(cat, deep, &a), -ENOENT);
+	ck_assert_int_eq(wfs_catalog_getattr(cat, orphan, &a), -ENOENT);
+	ck_assert_int_eq(wfs_catalog_getattr(cat, raw_orphan, &a), -ENOENT);
+	ck_assert_int_eq(wfs_catalog_getattr(cat, gone_dir, &a), -ENOENT);
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, unsealed, "user.x", buf, sizeof(buf), &len), -ENODATA);
+	ck_assert_uint_eq(refcount("O"), 0);
+	/* Kept: sealed files, directories, symlinks, and the root. */
+	ck_assert_uint_eq(ino_at(ROOT, "sealed"), sealed);
+	ck_assert_uint_eq(ino_at(ROOT, "sym"), sym);
+	ck_assert_uint_eq(ino_at(ROOT, "d"), d);
+	ck_assert_uint_eq(ino_at(d, "empty"), empty);
+	ck_assert_uint_eq(refcount("S"), 1);
+	ck_assert_uint_eq(nlink_of(ROOT), 3);
+	ck_assert_uint_eq(nlink_of(d), 3);
+
+	/* Nothing left to do. */
+	ck_assert_int_eq(wfs_catalog_recover(cat, &r), 0);
+	ck_assert_uint_eq(r.unsealed_removed, 0);
+	ck_assert_uint_eq(r.orphans_removed, 0);
+}
+END_TEST
+
+/*
+ * An unsealed file with two names (link(2) while it was still being written) next to one real
+ * orphan: recover must report the two names and the one orphan.
+ */
+START_TEST(test_recover_counts_linked_unsealed)
+{
+	uint64_t u = mkfile(ROOT, "u"), orphan = mkfile(ROOT, "orphan");
+	struct wfs_recovery r = {77, 77};
+	struct wfs_attr a;
+
+	ck_assert_int_eq(wfs_catalog_link(cat, u, ROOT, "u2", &a), 0);
+	seal(orphan, "O", 2);
+	unlink_ok(ROOT, "orphan", false, orphan);
+	ck_assert_int_eq(wfs_catalog_recover(cat, &r), 0);
+	ck_assert_int_eq(wfs_catalog_getattr(cat, u, &a), -ENOENT);
+	ck_assert_int_eq(wfs_catalog_getattr(cat, orphan, &a), -ENOENT);
+	ck_assert_uint_eq(r.unsealed_removed, 2);
+	ck_assert_msg(r.orphans_removed == 1, "orphans_removed = %llu, want 1 (the one unlinked sealed inode)",
+		      (unsigned long long)r.orphans_removed);
+}
+END_TEST
+
+/* ---- readdir --------------------------------------------------------------------------------- */
+
+#define MAX_ENTRIES 10000
+
+struct listing {
+	int n, stop_after;
+	char (*names)[32];
+	uint64_t ino[MAX_ENTRIES];
+	uint64_t cookie[MAX_ENTRIES];
+	struct wfs_attr first_attr;
+};
+
+static int collect(void *ctx, const char *name, const struct wfs_attr *attr, uint64_t next_cookie)
+{
+	struct listing *l = ctx;
+
+	if (l->n >= MAX_ENTRIES)
+		return 1;
+	if (l->n == 0)
+		l->first_attr = *attr;
+	snprintf(l->names[l->n], sizeof(l->names[0]), "%s", name);
+	l->ino[l->n] = attr->ino;
+	l->cookie[l->n] = next_cookie;
+	l->n++;
+	return l->stop_after && l->n >= l->stop_after;
+}
+
+static struct listing *listing_new(void)
+{
+	struct listing *l = calloc(1, sizeof(*l));
+
+	ck_assert_ptr_nonnull(l);
+	l->names = calloc(MAX_ENTRIES, sizeof(l->names[0]));
+	ck_assert_ptr_nonnull(l->names);
+	return l;
+}
+
+static void listing_reset(struct listing *l)
+{
+	l->n = 0;
+	l->stop_after = 0;
+}
+
+static void listing_free(struct listing *l)
+{
+	free(l->names);
+	free(l);
+}
+
+START_TEST(test_readdir_order_and_resume)
+{
+	const int n = 50;
+	struct listing *all = listing_new(), *again = listing_new(), *rest = listing_new();
+	uint64_t ino[50], d = mkdir_(ROOT, "d"), f;
+	char name[32];
+
+	for (int i = 0; i < n; i++) {
+		/* Names not in creation order alphabetically, to show order is stable, not sorted. */
+		snprintf(name, sizeof(name), "e%02d", (i * 37) % n);
+		ino[i] = i % 5 == 0 ? mkdir_(d, name) : mkfile(d, name);
+	}
+	ck_assert_int_eq(wfs_catalog_readdir(cat, d, 0, collect, all), 0);
+	ck_assert_int_eq(all->n, n);
+	/* Each entry once, "." and ".." not among them, attributes as getattr has them. */
+	for (int i = 0; i < n; i++) {
+		int seen = 0;
+
+		for (int j = 0; j < n; j++)
+			seen += all->ino[j] == ino[i];
+		ck_assert_int_eq(seen, 1);
+		ck_assert_str_ne(all->names[i], ".");
+		ck_assert_str_ne(all->names[i], "..");
+		ck_assert_uint_eq(ino_at(d, all->names[i]), all->ino[i]);
+	}
+	{
+		struct wfs_attr first = get(all->ino[0]);
+
+		assert_attr_eq(&all->first_attr, &first);
+	}
+	/* Stable: a second listing is identical. */
+	ck_assert_int_eq(wfs_catalog_readdir(cat, d, 0, collect, again), 0);
+	ck_assert_int_eq(again->n, n);
+	for (int i = 0; i < n; i++) {
+		ck_assert_str_eq(again->names[i], all->names[i]);
+		ck_assert_uint_eq(again->cookie[i], all->cookie[i]);
+	}
+	/* Resuming after entry k returns exactly entries k+1.. in the same order. */
+	for (int k = 0; k < n; k++) {
+		listing_reset(rest);
+		ck_assert_int_eq(wfs_catalog_readdir(cat, d, all->cookie[k], collect, rest), 0);
+		ck_assert_int_eq(rest->n, n - 1 - k);
+		for (int i = 0; i < rest->n; i++)
+			ck_assert_str_eq(rest->names[i], all->names[k + 1 + i]);
+	}
+	/* A non-zero return from the callback stops the listing. */
+	listing_reset(rest);
+	rest->stop_after = 3;
+	ck_assert_int_eq(wfs_catalog_readdir(cat, d, 0, collect, rest), 0);
+	ck_assert_int_eq(rest->n, 3);
+
+	/* Remove the entry a cookie points at and some after it: resumption still works. */
+	ck_assert_int_eq(wfs_catalog_unlink(cat, d, all->names[10], S_ISDIR(get(all->ino[10]).mode),
+					    &f),
+			 0);
+	ck_assert_int_eq(wfs_catalog_unlink(cat, d, all->names[11], S_ISDIR(get(all->ino[11]).mode),
+					    &f),
+			 0);
+	ck_assert_int_eq(wfs_catalog_unlink(cat, d, all->names[20], S_ISDIR(get(all->ino[20]).mode),
+					    &f),
+			 0);
+	mkfile(d, "late"); /* created after the listing began: comes last */
+	listing_reset(rest);
+	ck_assert_int_eq(wfs_catalog_readdir(cat, d, all->cookie[10], collect, rest), 0);
+	ck_assert_int_eq(rest->n, n - 12 - 1 + 1);
+	for (int i = 0, k = 12; k < n; k++) {
+		if (k == 20)
+			continue;
+		ck_assert_str_eq(rest->names[i], all->names[k]);
+		i++;
+	}
+	ck_assert_str_eq(rest->names[rest->n - 1], "late");
+
+	/* Errors. */
+	f = mkfile(ROOT, "plain");
+	ck_assert_int_eq(wfs_catalog_readdir(cat, f, 0, collect, rest), -ENOTDIR);
+	ck_assert_int_eq(wfs_catalog_readdir(cat, 987654, 0, collect, rest), -ENOENT);
+	/* An empty directory lists nothing; the root lists d and plain. */
+	listing_reset(rest);
+	ck_assert_int_eq(wfs_catalog_readdir(cat, ino[0], 0, collect, rest), 0);
+	ck_assert_int_eq(rest->n, 0);
+	listing_reset(rest);
+	ck_assert_int_eq(wfs_catalog_readdir(cat, ROOT, 0, collect, rest), 0);
+	ck_assert_int_eq(rest->n, 2);
+	ck_assert_str_eq(rest->names[0], "d");
+	ck_assert_str_eq(rest->names[1], "plain");
+	listing_free(all);
+	listing_free(again);
+	listing_free(rest);
+}
+END_TEST
+
+/* The callback may call into the catalog (the daemon looks entries up while listing). */
+static int collect_and_lookup(void *ctx, const char *name, const struct wfs_attr *attr,
+			      uint64_t next_cookie)
+{
+	struct listing *l = ctx;
+	struct wfs_attr a;
+
+	if (wfs_catalog_lookup(cat, ROOT, name, &a) != 0 || a.ino != attr->ino)
+		return 1;
+	return collect(ctx, name, attr, next_cookie) || l->n > MAX_ENTRIES;
+}
+
+START_TEST(test_readdir_reentrant)
+{
+	struct listing *l = listing_new();
+
+	mkfile(ROOT, "a");
+	mkfile(ROOT, "b");
+	mkdir_(ROOT, "c");
+	ck_assert_int_eq(wfs_catalog_readdir(cat, ROOT, 0, collect_and_lookup, l), 0);
+	ck_assert_int_eq(l->n, 3);
+	listing_free(l);
+}
+END_TEST
+
+START_TEST(test_readdir_10k)
+{
+	const int n = 10000;
+	struct listing *all = listing_new(), *page = listing_new();
+	uint64_t d = mkdir_(ROOT, "big"), cookie = 0;
+	char name[32];
+	int total = 0;
+
+	for (int i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "tensor.%05d", i);
+		mkfile(d, name);
+	}
+	ck_assert_int_eq(wfs_catalog_readdir(cat, d, 0, collect, all), 0);
+	ck_assert_int_eq(all->n, n);
+	for (int i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "tensor.%05d", i);
+		ck_assert_str_eq(all->names[i], name); /* creation order */
+	}
+	/* Page through 128 at a time, as getdents with a small buffer would. */
+	for (;;) {
+		listing_reset(page);
+		page->stop_after = 128;
+		ck_assert_int_eq(wfs_catalog_readdir(cat, d, cookie, collect, page), 0);
+		if (page->n == 0)
+			break;
+		for (int i = 0; i < page->n; i++)
+			ck_assert_str_eq(page->names[i], all->names[total + i]);
+		total += page->n;
+		cookie = page->cookie[page->n - 1];
+	}
+	ck_assert_int_eq(total, n);
+	listing_free(all);
+	listing_free(page);
+}
+END_TEST
+
+/* ---- xattrs ---------------------------------------------------------------------------------- */
+
+START_TEST(test_xattr_get_set)
+{
+	uint64_t f = mkfile(ROOT, "f"), g = mkfile(ROOT, "g");
+	static const char bin[] = {'a', '\0', 'b', '\xff', '\0'};
+	char buf[64];
+	size_t len = 1234;
+
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, f, "user.none", buf, sizeof(buf), &len), -ENODATA);
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, f, "user.none", NULL, 0, &len), -ENODATA);
+	ck_assert_uint_eq(len, 1234);
+
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, f, "user.model", "llama", 5, 0), 0);
+	/* Size probe: size 0 gives the length and copies nothing. */
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, f, "user.model", NULL, 0, &len), 0);
+	ck_assert_uint_eq(len, 5);
+	len = 0;
+	memset(buf, 'z', sizeof(buf));
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, f, "user.model", buf, 5, &len), 0);
+	ck_assert_uint_eq(len, 5);
+	ck_assert_mem_eq(buf, "llama", 5);
+	ck_assert_int_eq(buf[5], 'z');
+	len = 1234;
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, f, "user.model", buf, 4, &len), -ERANGE);
+	ck_assert_uint_eq(len, 1234);
+	/* Not visible on another inode. */
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, g, "user.model", buf, sizeof(buf), &len), -ENODATA);
+
+	/* Flags. */
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, f, "user.model", "x", 1, XATTR_CREATE), -EEXIST);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, f, "user.new", "x", 1, XATTR_REPLACE), -ENODATA);
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, f, "user.new", buf, sizeof(buf), &len), -ENODATA);
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, f, "user.model", buf, sizeof(buf), &len), 0);
+	ck_assert_uint_eq(len, 5);
+	ck_assert_mem_eq(buf, "llama", 5);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, f, "user.model", "mistral-7b", 10, XATTR_REPLACE), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, f, "user.model", buf, sizeof(buf), &len), 0);
+	ck_assert_uint_eq(len, 10);
+	ck_assert_mem_eq(buf, "mistral-7b", 10);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, f, "user.model", "q", 1, 0), 0); /* 0: upsert */
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, f, "user.model", buf, sizeof(buf), &len), 0);
+	ck_assert_uint_eq(len, 1);
+	ck_assert_int_eq(buf[0], 'q');
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, f, "user.created", "c", 1, XATTR_CREATE), 0);
+
+	/* Binary values and empty values. */
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, g, "user.bin", bin, sizeof(bin), 0), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, g, "user.bin", buf, sizeof(buf), &len), 0);
+	ck_assert_uint_eq(len, sizeof(bin));
+	ck_assert_mem_eq(buf, bin, sizeof(bin));
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, g, "user.empty", "", 0, 0), 0);
+	len = 99;
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, g, "user.empty", NULL, 0, &len), 0);
+	ck_assert_uint_eq(len, 0);
+	len = 99;
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, g, "user.empty", buf, sizeof(buf), &len), 0);
+	ck_assert_uint_eq(len, 0);
+
+	/* Remove. */
+	ck_assert_int_eq(wfs_catalog_xattr_remove(cat, f, "user.model"), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, f, "user.model", buf, sizeof(buf), &len), -ENODATA);
+	ck_assert_int_eq(wfs_catalog_xattr_remove(cat, f, "user.model"), -ENODATA);
+	ck_assert_int_eq(wfs_catalog_xattr_remove(cat, f, "user.never"), -ENODATA);
+	ck_assert_int_eq(wfs_catalog_xattr_remove(cat, g, "user.created"), -ENODATA);
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, f, "user.created", buf, sizeof(buf), &len), 0);
+}
+END_TEST
+
+/* The name list @buf (@len bytes, NUL-separated) holds exactly @want (a NULL-terminated array). */
+static void assert_names(const char *buf, size_t len, const char *const *want)
+{
+	size_t total = 0, nwant = 0, found = 0;
+
+	for (const char *const *w = want; *w; w++) {
+		total += strlen(*w) + 1;
+		nwant++;
+	}
+	ck_assert_uint_eq(len, total);
+	for (size_t off = 0; off < len; off += strlen(buf + off) + 1) {
+		bool known = false;
+
+		ck_assert_msg(memchr(buf + off, '\0', len - off) != NULL, "name list not NUL-terminated");
+		for (const char *const *w = want; *w; w++)
+			known |= strcmp(buf + off, *w) == 0;
+		ck_assert_msg(known, "unexpected xattr name \"%s\"", buf + off);
+		found++;
+	}
+	ck_assert_uint_eq(found, nwant);
+}
+
+START_TEST(test_xattr_list)
+{
+	uint64_t f = mkfile(ROOT, "f"), g = mkfile(ROOT, "g");
+	static const char *const names[] = {"user.b", "user.a", "trusted.weightfs.c", NULL};
+	static const char *const after[] = {"user.b", "trusted.weightfs.c", NULL};
+	char buf[128];
+	size_t len = 1234, want = 0;
+
+	ck_assert_int_eq(wfs_catalog_xattr_list(cat, f, NULL, 0, &len), 0);
+	ck_assert_uint_eq(len, 0);
+	for (int i = 0; names[i]; i++) {
+		ck_assert_int_eq(wfs_catalog_xattr_set(cat, f, names[i], "v", 1, 0), 0);
+		want += strlen(names[i]) + 1;
+	}
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, g, "user.other", "v", 1, 0), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_list(cat, f, NULL, 0, &len), 0);
+	ck_assert_uint_eq(len, want);
+	memset(buf, 'z', sizeof(buf));
+	len = 0;
+	ck_assert_int_eq(wfs_catalog_xattr_list(cat, f, buf, want, &len), 0);
+	assert_names(buf, len, names);
+	len = 1234;
+	ck_assert_int_eq(wfs_catalog_xattr_list(cat, f, buf, want - 1, &len), -ERANGE);
+	ck_assert_int_eq(wfs_catalog_xattr_list(cat, f, buf, 1, &len), -ERANGE);
+	ck_assert_uint_eq(len, 1234);
+	ck_assert_int_eq(wfs_catalog_xattr_remove(cat, f, "user.a"), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_list(cat, f, buf, sizeof(buf), &len), 0);
+	assert_names(buf, len, after);
+}
+END_TEST
+
+/* ---- stats ----------------------------------------------------------------------------------- */
+
+START_TEST(test_stats)
+{
+	/*
+	 *  /a            sealed X (100 B)
+	 *  /d/b          sealed X (100 B)      same object as /a
+	 *  /d/c          sealed Y (50 B)
+	 *  /d/a2         hard link to /a       a second name: counted again in names and logical bytes
+	 *  /d/e/         empty directory
+	 *  /s -> a       symlink
+	 *  /u            unsealed (0 B)
+	 *  object Z (30 B), its only inode dropped: unreferenced
+	 */
+	uint64_t d = mkdir_(ROOT, "d"), a = mkfile(ROOT, "a"), b = mkfile(d, "b"), c = mkfile(d, "c");
+	uint64_t z = mkfile(ROOT, "z");
+	struct wfs_catalog_stats st;
+	struct wfs_attr out;
+
+	mkdir_(d, "e");
+	mk(ROOT, "s", S_IFLNK | 0777, "a");
+	mkfile(ROOT, "u");
+	seal(a, "X", 100);
+	seal(b, "X", 100);
+	seal(c, "Y", 50);
+	seal(z, "Z", 30);
+	ck_assert_int_eq(wfs_catalog_link(cat, a, d, "a2", &out), 0);
+	unlink_ok(ROOT, "z", false, z);
+	ck_assert_int_eq(wfs_catalog_inode_drop(cat, z, &out), 0);
+
+	memset(&st, 0xff, sizeof(st));
+	ck_assert_int_eq(wfs_catalog_stats(cat, &st), 0);
+	ck_assert_uint_eq(st.names, 5);
+	ck_assert_uint_eq(st.directories, 3);
+	ck_assert_uint_eq(st.symlinks, 1);
+	ck_assert_uint_eq(st.logical_bytes, 350);
+	ck_assert_uint_eq(st.objects, 2);
+	ck_assert_uint_eq(st.object_bytes, 150);
+	ck_assert_uint_eq(st.unreferenced_objects, 1);
+	ck_assert_uint_eq(st.unreferenced_bytes, 30);
+
+	/* A removed (not yet dropped) directory no longer counts. */
+	unlink_ok(d, "e", true, ino_at(d, "e"));
+	ck_assert_int_eq(wfs_catalog_stats(cat, &st), 0);
+	ck_assert_uint_eq(st.directories, 2);
+}
+END_TEST
+
+START_TEST(test_stats_empty)
+{
+	struct wfs_catalog_stats st;
+
+	memset(&st, 0xff, sizeof(st));
+	ck_assert_int_eq(wfs_catalog_stats(cat, &st), 0);
+	ck_assert_uint_eq(st.names, 0);
+	ck_assert_uint_eq(st.directories, 1);
+	ck_assert_uint_eq(st.symlinks, 0);
+	ck_assert_uint_eq(st.logical_bytes, 0);
+	ck_assert_uint_eq(st.objects, 0);
+	ck_assert_uint_eq(st.object_bytes, 0);
+	ck_assert_uint_eq(st.unreferenced_objects, 0);
+	ck_assert_uint_eq(st.unreferenced_bytes, 0);
+}
+END_TEST
+
+/* ---- setattr --------------------------------------------------------------------------------- */
+
+START_TEST(test_setattr)
+{
+	uint64_t f = mkfile(ROOT, "f");
+	struct wfs_attr in = {0}, out, before = get(f);
+	int64_t t0;
+
+	in.mode = S_IFDIR | 04711; /* the type bits are ignored */
+	in.uid = 5;
+	in.gid = 6;
+	in.atime = (struct timespec){.tv_sec = 100, .tv_nsec = 1};
+	in.mtime = (struct timespec){.tv_sec = 200, .tv_nsec = 2};
+	t0 = now();
+	ck_assert_int_eq(wfs_catalog_setattr(cat, f, &in, WFS_ATTR_MODE | WFS_ATTR_UID | WFS_ATTR_ATIME
+							       | WFS_ATTR_MTIME,
+					     &out),
+			 0);
+	ck_assert_uint_eq(out.mode, S_IFREG | 04711);
+	ck_assert_uint_eq(out.uid, 5);
+	ck_assert_uint_eq(out.gid, before.gid); /* not named in @valid */
+	ck_assert_int_eq(ns(&out.atime), ns(&in.atime));
+	ck_assert_int_eq(ns(&out.mtime), ns(&in.mtime));
+	ck_assert_int_ge(ns(&out.ctime), t0); /* ctime becomes now */
+	{
+		struct wfs_attr again = get(f);
+
+		assert_attr_eq(&again, &out);
+	}
+	in.ctime = (struct timespec){.tv_sec = 300, .tv_nsec = 3};
+	ck_assert_int_eq(wfs_catalog_setattr(cat, f, &in, WFS_ATTR_GID | WFS_ATTR_CTIME, &out), 0);
+	ck_assert_uint_eq(out.gid, 6);
+	ck_assert_int_eq(ns(&out.ctime), ns(&in.ctime));
+	ck_assert_int_eq(wfs_catalog_setattr(cat, 987654, &in, WFS_ATTR_GID, &out), -ENOENT);
+}
+END_TEST
+
+/* ---- persistence ----------------------------------------------------------------------------- */
+
+START_TEST(test_persist_reopen)
+{
+	uint64_t d = mkdir_(ROOT, "d"), f = mkfile(d, "f"), l = mk(ROOT, "l", S_IFLNK | 0777, "d/f");
+	struct wfs_attr fa, da, la, ra, got;
+	struct wfs_catalog *ro = NULL;
+	char buf[64];
+	size_t len;
+
+	seal(f, "persist", 7);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, f, "user.k", "value", 5, 0), 0);
+	ck_assert_int_eq(wfs_catalog_sync(cat), 0);
+	fa = get(f);
+	da = get(d);
+	la = get(l);
+	ra = get(ROOT);
+	wfs_catalog_close(cat);
+	cat = NULL;
+
+	ck_assert_int_eq(wfs_catalog_open(db_path, 0, 0, 0, &cat), 0);
+	ck_assert_uint_eq(ino_at(ROOT, "d"), d);
+	ck_assert_uint_eq(ino_at(d, "f"), f);
+	ck_assert_uint_eq(ino_at(ROOT, "l"), l);
+	got = get(f);
+	assert_attr_eq(&got, &fa);
+	got = get(d);
+	assert_attr_eq(&got, &da);
+	got = get(l);
+	assert_attr_eq(&got, &la);
+	got = get(ROOT);
+	assert_attr_eq(&got, &ra);
+	ck_assert_int_eq(wfs_catalog_readlink(cat, l, buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "d/f");
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, f, "user.k", buf, sizeof(buf), &len), 0);
+	ck_assert_uint_eq(len, 5);
+	ck_assert_mem_eq(buf, "value", 5);
+	ck_assert_uint_eq(refcount("persist"), 1);
+
+	/* A read-only handle alongside sees the same and refuses changes. */
+	ck_assert_int_eq(wfs_catalog_open(db_path, WFS_CATALOG_READONLY, 0, 0, &ro), 0);
+	ck_assert_int_eq(wfs_catalog_getattr(ro, f, &got), 0);
+	assert_attr_eq(&got, &fa);
+	ck_assert_int_eq(wfs_catalog_create(ro, ROOT, "new", S_IFREG | 0644, 0, 0, NULL, &got), -EROFS);
+	ck_assert_int_eq(wfs_catalog_sync(ro), 0);
+	wfs_catalog_close(ro);
+	ck_assert_uint_eq(ino_at(ROOT, "new"), 0);
+}
+END_TEST
+
+/* ---- runner ---------------------------------------------------------------------------------- */
+
+static void add(Suite *s, const char *name, const TTest *test)
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_add_checked_fixture(tc, cat_setup, cat_teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test);
+	suite_add_tcase(s, tc);
+}
+
+static Suite *catalog_suite(void)
+{
+	Suite *s = suite_create("catalog");
+
+	add(s, "open_root", test_open_root);
+	add(s, "open_errors", test_open_errors);
+	add(s, "open_newer_schema", test_open_newer_schema);
+	add(s, "create_kinds", test_create_kinds);
+	add(s, "create_invalid", test_create_invalid);
+	add(s, "create_eexist", test_create_eexist);
+	add(s, "create_enotdir", test_create_enotdir);
+	add(s, "unlink_semantics", test_unlink_semantics);
+	add(s, "nlink_dirs", test_nlink_dirs);
+	add(s, "hard_links", test_hard_links);
+	add(s, "rename_plain", test_rename_plain);
+	add(s, "rename_replace", test_rename_replace);
+	add(s, "rename_noreplace", test_rename_noreplace);
+	add(s, "rename_exchange", test_rename_exchange);
+	add(s, "rename_into_subtree", test_rename_into_subtree);
+	add(s, "rename_type_errors", test_rename_type_errors);
+	add(s, "set_content_refcounts", test_set_content_refcounts);
+	add(s, "unreferenced", test_unreferenced);
+	add(s, "inode_drop", test_inode_drop);
+	add(s, "ino_never_reused", test_ino_never_reused);
+	add(s, "recover", test_recover);
+	add(s, "recover_counts_linked_unsealed", test_recover_counts_linked_unsealed);
+	add(s, "readdir_order_and_resume", test_readdir_order_and_resume);
+	add(s, "readdir_reentrant", test_readdir_reentrant);
+	add(s, "readdir_10k", test_readdir_10k);
+	add(s, "xattr_get_set", test_xattr_get_set);
+	add(s, "xattr_list", test_xattr_list);
+	add(s, "stats", test_stats);
+	add(s, "stats_empty", test_stats_empty);
+	add(s, "setattr", test_setattr);
+	add(s, "persist_reopen", test_persist_reopen);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr;
+	int ret, failed;
+
+	ret = tu_mkdtemp_in(run_dir, sizeof(run_dir), tu_tmpdir_base(), "check_catalog");
+	if (ret) {
+		fprintf(stderr, "check_catalog: mkdtemp under %s: %s\n", tu_tmpdir_base(), strerror(-ret));
+		return EXIT_FAILURE;
+	}
+	sr = srunner_create(catalog_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	tu_rmtree(run_dir);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
