@@ -128,6 +128,8 @@ struct wfs_map_node *wfs_map_first(const struct wfs_map *m, uint64_t key);
 struct wfs_map_node *wfs_map_next(struct wfs_map_node *n, uint64_t key);
 int wfs_map_insert(struct wfs_map *m, struct wfs_map_node *n);
 void wfs_map_remove(struct wfs_map *m, struct wfs_map_node *n);
+/* Some entry of @m, or NULL when empty (for tearing a table down). */
+struct wfs_map_node *wfs_map_any(const struct wfs_map *m);
 
 /* table.c — all with fs->lock held */
 struct wfs_inode *wfs_inode_find(struct wfs_fs *fs, uint64_t ino);
@@ -145,6 +147,8 @@ void wfs_object_unpin(struct wfs_fs *fs, fuse_req_t req, struct wfs_object *o);
 void wfs_object_maybe_delete(struct wfs_fs *fs, const struct wfs_digest *d);
 /* Make sure @o has a read descriptor. Returns 0 or -errno. */
 int wfs_object_open_fd(struct wfs_fs *fs, struct wfs_object *o);
+/* At exit, after the session ended: free both tables (the kernel forgets nothing at unmount). */
+void wfs_tables_release(struct wfs_fs *fs);
 
 /* version.c */
 /*

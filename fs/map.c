@@ -98,3 +98,11 @@ void wfs_map_remove(struct wfs_map *m, struct wfs_map_node *n)
 		}
 	}
 }
+
+struct wfs_map_node *wfs_map_any(const struct wfs_map *m)
+{
+	for (size_t i = 0; i < m->nbuckets; i++)
+		if (m->buckets[i])
+			return m->buckets[i];
+	return NULL;
+}

@@ -158,3 +158,27 @@ int wfs_object_open_fd(struct wfs_fs *fs, struct wfs_object *o)
 	o->fd = fd;
 	return 0;
 }
+
+void wfs_tables_release(struct wfs_fs *fs)
+{
+	struct wfs_map_node *n;
+
+	while ((n = wfs_map_any(&fs->inodes)) != NULL) {
+		struct wfs_inode *in = (struct wfs_inode *)n;
+
+		wfs_map_remove(&fs->inodes, n);
+		if (in->writer)
+			wfs_version_put(in->writer); /* unsealed: never published, gone at next mount */
+		free(in);
+	}
+	while ((n = wfs_map_any(&fs->objects)) != NULL) {
+		struct wfs_object *o = (struct wfs_object *)n;
+
+		wfs_map_remove(&fs->objects, n);
+		if (o->fd >= 0)
+			close(o->fd);
+		free(o);
+	}
+	wfs_map_release(&fs->inodes);
+	wfs_map_release(&fs->objects);
+}

@@ -234,6 +234,7 @@ out_signals:
 out_session:
 	fuse_session_destroy(fs.se);
 out:
+	wfs_tables_release(&fs);
 	fuse_loop_cfg_destroy(loop);
 	wfs_catalog_close(fs.catalog);
 	wfs_store_close(fs.store);
