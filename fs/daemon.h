@@ -73,6 +73,17 @@ struct wfs_object {
 	unsigned pins;  /* (L) open handles using it + seals publishing it */
 	int fd;         /* (L) O_RDONLY, for daemon-served reads; -1 until needed */
 	int backing_id; /* (L) passthrough backing id, 0 when not registered */
+	bool verifying; /* (L) its digest is being checked; openers wait on fs->sealed */
+};
+
+/* An object whose bytes were checked against its digest since the daemon started (verify.c). */
+struct wfs_check {
+	struct wfs_map_node node; /* key: first 8 bytes of the digest */
+	struct wfs_digest digest;
+	bool bad;                 /* mismatch: quarantined, logged once */
+	ino_t st_ino;             /* the object file as checked: a different file is checked again */
+	off_t st_size;
+	struct timespec st_mtim;
 };
 
 struct wfs_inode {
@@ -103,6 +114,7 @@ struct wfs_options {
 	char *store;
 	char *mountpoint;
 	int passthrough;      /* -1 auto, 0 off */
+	int verify;           /* check each object's digest on its first open (default 1) */
 	int sync;             /* fdatasync objects and sync seal commits */
 	double timeout;       /* entry and attribute cache timeout, seconds */
 	int foreground, debug, show_help, show_version;
@@ -118,6 +130,7 @@ struct wfs_fs {
 	pthread_cond_t sealed;  /* broadcast when a seal finishes */
 	struct wfs_map inodes;  /* (L) */
 	struct wfs_map objects; /* (L) */
+	struct wfs_map checks;  /* (L) wfs_check entries */
 	atomic_bool passthrough; /* negotiated and still working */
 };
 
@@ -150,15 +163,28 @@ int wfs_object_open_fd(struct wfs_fs *fs, struct wfs_object *o);
 /* At exit, after the session ended: free both tables (the kernel forgets nothing at unmount). */
 void wfs_tables_release(struct wfs_fs *fs);
 
+/* verify.c — with fs->lock held */
+/*
+ * Make sure object @o (pinned by the caller) holds the bytes its digest names, reading it once per
+ * daemon run (and again if the object file changes). May drop fs->lock while reading. On a mismatch
+ * the object is quarantined, one line is logged, and this and every later call return -EIO until the
+ * same content is written again. Returns 0, -EIO, or another -errno.
+ */
+int wfs_verify_object(struct wfs_fs *fs, struct wfs_object *o);
+/* Record object @d, just published by this daemon from bytes it hashed itself, as checked. */
+void wfs_verify_mark_good(struct wfs_fs *fs, const struct wfs_digest *d);
+
 /* version.c */
 /*
  * The version being written of @in, started when there is none (fs->lock held; may drop and retake
  * it): empty when @truncate or when the name has no content yet, otherwise a copy of its sealed
  * object (copy_file_range, so filesystems that share extents copy nothing), made with only the
- * version lock held. Waits while a seal of @in is in progress. Returns a referenced version
+ * version lock held, after checking the sealed object (verify.c). Waits while a seal of @in is in
+ * progress. Returns a referenced version
  * (wfs_version_put() it), or NULL with *@err set (-ENOSPC, -EIO, -ENOMEM, ...).
  */
-struct wfs_version *wfs_version_writer(struct wfs_fs *fs, struct wfs_inode *in, bool truncate, int *err);
+struct wfs_version *wfs_version_writer(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, bool truncate,
+				       int *err);
 void wfs_version_get(struct wfs_version *v);
 void wfs_version_put(struct wfs_version *v);
 /*

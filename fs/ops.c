@@ -219,7 +219,7 @@ static int set_size(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, str
 	int ret;
 
 	for (;;) {
-		v = wfs_version_writer(fs, in, size == 0, &ret);
+		v = wfs_version_writer(fs, req, in, size == 0, &ret);
 		if (!v)
 			return ret;
 		ret = size == 0 ? 0 : wfs_version_truncate(fs, v, size);
@@ -405,7 +405,7 @@ static void wfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		ret = in ? 0 : -ENOMEM;
 	}
 	if (ret == 0) {
-		v = wfs_version_writer(fs, in, true, &ret);
+		v = wfs_version_writer(fs, req, in, true, &ret);
 		if (v) {
 			ret = wfs_version_seal(fs, req, in);
 			wfs_version_put(v);
@@ -451,7 +451,7 @@ static void wfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 		goto out;
 	in = wfs_inode_get(fs, &a);
 	h = in ? handle_new(in, true) : NULL;
-	v = h ? wfs_version_writer(fs, in, true, &ret) : NULL;
+	v = h ? wfs_version_writer(fs, req, in, true, &ret) : NULL;
 	if (!h)
 		ret = -ENOMEM;
 	if (!v) {
@@ -517,17 +517,31 @@ static int open_read_only(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *i
 			     (unsigned long long)in->ino);
 		return -EIO;
 	}
-	if (in->npassthrough > 0 ||
-	    (atomic_load(&fs->passthrough) && !in->writer && in->ncached == 0)) {
-		/* All passthrough opens of an inode share one backing file. */
-		o = in->npassthrough > 0 ? in->pt_object : wfs_object_pin(fs, &in->digest);
+	if (in->npassthrough > 0) {
+		/* All passthrough opens of an inode share one backing file (checked by the first). */
+		o = in->pt_object;
+		o->pins++;
+	} else if (!in->writer) {
+		o = wfs_object_pin(fs, &in->digest);
 		if (!o)
 			return -ENOMEM;
-		if (in->npassthrough > 0)
-			o->pins++;
+		ret = wfs_verify_object(fs, o); /* may drop fs->lock */
+		if (ret) {
+			wfs_object_unpin(fs, req, o);
+			return ret;
+		}
+		if (in->npassthrough > 0 || in->writer || !wfs_digest_equal(&in->digest, &o->digest)) {
+			wfs_object_unpin(fs, req, o); /* the inode changed meanwhile: decide again */
+			return open_read_only(fs, req, in, h, fi);
+		}
+	} else {
+		o = NULL; /* being written: daemon-served from the version */
+	}
+	h->object = o;
+	if (o && (in->npassthrough > 0 ||
+		  (atomic_load(&fs->passthrough) && !in->writer && in->ncached == 0))) {
 		ret = object_backing(fs, req, o);
 		if (ret == 0) {
-			h->object = o;
 			h->passthrough = true;
 			fi->backing_id = o->backing_id;
 			fi->keep_cache = 0;
@@ -535,9 +549,11 @@ static int open_read_only(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *i
 			in->npassthrough++;
 			return 0;
 		}
-		wfs_object_unpin(fs, req, o);
-		if (in->npassthrough > 0)
+		if (in->npassthrough > 0) {
+			h->object = NULL;
+			wfs_object_unpin(fs, req, o);
 			return ret;
+		}
 	}
 	/* Daemon-served: the kernel page cache of this inode may be kept when it holds this content. */
 	fi->keep_cache = !in->writer && in->sealed && in->cache_valid &&
@@ -581,7 +597,7 @@ static int do_open(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, struct fus
 			return -ETXTBSY;
 		}
 		if (truncate) {
-			v = wfs_version_writer(fs, in, true, &ret);
+			v = wfs_version_writer(fs, req, in, true, &ret);
 			if (!v) {
 				free(h);
 				return ret;
@@ -594,6 +610,8 @@ static int do_open(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, struct fus
 	} else {
 		ret = open_read_only(fs, req, in, h, fi);
 		if (ret) {
+			if (h->object)
+				wfs_object_unpin(fs, req, h->object);
 			free(h);
 			wfs_inode_maybe_free(fs, req, in);
 			return ret;
@@ -636,9 +654,18 @@ static int read_source(struct wfs_fs *fs, fuse_req_t req, struct wfs_handle *h, 
 	if (!in->sealed)
 		return -EIO;
 	if (!h->object || !wfs_digest_equal(&h->object->digest, &in->digest)) {
+		int ret;
+
 		o = wfs_object_pin(fs, &in->digest);
 		if (!o)
 			return -ENOMEM;
+		ret = wfs_verify_object(fs, o); /* may drop fs->lock: the caller retries on -EAGAIN */
+		if (ret == 0 && (in->writer || !wfs_digest_equal(&in->digest, &o->digest)))
+			ret = -EAGAIN;
+		if (ret) {
+			wfs_object_unpin(fs, req, o);
+			return ret;
+		}
 		if (h->object)
 			wfs_object_unpin(fs, req, h->object);
 		h->object = o;
@@ -655,7 +682,9 @@ static ssize_t do_read(struct wfs_fs *fs, fuse_req_t req, struct wfs_handle *h, 
 
 	for (;;) {
 		pthread_mutex_lock(&fs->lock);
-		n = read_source(fs, req, h, &v);
+		do
+			n = read_source(fs, req, h, &v);
+		while (n == -EAGAIN);
 		fd = h->object ? h->object->fd : -1;
 		pthread_mutex_unlock(&fs->lock);
 		if (n)
@@ -702,7 +731,8 @@ static void wfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, str
 	free(buf);
 }
 
-static ssize_t do_write(struct wfs_fs *fs, struct wfs_handle *h, const char *buf, size_t size, off_t off)
+static ssize_t do_write(struct wfs_fs *fs, fuse_req_t req, struct wfs_handle *h, const char *buf, size_t size,
+		       off_t off)
 {
 	struct wfs_version *v;
 	ssize_t n;
@@ -712,7 +742,7 @@ static ssize_t do_write(struct wfs_fs *fs, struct wfs_handle *h, const char *buf
 		return -EBADF;
 	do {
 		pthread_mutex_lock(&fs->lock);
-		v = wfs_version_writer(fs, h->inode, false, &ret);
+		v = wfs_version_writer(fs, req, h->inode, false, &ret);
 		if (v)
 			start_writing(h, v); /* also after close: a shared mapping's writeback */
 		pthread_mutex_unlock(&fs->lock);
@@ -727,7 +757,7 @@ static ssize_t do_write(struct wfs_fs *fs, struct wfs_handle *h, const char *buf
 static void wfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		      struct fuse_file_info *fi)
 {
-	ssize_t n = do_write(fs_of(req), handle_of(fi), buf, size, off);
+	ssize_t n = do_write(fs_of(req), req, handle_of(fi), buf, size, off);
 
 	(void)ino;
 	if (n < 0)

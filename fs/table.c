@@ -179,6 +179,11 @@ void wfs_tables_release(struct wfs_fs *fs)
 			close(o->fd);
 		free(o);
 	}
+	while ((n = wfs_map_any(&fs->checks)) != NULL) {
+		wfs_map_remove(&fs->checks, n);
+		free(n);
+	}
 	wfs_map_release(&fs->inodes);
 	wfs_map_release(&fs->objects);
+	wfs_map_release(&fs->checks);
 }

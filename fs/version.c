@@ -95,13 +95,29 @@ static struct wfs_version *version_new(int *err)
 	return v;
 }
 
-struct wfs_version *wfs_version_writer(struct wfs_fs *fs, struct wfs_inode *in, bool truncate, int *err)
+struct wfs_version *wfs_version_writer(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, bool truncate,
+				       int *err)
 {
+	bool base_checked = false;
 	struct wfs_version *v;
 	int64_t copied;
 
 	for (;;) {
 		v = in->writer;
+		if (!v && !truncate && in->sealed && !base_checked) {
+			/* A new version starts as a copy of the sealed bytes: they must be right. */
+			struct wfs_object *o = wfs_object_pin(fs, &in->digest);
+			int ret = o ? wfs_verify_object(fs, o) : -ENOMEM; /* may drop fs->lock */
+
+			if (o)
+				wfs_object_unpin(fs, req, o);
+			if (ret) {
+				*err = ret;
+				return NULL;
+			}
+			base_checked = true;
+			continue; /* another writer may have started meanwhile */
+		}
 		if (!v)
 			break;
 		if (!__atomic_load_n(&v->frozen, __ATOMIC_ACQUIRE)) {
@@ -421,6 +437,8 @@ int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in)
 	if (ret == 0) {
 		in->sealed = true;
 		in->digest = d;
+		if (!existed)
+			wfs_verify_mark_good(fs, &d); /* its bytes are the ones hashed above */
 	} else {
 		log_seal_error(in, ret);
 	}
@@ -433,6 +451,5 @@ int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in)
 		wfs_object_unpin(fs, req, o); /* deletes the object again if the commit failed */
 	if (ret == 0 && old.sealed && !wfs_digest_equal(&old.digest, &d))
 		wfs_object_maybe_delete(fs, &old.digest);
-	(void)existed;
 	return ret;
 }

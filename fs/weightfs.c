@@ -23,6 +23,8 @@ static const struct fuse_opt option_spec[] = {
 	OPT("passthrough=auto", passthrough, -1),
 	OPT("passthrough=on", passthrough, -1),
 	OPT("passthrough=off", passthrough, 0),
+	OPT("verify=open", verify, 1),
+	OPT("verify=none", verify, 0),
 	OPT("sync", sync, 1),
 	OPT("nosync", sync, 0),
 	OPT("timeout=%lf", timeout, 0),
@@ -44,6 +46,9 @@ static void usage(const char *prog)
 	       "weightfs options:\n"
 	       "    -o passthrough=auto|off  serve reads through kernel FUSE passthrough when the kernel\n"
 	       "                             and privileges allow (default auto)\n"
+	       "    -o verify=open|none      check each object's digest on its first open after mount;\n"
+	       "                             a mismatch quarantines it and fails its names with EIO\n"
+	       "                             (default open)\n"
 	       "    -o sync|nosync           fdatasync objects and sync the catalog at each seal\n"
 	       "                             (default sync)\n"
 	       "    -o timeout=SECONDS       kernel cache timeout for names and attributes (default 10)\n"
@@ -153,6 +158,7 @@ int main(int argc, char *argv[])
 
 	fs.opt.passthrough = -1;
 	fs.opt.sync = 1;
+	fs.opt.verify = 1;
 	fs.opt.timeout = 10.0;
 	if (fuse_opt_parse(&args, &fs.opt, option_spec, opt_proc) == -1)
 		return 2;
@@ -205,6 +211,7 @@ int main(int argc, char *argv[])
 	pthread_cond_init(&fs.sealed, NULL);
 	wfs_map_init(&fs.inodes);
 	wfs_map_init(&fs.objects);
+	wfs_map_init(&fs.checks);
 
 	fs.se = fuse_session_new(&args, &wfs_ops, sizeof(wfs_ops), &fs);
 	ret = 1;

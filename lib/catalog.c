@@ -70,6 +70,7 @@ enum stmt_id {
 	ST_DELETE_INODE,
 	ST_OBJECT_GET,
 	ST_OBJECT_DELETE,
+	ST_OBJECT_STATE,
 	ST_UNREFERENCED,
 	ST_BEGIN,
 	ST_COMMIT,
@@ -93,7 +94,9 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_TOUCH_DIR] = "UPDATE inodes SET mtime = ?2, ctime = ?2 WHERE ino = ?1",
 	[ST_SETATTR] = "UPDATE inodes SET mode = ?2, uid = ?3, gid = ?4, atime = ?5, mtime = ?6, ctime = ?7"
 		       " WHERE ino = ?1",
-	[ST_INSERT_OBJECT] = "INSERT OR IGNORE INTO objects(digest, size) VALUES(?1, ?2)",
+	/* A seal only commits once the object file is in objects/, so the object is good again. */
+	[ST_INSERT_OBJECT] = "INSERT INTO objects(digest, size) VALUES(?1, ?2)"
+			     " ON CONFLICT(digest) DO UPDATE SET state = 0",
 	[ST_SET_CONTENT] = "UPDATE inodes SET digest = ?2, size = ?3, mtime = ?4, ctime = ?4 WHERE ino = ?1",
 	[ST_READLINK] = "SELECT mode, target FROM inodes WHERE ino = ?1",
 	[ST_READDIR] = "SELECT d.id, d.name, " ATTR_COLS " FROM dentries d JOIN inodes i ON i.ino = d.ino"
@@ -107,6 +110,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_DELETE_INODE] = "DELETE FROM inodes WHERE ino = ?1",
 	[ST_OBJECT_GET] = "SELECT refcount, size FROM objects WHERE digest = ?1",
 	[ST_OBJECT_DELETE] = "DELETE FROM objects WHERE digest = ?1 AND refcount = 0",
+	[ST_OBJECT_STATE] = "UPDATE objects SET state = ?2 WHERE digest = ?1",
 	[ST_UNREFERENCED] = "SELECT digest, size FROM objects WHERE refcount = 0",
 	[ST_BEGIN] = "BEGIN IMMEDIATE",
 	[ST_COMMIT] = "COMMIT",
@@ -1063,6 +1067,20 @@ int wfs_catalog_object_refcount(struct wfs_catalog *c, const struct wfs_digest *
 	else
 		ret = rc == SQLITE_DONE ? -ENOENT : map_sqlite(c, rc);
 	sqlite3_reset(s);
+	return ret;
+}
+
+int wfs_catalog_object_set_state(struct wfs_catalog *c, const struct wfs_digest *d,
+				 enum wfs_object_state state)
+{
+	sqlite3_stmt *s = stmt(c, ST_OBJECT_STATE);
+	int ret;
+
+	sqlite3_bind_blob(s, 1, d->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
+	sqlite3_bind_int(s, 2, state);
+	ret = step_done(c, s);
+	if (ret == 0 && sqlite3_changes(c->db) == 0)
+		ret = -ENOENT;
 	return ret;
 }
 

@@ -161,6 +161,14 @@ int wfs_catalog_inode_drop(struct wfs_catalog *c, uint64_t ino, struct wfs_attr 
 
 /* Reference count of object @d (invariant 1). -ENOENT if the catalog has no such object. */
 int wfs_catalog_object_refcount(struct wfs_catalog *c, const struct wfs_digest *d, uint64_t *refcount);
+/* Object states (objects.state). */
+enum wfs_object_state {
+	WFS_OBJECT_OK = 0,
+	WFS_OBJECT_QUARANTINED = 1, /* its bytes did not match its digest; moved to STORE/quarantine */
+};
+/* Set object @d's state. -ENOENT if the catalog has no such object. */
+int wfs_catalog_object_set_state(struct wfs_catalog *c, const struct wfs_digest *d,
+				 enum wfs_object_state state);
 /* Forget object @d; only when unreferenced (-EBUSY otherwise). The caller removes the file after. */
 int wfs_catalog_object_delete(struct wfs_catalog *c, const struct wfs_digest *d);
 /*

@@ -306,6 +306,24 @@ int wfs_store_object_remove(struct wfs_store *s, const struct wfs_digest *d)
 	return unlinkat(s->objects_fd, name, 0) < 0 ? -errno : 0;
 }
 
+int wfs_store_object_quarantine(struct wfs_store *s, const struct wfs_digest *d)
+{
+	char name[34], hex[WFS_DIGEST_HEX_CHARS + 1];
+	int qfd, ret = 0;
+
+	if (s->flags & WFS_STORE_READONLY)
+		return -EROFS;
+	ret = open_subdir(s->dir_fd, "quarantine", true, &qfd);
+	if (ret)
+		return ret;
+	wfs_store_object_name(d, name);
+	wfs_digest_to_hex(d, hex);
+	if (renameat(s->objects_fd, name, qfd, hex) < 0)
+		ret = -errno;
+	close(qfd);
+	return ret;
+}
+
 int wfs_store_statfs(struct wfs_store *s, struct statvfs *st)
 {
 	return fstatvfs(s->dir_fd, st) < 0 ? -errno : 0;

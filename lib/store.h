@@ -7,6 +7,8 @@
  *                               prints its own name.
  *   STORE/tmp/                  files being written (O_TMPFILE where the filesystem has it, so a crash
  *                               leaves nothing behind; named leftovers are removed by wfs_store_open()).
+ *   STORE/quarantine/<32 hex>   objects whose bytes no longer hash to their name, moved aside for
+ *                               inspection; writing the same content again stores a good copy.
  *   STORE/catalog.db            the namespace (catalog.h); not touched by this module.
  *   STORE/lock                  flock()ed by the one process that owns the store read-write.
  *
@@ -84,6 +86,11 @@ bool wfs_store_object_exists(struct wfs_store *s, const struct wfs_digest *d);
 int wfs_store_object_stat(struct wfs_store *s, const struct wfs_digest *d, struct stat *st);
 /* Remove object @d (its name; readers that have it open keep their bytes). Returns 0, -ENOENT, -errno. */
 int wfs_store_object_remove(struct wfs_store *s, const struct wfs_digest *d);
+/*
+ * Move object @d out of objects/ into STORE/quarantine/<hex> (replacing an earlier quarantined copy).
+ * Returns 0, -ENOENT (not stored), or -errno.
+ */
+int wfs_store_object_quarantine(struct wfs_store *s, const struct wfs_digest *d);
 /* Path of object @d relative to STORE/objects/ ("ab/<30 hex>"), into @buf (at least 34 bytes). */
 void wfs_store_object_name(const struct wfs_digest *d, char buf[34]);
 

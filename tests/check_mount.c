@@ -75,6 +75,13 @@ static void daemon_start(void)
 	M.daemon = fork();
 	ck_assert_int_ge(M.daemon, 0);
 	if (M.daemon == 0) {
+		char log[300];
+		int fd;
+
+		snprintf(log, sizeof(log), "%s/daemon.log", M.dir);
+		fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		if (fd >= 0)
+			dup2(fd, STDERR_FILENO);
 		execl(bin, "weightfs", M.store, M.mnt, "-f", "-o", opts, (char *)NULL);
 		perror(bin);
 		_exit(127);
@@ -618,6 +625,83 @@ START_TEST(enospc)
 }
 END_TEST
 
+/* Lines of the daemon's log containing @needle. */
+static int log_count(const char *needle)
+{
+	char p[300], line[1024];
+	FILE *f;
+	int n = 0;
+
+	snprintf(p, sizeof(p), "%s/daemon.log", M.dir);
+	f = fopen(p, "r");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, needle) != NULL;
+	fclose(f);
+	return n;
+}
+
+/* Change object @d's bytes behind the daemon's back (@how: 0 flip a byte, 1 truncate, 2 delete). */
+static void damage_object(const struct wfs_digest *d, int how)
+{
+	char name[34], op[400];
+	int fd;
+
+	wfs_store_object_name(d, name);
+	snprintf(op, sizeof(op), "%s/objects/%s", M.store, name);
+	if (how == 2) {
+		ck_assert_int_eq(unlink(op), 0);
+		return;
+	}
+	ck_assert_int_eq(chmod(op, 0644), 0);
+	fd = open(op, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	if (how == 0) {
+		unsigned char b;
+
+		ck_assert_int_eq(pread(fd, &b, 1, 1000), 1);
+		b ^= 0x01;
+		ck_assert_int_eq(pwrite(fd, &b, 1, 1000), 1);
+	} else {
+		ck_assert_int_eq(ftruncate(fd, 999), 0);
+	}
+	close(fd);
+	chmod(op, 0444);
+}
+
+/* A damaged object: EIO on every name, one log line, quarantined; writing it again heals. */
+START_TEST(corrupt_object)
+{
+	static const char *const what[] = {"bytes do not match", "bytes do not match", "missing from objects/"};
+	size_t len = 200000;
+	unsigned char *a = pattern(len, 12);
+	struct wfs_digest d;
+	char hex[WFS_DIGEST_HEX_CHARS + 1], q[400];
+	int how = _i;
+
+	ck_assert_int_eq(write_file(path("c1"), a, len), 0);
+	ck_assert_int_eq(write_file(path("c2"), a, len), 0);
+	digest_xattr(path("c1"), &d);
+	daemon_stop();
+	damage_object(&d, how);
+	daemon_start();
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(open(path(i % 2 ? "c2" : "c1"), O_RDONLY), -1);
+		ck_assert_int_eq(errno, EIO);
+	}
+	ck_assert_int_eq(log_count(what[how]), 1); /* once per object, not once per open */
+	wfs_digest_to_hex(&d, hex);
+	snprintf(q, sizeof(q), "%s/quarantine/%s", M.store, hex);
+	ck_assert_int_eq(access(q, F_OK), how == 2 ? -1 : 0);
+	/* Writing the same content again stores a good copy; every name works again. */
+	ck_assert_int_eq(write_file(path("c3"), a, len), 0);
+	assert_file_equals(path("c1"), a, len);
+	assert_file_equals(path("c2"), a, len);
+	free(a);
+}
+END_TEST
+
 /* > 4 GiB round trip (WFS_TEST_BIG=1): st_size exact, bytes at the far end right. */
 START_TEST(big_file)
 {
@@ -686,6 +770,14 @@ static Suite *mount_suite(void)
 		tcase_add_checked_fixture(tc, setup, teardown);
 		tcase_set_timeout(tc, cases[i].timeout);
 		tcase_add_test(tc, cases[i].test);
+		suite_add_tcase(s, tc);
+	}
+	{
+		TCase *tc = tcase_create("corrupt_object");
+
+		tcase_add_checked_fixture(tc, setup, teardown);
+		tcase_set_timeout(tc, 30);
+		tcase_add_loop_test(tc, corrupt_object, 0, 3); /* flipped byte, truncated, deleted */
 		suite_add_tcase(s, tc);
 	}
 	if (getenv("WFS_TEST_BIG") && strcmp(getenv("WFS_TEST_BIG"), "1") == 0) {

@@ -1,0 +1,167 @@
+/*
+ * Object verification: a name never returns bytes that differ from its digest.
+ *
+ * The first open of an object after the daemon starts reads it and checks its XXH3-128 digest before
+ * the open succeeds (that read also warms the page cache the trainer is about to map). Later opens
+ * trust the check while the object file is the same file (inode, size, mtime). A mismatch moves the
+ * object to STORE/quarantine, logs one line, and fails every open of every name with that content
+ * with EIO — until the same content is written again, which publishes a good copy (the seal marks it
+ * checked here, and its catalog row OK).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "log.h"
+
+static uint64_t digest_key(const struct wfs_digest *d)
+{
+	uint64_t k;
+
+	memcpy(&k, d->bytes, sizeof(k));
+	return k;
+}
+
+static struct wfs_check *check_find(struct wfs_fs *fs, const struct wfs_digest *d)
+{
+	uint64_t key = digest_key(d);
+
+	for (struct wfs_map_node *n = wfs_map_first(&fs->checks, key); n; n = wfs_map_next(n, key)) {
+		struct wfs_check *c = (struct wfs_check *)n;
+
+		if (wfs_digest_equal(&c->digest, d))
+			return c;
+	}
+	return NULL;
+}
+
+static struct wfs_check *check_get(struct wfs_fs *fs, const struct wfs_digest *d)
+{
+	struct wfs_check *c = check_find(fs, d);
+
+	if (c)
+		return c;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	c->digest = *d;
+	c->node.key = digest_key(d);
+	if (wfs_map_insert(&fs->checks, &c->node)) {
+		free(c);
+		return NULL;
+	}
+	return c;
+}
+
+static void record(struct wfs_check *c, const struct stat *st)
+{
+	c->bad = false;
+	c->st_ino = st->st_ino;
+	c->st_size = st->st_size;
+	c->st_mtim = st->st_mtim;
+}
+
+static bool same_file(const struct wfs_check *c, const struct stat *st)
+{
+	return c->st_ino == st->st_ino && c->st_size == st->st_size &&
+	       c->st_mtim.tv_sec == st->st_mtim.tv_sec && c->st_mtim.tv_nsec == st->st_mtim.tv_nsec;
+}
+
+void wfs_verify_mark_good(struct wfs_fs *fs, const struct wfs_digest *d)
+{
+	struct wfs_check *c;
+	struct stat st;
+
+	if (!fs->opt.verify || wfs_store_object_stat(fs->store, d, &st))
+		return;
+	c = check_get(fs, d);
+	if (c)
+		record(c, &st);
+}
+
+/* Read object @d through a descriptor of our own and compare. fs->lock not held. */
+static int check_bytes(struct wfs_fs *fs, const struct wfs_digest *d, struct stat *st)
+{
+	struct wfs_digest got;
+	uint64_t bytes;
+	int fd, ret;
+
+	fd = wfs_store_object_open(fs->store, d, 0);
+	if (fd < 0)
+		return fd;
+	ret = fstat(fd, st) < 0 ? -errno : 0;
+	if (ret == 0)
+		ret = wfs_digest_fd(fd, &got, &bytes);
+	if (ret == 0 && (!wfs_digest_equal(&got, d) || bytes != (uint64_t)st->st_size))
+		ret = -EBADMSG;
+	close(fd);
+	return ret;
+}
+
+static void quarantine(struct wfs_fs *fs, const struct wfs_digest *d)
+{
+	char hex[WFS_DIGEST_HEX_CHARS + 1];
+	int ret;
+
+	wfs_digest_to_hex(d, hex);
+	ret = wfs_store_object_quarantine(fs->store, d);
+	wfs_catalog_object_set_state(fs->catalog, d, WFS_OBJECT_QUARANTINED);
+	wfs_log(WFS_LOG_ERR, "object %s: bytes do not match the digest; %s; its names fail with EIO "
+		"until the content is written again", hex,
+		ret == 0 ? "moved to quarantine/" : "could not move it to quarantine/");
+}
+
+int wfs_verify_object(struct wfs_fs *fs, struct wfs_object *o)
+{
+	struct wfs_check *c;
+	struct stat st;
+	int ret;
+
+	if (!fs->opt.verify)
+		return 0;
+	while (o->verifying)
+		pthread_cond_wait(&fs->sealed, &fs->lock);
+	c = check_find(fs, &o->digest);
+	ret = wfs_store_object_stat(fs->store, &o->digest, &st);
+	if (c && c->bad && ret == -ENOENT)
+		return -EIO; /* still quarantined or missing: already logged */
+	if (ret == -ENOENT) {
+		char hex[WFS_DIGEST_HEX_CHARS + 1];
+
+		wfs_digest_to_hex(&o->digest, hex);
+		wfs_log(WFS_LOG_ERR, "object %s: missing from objects/; its names fail with EIO until "
+			"the content is written again", hex);
+		c = check_get(fs, &o->digest);
+		if (c)
+			c->bad = true;
+		return -EIO;
+	}
+	if (ret)
+		return ret;
+	if (c && !c->bad && same_file(c, &st))
+		return 0;
+
+	o->verifying = true;
+	pthread_mutex_unlock(&fs->lock);
+	ret = check_bytes(fs, &o->digest, &st);
+	pthread_mutex_lock(&fs->lock);
+	o->verifying = false;
+	pthread_cond_broadcast(&fs->sealed);
+
+	c = check_get(fs, &o->digest);
+	if (ret == 0) {
+		if (c)
+			record(c, &st);
+		return 0;
+	}
+	if (ret == -EBADMSG) {
+		if (c)
+			c->bad = true;
+		quarantine(fs, &o->digest);
+		return -EIO;
+	}
+	return ret;
+}
