@@ -8,5 +8,14 @@
 
 int wfs_cmd_stat(int argc, char **argv);
 int wfs_cmd_stage(int argc, char **argv);
+int wfs_cmd_fsck(int argc, char **argv);
+int wfs_cmd_gc(int argc, char **argv);
+
+/*
+ * The store directory for @path: @path itself when it holds a catalog, or the store behind the
+ * fuse.weightfs mount at @path (the daemon mounts with fsname=STORE). Writes an absolute path into
+ * @out (PATH_MAX bytes). Returns 0, -ENOENT (neither), or -errno from realpath.
+ */
+int wfs_cmd_resolve_store(const char *path, char *out);
 
 #endif

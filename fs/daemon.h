@@ -115,6 +115,8 @@ struct wfs_options {
 	char *mountpoint;
 	int passthrough;      /* -1 auto, 0 off */
 	int verify;           /* check each object's digest on its first open (default 1) */
+	char *retain_text;    /* -o retain=SIZE as given */
+	uint64_t retain;      /* bytes of unreferenced objects kept for reuse (0: delete at once) */
 	int sync;             /* fdatasync objects and sync seal commits */
 	double timeout;       /* entry and attribute cache timeout, seconds */
 	int foreground, debug, show_help, show_version;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "gc.h"
 #include "log.h"
 
 static uint64_t digest_key(const struct wfs_digest *d)
@@ -118,13 +119,26 @@ void wfs_object_unpin(struct wfs_fs *fs, fuse_req_t req, struct wfs_object *o)
 	wfs_object_maybe_delete(fs, &d);
 }
 
+static bool object_in_use(void *ctx, const struct wfs_digest *d)
+{
+	return object_find(ctx, d) != NULL;
+}
+
 void wfs_object_maybe_delete(struct wfs_fs *fs, const struct wfs_digest *d)
 {
+	struct wfs_gc_report gc;
 	uint64_t refs;
 	int ret;
 
 	if (object_find(fs, d))
 		return; /* pinned: open somewhere, or being published */
+	if (fs->opt.retain) {
+		/* Keep unreferenced objects up to the budget, dropping the least recently released. */
+		ret = wfs_gc_collect(fs->store, fs->catalog, fs->opt.retain, false, object_in_use, fs, &gc);
+		if (ret)
+			wfs_log(WFS_LOG_WARN, "retention: %s", strerror(-ret));
+		return;
+	}
 	ret = wfs_catalog_object_refcount(fs->catalog, d, &refs);
 	if (ret == 0 && refs > 0)
 		return;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "gc.h"
 #include "log.h"
 
 #define WFS_VERSION "0.1.0"
@@ -25,6 +26,7 @@ static const struct fuse_opt option_spec[] = {
 	OPT("passthrough=off", passthrough, 0),
 	OPT("verify=open", verify, 1),
 	OPT("verify=none", verify, 0),
+	OPT("retain=%s", retain_text, 0),
 	OPT("sync", sync, 1),
 	OPT("nosync", sync, 0),
 	OPT("timeout=%lf", timeout, 0),
@@ -49,6 +51,9 @@ static void usage(const char *prog)
 	       "    -o verify=open|none      check each object's digest on its first open after mount;\n"
 	       "                             a mismatch quarantines it and fails its names with EIO\n"
 	       "                             (default open)\n"
+	       "    -o retain=SIZE           keep up to SIZE bytes (K, M, G, T suffixes) of objects no\n"
+	       "                             name uses, least recently released out first, so a later\n"
+	       "                             run writing the same weights stores nothing new (default 0)\n"
 	       "    -o sync|nosync           fdatasync objects and sync the catalog at each seal\n"
 	       "                             (default sync)\n"
 	       "    -o timeout=SECONDS       kernel cache timeout for names and attributes (default 10)\n"
@@ -84,43 +89,6 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	}
 }
 
-struct digest_list {
-	struct wfs_digest *d;
-	size_t n, cap;
-};
-
-static int collect_digest(void *ctx, const struct wfs_digest *d, uint64_t bytes)
-{
-	struct digest_list *l = ctx;
-
-	(void)bytes;
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 64;
-		struct wfs_digest *p = realloc(l->d, cap * sizeof(*p));
-
-		if (!p)
-			return 1;
-		l->d = p;
-		l->cap = cap;
-	}
-	l->d[l->n++] = *d;
-	return 0;
-}
-
-/* Objects no name refers to (a crash between a commit and the delete that follows it) go now. */
-static void remove_unreferenced(struct wfs_fs *fs)
-{
-	struct digest_list l = {0};
-
-	wfs_catalog_unreferenced(fs->catalog, collect_digest, &l);
-	for (size_t i = 0; i < l.n; i++)
-		if (wfs_catalog_object_delete(fs->catalog, &l.d[i]) == 0)
-			wfs_store_object_remove(fs->store, &l.d[i]);
-	if (l.n)
-		wfs_log(WFS_LOG_INFO, "removed %zu unreferenced objects", l.n);
-	free(l.d);
-}
-
 static int open_catalog(struct wfs_fs *fs, bool recover)
 {
 	char path[PATH_MAX];
@@ -143,7 +111,16 @@ static int open_catalog(struct wfs_fs *fs, bool recover)
 	if (rec.unsealed_removed || rec.orphans_removed)
 		wfs_log(WFS_LOG_INFO, "recovered: removed %llu never-sealed names, %llu orphan inodes",
 			(unsigned long long)rec.unsealed_removed, (unsigned long long)rec.orphans_removed);
-	remove_unreferenced(fs);
+	{
+		struct wfs_gc_report gc;
+
+		/* Objects no name uses beyond the retention budget (a crash between a commit and
+		 * the delete that follows it, or a smaller budget than last time) go now. */
+		ret = wfs_gc_collect(fs->store, fs->catalog, fs->opt.retain, false, NULL, NULL, &gc);
+		if (ret == 0 && gc.objects_removed)
+			wfs_log(WFS_LOG_INFO, "removed %llu unreferenced objects (%llu bytes)",
+				(unsigned long long)gc.objects_removed, (unsigned long long)gc.bytes_removed);
+	}
 	return 0;
 }
 
@@ -175,6 +152,10 @@ int main(int argc, char *argv[])
 		return 2;
 	if (!fs.opt.store || !cmd.mountpoint) {
 		fprintf(stderr, "usage: %s STORE MOUNTPOINT [options]  (try --help)\n", argv[0]);
+		return 2;
+	}
+	if (fs.opt.retain_text && wfs_parse_size(fs.opt.retain_text, &fs.opt.retain)) {
+		fprintf(stderr, "weightfs: -o retain=%s: not a size (e.g. 20G)\n", fs.opt.retain_text);
 		return 2;
 	}
 	fs.opt.foreground = cmd.foreground;
@@ -247,6 +228,7 @@ out:
 	wfs_store_close(fs.store);
 	free(cmd.mountpoint);
 	free(fs.opt.store);
+	free(fs.opt.retain_text);
 	fuse_opt_free_args(&args);
 	return ret;
 }

@@ -28,6 +28,8 @@ struct subcommand {
 
 static const struct subcommand subcommands[] = {
 	{"stat", wfs_cmd_stat, "names, bytes, objects and the dedup ratio of a store or mount"},
+	{"fsck", wfs_cmd_fsck, "check every object's digest and the catalog; --repair what is safe"},
+	{"gc", wfs_cmd_gc, "remove objects no name uses (beyond a retention budget)"},
 	{"stage", wfs_cmd_stage, "copy files to a GPU through pinned buffers (and back), with a benchmark"},
 };
 
@@ -40,11 +42,7 @@ static void usage(FILE *out)
 	fprintf(out, "\nexit status: 0 success, 1 the work failed or found a problem, 2 usage error\n");
 }
 
-/*
- * The store directory for @path: @path itself when it holds a catalog, or the source of the
- * fuse.weightfs mount at @path (the daemon mounts with fsname=STORE). Writes into @out (PATH_MAX).
- */
-static int resolve_store(const char *path, char *out)
+int wfs_cmd_resolve_store(const char *path, char *out)
 {
 	char real[PATH_MAX], probe[PATH_MAX + 16];
 	struct mntent *m;
@@ -142,7 +140,7 @@ int wfs_cmd_stat(int argc, char **argv)
 		stat_usage(stderr);
 		return 2;
 	}
-	ret = resolve_store(argv[optind], store);
+	ret = wfs_cmd_resolve_store(argv[optind], store);
 	if (ret) {
 		fprintf(stderr, "weightfsctl stat: %s: not a weightfs store or mount: %s\n", argv[optind],
 			strerror(-ret));

@@ -30,16 +30,19 @@ static const char schema_sql[] =
 	"CREATE TABLE IF NOT EXISTS xattrs(ino INTEGER NOT NULL, name TEXT NOT NULL, value BLOB NOT NULL,"
 	"  PRIMARY KEY(ino, name)) WITHOUT ROWID;"
 	"CREATE TABLE IF NOT EXISTS objects(digest BLOB PRIMARY KEY, size INTEGER NOT NULL,"
-	"  refcount INTEGER NOT NULL DEFAULT 0, state INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;"
+	"  refcount INTEGER NOT NULL DEFAULT 0, state INTEGER NOT NULL DEFAULT 0,"
+	"  released INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;"
 	"CREATE INDEX IF NOT EXISTS objects_unref ON objects(refcount) WHERE refcount = 0;"
 	/* Invariant 1: objects.refcount follows inodes.digest in every transaction. */
 	"CREATE TRIGGER IF NOT EXISTS inode_ref_insert AFTER INSERT ON inodes WHEN NEW.digest IS NOT NULL"
 	"  BEGIN UPDATE objects SET refcount = refcount + 1 WHERE digest = NEW.digest; END;"
+	/* released: when the last reference went (unix seconds), for least-recently-used retention. */
 	"CREATE TRIGGER IF NOT EXISTS inode_ref_delete AFTER DELETE ON inodes WHEN OLD.digest IS NOT NULL"
-	"  BEGIN UPDATE objects SET refcount = refcount - 1 WHERE digest = OLD.digest; END;"
+	"  BEGIN UPDATE objects SET refcount = refcount - 1, released = unixepoch()"
+	"  WHERE digest = OLD.digest; END;"
 	"CREATE TRIGGER IF NOT EXISTS inode_ref_update AFTER UPDATE OF digest ON inodes"
 	"  WHEN OLD.digest IS NOT NEW.digest BEGIN"
-	"  UPDATE objects SET refcount = refcount - 1 WHERE digest = OLD.digest;"
+	"  UPDATE objects SET refcount = refcount - 1, released = unixepoch() WHERE digest = OLD.digest;"
 	"  UPDATE objects SET refcount = refcount + 1 WHERE digest = NEW.digest; END;";
 
 #define ATTR_COLS "i.ino, i.mode, i.uid, i.gid, i.nlink, i.size, i.parent, i.atime, i.mtime, i.ctime, i.digest"
@@ -111,7 +114,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_OBJECT_GET] = "SELECT refcount, size FROM objects WHERE digest = ?1",
 	[ST_OBJECT_DELETE] = "DELETE FROM objects WHERE digest = ?1 AND refcount = 0",
 	[ST_OBJECT_STATE] = "UPDATE objects SET state = ?2 WHERE digest = ?1",
-	[ST_UNREFERENCED] = "SELECT digest, size FROM objects WHERE refcount = 0",
+	[ST_UNREFERENCED] = "SELECT digest, size FROM objects WHERE refcount = 0 ORDER BY released, digest",
 	[ST_BEGIN] = "BEGIN IMMEDIATE",
 	[ST_COMMIT] = "COMMIT",
 	[ST_ROLLBACK] = "ROLLBACK",
@@ -1118,6 +1121,97 @@ int wfs_catalog_unreferenced(struct wfs_catalog *c,
 	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
 		ret = map_sqlite(c, rc);
 	sqlite3_reset(s);
+	return ret;
+}
+
+int wfs_catalog_objects(struct wfs_catalog *c, int (*fn)(void *ctx, const struct wfs_object_row *row),
+			void *ctx)
+{
+	struct wfs_object_row row;
+	sqlite3_stmt *s;
+	int rc, ret;
+
+	rc = sqlite3_prepare_v2(c->db, "SELECT digest, size, refcount, state, released FROM objects"
+				       " ORDER BY digest", -1, &s, NULL);
+	if (rc != SQLITE_OK)
+		return map_sqlite(c, rc);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if (sqlite3_column_bytes(s, 0) != WFS_DIGEST_BYTES)
+			continue;
+		memcpy(row.digest.bytes, sqlite3_column_blob(s, 0), WFS_DIGEST_BYTES);
+		row.bytes = (uint64_t)sqlite3_column_int64(s, 1);
+		row.refcount = (uint64_t)sqlite3_column_int64(s, 2);
+		row.state = sqlite3_column_int(s, 3);
+		row.released = sqlite3_column_int64(s, 4);
+		if (fn(ctx, &row))
+			break;
+	}
+	ret = rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : map_sqlite(c, rc);
+	sqlite3_finalize(s);
+	return ret;
+}
+
+static int query_u64(struct wfs_catalog *c, const char *sql, uint64_t *a, uint64_t *b);
+
+int wfs_catalog_check(struct wfs_catalog *c, bool repair, struct wfs_catalog_check *out)
+{
+	struct wfs_catalog_check r = {0};
+	char sql[512], *integrity = NULL;
+	sqlite3_stmt *s;
+	int ret;
+
+	if (repair && c->readonly)
+		return -EROFS;
+	if (sqlite3_prepare_v2(c->db, "PRAGMA integrity_check", -1, &s, NULL) == SQLITE_OK) {
+		if (sqlite3_step(s) == SQLITE_ROW)
+			integrity = sqlite3_mprintf("%s", (const char *)sqlite3_column_text(s, 0));
+		sqlite3_finalize(s);
+	}
+	r.integrity_ok = integrity && strcmp(integrity, "ok") == 0;
+	if (!r.integrity_ok)
+		wfs_log(WFS_LOG_ERR, "catalog: integrity check: %s", integrity ? integrity : "failed to run");
+	sqlite3_free(integrity);
+
+	ret = repair ? begin(c) : 0;
+	if (ret)
+		return ret;
+	ret = query_u64(c, "SELECT count(*) FROM objects o WHERE refcount !="
+			   " (SELECT count(*) FROM inodes i WHERE i.digest = o.digest)", &r.refcounts_wrong, NULL);
+	if (ret == 0)
+		ret = query_u64(c, "SELECT count(DISTINCT digest) FROM inodes i WHERE digest IS NOT NULL AND"
+				   " NOT EXISTS (SELECT 1 FROM objects o WHERE o.digest = i.digest)",
+				&r.digests_without_row, NULL);
+	if (ret == 0)
+		ret = query_u64(c, "SELECT count(*) FROM dentries d WHERE NOT EXISTS"
+				   " (SELECT 1 FROM inodes i WHERE i.ino = d.ino)", &r.dangling_dentries, NULL);
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM inodes i WHERE (mode & %u) != %u AND nlink > 0 AND nlink !="
+		 " (SELECT count(*) FROM dentries d WHERE d.ino = i.ino)", (unsigned)S_IFMT, (unsigned)S_IFDIR);
+	if (ret == 0)
+		ret = query_u64(c, sql, &r.nlink_wrong, NULL);
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM inodes WHERE digest IS NULL AND (mode & %u) = %u",
+		 (unsigned)S_IFMT, (unsigned)S_IFREG);
+	if (ret == 0)
+		ret = query_u64(c, sql, &r.unsealed, NULL);
+	if (repair && ret == 0) {
+		/* Rows first, so the recount below covers them. */
+		ret = exec(c, "INSERT INTO objects(digest, size) SELECT digest, max(size) FROM inodes i"
+			      " WHERE digest IS NOT NULL AND NOT EXISTS"
+			      " (SELECT 1 FROM objects o WHERE o.digest = i.digest) GROUP BY digest;"
+			      "UPDATE objects SET refcount ="
+			      " (SELECT count(*) FROM inodes i WHERE i.digest = objects.digest);"
+			      "DELETE FROM dentries WHERE NOT EXISTS"
+			      " (SELECT 1 FROM inodes i WHERE i.ino = dentries.ino);");
+		snprintf(sql, sizeof(sql),
+			 "UPDATE inodes SET nlink = (SELECT count(*) FROM dentries d WHERE d.ino = inodes.ino)"
+			 " WHERE (mode & %u) != %u AND nlink > 0;", (unsigned)S_IFMT, (unsigned)S_IFDIR);
+		if (ret == 0)
+			ret = exec(c, sql);
+	}
+	if (repair)
+		ret = end(c, ret);
+	if (ret == 0)
+		*out = r;
 	return ret;
 }
 

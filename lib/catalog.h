@@ -172,11 +172,39 @@ int wfs_catalog_object_set_state(struct wfs_catalog *c, const struct wfs_digest 
 /* Forget object @d; only when unreferenced (-EBUSY otherwise). The caller removes the file after. */
 int wfs_catalog_object_delete(struct wfs_catalog *c, const struct wfs_digest *d);
 /*
- * Objects with refcount 0, for cleanup: @fn gets each digest and its bytes; non-zero return stops.
- * Do not modify the catalog from @fn.
+ * Objects with refcount 0, least recently released first (for retention and cleanup): @fn gets each
+ * digest and its bytes; non-zero return stops. Do not modify the catalog from @fn.
  */
 int wfs_catalog_unreferenced(struct wfs_catalog *c,
 			     int (*fn)(void *ctx, const struct wfs_digest *d, uint64_t bytes), void *ctx);
+
+/* One row of the objects table. */
+struct wfs_object_row {
+	struct wfs_digest digest;
+	uint64_t bytes;
+	uint64_t refcount;
+	int state;        /* enum wfs_object_state */
+	int64_t released; /* unix seconds when the last reference went; 0 if never */
+};
+/* Every object row in digest order; @fn returns non-zero to stop. Do not modify the catalog from @fn. */
+int wfs_catalog_objects(struct wfs_catalog *c, int (*fn)(void *ctx, const struct wfs_object_row *row),
+			void *ctx);
+
+/* What wfs_catalog_check() found (and, with repair, fixed). */
+struct wfs_catalog_check {
+	bool integrity_ok;            /* SQLite's PRAGMA integrity_check passed */
+	uint64_t refcounts_wrong;     /* objects whose refcount differs from the inodes naming them */
+	uint64_t digests_without_row; /* inodes naming an object the objects table lacks */
+	uint64_t dangling_dentries;   /* dentries naming an inode that does not exist */
+	uint64_t nlink_wrong;         /* non-directories whose nlink differs from their dentries */
+	uint64_t unsealed;            /* regular files never sealed (removed at the next mount) */
+};
+/*
+ * Check the catalog's own invariants (catalog.h, 1-3); with @repair, fix them in one transaction:
+ * refcounts recomputed, missing object rows added (size from the inode), dangling dentries removed,
+ * nlink recounted. Unsealed files are only counted. -EROFS when @repair on a read-only handle.
+ */
+int wfs_catalog_check(struct wfs_catalog *c, bool repair, struct wfs_catalog_check *out);
 
 /* Totals for the stat command. Bytes are logical file sizes or object sizes, not disk blocks. */
 struct wfs_catalog_stats {

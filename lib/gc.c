@@ -1,0 +1,134 @@
+#include "gc.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct unref {
+	struct wfs_digest digest;
+	uint64_t bytes;
+};
+
+struct unref_list {
+	struct unref *v;
+	size_t n, cap;
+};
+
+static int collect(void *ctx, const struct wfs_digest *d, uint64_t bytes)
+{
+	struct unref_list *l = ctx;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 256;
+		struct unref *p = realloc(l->v, cap * sizeof(*p));
+
+		if (!p)
+			return 1;
+		l->v = p;
+		l->cap = cap;
+	}
+	l->v[l->n].digest = *d;
+	l->v[l->n].bytes = bytes;
+	l->n++;
+	return 0;
+}
+
+int wfs_gc_collect(struct wfs_store *s, struct wfs_catalog *c, uint64_t retain, bool dry_run,
+		   bool (*in_use)(void *ctx, const struct wfs_digest *d), void *ctx, struct wfs_gc_report *r)
+{
+	struct unref_list l = {0};
+	uint64_t total = 0;
+	int ret;
+
+	memset(r, 0, sizeof(*r));
+	ret = wfs_catalog_unreferenced(c, collect, &l); /* oldest release first */
+	if (ret)
+		goto out;
+	for (size_t i = 0; i < l.n; i++)
+		if (!in_use || !in_use(ctx, &l.v[i].digest))
+			total += l.v[i].bytes;
+	for (size_t i = 0; i < l.n; i++) {
+		struct unref *u = &l.v[i];
+		bool busy = in_use && in_use(ctx, &u->digest);
+
+		if (busy || total <= retain) {
+			r->objects_kept++;
+			r->bytes_kept += u->bytes;
+			continue;
+		}
+		if (!dry_run) {
+			ret = wfs_catalog_object_delete(c, &u->digest);
+			if (ret == -EBUSY || ret == -ENOENT) { /* referenced again, or already gone */
+				ret = 0;
+				continue;
+			}
+			if (ret)
+				goto out;
+			ret = wfs_store_object_remove(s, &u->digest);
+			if (ret == -ENOENT)
+				ret = 0;
+			if (ret)
+				goto out;
+		}
+		total -= u->bytes;
+		r->objects_removed++;
+		r->bytes_removed += u->bytes;
+	}
+out:
+	free(l.v);
+	return ret;
+}
+
+int wfs_gc(const char *path, uint64_t retain, bool dry_run, struct wfs_gc_report *r)
+{
+	struct wfs_catalog *c = NULL;
+	struct wfs_store *s = NULL;
+	char db[PATH_MAX];
+	int ret;
+
+	ret = wfs_store_open(path, dry_run ? WFS_STORE_READONLY : 0, &s);
+	if (ret)
+		return ret;
+	snprintf(db, sizeof(db), "%s/catalog.db", path);
+	ret = wfs_catalog_open(db, dry_run ? WFS_CATALOG_READONLY : 0, 0, 0, &c);
+	if (ret == 0)
+		ret = wfs_gc_collect(s, c, retain, dry_run, NULL, NULL, r);
+	wfs_catalog_close(c);
+	wfs_store_close(s);
+	return ret;
+}
+
+int wfs_parse_size(const char *text, uint64_t *bytes)
+{
+	static const char units[] = "KMGTP";
+	char *end;
+	double v;
+	int shift = 0;
+
+	errno = 0;
+	v = strtod(text, &end);
+	if (end == text || errno || v < 0 || isnan(v))
+		return -EINVAL;
+	if (*end) {
+		const char *u = strchr(units, *end == 'k' ? 'K' : *end);
+
+		if (!u || !*u)
+			return -EINVAL;
+		shift = 10 * (int)(u - units + 1);
+		end++;
+		if (*end == 'i')
+			end++;
+		if (*end == 'B')
+			end++;
+		if (*end)
+			return -EINVAL;
+	}
+	v = ldexp(v, shift);
+	if (v >= 18446744073709551615.0)
+		return -EINVAL;
+	*bytes = (uint64_t)v;
+	return 0;
+}

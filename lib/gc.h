@@ -1,0 +1,38 @@
+/*
+ * gc — remove objects no name refers to.
+ *
+ * An object becomes unreferenced when its last name is unlinked, renamed over or rewritten. It can
+ * be kept for a while (a retention budget, in bytes) so that a later run writing the same weights
+ * needs no new bytes on disk; beyond the budget, the least recently released objects go first.
+ * The daemon applies the same policy online (-o retain=SIZE) and skips objects still open.
+ */
+#ifndef WFS_GC_H
+#define WFS_GC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "catalog.h"
+#include "store.h"
+
+struct wfs_gc_report {
+	uint64_t objects_removed, bytes_removed; /* (with dry_run: would be removed) */
+	uint64_t objects_kept, bytes_kept;       /* unreferenced objects left within the budget or in use */
+};
+
+/*
+ * Remove unreferenced objects, least recently released first, until those left take at most
+ * @retain bytes. Objects for which @in_use returns true (may be NULL) are kept and do not count
+ * against the budget. With @dry_run nothing is removed. Catalog row first, then the file: a crash
+ * in between leaves an orphan file that the next gc or fsck --repair removes. Returns 0 or -errno.
+ */
+int wfs_gc_collect(struct wfs_store *s, struct wfs_catalog *c, uint64_t retain, bool dry_run,
+		   bool (*in_use)(void *ctx, const struct wfs_digest *d), void *ctx, struct wfs_gc_report *r);
+
+/* Offline gc of the store at @path: -EBUSY while a daemon has it mounted; otherwise as above. */
+int wfs_gc(const char *path, uint64_t retain, bool dry_run, struct wfs_gc_report *r);
+
+/* Parse a size like "0", "4096", "512M", "20G", "1.5T" (binary units) into bytes. 0 or -EINVAL. */
+int wfs_parse_size(const char *text, uint64_t *bytes);
+
+#endif
