@@ -78,7 +78,7 @@ PROGS := $(B)/weightfs $(B)/weightfsctl $(B)/libweightfs.so
 # ---- tests/ ------------------------------------------------------------------------------------
 TEST_SRCS := $(wildcard tests/check_*.c)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
-$(B)/tests/%: tests/%.c tests/testutil.h $(B)/libweightfs.a
+$(B)/tests/%: tests/%.c tests/testutil.h tests/mountutil.h $(B)/libweightfs.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LIB_CFLAGS) $(CUDA_CFLAGS) $(CHECK_CFLAGS) -Itests -o $@ $< $(ALL_LIBS) $(CHECK_LIBS)
 

@@ -206,6 +206,8 @@ uint64_t wfs_version_size(struct wfs_version *v);
  * name keeps its previous content. Returns 0 or -errno (-ENOSPC, -EIO, ...).
  */
 int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in);
+/* Drop in->writer unsealed (fs->lock held): the name keeps its previous content, if any. */
+void wfs_version_abandon(struct wfs_fs *fs, struct wfs_inode *in);
 
 /* ops.c */
 extern const struct fuse_lowlevel_ops wfs_ops;

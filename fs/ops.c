@@ -180,18 +180,67 @@ static void wfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		fuse_reply_attr(req, &st, fs->opt.timeout);
 }
 
+/*
+ * Signal that killed the process closing a file, or 0. A process killed mid-write still closes its
+ * files (and so flushes them) on the way out; its bytes are not a finished tensor and must not be
+ * sealed under the name. The kernel sets the exit code before it closes files (do_exit), and marks
+ * the task exiting: /proc/PID/stat fields 9 (flags, PF_EXITING) and 52 (exit code).
+ */
+static int killed_by_signal(fuse_req_t req)
+{
+	pid_t pid = fuse_req_ctx(req)->pid;
+	char path[64], buf[1024], *p;
+	unsigned long flags = 0;
+	long code = 0;
+	ssize_t n;
+	int fd;
+
+	if (pid <= 0)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	p = strrchr(buf, ')'); /* the command name may contain spaces and parentheses */
+	if (!p)
+		return 0;
+	/* After ")": field 3 (state) onwards; flags is field 9, exit_code field 52. */
+	for (int field = 3; field <= 52 && p; field++) {
+		p = strchr(p + 1, ' ');
+		if (p && field == 9)
+			flags = strtoul(p + 1, NULL, 10);
+		if (p && field == 52)
+			code = strtol(p + 1, NULL, 10);
+	}
+	return (flags & 0x4 /* PF_EXITING */) ? (int)(code & 0x7f) : 0;
+}
+
 /* Stop counting @h as a writer of its version; the last writer seals it. fs->lock held. */
 static int finish_writing(struct wfs_fs *fs, fuse_req_t req, struct wfs_handle *h)
 {
 	struct wfs_version *v = h->writing;
 	struct wfs_inode *in = h->inode;
-	int ret = 0;
+	int ret = 0, sig;
 
 	if (!v)
 		return 0;
 	h->writing = NULL;
-	if (--v->writers == 0 && in->writer == v)
-		ret = wfs_version_seal(fs, req, in);
+	if (--v->writers == 0 && in->writer == v) {
+		sig = killed_by_signal(req);
+		if (sig) {
+			wfs_log(WFS_LOG_WARN, "inode %llu: writer killed by signal %d before it finished: "
+				"nothing sealed, the name keeps its previous content", (unsigned long long)in->ino,
+				sig);
+			wfs_version_abandon(fs, in);
+		} else {
+			ret = wfs_version_seal(fs, req, in);
+		}
+	}
 	wfs_version_put(v);
 	return ret;
 }

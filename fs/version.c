@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "fault.h"
 #include "log.h"
 
 #define VERSION_MEM_MAX (1u << 20) /* bytes; one FUSE write request */
@@ -247,6 +248,9 @@ static ssize_t write_locked(struct wfs_fs *fs, struct wfs_version *v, const void
 		if (ret)
 			return ret;
 	}
+	ret = wfs_fault("version.pwrite");
+	if (ret)
+		return ret;
 	while (done < len) {
 		ssize_t n = pwrite(v->tmp.fd, (const char *)buf + done, len - done, off + (off_t)done);
 
@@ -256,6 +260,7 @@ static ssize_t write_locked(struct wfs_fs *fs, struct wfs_version *v, const void
 			return n < 0 ? -errno : -EIO;
 		done += (size_t)n;
 	}
+	wfs_crashpoint("version.after-pwrite");
 	return (ssize_t)len;
 }
 
@@ -407,6 +412,7 @@ int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in)
 	size = v->size;
 	v->frozen = true;
 	pthread_mutex_unlock(&v->lock);
+	wfs_crashpoint("seal.after-digest");
 
 	pthread_mutex_lock(&fs->lock);
 	if (ret == 0) {
@@ -429,11 +435,14 @@ int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in)
 	v->done = true;
 	pthread_mutex_unlock(&v->lock);
 
+	wfs_crashpoint("seal.before-commit");
 	pthread_mutex_lock(&fs->lock);
 	if (ret == 0) {
 		clock_gettime(CLOCK_REALTIME, &mtime);
 		ret = wfs_catalog_set_content(fs->catalog, in->ino, &d, size, &mtime, fs->opt.sync, &old, &now);
 	}
+	if (ret == 0)
+		wfs_crashpoint("seal.after-commit");
 	if (ret == 0) {
 		in->sealed = true;
 		in->digest = d;
@@ -452,4 +461,21 @@ int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in)
 	if (ret == 0 && old.sealed && !wfs_digest_equal(&old.digest, &d))
 		wfs_object_maybe_delete(fs, &old.digest);
 	return ret;
+}
+
+void wfs_version_abandon(struct wfs_fs *fs, struct wfs_inode *in)
+{
+	struct wfs_version *v = in->writer;
+
+	pthread_mutex_lock(&v->lock);
+	v->frozen = true;
+	v->done = true;
+	wfs_store_tmp_discard(fs->store, &v->tmp);
+	free(v->mem);
+	v->mem = NULL;
+	pthread_mutex_unlock(&v->lock);
+	in->writer = NULL;
+	in->cache_valid = false;
+	wfs_version_put(v);
+	pthread_cond_broadcast(&fs->sealed);
 }

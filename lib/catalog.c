@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <sys/xattr.h>
 
+#include "fault.h"
 #include "log.h"
 
 #define SCHEMA_VERSION 1
@@ -248,6 +249,8 @@ static int begin(struct wfs_catalog *c)
 /* Commit when @ret is 0, roll back otherwise; returns the first error. */
 static int end(struct wfs_catalog *c, int ret)
 {
+	if (ret == 0)
+		ret = wfs_fault("catalog.commit");
 	if (ret == 0) {
 		ret = step_done(c, stmt(c, ST_COMMIT));
 		if (ret == 0)

@@ -9,6 +9,8 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include "fault.h"
+
 struct wfs_store {
 	char *path;
 	unsigned flags;
@@ -95,9 +97,15 @@ int wfs_store_open(const char *path, unsigned flags, struct wfs_store **out)
 			ret = -errno;
 			goto fail;
 		}
-		if (flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0) {
-			ret = errno == EWOULDBLOCK ? -EBUSY : -errno;
-			goto fail;
+		/* A daemon that was just unmounted may take a moment to exit: wait up to 5 s for it. */
+		for (int tries = 0;; tries++) {
+			if (flock(s->lock_fd, LOCK_EX | LOCK_NB) == 0)
+				break;
+			if (errno != EWOULDBLOCK || tries == 50) {
+				ret = errno == EWOULDBLOCK ? -EBUSY : -errno;
+				goto fail;
+			}
+			usleep(100000);
 		}
 		ret = clean_tmp(s);
 		if (ret)
@@ -138,6 +146,9 @@ int wfs_store_tmp_create(struct wfs_store *s, struct wfs_tmpfile *t)
 
 	if (s->flags & WFS_STORE_READONLY)
 		return -EROFS;
+	fd = wfs_fault("tmp.create");
+	if (fd)
+		return fd;
 	fd = openat(s->tmp_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
 	if (fd >= 0) {
 		t->fd = fd;
@@ -247,17 +258,22 @@ int wfs_store_publish(struct wfs_store *s, struct wfs_tmpfile *t, const struct w
 		ret = 0;
 		goto out;
 	}
-	if (sync && fdatasync(t->fd) < 0) {
+	ret = wfs_fault("publish.fdatasync");
+	if (ret == 0 && sync && fdatasync(t->fd) < 0)
 		ret = -errno;
+	if (ret)
 		goto out;
-	}
+	wfs_crashpoint("publish.after-fdatasync");
 	if (fchmod(t->fd, 0444) < 0) {
 		ret = -errno;
 		goto out;
 	}
-	ret = link_object(s, t, name);
+	ret = wfs_fault("publish.link");
+	if (ret == 0)
+		ret = link_object(s, t, name);
 	if (ret < 0)
 		goto out;
+	wfs_crashpoint("publish.after-link");
 	if (ret == 1) {
 		*existed = true;
 		ret = 0;

@@ -42,8 +42,8 @@ enum wfs_store_flags {
 };
 
 /*
- * Open the store at @path. Unless WFS_STORE_READONLY, takes an exclusive flock on STORE/lock and
- * removes leftovers in STORE/tmp/. On success *@out owns the store; free it with wfs_store_close().
+ * Open the store at @path. Unless WFS_STORE_READONLY, takes an exclusive flock on STORE/lock (waiting
+ * up to 5 s for a process that is letting go of it) and removes leftovers in STORE/tmp/. On success *@out owns the store; free it with wfs_store_close().
  * Errors: -ENOENT (no store there and no WFS_STORE_CREATE), -ENOTDIR, -EBUSY (another process holds the
  * store), -ENOMEM, or the -errno of a failed mkdir/open (-EACCES, -EROFS, ...).
  */

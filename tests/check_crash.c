@@ -1,0 +1,229 @@
+/*
+ * Crash safety: the daemon killed (SIGKILL) at every crash point of the write, seal and delete paths
+ * (lib/fault.h), and at random moments of a large write; writers killed mid-write. After each crash
+ * the store is remounted (after `umount -l`, as after "Transport endpoint is not connected") and
+ * checked:
+ *   - every name sealed before the crash reads back its exact bytes;
+ *   - the name being written holds exactly its old or its new bytes (or, if new, is absent);
+ *   - fsck finds no corrupt or missing object and no catalog inconsistency (orphan object files,
+ *     whose bytes match their names, are allowed: fsck --repair removes them);
+ *   - STORE/tmp is empty.
+ */
+#include "fsck.h"
+#include "mountutil.h"
+
+/* The crash points on the paths these tests drive (grep wfs_crashpoint). */
+static const char *const points[] = {
+	"version.after-pwrite",    "seal.after-digest", "publish.after-fdatasync", "publish.after-link",
+	"seal.before-commit",      "seal.after-commit", "delete.after-row",
+};
+#define NPOINTS ((int)(sizeof(points) / sizeof(points[0])))
+
+static int daemon_status = -1;
+
+/* Has the daemon exited? Its status goes to daemon_status. */
+static bool daemon_gone(void)
+{
+	return daemon_status != -1 || waitpid(M.daemon, &daemon_status, WNOHANG) == M.daemon;
+}
+
+static void crash_restart(void)
+{
+	/* The daemon is gone: the mount answers ENOTCONN until lazily unmounted. */
+	if (daemon_status == -1)
+		waitpid(M.daemon, &daemon_status, 0);
+	ck_assert_msg(WIFSIGNALED(daemon_status) && WTERMSIG(daemon_status) == SIGKILL,
+		      "daemon did not die by SIGKILL");
+	daemon_status = -1;
+	M.daemon = 0;
+	ck_assert_int_eq(umount2(M.mnt, MNT_DETACH), 0);
+	M.crash_at[0] = '\0';
+	daemon_start();
+}
+
+/* fsck of the (unmounted) store: nothing corrupt, missing or inconsistent; tmp empty. */
+static void assert_store_consistent(void)
+{
+	struct wfs_fsck_options opt = {0};
+	struct wfs_fsck_report r;
+
+	daemon_stop();
+	ck_assert_int_eq(wfs_fsck(M.store, &opt, &r), 0);
+	ck_assert_msg(r.found[WFS_FSCK_CORRUPT] == 0, "corrupt objects after crash");
+	ck_assert_msg(r.found[WFS_FSCK_MISSING] == 0, "names point at missing objects after crash");
+	ck_assert_msg(r.found[WFS_FSCK_CATALOG] == 0, "catalog inconsistent after crash");
+	ck_assert_msg(r.found[WFS_FSCK_STRAY] == 0 && r.found[WFS_FSCK_MODE] == 0, "stray or writable object");
+	ck_assert_msg(r.found[WFS_FSCK_TMP] == 0, "tmp leftovers after remount");
+	daemon_start();
+}
+
+/* Either absent or exactly @want. */
+static void assert_absent_or(const char *p, const unsigned char *want, size_t len)
+{
+	if (access(p, F_OK) != 0) {
+		ck_assert_int_eq(errno, ENOENT);
+		return;
+	}
+	assert_file_equals(p, want, len);
+}
+
+/* Exactly @a or exactly @b. */
+static void assert_one_of(const char *p, const unsigned char *a, const unsigned char *b, size_t len)
+{
+	unsigned char *got = malloc(len + 1);
+	int fd = open(p, O_RDONLY);
+	ssize_t n;
+
+	ck_assert_msg(fd >= 0, "open %s: %s", p, strerror(errno));
+	n = pread(fd, got, len + 1, 0);
+	close(fd);
+	ck_assert_int_eq(n, (ssize_t)len);
+	ck_assert_msg(memcmp(got, a, len) == 0 || memcmp(got, b, len) == 0, "%s: neither old nor new bytes", p);
+	free(got);
+}
+
+/*
+ * Daemon killed at crash point _i while: a new name is written, an existing name is rewritten,
+ * and a name whose object nothing else uses is unlinked (in that order, so later points on
+ * the same path are reached by later operations).
+ */
+START_TEST(daemon_killed_at_crash_point)
+{
+	size_t len = 3 << 20; /* larger than what versions keep in memory: the tmp file is used */
+	unsigned char *keep = pattern(len, 20), *old = pattern(len, 21), *new = pattern(len, 22),
+		      *gone = pattern(len, 23);
+	const char *point = points[_i];
+
+	ck_assert_int_eq(write_file(path("keep"), keep, len), 0);
+	ck_assert_int_eq(write_file(path("target"), old, len), 0);
+	ck_assert_int_eq(write_file(path("gone"), gone, len), 0);
+	daemon_stop();
+	snprintf(M.crash_at, sizeof(M.crash_at), "%s", point);
+	daemon_start();
+
+	/* Each step may fail with ENOTCONN once the daemon has died. */
+	write_file(path("fresh"), new, len);
+	write_file(path("target"), new, len);
+	unlink(path("gone"));
+	/* An unlinked object goes when the kernel forgets the inode, which may come a little later. */
+	EVENTUALLY(daemon_gone());
+	crash_restart();
+
+	assert_file_equals(path("keep"), keep, len);
+	assert_absent_or(path("fresh"), new, len);
+	assert_one_of(path("target"), old, new, len);
+	assert_absent_or(path("gone"), gone, len);
+	assert_store_consistent();
+	/* The store works normally afterwards. */
+	ck_assert_int_eq(write_file(path("after"), old, len), 0);
+	assert_file_equals(path("after"), old, len);
+	free(keep);
+	free(old);
+	free(new);
+	free(gone);
+}
+END_TEST
+
+/* SIGKILL from outside at a random moment of a 64 MiB write, several times. */
+START_TEST(daemon_killed_mid_write)
+{
+	size_t chunk = 1 << 20, len = 64 << 20;
+	unsigned char *keep = pattern(chunk, 30), *big = pattern(len, 31);
+	unsigned seed = (unsigned)time(NULL);
+
+	ck_assert_int_eq(write_file(path("keep"), keep, chunk), 0);
+	for (int round = 0; round < 4; round++) {
+		pid_t writer = fork();
+
+		ck_assert_int_ge(writer, 0);
+		if (writer == 0) {
+			_exit(write_file(path("big"), big, len) == 0 ? 0 : 1);
+		}
+		usleep(1000 * (useconds_t)(rand_r(&seed) % 300));
+		kill(M.daemon, SIGKILL);
+		waitpid(writer, NULL, 0);
+		crash_restart();
+		assert_file_equals(path("keep"), keep, chunk);
+		assert_absent_or(path("big"), big, len);
+		unlink(path("big"));
+	}
+	assert_store_consistent();
+	free(keep);
+	free(big);
+}
+END_TEST
+
+/* A writer killed mid-write seals nothing: a new name is unreadable (EIO), an old one keeps its bytes. */
+START_TEST(writer_killed)
+{
+	size_t len = 2 << 20;
+	unsigned char *old = pattern(len, 40), *new = pattern(len, 41);
+
+	ck_assert_int_eq(write_file(path("existing"), old, len), 0);
+	for (int i = 0; i < 2; i++) {
+		pid_t writer = fork();
+
+		ck_assert_int_ge(writer, 0);
+		if (writer == 0) {
+			int fd = open(path(i ? "existing" : "new"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+			if (fd < 0 || write(fd, new, len / 2) != (ssize_t)(len / 2))
+				_exit(1);
+			kill(getpid(), SIGKILL);
+		}
+		waitpid(writer, NULL, 0);
+	}
+	EVENTUALLY(open(path("new"), O_RDONLY) == -1 && errno == EIO);
+	ck_assert_int_eq(getxattr(path("new"), "user.weightfs.digest", NULL, 0), -1);
+	assert_file_equals(path("existing"), old, len);
+	/* Unsealed names are gone after a remount; rewriting works. */
+	daemon_stop();
+	daemon_start();
+	ck_assert_int_eq(access(path("new"), F_OK), -1);
+	ck_assert_int_eq(write_file(path("new"), new, len), 0);
+	assert_file_equals(path("new"), new, len);
+	free(old);
+	free(new);
+}
+END_TEST
+
+static Suite *crash_suite(void)
+{
+	Suite *s = suite_create("crash");
+	TCase *tc;
+
+	tc = tcase_create("daemon_killed_at_crash_point");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_loop_test(tc, daemon_killed_at_crash_point, 0, NPOINTS);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("daemon_killed_mid_write");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, daemon_killed_mid_write);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("writer_killed");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, writer_killed);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(crash_suite());
+	int failed;
+
+	if (geteuid() != 0) {
+		fprintf(stderr, "check_crash: needs root (FUSE mounts)\n");
+		return 1;
+	}
+	printf("check_crash: passthrough=%s, %d crash points\n", mode(), NPOINTS);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

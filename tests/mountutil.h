@@ -1,0 +1,307 @@
+/*
+ * Helpers for tests that run a real weightfs daemon: one store, mount point and daemon per test
+ * (started from $WFS_BUILD, default build/), in the passthrough mode named by $WFS_TEST_PASSTHROUGH
+ * (auto or off). The daemon's stderr goes to DIR/daemon.log. Header-only: each suite is one file.
+ */
+#ifndef WFS_MOUNTUTIL_H
+#define WFS_MOUNTUTIL_H
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "digest.h"
+#include "store.h"
+#include "testutil.h"
+
+
+struct mnt {
+	char dir[200];   /* test directory */
+	char store[256];
+	char mnt[256];
+	pid_t daemon;
+	char crash_at[96]; /* WFS_CRASH_AT for the next daemon_start(), or "" */
+};
+
+static struct mnt M;
+
+static inline const char *mode(void)
+{
+	const char *m = getenv("WFS_TEST_PASSTHROUGH");
+
+	return m ? m : "auto";
+}
+
+static inline bool passthrough_mode(void)
+{
+	return strcmp(mode(), "off") != 0;
+}
+
+static inline char *path(const char *name)
+{
+	static char buf[4][PATH_MAX];
+	static int i;
+	char *p = buf[i++ % 4];
+
+	snprintf(p, PATH_MAX, "%s/%s", M.mnt, name);
+	return p;
+}
+
+static inline bool is_mounted(const char *dir)
+{
+	struct stat a, b;
+	char parent[PATH_MAX + 4];
+
+	snprintf(parent, sizeof(parent), "%s/..", dir);
+	return stat(dir, &a) == 0 && stat(parent, &b) == 0 && a.st_dev != b.st_dev;
+}
+
+static inline void daemon_start(void)
+{
+	const char *build = getenv("WFS_BUILD") ? getenv("WFS_BUILD") : "build";
+	char bin[PATH_MAX], opts[128];
+
+	snprintf(bin, sizeof(bin), "%s/weightfs", build);
+	snprintf(opts, sizeof(opts), "passthrough=%s,nosync", mode());
+	M.daemon = fork();
+	ck_assert_int_ge(M.daemon, 0);
+	if (M.daemon == 0) {
+		char log[300];
+		int fd;
+
+		snprintf(log, sizeof(log), "%s/daemon.log", M.dir);
+		fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		if (fd >= 0)
+			dup2(fd, STDERR_FILENO);
+		if (M.crash_at[0])
+			setenv("WFS_CRASH_AT", M.crash_at, 1);
+		else
+			unsetenv("WFS_CRASH_AT");
+		execl(bin, "weightfs", M.store, M.mnt, "-f", "-o", opts, (char *)NULL);
+		perror(bin);
+		_exit(127);
+	}
+	for (int i = 0; i < 500 && !is_mounted(M.mnt); i++) {
+		int st;
+
+		if (waitpid(M.daemon, &st, WNOHANG) == M.daemon)
+			ck_abort_msg("weightfs exited before mounting (status %d)", st);
+		usleep(10000);
+	}
+	ck_assert_msg(is_mounted(M.mnt), "%s not mounted after 5 s", M.mnt);
+}
+
+static inline void daemon_stop(void)
+{
+	int st;
+
+	if (M.daemon <= 0)
+		return;
+	if (umount2(M.mnt, 0) < 0)
+		umount2(M.mnt, MNT_DETACH);
+	for (int i = 0; i < 500; i++) {
+		if (waitpid(M.daemon, &st, WNOHANG) == M.daemon) {
+			M.daemon = 0;
+			return;
+		}
+		usleep(10000);
+	}
+	kill(M.daemon, SIGKILL);
+	waitpid(M.daemon, &st, 0);
+	M.daemon = 0;
+}
+
+static inline void setup(void)
+{
+	const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+
+	snprintf(M.dir, sizeof(M.dir), "%s/wfs-mount-XXXXXX", tmp);
+	ck_assert_ptr_nonnull(mkdtemp(M.dir));
+	snprintf(M.store, sizeof(M.store), "%s/store", M.dir);
+	snprintf(M.mnt, sizeof(M.mnt), "%s/mnt", M.dir);
+	ck_assert_int_eq(mkdir(M.mnt, 0755), 0);
+	daemon_start();
+}
+
+static inline void teardown(void)
+{
+	char cmd[256 + 32];
+
+	daemon_stop();
+	umount2(M.store, MNT_DETACH); /* tmpfs stores */
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", M.dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", M.dir);
+}
+
+/* Deterministic bytes: a different stream per @seed. */
+static inline void fill(unsigned char *buf, size_t len, uint32_t seed)
+{
+	uint32_t x = seed * 2654435761u + 1;
+
+	for (size_t i = 0; i < len; i++) {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		buf[i] = (unsigned char)x;
+	}
+}
+
+/* Write @len bytes to @p (create/truncate) and close; returns close(2)'s result as -errno or 0. */
+static inline int write_file(const char *p, const void *buf, size_t len)
+{
+	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	size_t done = 0;
+	int ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	while (done < len) {
+		ssize_t n = write(fd, (const char *)buf + done, len - done);
+
+		if (n < 0) {
+			ret = -errno;
+			break;
+		}
+		done += (size_t)n;
+	}
+	if (close(fd) < 0 && ret == 0)
+		ret = -errno;
+	return ret;
+}
+
+static inline unsigned char *pattern(size_t len, uint32_t seed)
+{
+	unsigned char *buf = malloc(len ? len : 1);
+
+	ck_assert_ptr_nonnull(buf);
+	fill(buf, len, seed);
+	return buf;
+}
+
+static inline void assert_file_equals(const char *p, const unsigned char *want, size_t len)
+{
+	int fd = open(p, O_RDONLY);
+	unsigned char *got = malloc(len + 1);
+	ssize_t n;
+
+	ck_assert_msg(fd >= 0, "open %s: %s", p, strerror(errno));
+	n = pread(fd, got, len + 1, 0);
+	ck_assert_int_eq(n, (ssize_t)len);
+	ck_assert_msg(memcmp(got, want, len) == 0, "%s: bytes differ", p);
+	close(fd);
+	free(got);
+}
+
+static inline void digest_xattr(const char *p, struct wfs_digest *d)
+{
+	char hex[WFS_DIGEST_HEX_CHARS + 1] = {0};
+	ssize_t n = getxattr(p, "user.weightfs.digest", hex, sizeof(hex) - 1);
+
+	ck_assert_msg(n == WFS_DIGEST_HEX_CHARS, "getxattr digest %s: %zd (%s)", p, n, strerror(errno));
+	ck_assert_int_eq(wfs_digest_from_hex(hex, d), 0);
+}
+
+static inline bool object_exists(const struct wfs_digest *d)
+{
+	char name[34], p[400];
+
+	wfs_store_object_name(d, name);
+	snprintf(p, sizeof(p), "%s/objects/%s", M.store, name);
+	return access(p, F_OK) == 0;
+}
+
+static inline int count_objects(void)
+{
+	char p[300];
+	DIR *top, *sub;
+	struct dirent *e, *f;
+	int n = 0;
+
+	snprintf(p, sizeof(p), "%s/objects", M.store);
+	top = opendir(p);
+	ck_assert_ptr_nonnull(top);
+	while ((e = readdir(top)) != NULL) {
+		char sp[600];
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(sp, sizeof(sp), "%s/%s", p, e->d_name);
+		sub = opendir(sp);
+		if (!sub)
+			continue;
+		while ((f = readdir(sub)) != NULL)
+			n += f->d_name[0] != '.';
+		closedir(sub);
+	}
+	closedir(top);
+	return n;
+}
+
+/* Poll @cond for up to 3 s: forget and release reach the daemon asynchronously. */
+#define EVENTUALLY(cond)                                          \
+	do {                                                      \
+		for (int _i = 0; _i < 300 && !(cond); _i++)       \
+			usleep(10000);                            \
+		ck_assert_msg((cond), "still false after 3 s: %s", #cond); \
+	} while (0)
+
+/* Lines of the daemon's log containing @needle. */
+static inline int log_count(const char *needle)
+{
+	char p[300], line[1024];
+	FILE *f;
+	int n = 0;
+
+	snprintf(p, sizeof(p), "%s/daemon.log", M.dir);
+	f = fopen(p, "r");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, needle) != NULL;
+	fclose(f);
+	return n;
+}
+
+/* Change object @d's bytes behind the daemon's back (@how: 0 flip a byte, 1 truncate, 2 delete). */
+static inline void damage_object(const struct wfs_digest *d, int how)
+{
+	char name[34], op[400];
+	int fd;
+
+	wfs_store_object_name(d, name);
+	snprintf(op, sizeof(op), "%s/objects/%s", M.store, name);
+	if (how == 2) {
+		ck_assert_int_eq(unlink(op), 0);
+		return;
+	}
+	ck_assert_int_eq(chmod(op, 0644), 0);
+	fd = open(op, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	if (how == 0) {
+		unsigned char b;
+
+		ck_assert_int_eq(pread(fd, &b, 1, 1000), 1);
+		b ^= 0x01;
+		ck_assert_int_eq(pwrite(fd, &b, 1, 1000), 1);
+	} else {
+		ck_assert_int_eq(ftruncate(fd, 999), 0);
+	}
+	close(fd);
+	chmod(op, 0444);
+}
+
+#endif
