@@ -872,6 +872,8 @@ int wfs_catalog_set_content(struct wfs_catalog *c, uint64_t ino, const struct wf
 	ret = step_done(c, s);
 	if (ret == 0)
 		ret = wfs_catalog_getattr(c, ino, out);
+	if (ret == 0)
+		ret = wfs_fault("catalog.set-content"); /* test-only: the seal's commit fails */
 out:
 	ret = end(c, ret);
 	if (ret == 0)

@@ -412,6 +412,214 @@ START_TEST(corrupt_object)
 }
 END_TEST
 
+
+/* Injected I/O errors come back from the call that hit them, and leave nothing half-published. */
+START_TEST(io_faults)
+{
+	static const struct {
+		const char *fault;
+		int err;      /* errno expected */
+		bool at_write; /* from write(2); otherwise from close(2) */
+	} cases[] = {
+		{"publish.fdatasync=EIO:0", EIO, false},
+		{"publish.link=ENOSPC:0", ENOSPC, false},
+		{"catalog.set-content=EIO:0", EIO, false},
+		{"tmp.create=ENOSPC:0", ENOSPC, true},
+		{"version.pwrite=EIO:0", EIO, true},
+	};
+	size_t len = 2 << 20; /* beyond the in-memory size: the tmp file is written */
+	unsigned char *a = pattern(len, 50), *b = pattern(len, 51);
+	int i = _i, fd;
+	ssize_t n;
+
+	ck_assert_int_eq(write_file(path("old"), a, len), 0);
+	daemon_stop();
+	snprintf(M.fault, sizeof(M.fault), "%s", cases[i].fault);
+	M.opts[0] = '\0';
+	snprintf(M.opts, sizeof(M.opts), "sync");
+	daemon_start();
+	/* Rewrite an existing name: it must keep its old bytes. */
+	fd = open(path("old"), O_WRONLY | O_TRUNC);
+	ck_assert_int_ge(fd, 0);
+	if (cases[i].at_write) {
+		size_t done = 0;
+
+		/* The first MiB may be taken in memory; the error comes once the tmp file is used. */
+		while ((n = write(fd, b + done, len - done)) > 0 && done + (size_t)n < len)
+			done += (size_t)n;
+		ck_assert_int_eq(n, -1);
+		ck_assert_int_eq(errno, cases[i].err);
+		ck_assert_int_eq(close(fd), -1); /* the sticky error fails the seal too */
+	} else {
+		n = write(fd, b, len);
+		ck_assert_int_eq(n, (ssize_t)len);
+		ck_assert_int_eq(close(fd), -1);
+		ck_assert_int_eq(errno, cases[i].err);
+	}
+	assert_file_equals(path("old"), a, len);
+	ck_assert_int_eq(count_objects(), 1);
+	/* Without the fault, the same write works. */
+	daemon_stop();
+	M.fault[0] = '\0';
+	daemon_start();
+	ck_assert_int_eq(write_file(path("old"), b, len), 0);
+	assert_file_equals(path("old"), b, len);
+	free(a);
+	free(b);
+}
+END_TEST
+
+/* Many writers replacing one name (tmp + rename) while readers map it: always one writer's bytes. */
+START_TEST(replace_races)
+{
+	enum { WRITERS = 4, READERS = 2, ROUNDS = 25 };
+	size_t len = 256 * 1024;
+	pid_t pids[WRITERS + READERS];
+	int status, failures = 0;
+
+	ck_assert_int_eq(write_file(path("hot"), pattern(len, 100), len), 0);
+	for (int p = 0; p < WRITERS + READERS; p++) {
+		pids[p] = fork();
+		ck_assert_int_ge(pids[p], 0);
+		if (pids[p] != 0)
+			continue;
+		if (p < WRITERS) {
+			unsigned char *mine = pattern(len, 101 + (uint32_t)p);
+			char tmp[32];
+
+			snprintf(tmp, sizeof(tmp), ".hot.%d", p);
+			for (int r = 0; r < ROUNDS; r++)
+				if (write_file(path(tmp), mine, len) || rename(path(tmp), path("hot")))
+					_exit(1);
+			_exit(0);
+		}
+		/* Readers: each mapping holds exactly one of the five contents. */
+		unsigned char *known[WRITERS + 1];
+
+		for (int k = 0; k <= WRITERS; k++)
+			known[k] = pattern(len, 100 + (uint32_t)k);
+		for (int r = 0; r < ROUNDS * 4; r++) {
+			int fd = open(path("hot"), O_RDONLY);
+			unsigned char *m;
+			bool match = false;
+
+			if (fd < 0)
+				_exit(2);
+			m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+			close(fd);
+			if (m == MAP_FAILED)
+				_exit(3);
+			for (int k = 0; k <= WRITERS && !match; k++)
+				match = memcmp(m, known[k], len) == 0;
+			munmap(m, len);
+			if (!match)
+				_exit(4);
+		}
+		_exit(0);
+	}
+	for (int p = 0; p < WRITERS + READERS; p++) {
+		waitpid(pids[p], &status, 0);
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+			fprintf(stderr, "process %d (%s) failed: status %d\n", p, p < WRITERS ? "writer" : "reader",
+				WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+			failures++;
+		}
+	}
+	ck_assert_int_eq(failures, 0);
+	/* Exactly the last writer's content is left, and only its object. */
+	EVENTUALLY(count_objects() == 1);
+}
+END_TEST
+
+/* Without allow_other only the mounting user gets in; default_permissions applies mode bits. */
+START_TEST(other_users)
+{
+	pid_t pid;
+	int status;
+
+	ck_assert_int_eq(write_file(path("private"), "secret", 6), 0);
+	ck_assert_int_eq(chmod(path("private"), 0600), 0);
+	ck_assert_int_eq(chmod(M.dir, 0755), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct stat st;
+
+		if (setgid(65534) || setuid(65534))
+			_exit(10);
+		/* FUSE refuses every other user at the door (without allow_other). */
+		if (stat(path("private"), &st) == 0 || errno != EACCES)
+			_exit(11);
+		_exit(0);
+	}
+	waitpid(pid, &status, 0);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "without allow_other: status %d",
+		      WEXITSTATUS(status));
+
+	/* With allow_other, the kernel checks mode bits (default_permissions is always on). */
+	daemon_stop();
+	snprintf(M.opts, sizeof(M.opts), "allow_other");
+	daemon_start();
+	ck_assert_int_eq(write_file(path("public"), "hello", 5), 0);
+	ck_assert_int_eq(chmod(path("public"), 0644), 0);
+	ck_assert_int_eq(chmod(M.mnt, 0755), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		char buf[8];
+		int fd;
+
+		if (setgid(65534) || setuid(65534))
+			_exit(10);
+		fd = open(path("public"), O_RDONLY);
+		if (fd < 0 || read(fd, buf, sizeof(buf)) != 5)
+			_exit(12);
+		close(fd);
+		if (open(path("private"), O_RDONLY) != -1 || errno != EACCES)
+			_exit(13);
+		if (open(path("public"), O_WRONLY) != -1 || errno != EACCES)
+			_exit(14);
+		if (open(path("newfile"), O_WRONLY | O_CREAT, 0644) != -1 || errno != EACCES)
+			_exit(15);
+		if (setxattr(path("public"), "user.x", "1", 1, 0) != -1 || errno != EACCES)
+			_exit(16);
+		_exit(0);
+	}
+	waitpid(pid, &status, 0);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "with allow_other: status %d",
+		      WEXITSTATUS(status));
+}
+END_TEST
+
+/* -o retain=SIZE keeps unreferenced objects for reuse, least recently released out first. */
+START_TEST(retain_budget)
+{
+	size_t len = 1 << 20;
+	unsigned char *a = pattern(len, 60), *b = pattern(len, 61);
+	struct wfs_digest da, db;
+
+	daemon_stop();
+	snprintf(M.opts, sizeof(M.opts), "retain=1M");
+	daemon_start();
+	ck_assert_int_eq(write_file(path("a"), a, len), 0);
+	ck_assert_int_eq(write_file(path("b"), b, len), 0);
+	digest_xattr(path("a"), &da);
+	digest_xattr(path("b"), &db);
+	ck_assert_int_eq(unlink(path("a")), 0);
+	EVENTUALLY(count_objects() == 2 && object_exists(&da)); /* within the 1 MiB budget: kept */
+	sleep(1); /* release times have one-second resolution */
+	ck_assert_int_eq(unlink(path("b")), 0);
+	EVENTUALLY(!object_exists(&da)); /* over budget: the older release goes */
+	ck_assert(object_exists(&db));
+	/* The kept object serves a rewrite of the same bytes with no new object file. */
+	ck_assert_int_eq(write_file(path("b2"), b, len), 0);
+	ck_assert_int_eq(count_objects(), 1);
+	assert_file_equals(path("b2"), b, len);
+	free(a);
+	free(b);
+}
+END_TEST
+
 /* > 4 GiB round trip (WFS_TEST_BIG=1): st_size exact, bytes at the far end right. */
 START_TEST(big_file)
 {
@@ -472,6 +680,9 @@ static Suite *mount_suite(void)
 		{"write_while_passthrough_reader", write_while_passthrough_reader, 30},
 		{"shared_writable_mapping_after_close", shared_writable_mapping_after_close, 30},
 		{"enospc", enospc, 60},
+		{"replace_races", replace_races, 120},
+		{"other_users", other_users, 30},
+		{"retain_budget", retain_budget, 30},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -488,6 +699,11 @@ static Suite *mount_suite(void)
 		tcase_add_checked_fixture(tc, setup, teardown);
 		tcase_set_timeout(tc, 30);
 		tcase_add_loop_test(tc, corrupt_object, 0, 3); /* flipped byte, truncated, deleted */
+		suite_add_tcase(s, tc);
+		tc = tcase_create("io_faults");
+		tcase_add_checked_fixture(tc, setup, teardown);
+		tcase_set_timeout(tc, 30);
+		tcase_add_loop_test(tc, io_faults, 0, 5);
 		suite_add_tcase(s, tc);
 	}
 	if (getenv("WFS_TEST_BIG") && strcmp(getenv("WFS_TEST_BIG"), "1") == 0) {

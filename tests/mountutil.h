@@ -34,6 +34,8 @@ struct mnt {
 	char mnt[256];
 	pid_t daemon;
 	char crash_at[96]; /* WFS_CRASH_AT for the next daemon_start(), or "" */
+	char fault[96];    /* WFS_FAULT for the next daemon_start(), or "" */
+	char opts[96];     /* extra -o options for the next daemon_start(), or "" */
 };
 
 static struct mnt M;
@@ -72,10 +74,10 @@ static inline bool is_mounted(const char *dir)
 static inline void daemon_start(void)
 {
 	const char *build = getenv("WFS_BUILD") ? getenv("WFS_BUILD") : "build";
-	char bin[PATH_MAX], opts[128];
+	char bin[PATH_MAX], opts[256];
 
 	snprintf(bin, sizeof(bin), "%s/weightfs", build);
-	snprintf(opts, sizeof(opts), "passthrough=%s,nosync", mode());
+	snprintf(opts, sizeof(opts), "passthrough=%s,nosync%s%s", mode(), M.opts[0] ? "," : "", M.opts);
 	M.daemon = fork();
 	ck_assert_int_ge(M.daemon, 0);
 	if (M.daemon == 0) {
@@ -90,6 +92,10 @@ static inline void daemon_start(void)
 			setenv("WFS_CRASH_AT", M.crash_at, 1);
 		else
 			unsetenv("WFS_CRASH_AT");
+		if (M.fault[0])
+			setenv("WFS_FAULT", M.fault, 1);
+		else
+			unsetenv("WFS_FAULT");
 		execl(bin, "weightfs", M.store, M.mnt, "-f", "-o", opts, (char *)NULL);
 		perror(bin);
 		_exit(127);
@@ -126,6 +132,7 @@ static inline void daemon_stop(void)
 
 static inline void setup(void)
 {
+	M.crash_at[0] = M.fault[0] = M.opts[0] = '\0';
 	const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
 
 	snprintf(M.dir, sizeof(M.dir), "%s/wfs-mount-XXXXXX", tmp);
