@@ -1037,7 +1037,7 @@ static double now_s(void)
 START_TEST(test_rate_limit)
 {
 	struct fsck_run x;
-	char name[8];
+	char name[16];
 	double t0, elapsed;
 
 	for (int i = 0; i < 3; i++) {
