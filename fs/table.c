@@ -147,7 +147,7 @@ void wfs_object_maybe_delete(struct wfs_fs *fs, const struct wfs_digest *d)
 		return;
 	if (ret == 0 && wfs_catalog_object_delete(fs->catalog, d))
 		return;
-	wfs_crashpoint("delete.after-row"); /* leaves an orphan file: gc at mount, or fsck --repair */
+	wfs_crashpoint("delete.after-row"); /* leaves an orphan file, which fsck --repair removes */
 	ret = wfs_store_object_remove(fs->store, d);
 	if (ret && ret != -ENOENT) {
 		char hex[WFS_DIGEST_HEX_CHARS + 1];

@@ -1190,7 +1190,7 @@ int wfs_catalog_check(struct wfs_catalog *c, bool repair, struct wfs_catalog_che
 		ret = query_u64(c, "SELECT count(*) FROM dentries d WHERE NOT EXISTS"
 				   " (SELECT 1 FROM inodes i WHERE i.ino = d.ino)", &r.dangling_dentries, NULL);
 	snprintf(sql, sizeof(sql),
-		 "SELECT count(*) FROM inodes i WHERE (mode & %u) != %u AND nlink > 0 AND nlink !="
+		 "SELECT count(*) FROM inodes i WHERE (mode & %u) != %u AND nlink !="
 		 " (SELECT count(*) FROM dentries d WHERE d.ino = i.ino)", (unsigned)S_IFMT, (unsigned)S_IFDIR);
 	if (ret == 0)
 		ret = query_u64(c, sql, &r.nlink_wrong, NULL);
@@ -1209,7 +1209,7 @@ int wfs_catalog_check(struct wfs_catalog *c, bool repair, struct wfs_catalog_che
 			      " (SELECT 1 FROM inodes i WHERE i.ino = dentries.ino);");
 		snprintf(sql, sizeof(sql),
 			 "UPDATE inodes SET nlink = (SELECT count(*) FROM dentries d WHERE d.ino = inodes.ino)"
-			 " WHERE (mode & %u) != %u AND nlink > 0;", (unsigned)S_IFMT, (unsigned)S_IFDIR);
+			 " WHERE (mode & %u) != %u;", (unsigned)S_IFMT, (unsigned)S_IFDIR);
 		if (ret == 0)
 			ret = exec(c, sql);
 	}

@@ -100,6 +100,17 @@ static bool quarantine_stray(struct fsck *f, const char *sub, const char *name)
 	return renameat(f->dir_fd, from, f->dir_fd, to) == 0;
 }
 
+/* Is @hex a digest spelled the way the store names objects (lower case)? */
+static bool canonical_hex(const char *hex, struct wfs_digest *d)
+{
+	char again[WFS_DIGEST_HEX_CHARS + 1];
+
+	if (wfs_digest_from_hex(hex, d))
+		return false;
+	wfs_digest_to_hex(d, again);
+	return strcmp(again, hex) == 0;
+}
+
 /* List objects/ into f->files; strays are reported (and with repair, moved aside). */
 static int list_objects(struct fsck *f)
 {
@@ -126,7 +137,8 @@ static int list_objects(struct fsck *f)
 		if (strlen(e->d_name) != 2 || sub_fd < 0) {
 			if (sub_fd >= 0)
 				close(sub_fd);
-			finding(f, WFS_FSCK_STRAY, e->d_name, "not an object directory",
+			snprintf(hex, sizeof(hex), "objects/%.20s", e->d_name);
+			finding(f, WFS_FSCK_STRAY, hex, "not an object directory",
 				f->opt->repair && quarantine_stray(f, e->d_name, ""));
 			continue;
 		}
@@ -147,7 +159,7 @@ static int list_objects(struct fsck *f)
 			} else {
 				hex[0] = '\0';
 			}
-			if (!hex[0] || wfs_digest_from_hex(hex, &of.digest) ||
+			if (!hex[0] || !canonical_hex(hex, &of.digest) ||
 			    fstatat(sub_fd, g->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode)) {
 				char what[PATH_MAX];
 
@@ -175,7 +187,8 @@ static int list_objects(struct fsck *f)
 		closedir(sub);
 	}
 	closedir(top);
-	qsort(f->files, f->nfiles, sizeof(*f->files), digest_cmp);
+	if (f->nfiles)
+		qsort(f->files, f->nfiles, sizeof(*f->files), digest_cmp);
 	return 0;
 }
 
@@ -208,7 +221,8 @@ static void check_files(struct fsck *f)
 	clock_gettime(CLOCK_MONOTONIC, &f->start);
 	for (size_t i = 0; i < f->nfiles; i++) {
 		struct object_file *of = &f->files[i];
-		struct wfs_object_row *row = bsearch(&of->digest, f->rows, f->nrows, sizeof(*f->rows), digest_cmp);
+		struct wfs_object_row *row =
+			f->nrows ? bsearch(&of->digest, f->rows, f->nrows, sizeof(*f->rows), digest_cmp) : NULL;
 		struct wfs_digest got;
 		uint64_t bytes;
 		int fd, ret;

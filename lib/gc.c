@@ -54,7 +54,8 @@ int wfs_gc_collect(struct wfs_store *s, struct wfs_catalog *c, uint64_t retain, 
 		struct unref *u = &l.v[i];
 		bool busy = in_use && in_use(ctx, &u->digest);
 
-		if (busy || total <= retain) {
+		/* Within the budget stays; with no budget at all, even empty objects go. */
+		if (busy || (total <= retain && retain > 0)) {
 			r->objects_kept++;
 			r->bytes_kept += u->bytes;
 			continue;

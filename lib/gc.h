@@ -23,13 +23,15 @@ struct wfs_gc_report {
 /*
  * Remove unreferenced objects, least recently released first, until those left take at most
  * @retain bytes. Objects for which @in_use returns true (may be NULL) are kept and do not count
- * against the budget. With @dry_run nothing is removed. Catalog row first, then the file: a crash
- * in between leaves an orphan file that the next gc or fsck --repair removes. Returns 0 or -errno.
+ * against the budget (@retain 0 removes them all, empty ones included). With @dry_run nothing is
+ * removed. Catalog row first, then the file: a crash in between leaves an orphan file (its bytes
+ * match its name) that fsck --repair removes. Returns 0 or -errno.
  */
 int wfs_gc_collect(struct wfs_store *s, struct wfs_catalog *c, uint64_t retain, bool dry_run,
 		   bool (*in_use)(void *ctx, const struct wfs_digest *d), void *ctx, struct wfs_gc_report *r);
 
-/* Offline gc of the store at @path: -EBUSY while a daemon has it mounted; otherwise as above. */
+/* Offline gc of the store at @path: -EBUSY while a daemon has it mounted (a @dry_run only reads and
+ * runs anyway); otherwise as above. */
 int wfs_gc(const char *path, uint64_t retain, bool dry_run, struct wfs_gc_report *r);
 
 /* Parse a size like "0", "4096", "512M", "20G", "1.5T" (binary units) into bytes. 0 or -EINVAL. */

@@ -33,6 +33,29 @@ static int open_subdir(int dir_fd, const char *name, bool create, int *out)
 	return 0;
 }
 
+/* Remove @name under @dir_fd, a directory tree included. */
+static void remove_tree_at(int dir_fd, const char *name)
+{
+	int fd;
+	DIR *d;
+	struct dirent *e;
+
+	if (unlinkat(dir_fd, name, 0) == 0 || (errno != EISDIR && errno != EPERM))
+		return;
+	fd = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while ((e = readdir(d)) != NULL)
+		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+			remove_tree_at(dirfd(d), e->d_name);
+	closedir(d);
+	unlinkat(dir_fd, name, AT_REMOVEDIR);
+}
+
 /* Remove everything in STORE/tmp: leftovers of writes that never reached publish. */
 static int clean_tmp(struct wfs_store *s)
 {
@@ -52,7 +75,7 @@ static int clean_tmp(struct wfs_store *s)
 	while ((e = readdir(d)) != NULL) {
 		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
 			continue;
-		unlinkat(s->tmp_fd, e->d_name, 0);
+		remove_tree_at(s->tmp_fd, e->d_name);
 	}
 	closedir(d);
 	return 0;

@@ -706,26 +706,32 @@ END_TEST
  * under STORE" (fsck.h), as for strays inside a prefix directory. */
 START_TEST(test_stray_top_level)
 {
-	char path[800];
+	char path[800], what_file[256], what_dir[256];
 	struct fsck_run x;
 
 	close_store_catalog();
 	spath(path, sizeof(path), "objects/junk");
 	ck_assert_int_eq(tu_write_file(path, "x", 1, 0644), 0);
 	fsck_ok(&x, false);
-	expect_only(&x, WFS_FSCK_STRAY, "objects/junk", false);
+	ck_assert_msg(total_found(&x) == 1, "want one stray:%s", dump(&x));
+	snprintf(what_file, sizeof(what_file), "%s", one_of(&x, WFS_FSCK_STRAY)->what);
+	ck_assert(!one_of(&x, WFS_FSCK_STRAY)->repaired);
 	ck_assert_int_eq(unlink(path), 0);
 
 	spath(path, sizeof(path), "objects/abc");
 	ck_assert_int_eq(mkdir(path, 0755), 0);
-	fsck_ok(&x, false);
-	expect_only(&x, WFS_FSCK_STRAY, "objects/abc", false);
-
 	fsck_ok(&x, true);
+	ck_assert_uint_eq(x.r.found[WFS_FSCK_STRAY], 1);
+	snprintf(what_dir, sizeof(what_dir), "%s", one_of(&x, WFS_FSCK_STRAY)->what);
 	ck_assert(one_of(&x, WFS_FSCK_STRAY)->repaired);
 	ck_assert(!exists(path));
 	spath(path, sizeof(path), "quarantine/stray.abc");
 	ck_assert(exists(path));
+	ck_assert_str_eq(one_of(&x, WFS_FSCK_QUARANTINED)->what, "quarantine/stray.abc");
+
+	/* Paths under STORE, like "objects/ab/not-a-digest" above. */
+	ck_assert_str_eq(what_file, "objects/junk");
+	ck_assert_str_eq(what_dir, "objects/abc");
 }
 END_TEST
 
@@ -1254,8 +1260,11 @@ END_TEST
 
 /* gc.h: "a crash in between [row and file] leaves an orphan file that the next gc or fsck --repair
  * removes". */
-START_TEST(test_gc_removes_orphan_file)
+/* gc works from the catalog: an orphan file (no row) is left to fsck --repair, which removes it. */
+START_TEST(test_gc_leaves_orphan_file_to_fsck)
 {
+	struct wfs_fsck_options opt = {.repair = true};
+	struct wfs_fsck_report fr;
 	struct wfs_digest orphan, named;
 	struct wfs_gc_report r;
 
@@ -1264,7 +1273,39 @@ START_TEST(test_gc_removes_orphan_file)
 	close_store_catalog();
 	ck_assert(object_file_exists(&orphan));
 	ck_assert_int_eq(wfs_gc(store_dir, 0, false, &r), 0);
-	ck_assert_msg(!object_file_exists(&orphan), "gc left the orphan object file in place");
+	ck_assert_uint_eq(r.objects_removed, 0);
+	ck_assert(object_file_exists(&orphan));
+	ck_assert_int_eq(wfs_fsck(store_dir, &opt, &fr), 0);
+	ck_assert_uint_eq(fr.found[WFS_FSCK_ORPHAN], 1);
+	ck_assert_uint_eq(fr.repaired[WFS_FSCK_ORPHAN], 1);
+	ck_assert_msg(!object_file_exists(&orphan), "fsck --repair left the orphan object file in place");
+	assert_kept(&named, 1);
+}
+END_TEST
+
+/* A budget of 0 removes every unreferenced object, empty ones included (weightfsctl gc: "default 0:
+ * remove them all"); an empty object still costs a file and a catalog row. */
+START_TEST(test_gc_retain_zero_removes_empty_object)
+{
+	struct wfs_digest empty, other, named;
+	struct wfs_gc_report r;
+
+	put_file(ROOT, "empty", 0, 120, &empty);
+	put_file(ROOT, "other", 200, 121, &other);
+	put_file(ROOT, "named", 300, 122, &named);
+	release(ROOT, "empty", &empty);
+	release(ROOT, "other", &other);
+	set_released(&other, 1000);
+	set_released(&empty, 2000);
+	close_store_catalog();
+	ck_assert_int_eq(wfs_gc(store_dir, 0, false, &r), 0);
+	ck_assert_msg(r.objects_removed == 2 && r.objects_kept == 0,
+		      "retain 0: removed %llu, kept %llu (%llu bytes); want 2 removed, 0 kept",
+		      (unsigned long long)r.objects_removed, (unsigned long long)r.objects_kept,
+		      (unsigned long long)r.bytes_kept);
+	ck_assert_uint_eq(r.bytes_removed, 200);
+	assert_removed(&other);
+	assert_removed(&empty);
 	assert_kept(&named, 1);
 }
 END_TEST
@@ -1374,7 +1415,8 @@ static Suite *fsck_suite(void)
 	tcase_add_test(tc, test_gc_in_use);
 	tcase_add_test(tc, test_gc_in_use_outside_budget);
 	tcase_add_test(tc, test_gc_locked);
-	tcase_add_test(tc, test_gc_removes_orphan_file);
+	tcase_add_test(tc, test_gc_leaves_orphan_file_to_fsck);
+	tcase_add_test(tc, test_gc_retain_zero_removes_empty_object);
 	tc = tcase(s, "parse_size");
 	tcase_add_test(tc, test_parse_size_accepts);
 	tcase_add_test(tc, test_parse_size_rejects);

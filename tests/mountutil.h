@@ -148,6 +148,7 @@ static inline void teardown(void)
 	char cmd[256 + 32];
 
 	daemon_stop();
+	umount2(M.mnt, MNT_DETACH);   /* a mount whose daemon died */
 	umount2(M.store, MNT_DETACH); /* tmpfs stores */
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", M.dir);
 	if (system(cmd) != 0)
