@@ -61,6 +61,9 @@ struct wfs_version {
 	bool in_order;             /* (V) every write so far extended the hashed prefix */
 	int error;                 /* (V) first write error (-errno); sealing fails with it */
 	bool modified;             /* (V) changed since it was started */
+	bool written;              /* (V) data written (not only created or truncated) */
+	bool mtime_set;            /* (V) utimes after the last write: the seal keeps @mtime */
+	struct timespec mtime;
 	bool has_base;             /* (V) started as a copy of object @base */
 	struct wfs_digest base;
 	bool frozen;               /* (V) being sealed: writes wait, then go to a new version */
@@ -106,6 +109,7 @@ struct wfs_handle {
 	struct wfs_object *object;   /* (L) pinned sealed object this handle reads, or NULL */
 	struct wfs_version *writing; /* (L) referenced version counting this handle in ->writers:
 				      * written to (or truncated) since the last flush */
+	pid_t writer_tid;            /* (L) thread that last wrote through this handle */
 	bool writable;               /* opened for writing: daemon-served, may start versions */
 	bool passthrough;            /* reads and mmaps go to @object's backing file in the kernel */
 };

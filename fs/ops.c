@@ -220,6 +220,54 @@ static int killed_by_signal(fuse_req_t req)
 	return (flags & 0x4 /* PF_EXITING */) ? (int)(code & 0x7f) : 0;
 }
 
+/* Thread group (process) of thread @tid, or 0 when it is gone. */
+static pid_t tgid_of(pid_t tid)
+{
+	char path[64], buf[512], *p;
+	pid_t tgid = 0;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	p = strstr(buf, "\nTgid:");
+	if (p)
+		tgid = (pid_t)strtol(p + 6, NULL, 10);
+	return tgid;
+}
+
+/*
+ * Is this flush (close(2) of one descriptor) the end of @h's writing? The kernel sends a flush for
+ * every close, so a close that is not the writer's must not seal: a forked child exiting with an
+ * inherited descriptor, or a descriptor closed before any data was written (a shell's dup2 + close
+ * of a redirection, numpy.memmap closing its file while its mapping is filled). Those versions are
+ * sealed by a later flush of the writer, or at release.
+ */
+static bool flush_ends_writing(fuse_req_t req, struct wfs_handle *h)
+{
+	struct wfs_version *v = h->writing;
+	pid_t tid = fuse_req_ctx(req)->pid, a, b;
+	bool written;
+
+	pthread_mutex_lock(&v->lock);
+	written = v->written;
+	pthread_mutex_unlock(&v->lock);
+	if (!written)
+		return false;
+	if (!h->writer_tid || tid == h->writer_tid)
+		return true;
+	a = tgid_of(tid);
+	b = tgid_of(h->writer_tid);
+	return !a || !b || a == b; /* unknown: seal, as close(2) promises */
+}
+
 /* Stop counting @h as a writer of its version; the last writer seals it. fs->lock held. */
 static int finish_writing(struct wfs_fs *fs, fuse_req_t req, struct wfs_handle *h)
 {
@@ -343,6 +391,15 @@ static int do_setattr(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const s
 		ret = wfs_catalog_setattr(fs->catalog, ino, &in_attr, valid, &a);
 	else
 		ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+	in = wfs_inode_find(fs, ino);
+	if (ret == 0 && (valid & WFS_ATTR_MTIME) && in && in->writer) {
+		struct wfs_version *v = in->writer;
+
+		pthread_mutex_lock(&v->lock);
+		v->mtime_set = true;
+		v->mtime = in_attr.mtime;
+		pthread_mutex_unlock(&v->lock);
+	}
 	if (ret == 0)
 		attr_to_stat(&a, wfs_inode_find(fs, ino), out);
 	return ret;
@@ -792,8 +849,10 @@ static ssize_t do_write(struct wfs_fs *fs, fuse_req_t req, struct wfs_handle *h,
 	do {
 		pthread_mutex_lock(&fs->lock);
 		v = wfs_version_writer(fs, req, h->inode, false, &ret);
-		if (v)
+		if (v) {
 			start_writing(h, v); /* also after close: a shared mapping's writeback */
+			h->writer_tid = fuse_req_ctx(req)->pid;
+		}
 		pthread_mutex_unlock(&fs->lock);
 		if (!v)
 			return ret;
@@ -819,11 +878,13 @@ static void wfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 static void wfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct wfs_fs *fs = fs_of(req);
-	int ret;
+	struct wfs_handle *h = handle_of(fi);
+	int ret = 0;
 
 	(void)ino;
 	pthread_mutex_lock(&fs->lock);
-	ret = finish_writing(fs, req, handle_of(fi));
+	if (h->writing && flush_ends_writing(req, h))
+		ret = finish_writing(fs, req, h);
 	pthread_mutex_unlock(&fs->lock);
 	fuse_reply_err(req, -ret);
 }

@@ -288,6 +288,8 @@ ssize_t wfs_version_write(struct wfs_fs *fs, struct wfs_version *v, const void *
 	if ((uint64_t)off + len > v->size)
 		v->size = (uint64_t)off + len;
 	v->modified = true;
+	v->written = true;
+	v->mtime_set = false; /* a write after utimes moves mtime again */
 out:
 	pthread_mutex_unlock(&v->lock);
 	return ret;
@@ -420,6 +422,10 @@ int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in)
 		if (!o)
 			ret = -ENOMEM;
 	}
+	/* A dedup hit hands the name the stored copy: it must hold these bytes. A bad one is
+	 * quarantined here, which leaves the way free to publish ours — the store heals. */
+	if (ret == 0 && !(v->has_base && !v->modified) && wfs_store_object_exists(fs->store, &d))
+		wfs_verify_object(fs, o);
 	pthread_mutex_unlock(&fs->lock);
 
 	pthread_mutex_lock(&v->lock);
@@ -438,7 +444,11 @@ int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in)
 	wfs_crashpoint("seal.before-commit");
 	pthread_mutex_lock(&fs->lock);
 	if (ret == 0) {
-		clock_gettime(CLOCK_REALTIME, &mtime);
+		/* cp -a and tar set the times on the open file before closing it: keep them. */
+		if (v->mtime_set)
+			mtime = v->mtime;
+		else
+			clock_gettime(CLOCK_REALTIME, &mtime);
 		ret = wfs_catalog_set_content(fs->catalog, in->ino, &d, size, &mtime, fs->opt.sync, &old, &now);
 	}
 	if (ret == 0)

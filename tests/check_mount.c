@@ -620,6 +620,90 @@ START_TEST(retain_budget)
 }
 END_TEST
 
+
+/* Closes that are not the writer's end seal nothing: a forked child exiting, a close before data. */
+START_TEST(seal_at_writers_close)
+{
+	size_t len = 256 * 1024;
+	unsigned char *a = pattern(len, 70);
+	struct wfs_digest want, got;
+	pid_t child;
+	int fd, status;
+
+	/* A child that inherited the descriptor exits halfway through the parent's write. */
+	fd = open(path("forked"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, a, len / 2), (ssize_t)(len / 2));
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0)
+		_exit(0);
+	waitpid(child, &status, 0);
+	ck_assert_int_eq(getxattr(path("forked"), "user.weightfs.digest", NULL, 0), -1); /* not sealed */
+	ck_assert_int_eq(write(fd, a + len / 2, len - len / 2), (ssize_t)(len - len / 2));
+	ck_assert_int_eq(close(fd), 0);
+	wfs_digest_buf(a, len, &want);
+	digest_xattr(path("forked"), &got);
+	ck_assert(wfs_digest_equal(&want, &got));
+
+	/* numpy.memmap(mode='w+'): size the file, map it, close the descriptor, then fill the map. */
+	fd = open(path("memmap"), O_RDWR | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, (off_t)len), 0);
+	{
+		unsigned char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+		ck_assert_ptr_ne(m, MAP_FAILED);
+		ck_assert_int_eq(close(fd), 0);
+		ck_assert_int_eq(getxattr(path("memmap"), "user.weightfs.digest", NULL, 0), -1);
+		memcpy(m, a, len);
+		ck_assert_int_eq(munmap(m, len), 0);
+	}
+	EVENTUALLY(getxattr(path("memmap"), "user.weightfs.digest", NULL, 0) == WFS_DIGEST_HEX_CHARS);
+	assert_file_equals(path("memmap"), a, len);
+	free(a);
+}
+END_TEST
+
+/* Times set on the open file before close (cp -a, tar) survive the seal and a remount. */
+START_TEST(times_set_before_close)
+{
+	struct timespec ts[2] = {{.tv_sec = 978307200, .tv_nsec = 0}, {.tv_sec = 978307200, .tv_nsec = 0}};
+	struct stat st;
+	int fd;
+
+	fd = open(path("old"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, "abc", 3), 3);
+	ck_assert_int_eq(futimens(fd, ts), 0);
+	ck_assert_int_eq(close(fd), 0);
+	daemon_stop();
+	daemon_start();
+	ck_assert_int_eq(stat(path("old"), &st), 0);
+	ck_assert_int_eq(st.st_mtim.tv_sec, 978307200);
+}
+END_TEST
+
+/* Writing content whose stored object is damaged (not yet noticed) heals it instead of deduping. */
+START_TEST(dedup_onto_damaged_object)
+{
+	size_t len = 300000;
+	unsigned char *a = pattern(len, 80);
+	struct wfs_digest d;
+
+	ck_assert_int_eq(write_file(path("first"), a, len), 0);
+	digest_xattr(path("first"), &d);
+	daemon_stop();
+	damage_object(&d, 0);
+	daemon_start();
+	ck_assert_int_eq(write_file(path("second"), a, len), 0);
+	assert_file_equals(path("second"), a, len);
+	assert_file_equals(path("first"), a, len);
+	ck_assert_int_eq(log_count("bytes do not match"), 1);
+	free(a);
+}
+END_TEST
+
 /* > 4 GiB round trip (WFS_TEST_BIG=1): st_size exact, bytes at the far end right. */
 START_TEST(big_file)
 {
@@ -683,6 +767,9 @@ static Suite *mount_suite(void)
 		{"replace_races", replace_races, 120},
 		{"other_users", other_users, 30},
 		{"retain_budget", retain_budget, 30},
+		{"seal_at_writers_close", seal_at_writers_close, 30},
+		{"times_set_before_close", times_set_before_close, 30},
+		{"dedup_onto_damaged_object", dedup_onto_damaged_object, 30},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
