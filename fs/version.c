@@ -389,8 +389,10 @@ static int version_digest(struct wfs_version *v, struct wfs_digest *d)
 static void log_seal_error(struct wfs_inode *in, int err)
 {
 	wfs_log(err == -ENOSPC || err == -EDQUOT ? WFS_LOG_WARN : WFS_LOG_ERR,
-		"inode %llu: seal failed, name keeps its previous content: %s", (unsigned long long)in->ino,
-		strerror(-err));
+		"inode %llu (find MNT -inum %llu): seal failed: %s; %s", (unsigned long long)in->ino,
+		(unsigned long long)in->ino, strerror(-err),
+		in->sealed ? "the name keeps its previous content"
+			   : "the new name stays unsealed (EIO on open, removed at the next mount)");
 }
 
 int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in)

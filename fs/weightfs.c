@@ -1,6 +1,7 @@
 /*
  * weightfs STORE MOUNTPOINT [options] — mount a content-addressed store of frozen model weights.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fuse_opt.h>
 #include <limits.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -89,6 +91,66 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	}
 }
 
+/*
+ * Refuse what cannot work before touching anything: a mount point that is not a directory, or a
+ * store inside its own mount point (the daemon would wait on itself). Prints one line; 0 or -1.
+ */
+static int check_paths(const char *store, const char *mountpoint)
+{
+	char mnt[PATH_MAX], st[PATH_MAX], parent[PATH_MAX];
+	struct stat sb;
+	size_t n;
+
+	if (stat(mountpoint, &sb) < 0) {
+		fprintf(stderr, "weightfs: %s: %s%s\n", mountpoint, strerror(errno),
+			errno == ENOTCONN ? " (a dead mount: fusermount3 -uz it first)" : "");
+		return -1;
+	}
+	if (!S_ISDIR(sb.st_mode)) {
+		fprintf(stderr, "weightfs: %s: mount point is not a directory\n", mountpoint);
+		return -1;
+	}
+	if (!realpath(mountpoint, mnt))
+		return 0;
+	/* The store may not exist yet: resolve its parent. */
+	if (!realpath(store, st)) {
+		snprintf(parent, sizeof(parent), "%s", store);
+		char *slash = strrchr(parent, '/');
+
+		if (slash && slash != parent)
+			*slash = '\0';
+		else
+			snprintf(parent, sizeof(parent), ".");
+		if (!realpath(parent, st))
+			return 0;
+	}
+	n = strlen(mnt);
+	if (strncmp(st, mnt, n) == 0 && (st[n] == '\0' || st[n] == '/' || n == 1)) {
+		fprintf(stderr, "weightfs: %s: the store cannot live inside its own mount point %s\n", store,
+			mountpoint);
+		return -1;
+	}
+	return 0;
+}
+
+/* Is STORE/objects non-empty? */
+static bool has_objects(const char *store)
+{
+	char path[PATH_MAX + 16];
+	struct dirent *e;
+	bool found = false;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "%s/objects", store);
+	d = opendir(path);
+	if (!d)
+		return false;
+	while (!found && (e = readdir(d)) != NULL)
+		found = e->d_name[0] != '.';
+	closedir(d);
+	return found;
+}
+
 static int open_catalog(struct wfs_fs *fs, bool recover)
 {
 	char path[PATH_MAX];
@@ -96,6 +158,12 @@ static int open_catalog(struct wfs_fs *fs, bool recover)
 	int ret;
 
 	snprintf(path, sizeof(path), "%s/catalog.db", fs->opt.store);
+	if (recover && access(path, F_OK) < 0 && errno == ENOENT && has_objects(fs->opt.store)) {
+		fprintf(stderr, "weightfs: %s is missing but %s/objects holds objects: refusing to start an "
+			"empty namespace over them (restore catalog.db, or move objects/ away)\n", path,
+			fs->opt.store);
+		return -ENOENT;
+	}
 	ret = wfs_catalog_open(path, WFS_CATALOG_CREATE, getuid(), getgid(), &fs->catalog);
 	if (ret) {
 		fprintf(stderr, "weightfs: %s: cannot open catalog: %s\n", path, strerror(-ret));
@@ -158,6 +226,12 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "weightfs: -o retain=%s: not a size (e.g. 20G)\n", fs.opt.retain_text);
 		return 2;
 	}
+	if (fs.opt.timeout < 0) {
+		fprintf(stderr, "weightfs: -o timeout=%g: must be 0 or more seconds\n", fs.opt.timeout);
+		return 2;
+	}
+	if (check_paths(fs.opt.store, cmd.mountpoint))
+		return 1;
 	fs.opt.foreground = cmd.foreground;
 	fs.opt.debug = cmd.debug;
 	wfs_log_init("weightfs", !cmd.foreground, cmd.debug ? WFS_LOG_DEBUG : WFS_LOG_INFO);
@@ -177,6 +251,13 @@ int main(int argc, char *argv[])
 			free(fs.opt.store);
 			fs.opt.store = abs;
 		}
+	}
+	if (!cmd.foreground) {
+		/* A daemon's stderr goes nowhere: keep its log next to the store (and in syslog). */
+		char logpath[PATH_MAX + 16];
+
+		snprintf(logpath, sizeof(logpath), "%s/weightfs.log", fs.opt.store);
+		wfs_log_open_file(logpath);
 	}
 	/* SQLite connections must not cross fork(): recover now, reopen after daemonizing. */
 	if (open_catalog(&fs, true)) {

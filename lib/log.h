@@ -16,6 +16,8 @@ enum wfs_log_level { WFS_LOG_ERR, WFS_LOG_WARN, WFS_LOG_INFO, WFS_LOG_DEBUG };
 
 /* @prog is kept by reference (pass a string literal or argv[0]). */
 void wfs_log_init(const char *prog, bool use_syslog, enum wfs_log_level max_level);
+/* Also append every line, with a timestamp, to the file at @path. Returns 0 or -errno. */
+int wfs_log_open_file(const char *path);
 void wfs_log(enum wfs_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Log only the first time *@once is found clear; sets it. */
 void wfs_log_once(atomic_bool *once, enum wfs_log_level level, const char *fmt, ...)

@@ -680,8 +680,13 @@ static int cuda_probe(struct wfs_stager *st, char *err, size_t errlen)
 	cudaError_t ce = cudaGetDeviceCount(&count);
 
 	if (ce != cudaSuccess || count == 0) {
-		set_err(err, errlen, "stage: no usable CUDA device: %s",
-			ce != cudaSuccess ? cudaGetErrorString(ce) : "none visible");
+		/* Without a driver CUDA says "driver version is insufficient": say what is missing. */
+		bool no_driver = ce == cudaErrorInsufficientDriver && access("/dev/nvidiactl", F_OK) != 0;
+
+		set_err(err, errlen, "stage: no usable CUDA device: %s%s%s%s",
+			no_driver ? "no NVIDIA GPU driver on this machine" : "",
+			no_driver ? " (CUDA: " : "", ce != cudaSuccess ? cudaGetErrorString(ce) : "none visible",
+			no_driver ? ")" : "");
 		return WFS_STAGE_ENODEV;
 	}
 	if (st->o.device < 0 || st->o.device >= count) {
