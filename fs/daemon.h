@@ -119,6 +119,7 @@ struct wfs_options {
 	char *mountpoint;
 	int passthrough;      /* -1 auto, 0 off */
 	int verify;           /* check each object's digest on its first open (default 1) */
+	int dedup_verify;     /* compare bytes with the stored copy on a dedup hit (default 0) */
 	char *retain_text;    /* -o retain=SIZE as given */
 	uint64_t retain;      /* bytes of unreferenced objects kept for reuse (0: delete at once) */
 	int sync;             /* fdatasync objects and sync seal commits */

@@ -386,6 +386,57 @@ static int version_digest(struct wfs_version *v, struct wfs_digest *d)
 	return ret;
 }
 
+/*
+ * -o dedup_verify=bytes: before dropping a version whose digest is already stored, compare the bytes.
+ * XXH3 is not collision-resistant; this is for stores whose writers are not all trusted, or the
+ * cautious. Version lock held. Returns 0 when equal, -EIO (logged) when not, or -errno.
+ */
+static int compare_stored(struct wfs_fs *fs, struct wfs_version *v, const struct wfs_digest *d)
+{
+	enum { CHUNK = 1 << 20 };
+	char *a = NULL, *b = NULL, hex[WFS_DIGEST_HEX_CHARS + 1];
+	uint64_t off = 0;
+	int fd, ret = 0;
+
+	fd = wfs_store_object_open(fs->store, d, 0);
+	if (fd < 0)
+		return fd;
+	a = malloc(CHUNK);
+	b = malloc(CHUNK);
+	if (!a || !b) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	while (ret == 0 && off <= v->size) {
+		size_t want = v->size - off < CHUNK ? (size_t)(v->size - off) : CHUNK;
+		ssize_t n = pread(fd, b, want + 1, (off_t)off); /* +1: the stored copy must end here too */
+		ssize_t m = (ssize_t)want;
+
+		if (v->tmp.fd < 0)
+			memcpy(a, v->mem + off, want);
+		else
+			m = pread(v->tmp.fd, a, want, (off_t)off);
+		if (n < 0 || m < 0)
+			ret = -errno;
+		else if ((size_t)n != want || (size_t)m != want || memcmp(a, b, want) != 0)
+			ret = -EILSEQ;
+		if (want == 0)
+			break;
+		off += want;
+	}
+	if (ret == -EILSEQ) {
+		wfs_digest_to_hex(d, hex);
+		wfs_log(WFS_LOG_ERR, "object %s: same digest, different bytes (an XXH3 collision): refusing to "
+			"store them under that digest", hex);
+		ret = -EIO;
+	}
+out:
+	free(a);
+	free(b);
+	close(fd);
+	return ret;
+}
+
 static void log_seal_error(struct wfs_inode *in, int err)
 {
 	wfs_log(err == -ENOSPC || err == -EDQUOT ? WFS_LOG_WARN : WFS_LOG_ERR,
@@ -431,9 +482,11 @@ int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in)
 	pthread_mutex_unlock(&fs->lock);
 
 	pthread_mutex_lock(&v->lock);
-	if (ret == 0 && ((v->has_base && !v->modified) || wfs_store_object_exists(fs->store, &d)))
+	if (ret == 0 && ((v->has_base && !v->modified) || wfs_store_object_exists(fs->store, &d))) {
 		existed = true; /* already stored: this copy is not needed */
-	else if (ret == 0 && v->tmp.fd < 0)
+		if (fs->opt.dedup_verify && !(v->has_base && !v->modified))
+			ret = compare_stored(fs, v, &d);
+	} else if (ret == 0 && v->tmp.fd < 0)
 		ret = spill(fs, v);
 	if (ret == 0 && !existed)
 		ret = wfs_store_publish(fs->store, &v->tmp, &d, &existed);

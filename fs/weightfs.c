@@ -28,6 +28,8 @@ static const struct fuse_opt option_spec[] = {
 	OPT("passthrough=off", passthrough, 0),
 	OPT("verify=open", verify, 1),
 	OPT("verify=none", verify, 0),
+	OPT("dedup_verify=bytes", dedup_verify, 1),
+	OPT("dedup_verify=digest", dedup_verify, 0),
 	OPT("retain=%s", retain_text, 0),
 	OPT("sync", sync, 1),
 	OPT("nosync", sync, 0),
@@ -53,6 +55,9 @@ static void usage(const char *prog)
 	       "    -o verify=open|none      check each object's digest on its first open after mount;\n"
 	       "                             a mismatch quarantines it and fails its names with EIO\n"
 	       "                             (default open)\n"
+	       "    -o dedup_verify=bytes    when content is already stored, compare the bytes before\n"
+	       "                             dropping the new copy (XXH3 is not collision-resistant;\n"
+	       "                             default digest: trust the digest)\n"
 	       "    -o retain=SIZE           keep up to SIZE bytes (K, M, G, T suffixes) of objects no\n"
 	       "                             name uses, least recently released out first, so a later\n"
 	       "                             run writing the same weights stores nothing new (default 0)\n"

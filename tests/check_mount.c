@@ -704,6 +704,28 @@ START_TEST(dedup_onto_damaged_object)
 }
 END_TEST
 
+
+/* -o dedup_verify=bytes: a stored copy with the digest but other bytes is never deduped onto. */
+START_TEST(dedup_verify_bytes)
+{
+	size_t len = 300000;
+	unsigned char *a = pattern(len, 81);
+	struct wfs_digest d;
+
+	ck_assert_int_eq(write_file(path("first"), a, len), 0);
+	digest_xattr(path("first"), &d);
+	daemon_stop();
+	damage_object(&d, 0); /* stands in for a collision: verify=none will not notice it */
+	snprintf(M.opts, sizeof(M.opts), "verify=none,dedup_verify=bytes");
+	daemon_start();
+	ck_assert_int_eq(write_file(path("second"), a, len), -EIO);
+	ck_assert_int_eq(log_count("same digest, different bytes"), 1);
+	ck_assert_int_eq(getxattr(path("second"), "user.weightfs.digest", NULL, 0), -1);
+	ck_assert_int_eq(write_file(path("third"), "other", 5), 0); /* everything else works */
+	free(a);
+}
+END_TEST
+
 /* > 4 GiB round trip (WFS_TEST_BIG=1): st_size exact, bytes at the far end right. */
 START_TEST(big_file)
 {
@@ -770,6 +792,7 @@ static Suite *mount_suite(void)
 		{"seal_at_writers_close", seal_at_writers_close, 30},
 		{"times_set_before_close", times_set_before_close, 30},
 		{"dedup_onto_damaged_object", dedup_onto_damaged_object, 30},
+		{"dedup_verify_bytes", dedup_verify_bytes, 30},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
