@@ -477,7 +477,12 @@ START_TEST(replace_races)
 	pid_t pids[WRITERS + READERS];
 	int status, failures = 0;
 
-	ck_assert_int_eq(write_file(path("hot"), pattern(len, 100), len), 0);
+	{
+		unsigned char *first = pattern(len, 100);
+
+		ck_assert_int_eq(write_file(path("hot"), first, len), 0);
+		free(first);
+	}
 	for (int p = 0; p < WRITERS + READERS; p++) {
 		pids[p] = fork();
 		ck_assert_int_ge(pids[p], 0);
