@@ -134,7 +134,8 @@ struct wfs_fs {
 	struct wfs_catalog *catalog;
 	struct fuse_session *se;
 	pthread_mutex_t lock;
-	pthread_cond_t sealed;  /* broadcast when a seal finishes */
+	pthread_cond_t sealed;  /* broadcast when a seal finishes, or an inode's last passthrough
+				 * or last cached handle is released */
 	struct wfs_map inodes;  /* (L) */
 	struct wfs_map objects; /* (L) */
 	struct wfs_map checks;  /* (L) wfs_check entries */

@@ -611,6 +611,27 @@ static int object_backing(struct wfs_fs *fs, fuse_req_t req, struct wfs_object *
 	return 0;
 }
 
+/*
+ * close(2) returns before the kernel's RELEASE reaches us, so a handle that was just closed may still
+ * count in @count (in->npassthrough or in->ncached). Give pending releases up to @ms milliseconds
+ * before deciding how to open. fs->lock held (dropped while waiting); @in stays, the kernel holds a
+ * lookup on it.
+ */
+static void wait_released(struct wfs_fs *fs, const unsigned *count, long ms)
+{
+	struct timespec deadline;
+
+	if (*count == 0)
+		return;
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_nsec += ms * 1000 * 1000;
+	deadline.tv_sec += deadline.tv_nsec / 1000000000;
+	deadline.tv_nsec %= 1000000000;
+	while (*count > 0)
+		if (pthread_cond_timedwait(&fs->sealed, &fs->lock, &deadline) == ETIMEDOUT)
+			break;
+}
+
 static int open_read_only(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, struct wfs_handle *h,
 			  struct fuse_file_info *fi)
 {
@@ -623,6 +644,10 @@ static int open_read_only(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *i
 			     (unsigned long long)in->ino);
 		return -EIO;
 	}
+	/* The writer that just sealed this file may not be released yet: without the wait, a reader
+	 * mapping a file right after writing it would be daemon-served for as long as it keeps it. */
+	if (atomic_load(&fs->passthrough) && !in->writer && in->npassthrough == 0)
+		wait_released(fs, &in->ncached, 100);
 	if (in->npassthrough > 0) {
 		/* All passthrough opens of an inode share one backing file (checked by the first). */
 		o = in->pt_object;
@@ -694,6 +719,7 @@ static int do_open(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, struct fus
 	if (!h)
 		return -ENOMEM;
 	if (writable) {
+		wait_released(fs, &in->npassthrough, 500); /* else ETXTBSY below */
 		if (in->npassthrough > 0) {
 			wfs_log_once(&warned_txtbsy, WFS_LOG_WARN,
 				     "inode %llu: open for writing while mapped read-only through passthrough: "
@@ -904,10 +930,12 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		wfs_log(WFS_LOG_ERR, "inode %llu: seal at release failed: %s", (unsigned long long)ino,
 			strerror(-ret));
 	if (h->passthrough) {
-		if (--in->npassthrough == 0)
+		if (--in->npassthrough == 0) {
 			in->pt_object = NULL;
-	} else {
-		in->ncached--;
+			pthread_cond_broadcast(&fs->sealed); /* a writable open may be waiting */
+		}
+	} else if (--in->ncached == 0) {
+		pthread_cond_broadcast(&fs->sealed); /* a read-only open may wait to go passthrough */
 	}
 	if (h->object)
 		wfs_object_unpin(fs, req, h->object);
