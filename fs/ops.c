@@ -180,6 +180,27 @@ static void wfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		fuse_reply_attr(req, &st, fs->opt.timeout);
 }
 
+/* Read /proc/@pid/@file into @buf (NUL-terminated). Returns the length, or -1 when it is gone. */
+static ssize_t read_proc(pid_t pid, const char *file, char *buf, size_t size)
+{
+	char path[64];
+	ssize_t n;
+	int fd;
+
+	if (pid <= 0)
+		return -1;
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, size - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	return n;
+}
+
 /*
  * Signal that killed the process closing a file, or 0. A process killed mid-write still closes its
  * files (and so flushes them) on the way out; its bytes are not a finished tensor and must not be
@@ -188,27 +209,13 @@ static void wfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
  */
 static int killed_by_signal(fuse_req_t req)
 {
-	pid_t pid = fuse_req_ctx(req)->pid;
-	char path[64], buf[1024], *p;
+	char buf[1024], *p;
 	unsigned long flags = 0;
 	long code = 0;
-	ssize_t n;
-	int fd;
 
-	if (pid <= 0)
+	if (read_proc(fuse_req_ctx(req)->pid, "stat", buf, sizeof(buf)) < 0)
 		return 0;
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
 	p = strrchr(buf, ')'); /* the command name may contain spaces and parentheses */
-	if (!p)
-		return 0;
 	/* After ")": field 3 (state) onwards; flags is field 9, exit_code field 52. */
 	for (int field = 3; field <= 52 && p; field++) {
 		p = strchr(p + 1, ' ');
@@ -223,24 +230,12 @@ static int killed_by_signal(fuse_req_t req)
 /* Thread group (process) of thread @tid, or 0 when it is gone. */
 static pid_t tgid_of(pid_t tid)
 {
-	char path[64], buf[512], *p;
-	pid_t tgid = 0;
-	ssize_t n;
-	int fd;
+	char buf[512], *p;
 
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	if (read_proc(tid, "status", buf, sizeof(buf)) < 0)
 		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
 	p = strstr(buf, "\nTgid:");
-	if (p)
-		tgid = (pid_t)strtol(p + 6, NULL, 10);
-	return tgid;
+	return p ? (pid_t)strtol(p + 6, NULL, 10) : 0;
 }
 
 /*
