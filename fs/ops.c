@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "dtype.h"
 #include "log.h"
 
 #define DIGEST_XATTR "user.weightfs.digest"
@@ -1230,6 +1231,60 @@ static void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_
 	free(buf);
 }
 
+#define DTYPE_XATTR "user.weightfs.dtype"
+#define SHAPE_XATTR "user.weightfs.shape"
+
+/*
+ * user.weightfs.dtype (a safetensors dtype name) and user.weightfs.shape (a JSON array) describe the
+ * tensor a file holds: each must parse, and with both set on a sealed file, elements × dtype bytes
+ * must equal the file's size. fs->lock held. Returns 0 or -EINVAL (logged: what did not fit).
+ */
+static int check_tensor_xattr(struct wfs_fs *fs, fuse_ino_t ino, const char *name, const char *value,
+			      size_t size)
+{
+	char other[1024];
+	const char *dtype = value, *shape = value;
+	size_t dtype_len = size, shape_len = size, len;
+	uint64_t elements;
+	struct wfs_attr a;
+	int bytes, ret;
+	bool is_dtype = strcmp(name, DTYPE_XATTR) == 0;
+
+	if (is_dtype ? wfs_dtype_size(value, size) < 0 : wfs_shape_elements(value, size, &elements) < 0) {
+		wfs_log(WFS_LOG_WARN, "inode %llu: %s=\"%.*s\" refused: %s", (unsigned long long)ino, name,
+			(int)(size < 64 ? size : 64), value,
+			is_dtype ? "not a safetensors dtype (BF16, F16, F32, I8, U8, BOOL, F8_E4M3, ...)"
+				 : "not a shape like [4096,1024]");
+		return -EINVAL;
+	}
+	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+	if (ret || !a.sealed || !S_ISREG(a.mode))
+		return ret;
+	ret = wfs_catalog_xattr_get(fs->catalog, ino, is_dtype ? SHAPE_XATTR : DTYPE_XATTR, other,
+				    sizeof(other), &len);
+	if (ret == -ENODATA || ret == -ERANGE)
+		return 0; /* the other half is not set (or not one we could have accepted) */
+	if (ret)
+		return ret;
+	if (is_dtype) {
+		shape = other;
+		shape_len = len;
+	} else {
+		dtype = other;
+		dtype_len = len;
+	}
+	bytes = wfs_dtype_size(dtype, dtype_len);
+	if (bytes < 0 || wfs_shape_elements(shape, shape_len, &elements) < 0)
+		return 0; /* stored before validation existed: judge only the new value */
+	if (elements <= a.size / (uint64_t)bytes && elements * (uint64_t)bytes == a.size)
+		return 0;
+	wfs_log(WFS_LOG_WARN, "inode %llu (find MNT -inum %llu): %s refused: shape %.*s x %.*s (%d bytes) "
+		"does not make the file's %llu bytes", (unsigned long long)ino, (unsigned long long)ino, name,
+		(int)(shape_len < 96 ? shape_len : 96), shape, (int)dtype_len, dtype, bytes,
+		(unsigned long long)a.size);
+	return -EINVAL;
+}
+
 static void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
 			 int flags)
 {
@@ -1242,7 +1297,10 @@ static void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const
 		ret = -EPERM;
 	if (ret == 0) {
 		pthread_mutex_lock(&fs->lock);
-		ret = wfs_catalog_xattr_set(fs->catalog, ino, name, value, size, flags);
+		if (strcmp(name, DTYPE_XATTR) == 0 || strcmp(name, SHAPE_XATTR) == 0)
+			ret = check_tensor_xattr(fs, ino, name, value, size);
+		if (ret == 0)
+			ret = wfs_catalog_xattr_set(fs->catalog, ino, name, value, size, flags);
 		pthread_mutex_unlock(&fs->lock);
 	}
 	fuse_reply_err(req, -ret);

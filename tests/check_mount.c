@@ -731,6 +731,33 @@ START_TEST(dedup_verify_bytes)
 }
 END_TEST
 
+
+/* user.weightfs.dtype and .shape: validated, and checked against the file's size when both are set. */
+START_TEST(tensor_xattrs)
+{
+	char buf[64];
+
+	ck_assert_int_eq(write_file(path("w"), "0123456789abcdef", 16), 0);
+	ck_assert_int_eq(setxattr(path("w"), "user.weightfs.dtype", "F99", 3, 0), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(setxattr(path("w"), "user.weightfs.shape", "[2,", 3, 0), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(setxattr(path("w"), "user.weightfs.dtype", "F32", 3, 0), 0);
+	ck_assert_int_eq(setxattr(path("w"), "user.weightfs.shape", "[2,3]", 5, 0), -1); /* 24 bytes */
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(setxattr(path("w"), "user.weightfs.shape", "[2,2]", 5, 0), 0);
+	ck_assert_int_eq(setxattr(path("w"), "user.weightfs.dtype", "BF16", 4, 0), -1); /* 8 bytes */
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(getxattr(path("w"), "user.weightfs.shape", buf, sizeof(buf)), 5);
+	ck_assert(memcmp(buf, "[2,2]", 5) == 0);
+	ck_assert_int_eq(getxattr(path("w"), "user.weightfs.dtype", buf, sizeof(buf)), 3);
+	ck_assert(memcmp(buf, "F32", 3) == 0);
+	ck_assert_int_eq(log_count("does not make the file's 16 bytes"), 2);
+	/* Other user.* names are stored as given. */
+	ck_assert_int_eq(setxattr(path("w"), "user.note", "[2,", 3, 0), 0);
+}
+END_TEST
+
 /* > 4 GiB round trip (WFS_TEST_BIG=1): st_size exact, bytes at the far end right. */
 START_TEST(big_file)
 {
@@ -798,6 +825,7 @@ static Suite *mount_suite(void)
 		{"times_set_before_close", times_set_before_close, 30},
 		{"dedup_onto_damaged_object", dedup_onto_damaged_object, 30},
 		{"dedup_verify_bytes", dedup_verify_bytes, 30},
+		{"tensor_xattrs", tensor_xattrs, 30},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -1,0 +1,25 @@
+/*
+ * dtype — tensor element types and shapes as safetensors names them, for the user.weightfs.dtype and
+ * user.weightfs.shape extended attributes (and, later, safetensors import/export).
+ *
+ * Names and sizes follow the safetensors format (huggingface/safetensors, Dtype enum): BOOL U8 I8
+ * F8_E5M2 F8_E4M3 (1 byte), I16 U16 F16 BF16 (2), I32 U32 F32 (4), I64 U64 F64 (8). Shapes are JSON
+ * arrays of non-negative integers: "[4096,1024]", "[]" for a scalar (one element).
+ */
+#ifndef WFS_DTYPE_H
+#define WFS_DTYPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bytes per element of dtype @name (@len bytes, not NUL-terminated), or -EINVAL if unknown. */
+int wfs_dtype_size(const char *name, size_t len);
+
+/*
+ * Parse shape @text (@len bytes) into its element count (the product of the dimensions; 1 for "[]").
+ * At most 32 dimensions. Returns 0, or -EINVAL (not a JSON array of non-negative integers) or
+ * -EOVERFLOW (the product does not fit in 64 bits). *@elements is written only on success.
+ */
+int wfs_shape_elements(const char *text, size_t len, uint64_t *elements);
+
+#endif

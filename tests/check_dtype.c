@@ -1,0 +1,105 @@
+/* dtype: safetensors dtype sizes and shape parsing (lib/dtype.h). */
+#include <errno.h>
+#include <string.h>
+
+#include "dtype.h"
+#include "testutil.h"
+
+static int size_of(const char *name)
+{
+	return wfs_dtype_size(name, strlen(name));
+}
+
+static int shape(const char *text, uint64_t *n)
+{
+	return wfs_shape_elements(text, strlen(text), n);
+}
+
+START_TEST(dtype_sizes)
+{
+	ck_assert_int_eq(size_of("BOOL"), 1);
+	ck_assert_int_eq(size_of("U8"), 1);
+	ck_assert_int_eq(size_of("I8"), 1);
+	ck_assert_int_eq(size_of("F8_E4M3"), 1);
+	ck_assert_int_eq(size_of("F8_E5M2"), 1);
+	ck_assert_int_eq(size_of("F16"), 2);
+	ck_assert_int_eq(size_of("BF16"), 2);
+	ck_assert_int_eq(size_of("I16"), 2);
+	ck_assert_int_eq(size_of("U16"), 2);
+	ck_assert_int_eq(size_of("F32"), 4);
+	ck_assert_int_eq(size_of("I32"), 4);
+	ck_assert_int_eq(size_of("U32"), 4);
+	ck_assert_int_eq(size_of("F64"), 8);
+	ck_assert_int_eq(size_of("I64"), 8);
+	ck_assert_int_eq(size_of("U64"), 8);
+}
+END_TEST
+
+START_TEST(dtype_unknown)
+{
+	ck_assert_int_eq(size_of("f32"), -EINVAL); /* names are case-sensitive, as in safetensors */
+	ck_assert_int_eq(size_of("F3"), -EINVAL);
+	ck_assert_int_eq(size_of("F320"), -EINVAL);
+	ck_assert_int_eq(size_of(""), -EINVAL);
+	ck_assert_int_eq(wfs_dtype_size("F32", 2), -EINVAL); /* length counts, not the NUL */
+}
+END_TEST
+
+START_TEST(shape_valid)
+{
+	uint64_t n = 99;
+
+	ck_assert_int_eq(shape("[4096,1024]", &n), 0);
+	ck_assert_uint_eq(n, 4194304);
+	ck_assert_int_eq(shape("[]", &n), 0);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_int_eq(shape(" [ 3 , 5 ,7 ] ", &n), 0);
+	ck_assert_uint_eq(n, 105);
+	ck_assert_int_eq(shape("[0,4096]", &n), 0);
+	ck_assert_uint_eq(n, 0);
+	ck_assert_int_eq(shape("[4294967296,4294967296,0]", &n), 0); /* zero wins over overflow */
+	ck_assert_uint_eq(n, 0);
+	ck_assert_int_eq(shape("[18446744073709551615]", &n), 0);
+	ck_assert_uint_eq(n, UINT64_MAX);
+}
+END_TEST
+
+START_TEST(shape_invalid)
+{
+	uint64_t n = 7;
+
+	ck_assert_int_eq(shape("", &n), -EINVAL);
+	ck_assert_int_eq(shape("4096,1024", &n), -EINVAL);
+	ck_assert_int_eq(shape("[4096,1024", &n), -EINVAL);
+	ck_assert_int_eq(shape("[4096,]", &n), -EINVAL);
+	ck_assert_int_eq(shape("[,1]", &n), -EINVAL);
+	ck_assert_int_eq(shape("[-1]", &n), -EINVAL);
+	ck_assert_int_eq(shape("[1.5]", &n), -EINVAL);
+	ck_assert_int_eq(shape("[1] x", &n), -EINVAL);
+	ck_assert_int_eq(shape("[184467440737095516160]", &n), -EINVAL); /* a dimension past 64 bits */
+	ck_assert_int_eq(shape("[4294967296,4294967296]", &n), -EOVERFLOW);
+	ck_assert_int_eq(shape("[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]", &n), -EINVAL);
+	ck_assert_uint_eq(n, 7); /* untouched on error */
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("dtype");
+	TCase *tc = tcase_create("dtype");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_test(tc, dtype_sizes);
+	tcase_add_test(tc, dtype_unknown);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("shape");
+	tcase_add_test(tc, shape_valid);
+	tcase_add_test(tc, shape_invalid);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
