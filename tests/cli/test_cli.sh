@@ -22,9 +22,12 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/wfs-cli.XXXXXX") || exit 1
 STORE=$work/store
 MNT=$work/mnt
 cleanup() {
-	if mountpoint -q "$MNT" 2>/dev/null; then
-		fusermount3 -u "$MNT" 2>/dev/null || fusermount3 -uz "$MNT" 2>/dev/null
-	fi
+	local m
+	for m in "$MNT" "$work/hmnt"; do
+		if mountpoint -q "$m" 2>/dev/null; then
+			fusermount3 -u "$m" 2>/dev/null || fusermount3 -uz "$m" 2>/dev/null
+		fi
+	done
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -232,6 +235,24 @@ for sub in stat fsck gc stage; do
 	run "$CTL" "$sub" --help
 	expect "weightfsctl $sub --help: exit 0" 0 "^usage: weightfsctl $sub"
 done
+
+# ---- the mount(8) helper ------------------------------------------------------------------------
+# mount(8) and fstab hand it their own options too; they must not reach weightfs.
+HELPER=$(cd "$(dirname "$0")/../.." && pwd)/mount-helpers/mount.fuse.weightfs
+HSTORE=$work/hstore
+HMNT=$work/hmnt
+mkdir -p "$HMNT"
+run env PATH="$B:$PATH" "$HELPER" "$HSTORE" "$HMNT" -o rw,nofail,_netdev,defaults,x-systemd.requires=foo.mount,nosync
+expect "mount.fuse.weightfs with mount(8)/systemd options: exit 0" 0
+if mountpoint -q "$HMNT" && printf 'tensor' >"$HMNT/t" && [ "$(cat "$HMNT/t")" = tensor ] &&
+	grep -q " $HMNT fuse.weightfs " /proc/mounts; then
+	ok "mount.fuse.weightfs: mounted as fuse.weightfs, reads back what was written"
+else
+	fail "mount.fuse.weightfs: not mounted or not working"
+fi
+fusermount3 -u "$HMNT" 2>/dev/null
+run env PATH="$B:$PATH" "$HELPER" "$HSTORE"
+expect "mount.fuse.weightfs without a mount point: exit 1" 1 "" "^usage: mount.fuse.weightfs"
 
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
