@@ -758,6 +758,51 @@ START_TEST(tensor_xattrs)
 }
 END_TEST
 
+
+/*
+ * Object deletion racing writers of the same content: while some processes write X and unlink it
+ * (each unlink may delete object X), others keep writing X under their own names. Every name that
+ * stays must read back X, and the store must hold exactly the one object.
+ */
+START_TEST(delete_races_writers)
+{
+	enum { CHURN = 2, KEEP = 2, ROUNDS = 40 };
+	size_t len = 200000;
+	unsigned char *x = pattern(len, 90);
+	pid_t pids[CHURN + KEEP];
+	int status, failures = 0;
+	char name[32];
+
+	for (int p = 0; p < CHURN + KEEP; p++) {
+		pids[p] = fork();
+		ck_assert_int_ge(pids[p], 0);
+		if (pids[p] != 0)
+			continue;
+		for (int r = 0; r < ROUNDS; r++) {
+			snprintf(name, sizeof(name), "%s%d.%d", p < CHURN ? "churn" : "keep", p, r);
+			if (write_file(path(name), x, len))
+				_exit(1);
+			if (p < CHURN && unlink(path(name)))
+				_exit(2);
+		}
+		_exit(0);
+	}
+	for (int p = 0; p < CHURN + KEEP; p++) {
+		waitpid(pids[p], &status, 0);
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+			failures++;
+	}
+	ck_assert_int_eq(failures, 0);
+	for (int p = CHURN; p < CHURN + KEEP; p++)
+		for (int r = 0; r < ROUNDS; r += 7) {
+			snprintf(name, sizeof(name), "keep%d.%d", p, r);
+			assert_file_equals(path(name), x, len);
+		}
+	ck_assert_int_eq(count_objects(), 1);
+	free(x);
+}
+END_TEST
+
 /* > 4 GiB round trip (WFS_TEST_BIG=1): st_size exact, bytes at the far end right. */
 START_TEST(big_file)
 {
@@ -826,6 +871,7 @@ static Suite *mount_suite(void)
 		{"dedup_onto_damaged_object", dedup_onto_damaged_object, 30},
 		{"dedup_verify_bytes", dedup_verify_bytes, 30},
 		{"tensor_xattrs", tensor_xattrs, 30},
+		{"delete_races_writers", delete_races_writers, 120},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
