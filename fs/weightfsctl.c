@@ -164,12 +164,14 @@ int wfs_cmd_stat(int argc, char **argv)
 		printf("{\"store\": \"%s\", \"names\": %llu, \"directories\": %llu, \"symlinks\": %llu, "
 		       "\"logical_bytes\": %llu, \"objects\": %llu, \"object_bytes\": %llu, "
 		       "\"objects_disk_bytes\": %llu, \"unreferenced_objects\": %llu, "
-		       "\"unreferenced_bytes\": %llu, \"dedup_ratio\": %.4f}\n",
+		       "\"unreferenced_bytes\": %llu, \"quarantined_objects\": %llu, \"unsealed_files\": %llu, "
+		       "\"dedup_ratio\": %.4f}\n",
 		       store, (unsigned long long)st.names, (unsigned long long)st.directories,
 		       (unsigned long long)st.symlinks, (unsigned long long)st.logical_bytes,
 		       (unsigned long long)st.objects, (unsigned long long)st.object_bytes,
 		       (unsigned long long)du, (unsigned long long)st.unreferenced_objects,
-		       (unsigned long long)st.unreferenced_bytes, ratio);
+		       (unsigned long long)st.unreferenced_bytes, (unsigned long long)st.quarantined_objects,
+		       (unsigned long long)st.unsealed_files, ratio);
 		return 0;
 	}
 	printf("store:              %s\n", store);
@@ -181,8 +183,14 @@ int wfs_cmd_stat(int argc, char **argv)
 	printf("physical bytes:     %llu (%.1f MiB); on disk %.1f MiB\n", (unsigned long long)st.object_bytes,
 	       (double)st.object_bytes / 1048576.0, (double)du / 1048576.0);
 	if (st.unreferenced_objects)
-		printf("unreferenced:       %llu objects, %llu bytes\n",
+		printf("unreferenced:       %llu objects, %llu bytes (kept for reuse, -o retain)\n",
 		       (unsigned long long)st.unreferenced_objects, (unsigned long long)st.unreferenced_bytes);
+	if (st.quarantined_objects)
+		printf("quarantined:        %llu objects (their names fail with EIO until rewritten)\n",
+		       (unsigned long long)st.quarantined_objects);
+	if (st.unsealed_files)
+		printf("unsealed files:     %llu (being written, or left by a crash)\n",
+		       (unsigned long long)st.unsealed_files);
 	printf("dedup ratio:        %.2fx\n", ratio);
 	return 0;
 }

@@ -1266,6 +1266,13 @@ int wfs_catalog_stats(struct wfs_catalog *c, struct wfs_catalog_stats *out)
 		ret = query_u64(c, "SELECT count(*), coalesce(sum(size), 0) FROM objects WHERE refcount = 0",
 				&st.unreferenced_objects, &st.unreferenced_bytes);
 	if (ret == 0)
+		ret = query_u64(c, "SELECT count(*) FROM objects WHERE state = 1", &st.quarantined_objects, NULL);
+	if (ret == 0) {
+		snprintf(sql, sizeof(sql), "SELECT count(*) FROM inodes WHERE digest IS NULL AND (mode & %u) = %u"
+			 " AND nlink > 0", (unsigned)S_IFMT, (unsigned)S_IFREG);
+		ret = query_u64(c, sql, &st.unsealed_files, NULL);
+	}
+	if (ret == 0)
 		*out = st;
 	return ret;
 }

@@ -216,6 +216,8 @@ struct wfs_catalog_stats {
 	uint64_t object_bytes;   /* sum of referenced objects' sizes */
 	uint64_t unreferenced_objects;
 	uint64_t unreferenced_bytes;
+	uint64_t quarantined_objects; /* state quarantined: their names fail with EIO until rewritten */
+	uint64_t unsealed_files;      /* regular files being written (or left by a crash) */
 };
 int wfs_catalog_stats(struct wfs_catalog *c, struct wfs_catalog_stats *out);
 
