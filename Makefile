@@ -90,8 +90,10 @@ check: $(PROGS) $(TEST_BINS)
 	@tests/run-tests $(B)
 
 # The same suite under AddressSanitizer and UndefinedBehaviorSanitizer, in its own build directory.
+# Sanitized code runs slower: Check's per-test timeouts are tripled.
 asan:
-	$(MAKE) B=build-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
+	CK_TIMEOUT_MULTIPLIER=3 $(MAKE) B=build-asan \
+		CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
 		LDFLAGS="-fsanitize=address,undefined" check
 
 demo: $(PROGS)
