@@ -47,19 +47,6 @@ static void tpath(char *out, size_t len, const char *name)
 	snprintf(out, len, "%s/%s", tmpdir, name);
 }
 
-/* Deterministic bytes that differ per seed and per position. */
-static void fill(unsigned char *p, size_t n, uint64_t seed)
-{
-	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-
-	for (size_t i = 0; i < n; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		p[i] = (unsigned char)x;
-	}
-}
-
 static unsigned char *write_file(const char *name, size_t n, uint64_t seed)
 {
 	char p[512];
@@ -67,7 +54,7 @@ static unsigned char *write_file(const char *name, size_t n, uint64_t seed)
 	FILE *f;
 
 	ck_assert_ptr_nonnull(data);
-	fill(data, n, seed);
+	tu_fill(data, n, seed);
 	tpath(p, sizeof(p), name);
 	f = fopen(p, "we");
 	ck_assert_ptr_nonnull(f);
@@ -290,7 +277,7 @@ static void *conc_thread(void *arg)
 
 	snprintf(name, sizeof(name), "c%d.bin", a->seed);
 	tpath(p, sizeof(p), name);
-	fill(want, n, (uint64_t)a->seed);
+	tu_fill(want, n, (uint64_t)a->seed);
 	ok = wfs_stage_load(a->st, p, 0, n, got, WFS_STAGE_EXACT, NULL, 0) == 0 && !memcmp(got, want, n);
 	free(got);
 	free(want);
@@ -331,7 +318,7 @@ START_TEST(test_offload_roundtrip)
 	size_t gn;
 	struct wfs_stage_stats s;
 
-	fill(src, n, n * 3 + 7);
+	tu_fill(src, n, n * 3 + 7);
 	tpath(p, sizeof(p), "off.bin");
 	/* An old, longer file under the name must be replaced, not overwritten in place. */
 	free(write_file("off.bin", n + 5000, 9));
@@ -478,7 +465,7 @@ START_TEST(test_ring_bound)
 	for (size_t i = 0; i < nsmall; i++) {
 		unsigned char d[100];
 
-		fill(d, 100, 1000 + i);
+		tu_fill(d, 100, 1000 + i);
 		ck_assert_int_eq(memcmp(small + 100 * i, d, 100), 0);
 	}
 	wfs_stage_stats(st, &s);

@@ -155,19 +155,6 @@ static inline void teardown(void)
 		fprintf(stderr, "cannot remove %s\n", M.dir);
 }
 
-/* Deterministic bytes: a different stream per @seed. */
-static inline void fill(unsigned char *buf, size_t len, uint32_t seed)
-{
-	uint32_t x = seed * 2654435761u + 1;
-
-	for (size_t i = 0; i < len; i++) {
-		x ^= x << 13;
-		x ^= x >> 17;
-		x ^= x << 5;
-		buf[i] = (unsigned char)x;
-	}
-}
-
 /* Write @len bytes to @p (create/truncate) and close; returns close(2)'s result as -errno or 0. */
 static inline int write_file(const char *p, const void *buf, size_t len)
 {
@@ -196,7 +183,7 @@ static inline unsigned char *pattern(size_t len, uint32_t seed)
 	unsigned char *buf = malloc(len ? len : 1);
 
 	ck_assert_ptr_nonnull(buf);
-	fill(buf, len, seed);
+	tu_fill(buf, len, seed);
 	return buf;
 }
 
