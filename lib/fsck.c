@@ -328,8 +328,11 @@ static void check_catalog(struct fsck *f)
 	}
 }
 
-/* Entries of STORE/@dir (tmp or quarantine): reported; @remove tells whether they are being removed. */
-static void check_dir(struct fsck *f, const char *dir, enum wfs_fsck_kind kind, bool remove)
+/*
+ * Entries of STORE/@dir (tmp or quarantine), reported. Nothing is removed here: tmp leftovers go when
+ * repair opens the store read-write (wfs_store_open), quarantine is kept for inspection.
+ */
+static void check_dir(struct fsck *f, const char *dir, enum wfs_fsck_kind kind)
 {
 	int fd = openat(f->dir_fd, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
@@ -348,7 +351,7 @@ static void check_dir(struct fsck *f, const char *dir, enum wfs_fsck_kind kind, 
 		snprintf(what, sizeof(what), "%s/%s", dir, e->d_name);
 		finding(f, kind, what, kind == WFS_FSCK_TMP ? "leftover of an interrupted write" :
 			"moved aside (digest mismatch, or not an object)",
-			remove || (kind == WFS_FSCK_TMP && f->opt->repair));
+			kind == WFS_FSCK_TMP && f->opt->repair);
 	}
 	closedir(d);
 }
@@ -396,7 +399,7 @@ int wfs_fsck(const char *path, const struct wfs_fsck_options *opt, struct wfs_fs
 	}
 	/* Offline, tmp/ holds only leftovers; opening the store read-write (for repair) removes them. */
 	if (!report->online)
-		check_dir(&f, "tmp", WFS_FSCK_TMP, false);
+		check_dir(&f, "tmp", WFS_FSCK_TMP);
 	if (opt->repair) {
 		wfs_store_close(f.store);
 		f.store = NULL;
@@ -422,7 +425,7 @@ int wfs_fsck(const char *path, const struct wfs_fsck_options *opt, struct wfs_fs
 	}
 	check_files(&f);
 	check_rows(&f);
-	check_dir(&f, "quarantine", WFS_FSCK_QUARANTINED, false);
+	check_dir(&f, "quarantine", WFS_FSCK_QUARANTINED);
 out:
 	free(f.row_seen);
 	free(f.rows);
