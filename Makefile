@@ -17,7 +17,7 @@ WFS_CFLAGS := -std=c17 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -pthread $(WARN) -Il
 override CFLAGS += $(WFS_CFLAGS)
 override LDFLAGS += -pthread
 
-PKGS_LIB := sqlite3 libxxhash
+PKGS_LIB := sqlite3 libxxhash jansson
 LIB_CFLAGS := $(shell pkg-config --cflags $(PKGS_LIB))
 LIB_LIBS   := $(shell pkg-config --libs $(PKGS_LIB))
 CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)

@@ -128,6 +128,18 @@ struct wfs_options {
 	unsigned max_threads;
 };
 
+/* What this daemon did since it mounted; shown by user.weightfs.stats on the mount root. */
+struct wfs_counters {
+	uint64_t seals;             /* versions sealed into a name */
+	uint64_t objects_published; /* of those, objects new to the store */
+	uint64_t bytes_published;   /* bytes of the new objects: what the store wrote */
+	uint64_t dedup_hits;        /* seals whose content was already stored: copy dropped */
+	uint64_t claims;            /* user.weightfs.claim that sealed a name with no bytes sent */
+	uint64_t claim_misses;      /* claims refused with ENODATA: the object is not stored */
+	uint64_t opens_passthrough; /* read-only opens served by the kernel from the object */
+	uint64_t opens_daemon;      /* opens served by the daemon (writable, or passthrough off) */
+};
+
 struct wfs_fs {
 	struct wfs_options opt;
 	struct wfs_store *store;
@@ -140,6 +152,7 @@ struct wfs_fs {
 	struct wfs_map objects; /* (L) */
 	struct wfs_map checks;  /* (L) wfs_check entries */
 	atomic_bool passthrough; /* negotiated and still working */
+	struct wfs_counters counters; /* (L) since this mount */
 };
 
 /* map.c */
@@ -181,6 +194,12 @@ void wfs_tables_release(struct wfs_fs *fs);
 int wfs_verify_object(struct wfs_fs *fs, struct wfs_object *o);
 /* Record object @d, just published by this daemon from bytes it hashed itself, as checked. */
 void wfs_verify_mark_good(struct wfs_fs *fs, const struct wfs_digest *d);
+/*
+ * Referenced, not quarantined objects whose bytes this daemon run has checked (*@verified: by a first
+ * open, a dedup hit, a claim, or because it published them) and has not (*@unverified). One pass
+ * over the catalog's objects. Returns 0 or -errno of the catalog.
+ */
+int wfs_verify_count(struct wfs_fs *fs, uint64_t *verified, uint64_t *unverified);
 
 /* version.c */
 /*
@@ -214,6 +233,17 @@ uint64_t wfs_version_size(struct wfs_version *v);
 int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in);
 /* Drop in->writer unsealed (fs->lock held): the name keeps its previous content, if any. */
 void wfs_version_abandon(struct wfs_fs *fs, struct wfs_inode *in);
+/*
+ * Digest claim (setxattr user.weightfs.claim): seal the empty regular file @in as stored object @d,
+ * without its bytes being written. An empty version being written (a file just created, or opened
+ * with O_TRUNC) is dropped; its handles stay open and later writes start a new version. fs->lock
+ * held (dropped while the object is verified, or while a seal of @in finishes). Returns 0, or
+ *   -ENODATA  no intact object @d in the store (missing, quarantined, or failing its check),
+ *   -EEXIST   the file has content, or bytes were written to it,
+ *   -EINVAL   not a regular file,
+ *   -ENOMEM, or an -errno of the catalog (its commit failed: nothing changed).
+ */
+int wfs_version_claim(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, const struct wfs_digest *d);
 
 /* ops.c */
 extern const struct fuse_lowlevel_ops wfs_ops;

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +17,9 @@
 #include "dtype.h"
 #include "log.h"
 
-#define DIGEST_XATTR "user.weightfs.digest"
+#define DIGEST_XATTR "user.weightfs.digest" /* sealed files: the content's digest, read-only */
+#define CLAIM_XATTR "user.weightfs.claim"   /* set on an empty file: seal it as a stored object */
+#define STATS_XATTR "user.weightfs.stats"   /* the mount root: store and daemon statistics, JSON */
 #define BLKSIZE (1u << 20) /* st_blksize: large, so cp and friends write in big pieces */
 
 static atomic_bool warned_passthrough, warned_txtbsy, warned_unsealed;
@@ -569,6 +572,7 @@ static void wfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 	if (ret == 0) {
 		in->nopen++;
 		in->ncached++;
+		fs->counters.opens_daemon++;
 		fi->fh = (uintptr_t)h;
 		fi->keep_cache = 0;
 	}
@@ -747,6 +751,10 @@ static int do_open(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, struct fus
 	}
 	in->nopen++;
 	fi->fh = (uintptr_t)h;
+	if (h->passthrough)
+		fs->counters.opens_passthrough++;
+	else
+		fs->counters.opens_daemon++;
 	return 0;
 }
 
@@ -1194,6 +1202,50 @@ static void reply_xattr(fuse_req_t req, int ret, size_t size, const void *value,
 		fuse_reply_buf(req, value, len);
 }
 
+/*
+ * user.weightfs.stats: one JSON object with the catalog's totals (what `weightfsctl stat` shows) and
+ * what only the running daemon knows: objects checked this run, passthrough, counters since mount.
+ * fs->lock held. *@text is malloc'ed (the caller frees it), *@len its bytes without a NUL.
+ */
+static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
+{
+	struct wfs_catalog_stats st;
+	struct wfs_counters *k = &fs->counters;
+	uint64_t verified, unverified;
+	FILE *f;
+	int ret;
+
+	ret = wfs_catalog_stats(fs->catalog, &st);
+	if (ret == 0)
+		ret = wfs_verify_count(fs, &verified, &unverified);
+	if (ret)
+		return ret;
+	f = open_memstream(text, len);
+	if (!f)
+		return -ENOMEM;
+	fprintf(f, "{\"names\": %" PRIu64 ", \"directories\": %" PRIu64 ", \"symlinks\": %" PRIu64
+		", \"logical_bytes\": %" PRIu64 ", \"objects\": %" PRIu64 ", \"physical_bytes\": %" PRIu64
+		", \"dedup_ratio\": %.3f, \"retained_objects\": %" PRIu64 ", \"retained_bytes\": %" PRIu64
+		", \"objects_verified\": %" PRIu64 ", \"objects_unverified\": %" PRIu64
+		", \"objects_quarantined\": %" PRIu64 ", \"unsealed_files\": %" PRIu64
+		", \"passthrough\": %s, \"verify\": \"%s\", \"since_mount\": {\"seals\": %" PRIu64
+		", \"objects_published\": %" PRIu64 ", \"bytes_published\": %" PRIu64
+		", \"dedup_hits\": %" PRIu64 ", \"claims\": %" PRIu64 ", \"claim_misses\": %" PRIu64
+		", \"opens_passthrough\": %" PRIu64 ", \"opens_daemon\": %" PRIu64 "}}\n",
+		st.names, st.directories, st.symlinks, st.logical_bytes, st.objects, st.object_bytes,
+		st.object_bytes ? (double)st.logical_bytes / (double)st.object_bytes : 1.0,
+		st.unreferenced_objects, st.unreferenced_bytes, verified, unverified, st.quarantined_objects,
+		st.unsealed_files, atomic_load(&fs->passthrough) ? "true" : "false",
+		fs->opt.verify ? "open" : "none", k->seals, k->objects_published, k->bytes_published,
+		k->dedup_hits, k->claims, k->claim_misses, k->opens_passthrough, k->opens_daemon);
+	if (fclose(f)) {
+		free(*text);
+		*text = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 static void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	struct wfs_fs *fs = fs_of(req);
@@ -1211,7 +1263,14 @@ static void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_
 		return;
 	}
 	pthread_mutex_lock(&fs->lock);
-	if (strcmp(name, DIGEST_XATTR) == 0) {
+	if (ino == FUSE_ROOT_ID && strcmp(name, STATS_XATTR) == 0) {
+		char *text = NULL;
+
+		ret = stats_json(fs, &text, &len);
+		if (ret == 0 && size >= len)
+			memcpy(buf, text, len);
+		free(text);
+	} else if (strcmp(name, DIGEST_XATTR) == 0) {
 		char hex[WFS_DIGEST_HEX_CHARS + 1];
 
 		ret = wfs_catalog_getattr(fs->catalog, ino, &a);
@@ -1285,6 +1344,47 @@ static int check_tensor_xattr(struct wfs_fs *fs, fuse_ino_t ino, const char *nam
 	return -EINVAL;
 }
 
+/*
+ * setxattr(FILE, "user.weightfs.claim", "<32 hex digits>"): the caller knows the digest of the bytes
+ * it would write. Sealing needs an empty regular file and an intact stored object; see
+ * wfs_version_claim() for the errors. Only the mounting user (or root) may claim: with allow_other,
+ * naming a digest would otherwise read any object in the store without permission to any of its
+ * names. A trailing newline (`setfattr -v "$(xxhsum -H2 ...)"`, echo) is accepted.
+ */
+static int claim(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const char *value, size_t size)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	char hex[WFS_DIGEST_HEX_CHARS + 1];
+	struct wfs_digest d;
+	struct wfs_inode *in;
+	struct wfs_attr a;
+	int ret;
+
+	if (ctx->uid != 0 && ctx->uid != getuid())
+		return -EPERM;
+	if (size > 0 && value[size - 1] == '\n')
+		size--;
+	if (size != WFS_DIGEST_HEX_CHARS)
+		return -EINVAL;
+	memcpy(hex, value, size);
+	hex[size] = '\0';
+	if (wfs_digest_from_hex(hex, &d))
+		return -EINVAL;
+	pthread_mutex_lock(&fs->lock);
+	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+	if (ret == 0 && !S_ISREG(a.mode))
+		ret = -EINVAL;
+	in = ret == 0 ? wfs_inode_get(fs, &a) : NULL;
+	if (ret == 0 && !in)
+		ret = -ENOMEM;
+	if (in) {
+		ret = wfs_version_claim(fs, req, in, &d);
+		wfs_inode_maybe_free(fs, req, in);
+	}
+	pthread_mutex_unlock(&fs->lock);
+	return ret;
+}
+
 static void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
 			 int flags)
 {
@@ -1293,8 +1393,15 @@ static void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const
 
 	if (!is_user_xattr(name))
 		ret = -EOPNOTSUPP;
-	else if (strcmp(name, DIGEST_XATTR) == 0)
+	else if (strcmp(name, DIGEST_XATTR) == 0 || (ino == FUSE_ROOT_ID && strcmp(name, STATS_XATTR) == 0))
 		ret = -EPERM;
+	if (ret == 0 && strcmp(name, CLAIM_XATTR) == 0) {
+		ret = claim(fs, req, ino, value, size);
+		fuse_reply_err(req, -ret);
+		if (ret == 0) /* the kernel's size of this inode is 0: drop its cached attributes */
+			fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
+		return;
+	}
 	if (ret == 0) {
 		pthread_mutex_lock(&fs->lock);
 		if (strcmp(name, DTYPE_XATTR) == 0 || strcmp(name, SHAPE_XATTR) == 0)
@@ -1310,6 +1417,8 @@ static void wfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	struct wfs_fs *fs = fs_of(req);
 	size_t len = 0, stored = 0;
+	const char *computed = NULL; /* the one computed name this inode has, listed first */
+	size_t computed_len;
 	struct wfs_attr a = {0};
 	char *buf;
 	int ret;
@@ -1318,15 +1427,19 @@ static void wfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
 	if (ret == 0)
 		ret = wfs_catalog_xattr_list(fs->catalog, ino, NULL, 0, &stored);
-	len = stored + (a.sealed ? sizeof(DIGEST_XATTR) : 0);
+	if (a.sealed)
+		computed = DIGEST_XATTR;
+	else if (ino == FUSE_ROOT_ID)
+		computed = STATS_XATTR;
+	computed_len = computed ? strlen(computed) + 1 : 0;
+	len = stored + computed_len;
 	buf = ret == 0 && size ? malloc(len + 1) : NULL;
 	if (ret == 0 && size && !buf)
 		ret = -ENOMEM;
 	if (ret == 0 && buf) {
-		if (a.sealed)
-			memcpy(buf, DIGEST_XATTR, sizeof(DIGEST_XATTR));
-		ret = wfs_catalog_xattr_list(fs->catalog, ino, buf + (a.sealed ? sizeof(DIGEST_XATTR) : 0),
-					     stored + 1, &stored);
+		if (computed)
+			memcpy(buf, computed, computed_len);
+		ret = wfs_catalog_xattr_list(fs->catalog, ino, buf + computed_len, stored + 1, &stored);
 	}
 	pthread_mutex_unlock(&fs->lock);
 	reply_xattr(req, ret, size, buf, len);
@@ -1340,7 +1453,7 @@ static void wfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 
 	if (!is_user_xattr(name))
 		ret = -ENODATA;
-	else if (strcmp(name, DIGEST_XATTR) == 0)
+	else if (strcmp(name, DIGEST_XATTR) == 0 || (ino == FUSE_ROOT_ID && strcmp(name, STATS_XATTR) == 0))
 		ret = -EPERM;
 	if (ret == 0) {
 		pthread_mutex_lock(&fs->lock);

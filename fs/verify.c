@@ -165,3 +165,33 @@ int wfs_verify_object(struct wfs_fs *fs, struct wfs_object *o)
 	}
 	return ret;
 }
+
+struct count_ctx {
+	struct wfs_fs *fs;
+	uint64_t verified, unverified;
+};
+
+static int count_one(void *ctx, const struct wfs_object_row *row)
+{
+	struct count_ctx *cc = ctx;
+	struct wfs_check *c;
+
+	if (row->refcount == 0 || row->state != WFS_OBJECT_OK)
+		return 0; /* retained or quarantined: counted elsewhere */
+	c = check_find(cc->fs, &row->digest);
+	if (c && !c->bad)
+		cc->verified++;
+	else
+		cc->unverified++;
+	return 0;
+}
+
+int wfs_verify_count(struct wfs_fs *fs, uint64_t *verified, uint64_t *unverified)
+{
+	struct count_ctx cc = {.fs = fs};
+	int ret = wfs_catalog_objects(fs->catalog, count_one, &cc);
+
+	*verified = cc.verified;
+	*unverified = cc.unverified;
+	return ret;
+}

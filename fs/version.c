@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -511,8 +512,14 @@ int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in)
 	if (ret == 0) {
 		in->sealed = true;
 		in->digest = d;
-		if (!existed)
+		fs->counters.seals++;
+		if (existed) {
+			fs->counters.dedup_hits++;
+		} else {
 			wfs_verify_mark_good(fs, &d); /* its bytes are the ones hashed above */
+			fs->counters.objects_published++;
+			fs->counters.bytes_published += size;
+		}
 	} else {
 		log_seal_error(in, ret);
 	}
@@ -543,4 +550,71 @@ void wfs_version_abandon(struct wfs_fs *fs, struct wfs_inode *in)
 	in->cache_valid = false;
 	wfs_version_put(v);
 	pthread_cond_broadcast(&fs->sealed);
+}
+
+/* May a claim replace what @in holds now? Only nothing: no content, no bytes written. fs->lock held. */
+static int claim_target_empty(struct wfs_fs *fs, struct wfs_inode *in)
+{
+	struct wfs_version *v;
+	struct wfs_attr a;
+	int ret;
+
+	/* A seal in progress (an empty file's is at its release, after close(2) returned): wait. */
+	while ((v = in->writer) != NULL && __atomic_load_n(&v->frozen, __ATOMIC_ACQUIRE))
+		pthread_cond_wait(&fs->sealed, &fs->lock);
+	if (v) {
+		/* The bytes being written are what the file holds now, whatever was sealed before. */
+		pthread_mutex_lock(&v->lock);
+		ret = v->written || v->size ? -EEXIST : 0;
+		pthread_mutex_unlock(&v->lock);
+		return ret;
+	}
+	ret = wfs_catalog_getattr(fs->catalog, in->ino, &a);
+	if (ret)
+		return ret;
+	if (!S_ISREG(a.mode))
+		return -EINVAL;
+	return a.size ? -EEXIST : 0;
+}
+
+int wfs_version_claim(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, const struct wfs_digest *d)
+{
+	struct wfs_attr old, now;
+	struct wfs_object *o;
+	struct timespec mtime;
+	struct stat st;
+	int ret;
+
+	ret = claim_target_empty(fs, in); /* fail early, before reading the object */
+	if (ret)
+		return ret;
+	o = wfs_object_pin(fs, d); /* from here on the object cannot be deleted under us */
+	if (!o)
+		return -ENOMEM;
+	ret = wfs_verify_object(fs, o); /* may drop fs->lock; once per object per daemon run */
+	if (ret == 0)
+		ret = wfs_store_object_stat(fs->store, d, &st);
+	if (ret == -ENOENT || ret == -EIO)
+		ret = -ENODATA;
+	if (ret == -ENODATA)
+		fs->counters.claim_misses++;
+	if (ret == 0)
+		ret = claim_target_empty(fs, in); /* again: fs->lock may have been dropped */
+	if (ret == 0) {
+		clock_gettime(CLOCK_REALTIME, &mtime);
+		ret = wfs_catalog_set_content(fs->catalog, in->ino, d, (uint64_t)st.st_size, &mtime,
+					      fs->opt.sync, &old, &now);
+	}
+	if (ret == 0) {
+		if (in->writer)
+			wfs_version_abandon(fs, in); /* empty and unwritten: nothing is lost */
+		in->sealed = true;
+		in->digest = *d;
+		in->cache_valid = false;
+		fs->counters.claims++;
+	}
+	wfs_object_unpin(fs, req, o);
+	if (ret == 0 && old.sealed && !wfs_digest_equal(&old.digest, d))
+		wfs_object_maybe_delete(fs, &old.digest); /* the empty object, when no other name has it */
+	return ret;
 }

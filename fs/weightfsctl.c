@@ -11,7 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "catalog.h"
 #include "cmd.h"
@@ -105,7 +108,59 @@ static void stat_usage(FILE *out)
 		     "Print the names, directories, logical bytes (the sum of file sizes, what ls and du\n"
 		     "of the mount show), objects, physical bytes (object bytes; disk usage of\n"
 		     "STORE/objects as du reports it) and the dedup ratio (logical / object bytes).\n"
-		     "Reads the catalog only: safe next to a running daemon.\n");
+		     "Reads the catalog only: safe next to a running daemon. Given a MOUNTPOINT, it also\n"
+		     "shows what the daemon serving it knows (the mount root's user.weightfs.stats\n"
+		     "attribute): objects verified this run, passthrough on/off, claims, bytes written.\n");
+}
+
+/*
+ * The daemon's view, from the user.weightfs.stats attribute of the mount root (fs/ops.c writes it):
+ * @arg when it is a mount point, else the mount point of store @store, if it is mounted. NULL when
+ * no daemon answers. The caller json_decref()s the object.
+ */
+static json_t *daemon_stats(const char *arg, const char *store)
+{
+	char buf[8192];
+	ssize_t n = getxattr(arg, "user.weightfs.stats", buf, sizeof(buf));
+
+	if (n < 0) {
+		struct mntent *m;
+		FILE *f = setmntent("/proc/self/mounts", "r");
+
+		while (f && n < 0 && (m = getmntent(f)) != NULL)
+			if (strcmp(m->mnt_type, "fuse.weightfs") == 0 && strcmp(m->mnt_fsname, store) == 0)
+				n = getxattr(m->mnt_dir, "user.weightfs.stats", buf, sizeof(buf));
+		if (f)
+			endmntent(f);
+	}
+	if (n <= 0)
+		return NULL;
+	return json_loadb(buf, (size_t)n, 0, NULL);
+}
+
+static uint64_t json_u64(const json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+
+	return json_is_integer(v) ? (uint64_t)json_integer_value(v) : 0;
+}
+
+static void print_daemon_stats(const json_t *d)
+{
+	const json_t *k = json_object_get(d, "since_mount");
+
+	printf("verified:           %llu objects checked this run, %llu not yet (checked at first open)\n",
+	       (unsigned long long)json_u64(d, "objects_verified"),
+	       (unsigned long long)json_u64(d, "objects_unverified"));
+	printf("passthrough:        %s\n", json_is_true(json_object_get(d, "passthrough"))
+						  ? "on (reads served by the kernel)" : "off (reads served by the daemon)");
+	printf("since mount:        %llu seals (%llu new objects, %llu bytes written; %llu dedup hits), "
+	       "%llu claims (%llu missed)\n",
+	       (unsigned long long)json_u64(k, "seals"), (unsigned long long)json_u64(k, "objects_published"),
+	       (unsigned long long)json_u64(k, "bytes_published"), (unsigned long long)json_u64(k, "dedup_hits"),
+	       (unsigned long long)json_u64(k, "claims"), (unsigned long long)json_u64(k, "claim_misses"));
+	printf("opens since mount:  %llu passthrough, %llu daemon-served\n",
+	       (unsigned long long)json_u64(k, "opens_passthrough"), (unsigned long long)json_u64(k, "opens_daemon"));
 }
 
 int wfs_cmd_stat(int argc, char **argv)
@@ -117,6 +172,7 @@ int wfs_cmd_stat(int argc, char **argv)
 	};
 	struct wfs_catalog_stats st;
 	struct wfs_catalog *c = NULL;
+	json_t *daemon;
 	char store[PATH_MAX], db[PATH_MAX + 16];
 	bool json = false;
 	uint64_t du = 0;
@@ -160,18 +216,23 @@ int wfs_cmd_stat(int argc, char **argv)
 	if (fd >= 0)
 		du = disk_usage(fd);
 	ratio = st.object_bytes ? (double)st.logical_bytes / (double)st.object_bytes : 0.0;
+	daemon = daemon_stats(argv[optind], store);
 	if (json) {
+		char *dtext = daemon ? json_dumps(daemon, JSON_COMPACT) : NULL;
+
 		printf("{\"store\": \"%s\", \"names\": %llu, \"directories\": %llu, \"symlinks\": %llu, "
 		       "\"logical_bytes\": %llu, \"objects\": %llu, \"object_bytes\": %llu, "
 		       "\"objects_disk_bytes\": %llu, \"unreferenced_objects\": %llu, "
 		       "\"unreferenced_bytes\": %llu, \"quarantined_objects\": %llu, \"unsealed_files\": %llu, "
-		       "\"dedup_ratio\": %.4f}\n",
+		       "\"dedup_ratio\": %.4f, \"daemon\": %s}\n",
 		       store, (unsigned long long)st.names, (unsigned long long)st.directories,
 		       (unsigned long long)st.symlinks, (unsigned long long)st.logical_bytes,
 		       (unsigned long long)st.objects, (unsigned long long)st.object_bytes,
 		       (unsigned long long)du, (unsigned long long)st.unreferenced_objects,
 		       (unsigned long long)st.unreferenced_bytes, (unsigned long long)st.quarantined_objects,
-		       (unsigned long long)st.unsealed_files, ratio);
+		       (unsigned long long)st.unsealed_files, ratio, dtext ? dtext : "null");
+		free(dtext);
+		json_decref(daemon);
 		return 0;
 	}
 	printf("store:              %s\n", store);
@@ -192,6 +253,9 @@ int wfs_cmd_stat(int argc, char **argv)
 		printf("unsealed files:     %llu (being written, or left by a crash)\n",
 		       (unsigned long long)st.unsealed_files);
 	printf("dedup ratio:        %.2fx\n", ratio);
+	if (daemon)
+		print_daemon_stats(daemon);
+	json_decref(daemon);
 	return 0;
 }
 

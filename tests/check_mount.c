@@ -803,6 +803,222 @@ START_TEST(delete_races_writers)
 }
 END_TEST
 
+/* setxattr user.weightfs.claim on @p (path) with @hex; returns 0 or errno. */
+static int claim_path(const char *p, const char *hex, size_t len)
+{
+	return setxattr(p, "user.weightfs.claim", hex, len, 0) == 0 ? 0 : errno;
+}
+
+/* One number from the mount root's user.weightfs.stats, by key ("claims", "names", ...). */
+static long long stat_counter(const char *key)
+{
+	char buf[4096], needle[64], *at;
+	ssize_t n = getxattr(M.mnt, "user.weightfs.stats", buf, sizeof(buf) - 1);
+
+	ck_assert_msg(n > 0, "getxattr stats: %s", strerror(errno));
+	buf[n] = '\0';
+	snprintf(needle, sizeof(needle), "\"%s\": ", key);
+	at = strstr(buf, needle);
+	ck_assert_msg(at != NULL, "%s not in %s", key, buf);
+	return strtoll(at + strlen(needle), NULL, 10);
+}
+
+/* A client that knows the digest seals a new name as the stored object, sending no bytes. */
+START_TEST(digest_claim)
+{
+	size_t len = (2u << 20) + 77; /* bigger than one in-memory version */
+	unsigned char *a = pattern(len, 80), *b = pattern(4096, 81);
+	char hex[WFS_DIGEST_HEX_CHARS + 2], other[WFS_DIGEST_HEX_CHARS + 1];
+	struct wfs_digest d, got;
+	long long published;
+	struct stat st;
+	int fd;
+
+	ck_assert_int_eq(write_file(path("a"), a, len), 0);
+	ck_assert_int_eq(write_file(path("t"), b, 4096), 0);
+	digest_xattr(path("a"), &d);
+	wfs_digest_to_hex(&d, hex);
+	published = stat_counter("bytes_published");
+
+	/* Created, still open for writing: the claim seals it; close changes nothing. */
+	fd = open(path("b"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.claim", hex, WFS_DIGEST_HEX_CHARS, 0), 0);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_int_eq(st.st_size, (off_t)len);
+	ck_assert_int_eq(close(fd), 0);
+	assert_file_equals(path("b"), a, len);
+	digest_xattr(path("b"), &got);
+	ck_assert(wfs_digest_equal(&got, &d));
+
+	/* An empty sealed file, by path, value with a trailing newline (setfattr -v "$(...)"). */
+	ck_assert_int_eq(write_file(path("c"), "", 0), 0);
+	hex[WFS_DIGEST_HEX_CHARS] = '\n';
+	ck_assert_int_eq(claim_path(path("c"), hex, WFS_DIGEST_HEX_CHARS + 1), 0);
+	hex[WFS_DIGEST_HEX_CHARS] = '\0';
+	assert_file_equals(path("c"), a, len);
+	/* Opened with O_TRUNC: the file is empty now, whatever it held. */
+	fd = open(path("t"), O_WRONLY | O_TRUNC);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.claim", hex, WFS_DIGEST_HEX_CHARS, 0), 0);
+	ck_assert_int_eq(close(fd), 0);
+	assert_file_equals(path("t"), a, len);
+	ck_assert_int_eq(stat_counter("bytes_published"), published); /* no object bytes written */
+	ck_assert_int_eq(stat_counter("claims"), 3);
+	EVENTUALLY(count_objects() == 1); /* the empty object and b's 4 KiB went with their names */
+
+	/* Refusals: the name keeps what it had. */
+	ck_assert_int_eq(claim_path(path("a"), hex, WFS_DIGEST_HEX_CHARS), EEXIST); /* has content */
+	fd = open(path("w"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, b, 10), 10);
+	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.claim", hex, WFS_DIGEST_HEX_CHARS, 0), -1);
+	ck_assert_int_eq(errno, EEXIST); /* bytes written */
+	ck_assert_int_eq(close(fd), 0);
+	assert_file_equals(path("w"), b, 10);
+	tu_fill(other, WFS_DIGEST_HEX_CHARS, 82);
+	for (int i = 0; i < WFS_DIGEST_HEX_CHARS; i++)
+		other[i] = "0123456789abcdef"[(unsigned char)other[i] % 16];
+	other[WFS_DIGEST_HEX_CHARS] = '\0';
+	fd = open(path("m"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.claim", other, WFS_DIGEST_HEX_CHARS, 0), -1);
+	ck_assert_int_eq(errno, ENODATA); /* not stored: the client writes the bytes */
+	ck_assert_int_eq(write(fd, b, 4096), 4096);
+	ck_assert_int_eq(close(fd), 0);
+	assert_file_equals(path("m"), b, 4096);
+	ck_assert_int_eq(stat_counter("claim_misses"), 1);
+	ck_assert_int_eq(write_file(path("e"), "", 0), 0);
+	ck_assert_int_eq(claim_path(path("e"), "xyz", 3), EINVAL);
+	ck_assert_int_eq(claim_path(path("e"), "0123456789abcdef0123456789abcdeg", 32), EINVAL);
+	ck_assert_int_eq(claim_path(path("e"), hex, WFS_DIGEST_HEX_CHARS - 1), EINVAL);
+	ck_assert_int_eq(mkdir(path("dir"), 0755), 0);
+	ck_assert_int_eq(claim_path(path("dir"), hex, WFS_DIGEST_HEX_CHARS), EINVAL);
+	ck_assert_int_eq(getxattr(path("e"), "user.weightfs.claim", other, sizeof(other)), -1);
+	ck_assert_int_eq(errno, ENODATA); /* a request, not an attribute */
+	ck_assert_int_eq(stat(path("e"), &st), 0);
+	ck_assert_int_eq(st.st_size, 0);
+	free(a);
+	free(b);
+}
+END_TEST
+
+/* After a restart: a kept object is claimed; a damaged one is not (ENODATA) and a rewrite heals it. */
+START_TEST(claim_after_restart)
+{
+	size_t len = 300000;
+	unsigned char *a = pattern(len, 83), *c = pattern(len, 84);
+	char hex[WFS_DIGEST_HEX_CHARS + 1], hexc[WFS_DIGEST_HEX_CHARS + 1];
+	struct wfs_digest d, dc;
+
+	daemon_stop();
+	snprintf(M.opts, sizeof(M.opts), "retain=1G");
+	daemon_start();
+	ck_assert_int_eq(write_file(path("a"), a, len), 0);
+	ck_assert_int_eq(write_file(path("c"), c, len), 0);
+	digest_xattr(path("a"), &d);
+	digest_xattr(path("c"), &dc);
+	wfs_digest_to_hex(&d, hex);
+	wfs_digest_to_hex(&dc, hexc);
+	ck_assert_int_eq(unlink(path("a")), 0); /* the last run's names are gone; the bytes retained */
+	daemon_stop();
+	damage_object(&dc, 0);
+	daemon_start();
+	ck_assert_int_eq(write_file(path("a2"), "", 0), 0);
+	ck_assert_int_eq(claim_path(path("a2"), hex, WFS_DIGEST_HEX_CHARS), 0);
+	assert_file_equals(path("a2"), a, len);
+	ck_assert_int_eq(write_file(path("c2"), "", 0), 0);
+	ck_assert_int_eq(claim_path(path("c2"), hexc, WFS_DIGEST_HEX_CHARS), ENODATA);
+	ck_assert_int_eq(log_count("bytes do not match"), 1);
+	ck_assert_int_eq(write_file(path("c2"), c, len), 0); /* the fallback write stores a good copy */
+	assert_file_equals(path("c"), c, len);
+	assert_file_equals(path("c2"), c, len);
+	ck_assert_int_eq(stat_counter("claims"), 1);
+	ck_assert_int_eq(stat_counter("bytes_published"), (long long)len);
+	free(a);
+	free(c);
+}
+END_TEST
+
+/* With allow_other, only the mounting user may claim: a digest must not open objects to others. */
+START_TEST(claim_other_user)
+{
+	char hex[WFS_DIGEST_HEX_CHARS + 1];
+	struct wfs_digest d;
+	pid_t pid;
+	int status;
+
+	daemon_stop();
+	snprintf(M.opts, sizeof(M.opts), "allow_other");
+	daemon_start();
+	ck_assert_int_eq(write_file(path("secret"), "secret bytes", 12), 0);
+	ck_assert_int_eq(chmod(path("secret"), 0600), 0);
+	digest_xattr(path("secret"), &d);
+	wfs_digest_to_hex(&d, hex);
+	ck_assert_int_eq(chmod(M.dir, 0755), 0);
+	ck_assert_int_eq(chmod(M.mnt, 01777), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fd;
+
+		if (setgid(65534) || setuid(65534))
+			_exit(10);
+		fd = open(path("mine"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+		if (fd < 0)
+			_exit(11);
+		if (fsetxattr(fd, "user.weightfs.claim", hex, WFS_DIGEST_HEX_CHARS, 0) != -1 || errno != EPERM)
+			_exit(12);
+		close(fd);
+		_exit(0);
+	}
+	waitpid(pid, &status, 0);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", WEXITSTATUS(status));
+	ck_assert_int_eq(claim_path(path("mine"), hex, WFS_DIGEST_HEX_CHARS), 0); /* root may */
+}
+END_TEST
+
+/* The mount root's user.weightfs.stats: totals and what only the running daemon knows. */
+START_TEST(stats_xattr)
+{
+	unsigned char *a = pattern(100000, 85);
+	char names[256], buf[4096];
+	ssize_t n;
+	int fd;
+
+	ck_assert_int_eq(write_file(path("x"), a, 100000), 0);
+	ck_assert_int_eq(write_file(path("y"), a, 100000), 0);
+	ck_assert_int_eq(mkdir(path("d"), 0755), 0);
+	ck_assert_int_eq(stat_counter("names"), 2);
+	ck_assert_int_eq(stat_counter("directories"), 2);
+	ck_assert_int_eq(stat_counter("logical_bytes"), 200000);
+	ck_assert_int_eq(stat_counter("physical_bytes"), 100000);
+	ck_assert_int_eq(stat_counter("objects_verified"), 1); /* published by this run: its bytes hashed */
+	ck_assert_int_eq(stat_counter("dedup_hits"), 1);
+	daemon_stop();
+	daemon_start();
+	ck_assert_int_eq(stat_counter("objects_verified"), 0);
+	ck_assert_int_eq(stat_counter("objects_unverified"), 1);
+	fd = open(path("x"), O_RDONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(stat_counter("objects_verified"), 1); /* checked at the first open */
+	ck_assert_int_eq(stat_counter(passthrough_mode() ? "opens_passthrough" : "opens_daemon"), 1);
+	close(fd);
+	n = getxattr(M.mnt, "user.weightfs.stats", buf, sizeof(buf) - 1);
+	ck_assert_int_gt(n, 0);
+	buf[n] = '\0';
+	ck_assert_ptr_nonnull(strstr(buf, passthrough_mode() ? "\"passthrough\": true" : "\"passthrough\": false"));
+	n = listxattr(M.mnt, names, sizeof(names));
+	ck_assert_int_eq(n, (ssize_t)sizeof("user.weightfs.stats"));
+	ck_assert_str_eq(names, "user.weightfs.stats");
+	ck_assert_int_eq(setxattr(M.mnt, "user.weightfs.stats", "{}", 2, 0), -1);
+	ck_assert_int_eq(errno, EPERM);
+	ck_assert_int_eq(getxattr(path("d"), "user.weightfs.stats", buf, sizeof(buf)), -1);
+	ck_assert_int_eq(errno, ENODATA); /* only the root has it */
+	free(a);
+}
+END_TEST
+
 /* > 4 GiB round trip (WFS_TEST_BIG=1): st_size exact, bytes at the far end right. */
 START_TEST(big_file)
 {
@@ -872,6 +1088,10 @@ static Suite *mount_suite(void)
 		{"dedup_verify_bytes", dedup_verify_bytes, 30},
 		{"tensor_xattrs", tensor_xattrs, 30},
 		{"delete_races_writers", delete_races_writers, 120},
+		{"digest_claim", digest_claim, 60},
+		{"claim_after_restart", claim_after_restart, 60},
+		{"claim_other_user", claim_other_user, 30},
+		{"stats_xattr", stats_xattr, 30},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
