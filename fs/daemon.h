@@ -128,6 +128,9 @@ struct wfs_options {
 	unsigned max_threads;
 };
 
+#define DTYPE_XATTR "user.weightfs.dtype" /* a safetensors dtype name (lib/dtype.h) */
+#define SHAPE_XATTR "user.weightfs.shape" /* a JSON array of dimensions */
+
 /* What this daemon did since it mounted; shown by user.weightfs.stats on the mount root. */
 struct wfs_counters {
 	uint64_t seals;             /* versions sealed into a name */
@@ -231,6 +234,14 @@ uint64_t wfs_version_size(struct wfs_version *v);
  * name keeps its previous content. Returns 0 or -errno (-ENOSPC, -EIO, ...).
  */
 int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in);
+/*
+ * Do @size bytes make the tensor that inode @ino's dtype and shape attributes describe, with
+ * attribute @name taken as @value (@len bytes) instead of its stored value when @name is not NULL
+ * (fs->lock held)? 0 when they do or when the two are not both set; -EINVAL (logged, naming the
+ * inode and @what was refused: "seal", an attribute name) when elements × dtype bytes != @size.
+ */
+int wfs_tensor_fits(struct wfs_fs *fs, uint64_t ino, uint64_t size, const char *name, const char *value,
+		    size_t len, const char *what);
 /* Drop in->writer unsealed (fs->lock held): the name keeps its previous content, if any. */
 void wfs_version_abandon(struct wfs_fs *fs, struct wfs_inode *in);
 /*
@@ -240,7 +251,7 @@ void wfs_version_abandon(struct wfs_fs *fs, struct wfs_inode *in);
  * held (dropped while the object is verified, or while a seal of @in finishes). Returns 0, or
  *   -ENODATA  no intact object @d in the store (missing, quarantined, or failing its check),
  *   -EEXIST   the file has content, or bytes were written to it,
- *   -EINVAL   not a regular file,
+ *   -EINVAL   not a regular file, or the object's size does not fit its dtype/shape attributes,
  *   -ENOMEM, or an -errno of the catalog (its commit failed: nothing changed).
  */
 int wfs_version_claim(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, const struct wfs_digest *d);

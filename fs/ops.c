@@ -1290,8 +1290,6 @@ static void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_
 	free(buf);
 }
 
-#define DTYPE_XATTR "user.weightfs.dtype"
-#define SHAPE_XATTR "user.weightfs.shape"
 
 /*
  * user.weightfs.dtype (a safetensors dtype name) and user.weightfs.shape (a JSON array) describe the
@@ -1301,13 +1299,10 @@ static void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_
 static int check_tensor_xattr(struct wfs_fs *fs, fuse_ino_t ino, const char *name, const char *value,
 			      size_t size)
 {
-	char other[1024];
-	const char *dtype = value, *shape = value;
-	size_t dtype_len = size, shape_len = size, len;
+	bool is_dtype = strcmp(name, DTYPE_XATTR) == 0;
 	uint64_t elements;
 	struct wfs_attr a;
-	int bytes, ret;
-	bool is_dtype = strcmp(name, DTYPE_XATTR) == 0;
+	int ret;
 
 	if (is_dtype ? wfs_dtype_size(value, size) < 0 : wfs_shape_elements(value, size, &elements) < 0) {
 		wfs_log(WFS_LOG_WARN, "inode %llu: %s=\"%.*s\" refused: %s", (unsigned long long)ino, name,
@@ -1318,30 +1313,8 @@ static int check_tensor_xattr(struct wfs_fs *fs, fuse_ino_t ino, const char *nam
 	}
 	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
 	if (ret || !a.sealed || !S_ISREG(a.mode))
-		return ret;
-	ret = wfs_catalog_xattr_get(fs->catalog, ino, is_dtype ? SHAPE_XATTR : DTYPE_XATTR, other,
-				    sizeof(other), &len);
-	if (ret == -ENODATA || ret == -ERANGE)
-		return 0; /* the other half is not set (or not one we could have accepted) */
-	if (ret)
-		return ret;
-	if (is_dtype) {
-		shape = other;
-		shape_len = len;
-	} else {
-		dtype = other;
-		dtype_len = len;
-	}
-	bytes = wfs_dtype_size(dtype, dtype_len);
-	if (bytes < 0 || wfs_shape_elements(shape, shape_len, &elements) < 0)
-		return 0; /* stored before validation existed: judge only the new value */
-	if (elements <= a.size / (uint64_t)bytes && elements * (uint64_t)bytes == a.size)
-		return 0;
-	wfs_log(WFS_LOG_WARN, "inode %llu (find MNT -inum %llu): %s refused: shape %.*s x %.*s (%d bytes) "
-		"does not make the file's %llu bytes", (unsigned long long)ino, (unsigned long long)ino, name,
-		(int)(shape_len < 96 ? shape_len : 96), shape, (int)dtype_len, dtype, bytes,
-		(unsigned long long)a.size);
-	return -EINVAL;
+		return ret; /* a file being written is held to its attributes when it is sealed */
+	return wfs_tensor_fits(fs, ino, a.size, name, value, size, name);
 }
 
 /*

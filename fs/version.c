@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "dtype.h"
 #include "fault.h"
 #include "log.h"
 
@@ -499,6 +500,8 @@ int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in)
 
 	wfs_crashpoint("seal.before-commit");
 	pthread_mutex_lock(&fs->lock);
+	if (ret == 0)
+		ret = wfs_tensor_fits(fs, in->ino, size, NULL, NULL, 0, "seal");
 	if (ret == 0) {
 		/* cp -a and tar set the times on the open file before closing it: keep them. */
 		if (v->mtime_set)
@@ -533,6 +536,41 @@ int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in)
 	if (ret == 0 && old.sealed && !wfs_digest_equal(&old.digest, &d))
 		wfs_object_maybe_delete(fs, &old.digest);
 	return ret;
+}
+
+int wfs_tensor_fits(struct wfs_fs *fs, uint64_t ino, uint64_t size, const char *name, const char *value,
+		    size_t len, const char *what)
+{
+	char dtype_buf[64], shape_buf[1024];
+	const char *dtype = dtype_buf, *shape = shape_buf;
+	size_t dtype_len, shape_len;
+	uint64_t elements;
+	int bytes;
+
+	if (name && strcmp(name, DTYPE_XATTR) == 0) {
+		dtype = value;
+		dtype_len = len;
+	} else if (wfs_catalog_xattr_get(fs->catalog, ino, DTYPE_XATTR, dtype_buf, sizeof(dtype_buf),
+					 &dtype_len)) {
+		return 0; /* not set (or longer than any valid value): nothing to hold the size to */
+	}
+	if (name && strcmp(name, SHAPE_XATTR) == 0) {
+		shape = value;
+		shape_len = len;
+	} else if (wfs_catalog_xattr_get(fs->catalog, ino, SHAPE_XATTR, shape_buf, sizeof(shape_buf),
+					 &shape_len)) {
+		return 0;
+	}
+	bytes = wfs_dtype_size(dtype, dtype_len);
+	if (bytes < 0 || wfs_shape_elements(shape, shape_len, &elements) < 0)
+		return 0; /* stored before validation existed */
+	if (elements <= size / (uint64_t)bytes && elements * (uint64_t)bytes == size)
+		return 0;
+	wfs_log(WFS_LOG_WARN, "inode %llu (find MNT -inum %llu): %s refused: shape %.*s x %.*s (%d bytes) "
+		"does not make the file's %llu bytes", (unsigned long long)ino, (unsigned long long)ino, what,
+		(int)(shape_len < 96 ? shape_len : 96), shape, (int)dtype_len, dtype, bytes,
+		(unsigned long long)size);
+	return -EINVAL;
 }
 
 void wfs_version_abandon(struct wfs_fs *fs, struct wfs_inode *in)
@@ -600,6 +638,8 @@ int wfs_version_claim(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, c
 		fs->counters.claim_misses++;
 	if (ret == 0)
 		ret = claim_target_empty(fs, in); /* again: fs->lock may have been dropped */
+	if (ret == 0)
+		ret = wfs_tensor_fits(fs, in->ino, (uint64_t)st.st_size, NULL, NULL, 0, "claim");
 	if (ret == 0) {
 		clock_gettime(CLOCK_REALTIME, &mtime);
 		ret = wfs_catalog_set_content(fs->catalog, in->ino, d, (uint64_t)st.st_size, &mtime,

@@ -755,6 +755,37 @@ START_TEST(tensor_xattrs)
 	ck_assert_int_eq(log_count("does not make the file's 16 bytes"), 2);
 	/* Other user.* names are stored as given. */
 	ck_assert_int_eq(setxattr(path("w"), "user.note", "[2,", 3, 0), 0);
+	/* Rewritten in place, the file is held to its attributes: close fails, the bytes stay. */
+	ck_assert_int_eq(write_file(path("w"), "0123456789abcdefXXXX", 20), -EINVAL);
+	assert_file_equals(path("w"), (const unsigned char *)"0123456789abcdef", 16);
+	ck_assert_int_eq(log_count("seal refused: shape [2,2] x F32 (4 bytes) does not make the file's 20"), 1);
+	ck_assert_int_eq(write_file(path("w"), "fedcba9876543210", 16), 0);
+	assert_file_equals(path("w"), (const unsigned char *)"fedcba9876543210", 16);
+	/* Set while a new file is being written: checked when it is sealed. */
+	{
+		char hex[WFS_DIGEST_HEX_CHARS + 1];
+		struct wfs_digest d;
+		int fd = open(path("n"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(fsetxattr(fd, "user.weightfs.dtype", "F16", 3, 0), 0);
+		ck_assert_int_eq(fsetxattr(fd, "user.weightfs.shape", "[3]", 3, 0), 0);
+		ck_assert_int_eq(write(fd, "abcdef", 6), 6);
+		ck_assert_int_eq(close(fd), 0);
+		/* A claim is held to them too. */
+		digest_xattr(path("w"), &d);
+		wfs_digest_to_hex(&d, hex);
+		fd = open(path("n2"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(fsetxattr(fd, "user.weightfs.dtype", "F16", 3, 0), 0);
+		ck_assert_int_eq(fsetxattr(fd, "user.weightfs.shape", "[3]", 3, 0), 0);
+		ck_assert_int_eq(fsetxattr(fd, "user.weightfs.claim", hex, WFS_DIGEST_HEX_CHARS, 0), -1);
+		ck_assert_int_eq(errno, EINVAL); /* 16 bytes are not F16 x [3] */
+		ck_assert_int_eq(fsetxattr(fd, "user.weightfs.shape", "[8]", 3, 0), 0);
+		ck_assert_int_eq(fsetxattr(fd, "user.weightfs.claim", hex, WFS_DIGEST_HEX_CHARS, 0), 0);
+		ck_assert_int_eq(close(fd), 0);
+		assert_file_equals(path("n2"), (const unsigned char *)"fedcba9876543210", 16);
+	}
 }
 END_TEST
 
