@@ -156,6 +156,7 @@ struct wfs_fs {
 	struct wfs_map checks;  /* (L) wfs_check entries */
 	atomic_bool passthrough; /* negotiated and still working */
 	struct wfs_counters counters; /* (L) since this mount */
+	uint64_t retained;      /* (L) -o retain: unreferenced bytes, at least (table.c) */
 };
 
 /* map.c */

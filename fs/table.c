@@ -128,23 +128,33 @@ static bool object_in_use(void *ctx, const struct wfs_digest *d)
 void wfs_object_maybe_delete(struct wfs_fs *fs, const struct wfs_digest *d)
 {
 	struct wfs_gc_report gc;
-	uint64_t refs;
+	uint64_t refs, bytes = 0;
 	int ret;
 
 	if (object_find(fs, d))
 		return; /* pinned: open somewhere, or being published */
-	if (fs->opt.retain) {
-		/* Keep unreferenced objects up to the budget, dropping the least recently released. */
-		ret = wfs_gc_collect(fs->store, fs->catalog, fs->opt.retain, false, object_in_use, fs, &gc);
-		if (ret)
-			wfs_log(WFS_LOG_WARN, "retention: %s", strerror(-ret));
-		return;
-	}
-	ret = wfs_catalog_object_refcount(fs->catalog, d, &refs);
+	ret = wfs_catalog_object_get(fs->catalog, d, &refs, &bytes);
 	if (ret == 0 && refs > 0)
 		return;
 	if (ret && ret != -ENOENT)
 		return;
+	if (fs->opt.retain) {
+		/*
+		 * Keep unreferenced objects up to the budget, dropping the least recently released.
+		 * Collecting reads every unreferenced row, so it runs only when the bytes released
+		 * since the last collection could have crossed the budget: fs->retained is the kept
+		 * bytes then plus every release since (reuse is not subtracted: an overestimate).
+		 */
+		fs->retained += ret == 0 ? bytes : 0;
+		if (fs->retained <= fs->opt.retain)
+			return;
+		ret = wfs_gc_collect(fs->store, fs->catalog, fs->opt.retain, false, object_in_use, fs, &gc);
+		if (ret)
+			wfs_log(WFS_LOG_WARN, "retention: %s", strerror(-ret));
+		else
+			fs->retained = gc.bytes_kept;
+		return;
+	}
 	if (ret == 0 && wfs_catalog_object_delete(fs->catalog, d))
 		return;
 	wfs_crashpoint("delete.after-row"); /* leaves an orphan file, which fsck --repair removes */

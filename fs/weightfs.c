@@ -190,6 +190,8 @@ static int open_catalog(struct wfs_fs *fs, bool recover)
 		/* Objects no name uses beyond the retention budget (a crash between a commit and
 		 * the delete that follows it, or a smaller budget than last time) go now. */
 		ret = wfs_gc_collect(fs->store, fs->catalog, fs->opt.retain, false, NULL, NULL, &gc);
+		if (ret == 0)
+			fs->retained = gc.bytes_kept;
 		if (ret == 0 && gc.objects_removed)
 			wfs_log(WFS_LOG_INFO, "removed %llu unreferenced objects (%llu bytes)",
 				(unsigned long long)gc.objects_removed, (unsigned long long)gc.bytes_removed);

@@ -1065,14 +1065,22 @@ out:
 
 int wfs_catalog_object_refcount(struct wfs_catalog *c, const struct wfs_digest *d, uint64_t *refcount)
 {
+	return wfs_catalog_object_get(c, d, refcount, NULL);
+}
+
+int wfs_catalog_object_get(struct wfs_catalog *c, const struct wfs_digest *d, uint64_t *refcount,
+			   uint64_t *bytes)
+{
 	sqlite3_stmt *s = stmt(c, ST_OBJECT_GET);
 	int rc, ret = 0;
 
 	sqlite3_bind_blob(s, 1, d->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
 	rc = sqlite3_step(s);
-	if (rc == SQLITE_ROW)
+	if (rc == SQLITE_ROW) {
 		*refcount = (uint64_t)sqlite3_column_int64(s, 0);
-	else
+		if (bytes)
+			*bytes = (uint64_t)sqlite3_column_int64(s, 1);
+	} else
 		ret = rc == SQLITE_DONE ? -ENOENT : map_sqlite(c, rc);
 	sqlite3_reset(s);
 	return ret;

@@ -161,6 +161,9 @@ int wfs_catalog_inode_drop(struct wfs_catalog *c, uint64_t ino, struct wfs_attr 
 
 /* Reference count of object @d (invariant 1). -ENOENT if the catalog has no such object. */
 int wfs_catalog_object_refcount(struct wfs_catalog *c, const struct wfs_digest *d, uint64_t *refcount);
+/* Reference count and size in bytes (@bytes may be NULL) of object @d; -ENOENT if not cataloged. */
+int wfs_catalog_object_get(struct wfs_catalog *c, const struct wfs_digest *d, uint64_t *refcount,
+			   uint64_t *bytes);
 /* Object states (objects.state). */
 enum wfs_object_state {
 	WFS_OBJECT_OK = 0,
