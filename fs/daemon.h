@@ -95,6 +95,7 @@ struct wfs_inode {
 	uint64_t nlookup;            /* (L) kernel lookup count */
 	unsigned nopen;              /* (L) open handles */
 	unsigned ncached;            /* (L) open handles in cached (daemon-served) mode */
+	unsigned ncached_closed;     /* (L) of those, closed (flush seen): their release is pending */
 	unsigned npassthrough;       /* (L) open handles in passthrough mode */
 	struct wfs_object *pt_object;/* (L) backing of the passthrough opens, when npassthrough > 0 */
 	struct wfs_version *writer;  /* (L) version being written, or NULL */
@@ -112,6 +113,7 @@ struct wfs_handle {
 	pid_t writer_tid;            /* (L) thread that last wrote through this handle */
 	bool writable;               /* opened for writing: daemon-served, may start versions */
 	bool passthrough;            /* reads and mmaps go to @object's backing file in the kernel */
+	bool closed;                 /* (L) a flush (close(2) of a descriptor) has been seen */
 };
 
 struct wfs_options {

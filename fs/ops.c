@@ -645,8 +645,10 @@ static int open_read_only(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *i
 		return -EIO;
 	}
 	/* The writer that just sealed this file may not be released yet: without the wait, a reader
-	 * mapping a file right after writing it would be daemon-served for as long as it keeps it. */
-	if (atomic_load(&fs->passthrough) && !in->writer && in->npassthrough == 0)
+	 * mapping a file right after writing it would be daemon-served for as long as it keeps it.
+	 * Only closed handles are waited for: one still open (a long-lived O_RDWR opener) stays. */
+	if (atomic_load(&fs->passthrough) && !in->writer && in->npassthrough == 0 &&
+	    in->ncached == in->ncached_closed)
 		wait_released(fs, &in->ncached, 100);
 	if (in->npassthrough > 0) {
 		/* All passthrough opens of an inode share one backing file (checked by the first). */
@@ -913,6 +915,10 @@ static void wfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 	(void)ino;
 	pthread_mutex_lock(&fs->lock);
+	if (!h->closed && !h->passthrough) {
+		h->closed = true;
+		h->inode->ncached_closed++;
+	}
 	if (h->writing && flush_ends_writing(req, h))
 		ret = finish_writing(fs, req, h);
 	pthread_mutex_unlock(&fs->lock);
@@ -938,8 +944,10 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 			in->pt_object = NULL;
 			pthread_cond_broadcast(&fs->sealed); /* a writable open may be waiting */
 		}
-	} else if (--in->ncached == 0) {
-		pthread_cond_broadcast(&fs->sealed); /* a read-only open may wait to go passthrough */
+	} else {
+		in->ncached_closed -= h->closed;
+		if (--in->ncached == 0)
+			pthread_cond_broadcast(&fs->sealed); /* a read-only open may wait to go passthrough */
 	}
 	if (h->object)
 		wfs_object_unpin(fs, req, h->object);
@@ -1370,9 +1378,11 @@ static void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const
 		ret = -EPERM;
 	if (ret == 0 && strcmp(name, CLAIM_XATTR) == 0) {
 		ret = claim(fs, req, ino, value, size);
-		fuse_reply_err(req, -ret);
-		if (ret == 0) /* the kernel's size of this inode is 0: drop its cached attributes */
+		/* The kernel caches this inode's size as 0: drop its attributes before the caller can
+		 * read. Safe before the reply: the kernel takes no lock setxattr holds to do it. */
+		if (ret == 0)
 			fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
+		fuse_reply_err(req, -ret);
 		return;
 	}
 	if (ret == 0) {
