@@ -245,21 +245,26 @@ static pid_t tgid_of(pid_t tid)
 /*
  * Is this flush (close(2) of one descriptor) the end of @h's writing? The kernel sends a flush for
  * every close, so a close that is not the writer's must not seal: a forked child exiting with an
- * inherited descriptor, or a descriptor closed before any data was written (a shell's dup2 + close
- * of a redirection, numpy.memmap closing its file while its mapping is filled). Those versions are
- * sealed by a later flush of the writer, or at release.
+ * inherited descriptor, or a descriptor closed before any data was written (numpy.memmap closing
+ * its file while its mapping is filled). Those versions are sealed by a later flush of the writer,
+ * or at release. An empty version is sealed at any close (a shell's dup2 + close of a redirection
+ * seals an empty file, and the command's first write starts the next version).
  */
 static bool flush_ends_writing(fuse_req_t req, struct wfs_handle *h)
 {
 	struct wfs_version *v = h->writing;
 	pid_t tid = fuse_req_ctx(req)->pid, a, b;
 	bool written;
+	uint64_t size;
 
 	pthread_mutex_lock(&v->lock);
 	written = v->written;
+	size = v->size;
 	pthread_mutex_unlock(&v->lock);
 	if (!written)
-		return false;
+		return size == 0; /* created or truncated, nothing more: sealed empty now, so its digest
+				   * is there when close(2) returns; a later write starts over. A sized
+				   * file (ftruncate before mmap) waits for its mapping's writes. */
 	if (!h->writer_tid || tid == h->writer_tid)
 		return true;
 	a = tgid_of(tid);

@@ -629,9 +629,11 @@ int wfs_version_claim(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, c
 	o = wfs_object_pin(fs, d); /* from here on the object cannot be deleted under us */
 	if (!o)
 		return -ENOMEM;
-	ret = wfs_verify_object(fs, o); /* may drop fs->lock; once per object per daemon run */
+	ret = wfs_store_object_stat(fs->store, d, &st); /* absent: the common miss, not worth a log */
 	if (ret == 0)
-		ret = wfs_store_object_stat(fs->store, d, &st);
+		ret = wfs_verify_object(fs, o); /* may drop fs->lock; once per object per daemon run */
+	if (ret == 0)
+		ret = wfs_store_object_stat(fs->store, d, &st); /* as checked */
 	if (ret == -ENOENT || ret == -EIO)
 		ret = -ENODATA;
 	if (ret == -ENODATA)
