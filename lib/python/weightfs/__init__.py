@@ -1,5 +1,20 @@
-"""weightfs: Python helpers around libweightfs (ctypes, no build step beyond the C library)."""
+"""weightfs: Python helpers around libweightfs (ctypes, no build step beyond the C library).
 
+    import weightfs
+    weightfs.digest(buf)                        # XXH3-128 hex, = xxhsum -H2 = user.weightfs.digest
+    r = weightfs.offload(tensor, path)          # claim by digest, write on a miss; r.claimed
+    t = weightfs.load(path)                     # mmapped CPU tensor (dtype/shape from xattrs)
+    weightfs.backload(path, cuda_tensor)        # file -> GPU through the pinned staging ring
+    fo = weightfs.FrozenOffload(root, rank)     # a rank's frozen parameters, manifest, restart skip
+
+Importing needs neither torch, numpy, CUDA nor libweightfs.so: each is loaded on first use.
+"""
+
+from .frozen import FrozenOffload, OffloadSummary
 from .stage import Stager, backload, offload_tensor
+from .tensor import (OffloadResult, WeightfsError, WeightfsWarning, digest, digest_file, dtype_name,
+                     load, offload, tensor_info)
 
-__all__ = ["Stager", "backload", "offload_tensor"]
+__all__ = ["FrozenOffload", "OffloadResult", "OffloadSummary", "Stager", "WeightfsError",
+           "WeightfsWarning", "backload", "digest", "digest_file", "dtype_name", "load", "offload",
+           "offload_tensor", "tensor_info"]

@@ -1,0 +1,313 @@
+"""FrozenOffload: one rank's frozen parameters as files, offloaded once, mapped or backloaded later.
+
+    fo = weightfs.FrozenOffload("/data/skyrl/frozen-offload", rank=0)
+    summary = fo.offload(model, free=True)   # every parameter with requires_grad False; frees GPU memory
+    ...                                       # rollout / inference uses the GPU memory
+    fo.restore(model)                         # CUDA params: backload; CPU params: mapped from the files
+    w = fo.load("encoder.layers.0.attn.q.weight")   # or one tensor, mapped (CPU)
+
+Layout: ROOT/rank{N}/<parameter name> per parameter (names are kept as they are; only what cannot be a
+file name is escaped: '%' '/' NUL as %25 %2F %00, a leading '.' as %2E, a name over 200 bytes is cut
+and given a hash suffix), and ROOT/rank{N}/.weightfs-manifest.json: for each parameter its file, digest,
+bytes, dtype and shape; on a filesystem without user.weightfs.digest also the file's inode, size and
+mtime when it was written. The names are stable across restarts and identical across ranks, so on
+weightfs every rank's copy and every restart's copy of a content is one object and one page-cache copy
+-- the manifest included: it names no rank, device or time, so the ranks' manifests are one object too,
+and it is rewritten only when its content changes.
+
+Restart: offload() skips a parameter whose file exists with the same digest. The file's digest comes
+from user.weightfs.digest on weightfs; elsewhere from the manifest when the file's inode, size and mtime
+are the ones recorded (the stat identity make and git trust), else by reading and hashing the file.
+A parameter whose file is missing or different is offloaded with weightfs.offload(): a claim first, so
+content any rank or an earlier run stored moves no bytes.
+
+Not thread-safe: one FrozenOffload per rank process (ranks never share a directory).
+"""
+
+import errno
+import hashlib
+import json
+import os
+import re
+import time
+from typing import NamedTuple
+
+from .stage import backload as _backload
+from .tensor import (DIGEST_XATTR, OffloadResult, WeightfsError, digest, digest_file,
+                     dtype_name, load, offload, _torch_dtype)
+
+__all__ = ["ENV_DIR", "FrozenOffload", "MANIFEST", "OffloadSummary", "fs_type"]
+
+MANIFEST = ".weightfs-manifest.json"
+ENV_DIR = "SKYRL_FROZEN_OFFLOAD_DIR"
+_NAME_MAX = 200
+
+
+class OffloadSummary(NamedTuple):
+    """What one FrozenOffload.offload() call did. results: [OffloadResult] in parameter order.
+    tensors/bytes: all of them; written/claimed/skipped: how many took each path; written_bytes: bytes
+    that went through write(2); seconds: wall time of the call."""
+
+    results: list
+    tensors: int
+    bytes: int
+    written: int
+    claimed: int
+    skipped: int
+    written_bytes: int
+    seconds: float
+
+
+def file_name(param):
+    """The file name of parameter param under rank{N}/ (see the module comment)."""
+    s = param.replace("%", "%25").replace("/", "%2F").replace("\0", "%00")
+    if s.startswith("."):
+        s = "%2E" + s[1:]
+    if not s:
+        s = "%"
+    b = s.encode("utf-8", "surrogateescape")
+    if len(b) > _NAME_MAX:
+        s = b[:180].decode("utf-8", "ignore") + "~" + hashlib.sha256(b).hexdigest()[:16]
+    return s
+
+
+def _frozen_params(params):
+    """[(name, tensor)] from an nn.Module (its parameters with requires_grad False), a mapping
+    name -> tensor, or an iterable of (name, tensor)."""
+    if hasattr(params, "named_parameters") and callable(params.named_parameters):
+        return [(n, p) for n, p in params.named_parameters() if not p.requires_grad]
+    if hasattr(params, "items"):
+        return list(params.items())
+    return list(params)
+
+
+def fs_type(path):
+    """The filesystem type of the mount holding path, from /proc/self/mountinfo ('fuse.weightfs',
+    'ext4', ...), or None when it cannot be told."""
+    real = os.path.realpath(path)
+    best, best_type = "", None
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                fields = left.split()
+                if len(fields) < 5 or not right:
+                    continue
+                mnt = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+                inside = real == mnt or real.startswith(mnt.rstrip("/") + "/")
+                if inside and len(mnt) >= len(best):
+                    best, best_type = mnt, right.split()[0]
+    except OSError:
+        return None
+    return best_type
+
+
+class FrozenOffload:
+    """One rank's frozen parameters under ROOT/rank{rank}/ (created). Reads the manifest if present.
+
+    root: a directory, normally on a weightfs mount; None means $SKYRL_FROZEN_OFFLOAD_DIR. It works on
+    any filesystem (no dedup there). rank: this process's rank (an int). fsync: fdatasync each
+    written file before its close (weightfs's default -o sync makes seals durable without it).
+
+    Raises OSError when the directory cannot be created, WeightfsError(EINVAL) for a manifest that
+    does not parse (it is never silently replaced: remove it to start over), ValueError when root is
+    None and SKYRL_FROZEN_OFFLOAD_DIR is not set."""
+
+    def __init__(self, root, rank, *, fsync=False):
+        if root is None:
+            root = os.environ.get(ENV_DIR)
+            if not root:
+                raise ValueError(f"FrozenOffload: no root given and ${ENV_DIR} is not set")
+        self.root = os.path.abspath(os.fspath(root))
+        self.rank = int(rank)
+        self.dir = os.path.join(self.root, f"rank{self.rank}")
+        self.manifest_path = os.path.join(self.dir, MANIFEST)
+        self.fsync = bool(fsync)
+        os.makedirs(self.dir, exist_ok=True)
+        self.entries = self._read_manifest()
+        self._manifest_on_disk = self._manifest_text() if self.entries else None
+        # On weightfs every sealed file has user.weightfs.digest; elsewhere the manifest keeps the
+        # files' stat identity.
+        self._weightfs = fs_type(self.dir) == "fuse.weightfs"
+
+    # ---- manifest ----
+    def _read_manifest(self):
+        try:
+            with open(self.manifest_path, "rb") as f:
+                doc = json.load(f)
+        except FileNotFoundError:
+            return {}
+        except ValueError as e:
+            raise WeightfsError(errno.EINVAL, f"{self.manifest_path}: not a manifest ({e}); remove it "
+                                "to start over", self.manifest_path) from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("params"), dict):
+            raise WeightfsError(errno.EINVAL, f"{self.manifest_path}: no 'params' object",
+                                self.manifest_path)
+        return doc["params"]
+
+    def _manifest_text(self):
+        return json.dumps({"version": 1, "params": self.entries}, indent=1, sort_keys=True) + "\n"
+
+    def _write_manifest(self):
+        text = self._manifest_text()
+        if text == self._manifest_on_disk:
+            return
+        tmp = os.path.join(self.dir, f".{MANIFEST}.tmp-{os.getpid()}")
+        try:
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.rename(tmp, self.manifest_path)
+            self._manifest_on_disk = text
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+    # ---- names ----
+    def path(self, name):
+        """The file of parameter name (whether or not it exists)."""
+        e = self.entries.get(name)
+        return os.path.join(self.dir, e["file"] if e else file_name(name))
+
+    def names(self):
+        """Parameter names in the manifest, sorted."""
+        return sorted(self.entries)
+
+    def __contains__(self, name):
+        return name in self.entries
+
+    def _entry(self, name):
+        e = self.entries.get(name)
+        if e is None:
+            raise KeyError(f"{name!r}: not offloaded by rank {self.rank} (no manifest entry in "
+                           f"{self.manifest_path})")
+        return e
+
+    # ---- offload ----
+    def _existing_digest(self, path, entry, nbytes):
+        """Digest of the file at path if it exists with nbytes bytes, else None."""
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        if st.st_size != nbytes:
+            return None
+        try:
+            d = os.getxattr(path, DIGEST_XATTR).decode("ascii", "replace")
+            if len(d) == 32:
+                return d
+        except OSError:
+            pass
+        if entry and entry.get("stat") == [st.st_ino, st.st_size, st.st_mtime_ns]:
+            return entry.get("digest")
+        return digest_file(path)
+
+    def offload(self, params, *, free=False, claim=True):
+        """Offload frozen parameters: params is an nn.Module (its parameters with requires_grad False),
+        a mapping name -> tensor, or an iterable of (name, tensor); tensors on the CPU or a CUDA
+        device, any dtype (see weightfs.offload).
+
+        Per parameter: digest on the host; skip when its file already holds that digest; else
+        weightfs.offload (claim, write on a miss). With free=True each offloaded tensor's .data is
+        replaced by an empty tensor of its dtype and device (its memory is released once nothing else
+        refers to it); restore() brings it back. The manifest is rewritten at the end (and also when an
+        error stops the call, for what was done).
+
+        Returns OffloadSummary. Raises what weightfs.offload raises (OSError, WeightfsError,
+        TypeError/ValueError) for the first parameter that fails; earlier ones stay offloaded."""
+        t0 = time.perf_counter()
+        results = []
+        try:
+            for name, t in _frozen_params(params):
+                results.append(self._offload_one(name, t, claim))
+                if free:
+                    t.data = t.data.new_empty(0)
+        finally:
+            if results:
+                self._write_manifest()
+        return OffloadSummary(
+            results=results, tensors=len(results), bytes=sum(r.bytes for r in results),
+            written=sum(1 for r in results if not r.claimed and not r.skipped),
+            claimed=sum(1 for r in results if r.claimed),
+            skipped=sum(1 for r in results if r.skipped),
+            written_bytes=sum(r.written_bytes for r in results),
+            seconds=time.perf_counter() - t0)
+
+    def _offload_one(self, name, t, claim):
+        t = t.detach()
+        path = os.path.join(self.dir, file_name(name))
+        entry = self.entries.get(name)
+        nbytes = t.numel() * t.element_size()
+        d = digest(t)
+        dname = dtype_name(t.dtype)
+        if self._existing_digest(path, entry, nbytes) == d:
+            r = OffloadResult(path, d, nbytes, False, True)
+        else:
+            r = offload(t, path, claim=claim, fsync=self.fsync, _digest=d)
+            if r.digest != d:
+                raise WeightfsError(errno.EIO, f"{path}: tensor {name!r} changed while it was being "
+                                    f"offloaded ({d} then {r.digest})", path)
+        e = {"file": os.path.basename(path), "digest": d, "bytes": nbytes,
+             "dtype": dname or str(t.dtype), "shape": list(t.shape)}
+        if not self._weightfs:  # a plain filesystem: remember the stat identity instead
+            st = os.stat(path)
+            e["stat"] = [st.st_ino, st.st_size, st.st_mtime_ns]
+        self.entries[name] = e
+        return r
+
+    # ---- back ----
+    def load(self, name):
+        """Parameter name as a CPU tensor mapped from its file (weightfs.load: private read-only
+        mapping, page cache shared on weightfs). Raises KeyError (not in the manifest), OSError,
+        WeightfsError(EMSGSIZE) when the file does not match the manifest's size."""
+        e = self._entry(name)
+        return load(self.path(name), dtype=e["dtype"], shape=e["shape"])
+
+    def backload(self, name, tensor=None, device=None):
+        """Copy parameter name's file into a contiguous CUDA tensor through the staging ring.
+        tensor: the destination (numel x element size must equal the file's bytes); default a new
+        torch.empty(shape, dtype, device=device or 'cuda'). Returns the tensor. Raises KeyError,
+        OSError (ENODATA short file, EMSGSIZE size mismatch, ...), ValueError (tensor not on CUDA)."""
+        e = self._entry(name)
+        if tensor is None:
+            import torch
+
+            tensor = torch.empty(e["shape"], dtype=_torch_dtype(e["dtype"]), device=device or "cuda")
+        return _backload(self.path(name), tensor)
+
+    def restore(self, module):
+        """Give back every parameter of module that is in the manifest and was freed (numel 0 where
+        the manifest has more): CUDA parameters get a new tensor filled by backload, CPU parameters
+        are pointed at the mapped file (load). Returns the number restored. Raises as load/backload."""
+        n = 0
+        for name, p in module.named_parameters():
+            e = self.entries.get(name)
+            if e is None or p.numel() != 0 or list(p.shape) == e["shape"]:
+                continue
+            if e["bytes"] == 0:
+                p.data = p.data.new_empty(e["shape"])
+            elif p.device.type == "cuda":
+                p.data = self.backload(name, device=p.device)
+            else:
+                p.data = self.load(name)
+            n += 1
+        return n
+
+    def verify(self):
+        """Hash every file in the manifest from its bytes; return [(name, problem)] for files that are
+        missing or differ (empty when all match)."""
+        bad = []
+        for name in self.names():
+            e = self.entries[name]
+            path = self.path(name)
+            try:
+                d = digest_file(path)
+            except OSError as ex:
+                bad.append((name, f"{path}: {ex.strerror}"))
+                continue
+            if d != e["digest"]:
+                bad.append((name, f"{path}: digest {d}, manifest {e['digest']}"))
+        return bad
+

@@ -1,0 +1,731 @@
+"""Tensors as sealed files: digest, offload (claim first, write on a miss), load (mmap), dtype names.
+
+    import torch, weightfs
+    r = weightfs.offload(w, "/data/skyrl/frozen-offload/rank0/layer0.w")  # CPU/CUDA tensor or ndarray
+    r.digest, r.bytes, r.claimed          # '9f2c...' (32 hex), bytes in the file, True = no bytes moved
+    t = weightfs.load(r.path)             # CPU tensor mapped from the file: dtype/shape from its xattrs
+    weightfs.digest(b"abc")               # XXH3-128 hex, what `xxhsum -H2` and getfattr print
+
+Identifier spaces: a *digest* is XXH3-128 in canonical form, spelled as 32 lower-case hex characters
+(lib/digest.h); a *claim* sets `user.weightfs.claim` = that digest on a new empty file, and weightfs
+seals the file with the stored object of that digest without any bytes being written (ENODATA: no such
+object). The bytes of a tensor are its contiguous storage in native byte order: numel x element size.
+
+Ownership: nothing here keeps a reference to a caller's tensor or buffer after returning. load()
+returns a tensor (or numpy.memmap) that owns its own private read-only mapping of the file.
+
+Errors: OSError and its subclasses (errno, a message naming the file, .filename) for everything the
+filesystem or libweightfs reports; WeightfsError (an OSError) for conditions this package detects
+(size mismatch EMSGSIZE, missing metadata ENODATA, a claim that sealed other bytes EIO); TypeError /
+ValueError for arguments that cannot be offloaded. Conditions that have a fallback (claims not
+supported by the filesystem, tensor xattrs not supported, a dtype without a safetensors name) emit one
+WeightfsWarning per class per process, never one per tensor.
+
+torch and numpy are optional: they are imported only when a tensor or an array is handled.
+"""
+
+import ctypes
+import errno
+import hashlib
+import itertools
+import json
+import os
+import sys
+import threading
+import warnings
+from typing import NamedTuple
+
+from .stage import library as _library
+from .stage import offload_tensor as _offload_tensor
+
+__all__ = [
+    "CLAIM_XATTR", "DIGEST_XATTR", "DTYPE_XATTR", "SHAPE_XATTR", "OffloadResult", "WeightfsError",
+    "WeightfsWarning", "digest", "digest_file", "dtype_name", "load", "offload", "shape_text",
+]
+
+CLAIM_XATTR = "user.weightfs.claim"
+DIGEST_XATTR = "user.weightfs.digest"
+DTYPE_XATTR = "user.weightfs.dtype"
+SHAPE_XATTR = "user.weightfs.shape"
+
+_DIGEST_BYTES = 16
+_WRITE_CHUNK = 16 << 20  # bytes per write(2): FUSE splits it further; bounds one syscall's latency
+_GPU_CHUNK = 64 << 20  # bytes of host buffer used to hash a CUDA tensor (one per device, reused)
+
+# safetensors dtype name -> bytes per element (lib/dtype.c has the same table).
+DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2,
+               "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+
+# safetensors name -> torch dtype attribute name (the ones this torch lacks are skipped at lookup).
+_TORCH_NAMES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "F8_E5M2": "float8_e5m2",
+                "F8_E4M3": "float8_e4m3fn", "I16": "int16", "U16": "uint16", "F16": "float16",
+                "BF16": "bfloat16", "I32": "int32", "U32": "uint32", "F32": "float32", "I64": "int64",
+                "U64": "uint64", "F64": "float64"}
+# safetensors name -> numpy dtype name (numpy has no bfloat16 or float8).
+_NUMPY_NAMES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "U16": "uint16",
+                "F16": "float16", "I32": "int32", "U32": "uint32", "F32": "float32", "I64": "int64",
+                "U64": "uint64", "F64": "float64"}
+
+
+class WeightfsError(OSError):
+    """An error this package detects itself: errno, a one-line message, and .filename (the path)."""
+
+
+class WeightfsWarning(UserWarning):
+    """A fallback was taken (claims unsupported, xattrs unsupported, ...); emitted once per class."""
+
+
+class OffloadResult(NamedTuple):
+    """What offload() did for one tensor.
+
+    path: the final file name. digest: XXH3-128, 32 hex characters. bytes: the file's size.
+    claimed: True when the file was sealed from the stored object (no bytes written).
+    skipped: True when an existing file already held these bytes and was left as it was
+    (FrozenOffload only). Bytes written = 0 if claimed or skipped else bytes."""
+
+    path: str
+    digest: str
+    bytes: int
+    claimed: bool
+    skipped: bool = False
+
+    @property
+    def written_bytes(self):
+        return 0 if self.claimed or self.skipped else self.bytes
+
+
+# ---- warnings: one per failure class -----------------------------------------------------------
+
+_warned = set()
+_warned_lock = threading.Lock()
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _warn_once(cls, message):
+    with _warned_lock:
+        if cls in _warned:
+            return
+        _warned.add(cls)
+    # Point the warning at the first caller outside this package.
+    level, f = 1, sys._getframe(0)
+    while f is not None and f.f_code.co_filename.startswith(_PACKAGE_DIR):
+        f, level = f.f_back, level + 1
+    warnings.warn(f"weightfs: {message}", WeightfsWarning, stacklevel=level)
+
+
+def _reset_warnings():
+    """Forget which warning classes were emitted (tests)."""
+    with _warned_lock:
+        _warned.clear()
+
+
+def _err(code, path, what):
+    """OSError (the errno's subclass, e.g. FileNotFoundError) with '<what>' and .filename = path."""
+    return OSError(code, what, path)
+
+
+def _reraise(e, path, what):
+    """Re-raise OSError e as the same errno with a message saying what was being done, on path."""
+    code = e.errno if e.errno is not None else errno.EIO
+    return _err(code, path, f"{what}: {e.strerror or os.strerror(code)}")
+
+
+# ---- the C library ---------------------------------------------------------------------------
+
+class _Hasher(ctypes.Structure):
+    # Mirrors struct wfs_hasher in lib/digest.h.
+    _fields_ = [("state", ctypes.c_void_p), ("bytes", ctypes.c_uint64)]
+
+
+_Digest = ctypes.c_uint8 * _DIGEST_BYTES
+_lib = None
+_lib_lock = threading.Lock()
+
+
+def _digest_lib():
+    global _lib
+    with _lib_lock:
+        if _lib is None:
+            lib = _library()
+            P, S = ctypes.c_void_p, ctypes.c_size_t
+            lib.wfs_digest_buf.argtypes = [P, S, ctypes.POINTER(_Digest)]
+            lib.wfs_digest_buf.restype = None
+            lib.wfs_digest_to_hex.argtypes = [ctypes.POINTER(_Digest), ctypes.c_char_p]
+            lib.wfs_digest_to_hex.restype = None
+            lib.wfs_digest_fd.argtypes = [ctypes.c_int, ctypes.POINTER(_Digest),
+                                          ctypes.POINTER(ctypes.c_uint64)]
+            lib.wfs_digest_fd.restype = ctypes.c_int
+            lib.wfs_hasher_init.argtypes = [ctypes.POINTER(_Hasher)]
+            lib.wfs_hasher_init.restype = ctypes.c_int
+            lib.wfs_hasher_update.argtypes = [ctypes.POINTER(_Hasher), P, S]
+            lib.wfs_hasher_update.restype = None
+            lib.wfs_hasher_digest.argtypes = [ctypes.POINTER(_Hasher), ctypes.POINTER(_Digest)]
+            lib.wfs_hasher_digest.restype = None
+            lib.wfs_hasher_release.argtypes = [ctypes.POINTER(_Hasher)]
+            lib.wfs_hasher_release.restype = None
+            _lib = lib
+        return _lib
+
+
+def _hex(lib, d):
+    out = ctypes.create_string_buffer(33)
+    lib.wfs_digest_to_hex(ctypes.byref(d), out)
+    return out.value.decode("ascii")
+
+
+def _digest_address(address, nbytes):
+    """XXH3-128 hex of nbytes bytes of host memory at address (the GIL is released while hashing)."""
+    lib = _digest_lib()
+    d = _Digest()
+    lib.wfs_digest_buf(address or None, nbytes, ctypes.byref(d))
+    return _hex(lib, d)
+
+
+# ---- host memory behind tensors, arrays and buffers ---------------------------------------------
+
+class _PyBuffer(ctypes.Structure):
+    # CPython's Py_buffer; obj is a borrowed-then-released reference, kept opaque.
+    _fields_ = [("buf", ctypes.c_void_p), ("obj", ctypes.c_void_p), ("len", ctypes.c_ssize_t),
+                ("itemsize", ctypes.c_ssize_t), ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
+                ("format", ctypes.c_char_p), ("shape", ctypes.c_void_p), ("strides", ctypes.c_void_p),
+                ("suboffsets", ctypes.c_void_p), ("internal", ctypes.c_void_p)]
+
+
+_get_buffer = ctypes.pythonapi.PyObject_GetBuffer
+_get_buffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+_get_buffer.restype = ctypes.c_int
+_release_buffer = ctypes.pythonapi.PyBuffer_Release
+_release_buffer.argtypes = [ctypes.POINTER(_PyBuffer)]
+_release_buffer.restype = None
+_PyBUF_C_CONTIGUOUS = 0x0020 | 0x0010 | 0x0008  # PyBUF_C_CONTIGUOUS: any C-contiguous exporter
+
+
+class _HostBytes:
+    """The bytes of a C-contiguous host buffer, by address, held (not copied) until close()."""
+
+    def __init__(self, obj):
+        self._view = _PyBuffer()
+        try:
+            _get_buffer(obj, ctypes.byref(self._view), _PyBUF_C_CONTIGUOUS)
+        except BufferError as e:
+            raise ValueError(f"not a C-contiguous buffer ({e}); pass a contiguous copy") from None
+        self.address, self.nbytes = self._view.buf, self._view.len
+
+    def close(self):
+        if self._view is not None:
+            _release_buffer(ctypes.byref(self._view))
+            self._view = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _is_torch_tensor(x):
+    torch = sys.modules.get("torch")  # a tensor exists only if torch was imported: never import it
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _torch_host(t):
+    """(contiguous detached tensor, address, nbytes) for a CPU tensor; the tensor keeps the memory.
+    A non-contiguous tensor is copied once (.contiguous())."""
+    t = t.detach()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    return t, (t.data_ptr() if t.numel() else 0), t.numel() * t.element_size()
+
+
+def _address_view(address, nbytes):
+    """A writable-or-not memoryview of nbytes at address ('B' format), no copy; the owner must live."""
+    if nbytes == 0:
+        return memoryview(b"")
+    return memoryview((ctypes.c_ubyte * nbytes).from_address(address)).cast("B")
+
+
+# ---- CUDA tensors: hashed through a bounded host buffer -----------------------------------------
+
+_gpu_buffers = {}
+_gpu_lock = threading.Lock()
+
+
+def _gpu_buffer(torch, device):
+    """A (pinned when possible) host buffer of _GPU_CHUNK bytes for device, with its lock."""
+    with _gpu_lock:
+        if device not in _gpu_buffers:
+            try:
+                buf = torch.empty(_GPU_CHUNK, dtype=torch.uint8, pin_memory=True)
+            except RuntimeError:
+                buf = torch.empty(_GPU_CHUNK, dtype=torch.uint8)
+            _gpu_buffers[device] = (buf, threading.Lock())
+        return _gpu_buffers[device]
+
+
+def _gpu_chunks(t):
+    """Yield (address, nbytes) of successive host copies of a contiguous CUDA tensor's bytes; each
+    chunk is valid until the next one is requested. Host memory: one _GPU_CHUNK buffer per device."""
+    import torch
+
+    flat = t.reshape(-1).view(torch.uint8) if t.numel() else t.new_empty(0, dtype=torch.uint8)
+    buf, lock = _gpu_buffer(torch, t.device.index if t.device.index is not None else
+                            torch.cuda.current_device())
+    with lock:
+        for off in range(0, flat.numel(), _GPU_CHUNK):
+            n = min(_GPU_CHUNK, flat.numel() - off)
+            buf[:n].copy_(flat[off:off + n])  # synchronous D2H into the host buffer
+            yield buf.data_ptr(), n
+
+
+def _gpu_digest(t):
+    lib = _digest_lib()
+    h = _Hasher()
+    if lib.wfs_hasher_init(ctypes.byref(h)) < 0:
+        raise MemoryError("weightfs: cannot allocate an XXH3 state")
+    try:
+        for address, n in _gpu_chunks(t):
+            lib.wfs_hasher_update(ctypes.byref(h), address, n)
+        d = _Digest()
+        lib.wfs_hasher_digest(ctypes.byref(h), ctypes.byref(d))
+        return _hex(lib, d)
+    finally:
+        lib.wfs_hasher_release(ctypes.byref(h))
+
+
+# ---- digest ----------------------------------------------------------------------------------
+
+def digest(data):
+    """XXH3-128 of data's bytes as 32 lower-case hex characters: what `xxhsum -H2` prints for a file
+    holding those bytes, and what `getfattr -n user.weightfs.digest` prints on weightfs.
+
+    data: bytes, bytearray, memoryview, mmap, array.array, a numpy array (any dtype), or a torch
+    tensor (CPU or CUDA, any dtype). The bytes are the C-contiguous storage in native byte order
+    (numel x element size): a non-contiguous torch tensor or numpy array is hashed as its
+    .contiguous() / ascontiguousarray() copy (one temporary copy), a CUDA tensor through a bounded host
+    buffer (64 MiB per device, pinned when CUDA allows). Host memory is hashed in place, without a copy,
+    with the GIL released.
+
+    Raises TypeError for an object without bytes, OSError when libweightfs.so cannot be loaded."""
+    if _is_torch_tensor(data):
+        if data.device.type == "cuda":
+            t = data.detach()
+            return _gpu_digest(t if t.is_contiguous() else t.contiguous())
+        if data.device.type != "cpu":
+            raise ValueError(f"digest: tensor on {data.device} (only CPU and CUDA tensors)")
+        t, address, nbytes = _torch_host(data)
+        return _digest_address(address, nbytes)
+    data = _contiguous_array(data)
+    try:
+        host = _HostBytes(data)
+    except TypeError:
+        raise TypeError(f"digest: {type(data).__name__} has no bytes (expected a buffer, numpy "
+                        "array or torch tensor)") from None
+    with host:
+        return _digest_address(host.address, host.nbytes)
+
+
+def _contiguous_array(data):
+    """numpy arrays that are not C-contiguous -> a contiguous copy; anything else as given."""
+    if type(data).__module__.startswith("numpy") and hasattr(data, "flags"):
+        if not data.flags["C_CONTIGUOUS"]:
+            import numpy
+
+            return numpy.ascontiguousarray(data)
+    return data
+
+
+def digest_file(path):
+    """XXH3-128 hex of the whole file at path, read from its bytes (never from an xattr).
+
+    Raises OSError (errno from open or read: ENOENT, EACCES, EIO, ...) naming path."""
+    lib = _digest_lib()
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        d = _Digest()
+        n = ctypes.c_uint64()
+        rc = lib.wfs_digest_fd(fd, ctypes.byref(d), ctypes.byref(n))
+        if rc < 0:
+            raise _err(-rc, path, f"reading {path} to digest it: {os.strerror(-rc)}")
+        return _hex(lib, d)
+    finally:
+        os.close(fd)
+
+
+# ---- dtype names -------------------------------------------------------------------------------
+
+def dtype_name(dtype):
+    """The safetensors name (BF16, F16, F32, F64, I8, U8, I16, I32, I64, BOOL, ...) of a torch dtype,
+    a numpy dtype (or anything numpy.dtype() takes) or a safetensors name; None when it has none
+    (complex, quantized, ...)."""
+    if isinstance(dtype, str) and dtype.upper() in DTYPE_BYTES:
+        return dtype.upper()
+    if type(dtype).__module__ == "torch":
+        name = str(dtype).removeprefix("torch.")
+        for st, tn in _TORCH_NAMES.items():
+            if tn == name:
+                return st
+        return None
+    try:
+        import numpy
+    except ImportError:
+        return None
+    try:
+        name = numpy.dtype(dtype).name
+    except TypeError:
+        return None
+    for st, nn in _NUMPY_NAMES.items():
+        if nn == name:
+            return st
+    return None
+
+
+def _torch_dtype(name):
+    import torch
+
+    attr = _TORCH_NAMES.get(name)
+    dt = getattr(torch, attr, None) if attr else None
+    if dt is None:
+        raise ValueError(f"dtype {name} has no torch dtype in torch {torch.__version__}")
+    return dt
+
+
+def shape_text(shape):
+    """The user.weightfs.shape spelling of a shape: '[4096,1024]', '[]' for a scalar."""
+    return json.dumps([int(d) for d in shape], separators=(",", ":"))
+
+
+# ---- the filesystem's answer to claims, per device ---------------------------------------------
+
+# st_dev -> True (claims work there) or False (not supported: write the bytes).
+_claims = {}
+_claims_lock = threading.Lock()
+
+
+def _claim_state(dev):
+    with _claims_lock:
+        return _claims.get(dev)
+
+
+def _set_claim_state(dev, state):
+    with _claims_lock:
+        _claims[dev] = state
+
+
+def _reset_claim_state():
+    """Forget what was learnt about claim support (tests; a remount with another daemon)."""
+    with _claims_lock:
+        _claims.clear()
+
+
+def _try_claim(fd, tmp, dev, hexdigest, nbytes):
+    """Claim hexdigest on the new empty file open at fd. True when the file is now sealed with those
+    nbytes; False when the bytes must be written (no such object, or claims unsupported here)."""
+    state = _claim_state(dev)
+    if state is False:
+        return False
+    try:
+        os.setxattr(fd, CLAIM_XATTR, hexdigest.encode("ascii"))
+    except OSError as e:
+        if e.errno == errno.ENODATA:
+            _set_claim_state(dev, True)  # only weightfs answers "no such object"
+            return False
+        if e.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+            _set_claim_state(dev, False)
+            _warn_once("claim-unsupported", f"claims are not supported on the filesystem of "
+                       f"{os.path.dirname(tmp)} ({e.strerror}); writing the bytes of every tensor there")
+            return False
+        if e.errno == errno.EPERM:
+            _set_claim_state(dev, False)
+            _warn_once("claim-eperm", f"claims refused on {os.path.dirname(tmp)} (EPERM: this process is "
+                       "not the mounting user); writing the bytes of every tensor there")
+            return False
+        raise _reraise(e, tmp, f"claiming {hexdigest} on {tmp}")
+    # setxattr succeeded: on weightfs with claims the file is now sealed; a filesystem that merely
+    # stores user.* xattrs (ext4, a weightfs without claims) says yes too and the file is still empty.
+    size = os.fstat(fd).st_size
+    try:
+        got = os.getxattr(fd, DIGEST_XATTR).decode("ascii", "replace")
+    except OSError:
+        got = None
+    if size == nbytes and got == hexdigest:
+        _set_claim_state(dev, True)
+        return True
+    if size != 0 or got is not None:  # sealed, but not with the bytes claimed: never keep that file
+        raise WeightfsError(errno.EIO, f"claim of {hexdigest} on {tmp} reported success but the file "
+                            f"has {size} bytes and digest {got} (expected {nbytes} bytes)", tmp)
+    # Still empty and unsealed: the attribute was merely stored. (Also after a remount that reused
+    # the device number of a claim-capable mount: what was learnt about it is replaced.)
+    try:
+        os.removexattr(fd, CLAIM_XATTR)  # do not leave a stray attribute behind
+    except OSError:
+        pass
+    _set_claim_state(dev, False)
+    _warn_once("claim-unsupported", f"claims are not supported on the filesystem of "
+               f"{os.path.dirname(tmp)} (setxattr stored an ordinary attribute); writing the bytes of "
+               "every tensor there")
+    return False
+
+
+def _set_tensor_xattrs(path, name, shape):
+    """Set user.weightfs.dtype and .shape on path; one warning when the filesystem has no user xattrs."""
+    if name is None:
+        return
+    try:
+        os.setxattr(path, DTYPE_XATTR, name.encode("ascii"))
+        os.setxattr(path, SHAPE_XATTR, shape_text(shape).encode("ascii"))
+    except OSError as e:
+        if e.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+            _warn_once("xattr-unsupported", f"user xattrs are not supported on the filesystem of "
+                       f"{path}; {DTYPE_XATTR} and {SHAPE_XATTR} are not set")
+            return
+        raise _reraise(e, path, f"setting {DTYPE_XATTR}={name} {SHAPE_XATTR}={shape_text(shape)}")
+
+
+# ---- offload ----------------------------------------------------------------------------------
+
+_tmp_counter = itertools.count()
+_made_dirs = set()  # directories this process created or found: no mkdir round trip per tensor
+
+
+def _create(tmp, d):
+    """Create the new file tmp (O_EXCL) in directory d, making d first when it is missing."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    if d not in _made_dirs:
+        os.makedirs(d, exist_ok=True)
+        _made_dirs.add(d)
+    try:
+        return os.open(tmp, flags, 0o644)
+    except FileNotFoundError:  # removed since: make it again, once
+        os.makedirs(d, exist_ok=True)
+        try:
+            return os.open(tmp, flags, 0o644)
+        except OSError as e:
+            raise _reraise(e, tmp, f"creating {tmp}") from None
+    except OSError as e:
+        raise _reraise(e, tmp, f"creating {tmp}") from None
+
+
+def _tmp_name(path):
+    d, base = os.path.split(path)
+    tag = hashlib.sha1(base.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    return os.path.join(d, f".wfs-tmp-{os.getpid()}-{next(_tmp_counter)}-{tag}")
+
+
+def _write_all(fd, view, path):
+    off = 0
+    n = len(view)
+    try:
+        while off < n:
+            off += os.write(fd, view[off:off + _WRITE_CHUNK])
+    except OSError as e:
+        raise _reraise(e, path, f"writing {path} at byte {off} of {n}") from None
+
+
+def _describe(obj):
+    """(kind, keeper, dtype name or None, shape) where kind is 'cpu', 'cuda' or 'buffer'."""
+    if _is_torch_tensor(obj):
+        t = obj.detach()
+        if t.device.type == "cuda":
+            return "cuda", (t if t.is_contiguous() else t.contiguous()), dtype_name(t.dtype), tuple(t.shape)
+        if t.device.type != "cpu":
+            raise ValueError(f"offload: tensor on {t.device} (only CPU and CUDA tensors)")
+        return "cpu", (t if t.is_contiguous() else t.contiguous()), dtype_name(t.dtype), tuple(t.shape)
+    if type(obj).__module__.startswith("numpy") and hasattr(obj, "dtype") and hasattr(obj, "shape"):
+        a = _contiguous_array(obj)
+        return "buffer", a, dtype_name(a.dtype), tuple(a.shape)
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        raise TypeError(f"offload: {type(obj).__name__} is not a tensor, array or buffer") from None
+    if not mv.c_contiguous:
+        raise ValueError("offload: buffer is not C-contiguous")
+    return "buffer", obj, "U8", (mv.nbytes,)
+
+
+def offload(data, path, *, claim=True, xattrs=True, fsync=False, stager=None, _digest=None):
+    """Write a tensor's bytes as a new sealed file at path: hash on the host, claim, write on a miss.
+
+    data: a torch tensor on the CPU or a CUDA device (any dtype; non-contiguous ones are copied once
+    with .contiguous()), a numpy array (non-C-contiguous ones copied once), or any C-contiguous buffer
+    (bytes, memoryview, mmap; dtype U8, shape [nbytes]). path: the final name; its directory is
+    created. The file is built under a temporary name in the same directory (.wfs-tmp-PID-N-HASH),
+    sealed, given its xattrs and renamed over path, so readers of path see the old file or the new one,
+    never a partial one (this is also what avoids ETXTBSY on weightfs while path is mapped).
+
+    Steps: (1) digest on the host (CPU memory in place; a CUDA tensor through a 64 MiB host buffer,
+    one D2H pass). (2) When claim is true and the file system has not shown it lacks claims, set
+    user.weightfs.claim on the new empty file: on a hit weightfs seals it with the stored object and no
+    bytes move. The result is checked (size and user.weightfs.digest), so a filesystem that only
+    stores the attribute (ext4, or a weightfs without claims) is detected: one warning, then bytes are
+    written there from then on. (3) On a miss, write the bytes: CPU memory is written straight from the
+    tensor/array (no copy); a CUDA tensor goes through the staging ring (offload_tensor: pinned
+    128 MiB ring, a second D2H pass, never a full host copy) when libweightfs has CUDA, else through
+    the 64 MiB host buffer chunk by chunk. A miss on a CUDA tensor therefore moves the bytes
+    device-to-host twice (about 2 x bytes / 20+ GB/s, small next to the write itself); a hit once.
+    (4) close(2) seals the file (weightfs reports ENOSPC/EIO there); fsync=True fdatasyncs first
+    (weightfs's default -o sync already makes the seal durable). (5) With xattrs true, set
+    user.weightfs.dtype (safetensors name) and user.weightfs.shape ('[d0,d1]') when the dtype has a
+    name (else one warning). (6) rename over path.
+
+    Returns OffloadResult(path, digest, bytes, claimed). On any error the temporary file is removed and
+    path is left as it was. Raises OSError (ENOSPC, EIO, EACCES, ... with the path and what failed),
+    WeightfsError(EIO) when a claim reported success but the file does not hold the claimed bytes,
+    TypeError/ValueError for data that cannot be offloaded. Thread-safe for distinct paths."""
+    kind, keep, name, shape = _describe(data)
+    # _digest: the caller (FrozenOffload) already hashed these exact bytes.
+    if kind == "cuda":
+        nbytes = keep.numel() * keep.element_size()
+        hexdigest = _digest or _gpu_digest(keep)
+    elif kind == "cpu":
+        keep, address, nbytes = _torch_host(keep)
+        hexdigest = _digest or _digest_address(address, nbytes)
+    else:
+        with _HostBytes(keep) as host:
+            nbytes = host.nbytes
+            hexdigest = _digest or _digest_address(host.address, nbytes)
+    if name is None:
+        _warn_once("dtype-unnamed", f"dtype of {path} has no safetensors name; {DTYPE_XATTR} and "
+                   f"{SHAPE_XATTR} are not set on such tensors")
+    path = os.fspath(path)
+    d = os.path.dirname(os.path.abspath(path))
+    tmp = _tmp_name(os.path.join(d, os.path.basename(path)))
+    claimed = False
+    fd = -1
+    try:
+        fd = _create(tmp, d)
+        # Empty content is claimed too: a claim seals at once, while an empty file that is only
+        # created and closed is sealed by weightfs at release, after close(2) has returned.
+        if claim:
+            claimed = _try_claim(fd, tmp, os.fstat(fd).st_dev, hexdigest, nbytes)
+        if not claimed and nbytes > 0:
+            if kind == "cuda" and _stage_has_cuda():
+                os.close(fd)  # never written: not sealed; the stager reopens it with O_TRUNC
+                fd = -1
+                _offload_tensor(keep, tmp, fsync=fsync, stager=stager)
+            elif kind == "cuda":
+                for address, n in _gpu_chunks(keep):
+                    _write_all(fd, _address_view(address, n), tmp)
+            elif kind == "cpu":
+                _write_all(fd, _address_view(address, nbytes), tmp)
+            else:
+                mv = memoryview(keep)
+                try:
+                    _write_all(fd, mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv, tmp)
+                finally:
+                    mv.release()
+        if fd >= 0:
+            if fsync and not claimed:
+                os.fdatasync(fd)
+            cfd, fd = fd, -1
+            try:
+                os.close(cfd)  # weightfs seals here: ENOSPC/EIO of the seal come back now
+            except OSError as e:
+                raise _reraise(e, tmp, f"closing (sealing) {tmp}") from None
+        if xattrs:
+            _set_tensor_xattrs(tmp, name, shape)
+        try:
+            os.rename(tmp, path)
+        except OSError as e:
+            raise _reraise(e, path, f"renaming {tmp} to {path}") from None
+    except BaseException:
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return OffloadResult(path, hexdigest, nbytes, claimed)
+
+
+_have_cuda = None
+
+
+def _stage_has_cuda():
+    global _have_cuda
+    if _have_cuda is None:
+        _have_cuda = bool(_library().wfs_stage_have_cuda())
+    return _have_cuda
+
+
+# ---- load -------------------------------------------------------------------------------------
+
+def _get_text_xattr(path, attr):
+    try:
+        return os.getxattr(path, attr).decode("utf-8", "replace")
+    except OSError as e:
+        if e.errno in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):
+            return None
+        raise _reraise(e, path, f"reading {attr} of {path}") from None
+
+
+def tensor_info(path):
+    """(dtype name or None, shape tuple or None) from path's user.weightfs.dtype / .shape xattrs.
+    Raises OSError (ENOENT, EACCES, ...) and WeightfsError(EINVAL) for an unparsable shape."""
+    name = _get_text_xattr(path, DTYPE_XATTR)
+    shape_s = _get_text_xattr(path, SHAPE_XATTR)
+    shape = None
+    if shape_s is not None:
+        try:
+            shape = tuple(json.loads(shape_s))
+            if not all(isinstance(x, int) and x >= 0 for x in shape):
+                raise ValueError
+        except ValueError:
+            raise WeightfsError(errno.EINVAL, f"{path}: {SHAPE_XATTR} is {shape_s!r}, not a shape "
+                                "like [4096,1024]", path) from None
+    return (name.upper() if name else None), shape
+
+
+def load(path, dtype=None, shape=None, *, numpy=False):
+    """Map the file at path as a read-only CPU tensor: torch.from_file(path, shared=False) viewed as
+    dtype and shape, or, with numpy=True, a numpy.memmap(mode='r').
+
+    The mapping is private (MAP_PRIVATE) to the returned object and reads the file's page cache: on
+    weightfs through passthrough that is the object's page cache, shared by every name and every
+    process mapping the same content, and reclaimable. Writes to the tensor (torch) stay private
+    to the process (copy-on-write). The file is not read here; pages fault in on first touch.
+
+    dtype: a torch dtype, numpy dtype or safetensors name; default user.weightfs.dtype of the file, else
+    U8. shape: a sequence of ints; default user.weightfs.shape, else [bytes / element size].
+    Returns a torch.Tensor (or numpy.memmap; an empty file gives an empty array).
+
+    Raises OSError (ENOENT, EACCES, EIO, ...) naming path; WeightfsError(EMSGSIZE) when the file's
+    size is not elements x element size ("...: size mismatch: ..."); ValueError for a dtype torch or
+    numpy cannot represent (BF16 with numpy=True); ImportError when torch (or numpy) is missing."""
+    path = os.fspath(path)
+    st = os.stat(path)
+    xname, xshape = (None, None) if dtype is not None and shape is not None else tensor_info(path)
+    name = dtype_name(dtype) if dtype is not None else (xname or "U8")
+    if name is None:
+        raise ValueError(f"load: {dtype!r} has no safetensors name")
+    if name not in DTYPE_BYTES:
+        raise ValueError(f"load: {path}: unknown dtype {name}")
+    esize = DTYPE_BYTES[name]
+    if shape is None:
+        shape = xshape if xshape is not None else (st.st_size // esize,)
+    shape = tuple(int(d) for d in shape)
+    numel = 1
+    for d_ in shape:
+        numel *= d_
+    if numel * esize != st.st_size:
+        raise WeightfsError(errno.EMSGSIZE, f"{path}: size mismatch: {st.st_size} bytes, expected "
+                            f"{numel * esize} ({shape_text(shape)} x {name}, {esize} bytes)", path)
+    if numpy:
+        import numpy as np
+
+        if name not in _NUMPY_NAMES:
+            raise ValueError(f"load: {path}: {name} has no numpy dtype; load it as torch, or as U8")
+        if numel == 0:
+            return np.empty(shape, dtype=_NUMPY_NAMES[name])
+        return np.memmap(path, dtype=_NUMPY_NAMES[name], mode="r", shape=shape)
+    import torch
+
+    tdt = _torch_dtype(name)
+    try:
+        t = torch.from_file(path, shared=False, size=numel, dtype=tdt)
+    except RuntimeError as e:
+        raise WeightfsError(errno.EIO, f"{path}: torch.from_file failed: {e}", path) from None
+    return t.view(shape)

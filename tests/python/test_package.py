@@ -1,0 +1,545 @@
+#!/usr/bin/env python3
+"""Unit tests of the weightfs Python package with torch on the CPU, against a real weightfs mount.
+
+    test_package.py --mnt MNT --store STORE --plain DIR --state FILE --phase first|remount
+
+Run by tests/python/test_python.sh, which mounts STORE on MNT, runs --phase first, unmounts and mounts
+the same store again, and runs --phase remount (a new daemon: what a trainer sees after a restart).
+DIR is a plain directory on another filesystem (the fallbacks: no claims there). FILE carries what the
+first phase saw (the objects directory) to the second.
+
+Unchanged trainer code, both patterns, for BF16/F16/F32/I8 tensors, a non-contiguous tensor written via
+.contiguous() and numpy views written without a bytes copy:
+  (a) write rank{N}/<key>.bin once if absent, then
+      torch.from_file(path, shared=False, size=nbytes, dtype=torch.uint8).view(dtype).view(shape);
+  (b) write, map, unlink at once, keep using the mapping.
+The remount phase maps every pattern-(a) file again and compares the bytes. Then the package: digest
+(= xxhsum -H2 = getfattr), offload/load of every dtype, claims (hit, miss, fallbacks), error classes,
+and FrozenOffload (free/restore, restart skip, claims across ranks).
+Prints one line per check and "python-package[PHASE]: N passed, N failed"; exit 0 only when none failed.
+"""
+
+import argparse
+import errno
+import json
+import mmap
+import os
+import subprocess
+import sys
+import warnings
+from unittest import mock
+
+import wfstest
+from wfstest import Tests
+
+import numpy as np
+import torch
+
+import weightfs
+import weightfs.tensor as wt
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "int8": torch.int8}
+ALL_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64,
+              "I8": torch.int8, "U8": torch.uint8, "I16": torch.int16, "I32": torch.int32,
+              "I64": torch.int64, "BOOL": torch.bool}
+
+
+def make(key, dtype, shape=(64, 48)):
+    """Deterministic tensor for key (the same in both phases)."""
+    g = torch.Generator().manual_seed(sum(key.encode()) * 7919 + len(key))
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).to(torch.bool)
+    if dtype.is_floating_point:
+        return (torch.randn(shape, generator=g) * 3).to(dtype)
+    info = torch.iinfo(dtype)
+    return torch.randint(max(info.min, -(1 << 30)), min(info.max, 1 << 30), shape, generator=g,
+                         dtype=torch.int64).to(dtype)
+
+
+def raw(t):
+    """The tensor's bytes (contiguous), for exact comparisons (NaN-safe, dtype-agnostic)."""
+    t = t.contiguous()
+    return bytes(t.reshape(-1).view(torch.uint8).numpy()) if t.numel() else b""
+
+
+def numpy_view(t):
+    """A numpy view of a CPU tensor's memory (bf16 as int16: numpy has no bfloat16). No copy."""
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy()
+    return t.numpy()
+
+
+def pattern_a_write(path, t):
+    """Trainer pattern (a), write side: write the file once if absent. Returns True if written."""
+    if os.path.exists(path):
+        return False
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    arr = numpy_view(t.contiguous())
+    with open(path, "wb") as f:
+        if arr.dtype == np.float32:
+            arr.tofile(f)  # numpy writes straight from the array
+        else:
+            f.write(memoryview(arr))  # the buffer protocol: no intermediate bytes object
+    return True
+
+
+def pattern_a_map(path, t):
+    nbytes = t.numel() * t.element_size()
+    return torch.from_file(path, shared=False, size=nbytes, dtype=torch.uint8).view(t.dtype).view(t.shape)
+
+
+def pattern_a_cases():
+    cases = {k: make(k, dt) for k, dt in DTYPES.items()}
+    cases["fp32-transposed"] = make("fp32-transposed", torch.float32, (40, 24)).t()  # non-contiguous
+    cases["bf16-sliced"] = make("bf16-sliced", torch.bfloat16, (30, 50))[:, 3:41]
+    return cases
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mnt", required=True)
+    ap.add_argument("--store", required=True)
+    ap.add_argument("--plain", required=True)
+    ap.add_argument("--state", required=True)
+    ap.add_argument("--phase", choices=["first", "remount"], required=True)
+    args = ap.parse_args()
+    T = Tests(f"python-package[{args.phase}]")
+    warnings.simplefilter("always")
+    if args.phase == "first":
+        first(T, args)
+    else:
+        remount(T, args)
+    return T.finish()
+
+
+def first(T, a):
+    mnt, store, plain = a.mnt, a.store, a.plain
+    os.makedirs(plain, exist_ok=True)
+
+    @T.check("import: weightfs imports without torch and numpy, digest works")
+    def _():
+        code = ("import sys; sys.modules['torch'] = None; sys.modules['numpy'] = None\n"
+                "import weightfs; print(weightfs.digest(b'abc'))")
+        env = dict(os.environ, PYTHONPATH=os.path.join(wfstest.REPO, "lib", "python"))
+        r = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env=env)
+        assert r.returncode == 0, r.stderr.strip().splitlines()[-1:]
+        assert r.stdout.strip() == "06b05ab6733a618578af5f94892f3950", r.stdout
+
+    # ---- trainer pattern (a) ----
+    cases = pattern_a_cases()
+    for key, t in cases.items():
+        def case(key=key, t=t):
+            path = os.path.join(mnt, "patterns", "rank0", f"{key}.bin")
+            assert pattern_a_write(path, t), "file existed before the first write"
+            m = pattern_a_map(path, t)
+            assert m.dtype == t.dtype and m.shape == t.shape
+            assert raw(m) == raw(t), "mapped bytes differ"
+            assert not pattern_a_write(path, t), "second write-if-absent wrote again"
+            assert os.getxattr(path, "user.weightfs.digest").decode() == weightfs.digest(t.contiguous())
+        T.run(f"pattern a: {key} {tuple(t.shape)} write once, from_file view, bytes equal", case)
+
+    @T.check("pattern a: numpy view written with arr.tofile / memoryview, no bytes copy, 4 ranks 1 object")
+    def _():
+        t = make("np-ranks", torch.float32, (128, 96))
+        before = len(wfstest.objects(store))
+        for rank in range(4):
+            path = os.path.join(mnt, "patterns", f"rank{rank}", "np-ranks.bin")
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            arr = t.numpy()  # a view of the tensor's memory
+            with open(path, "wb") as f:
+                if rank % 2:
+                    arr.tofile(f)
+                else:
+                    f.write(memoryview(arr))
+            m = torch.from_file(path, shared=False, size=arr.nbytes, dtype=torch.uint8)
+            assert bytes(m.numpy()) == arr.tobytes()
+        assert len(wfstest.objects(store)) == before + 1, "4 ranks' identical files are not one object"
+
+    # ---- trainer pattern (b) ----
+    @T.check("pattern b: write, map, unlink at once, mapping keeps the bytes")
+    def _():
+        maps = []
+        for key, dt in DTYPES.items():
+            t = make("b-" + key, dt)
+            path = os.path.join(mnt, "patterns", "rank0", f"b-{key}.bin")
+            with open(path, "wb") as f:
+                f.write(memoryview(numpy_view(t)))
+            m = pattern_a_map(path, t)
+            os.unlink(path)
+            assert not os.path.exists(path)
+            maps.append((m, t))
+        # Reuse the names with other bytes while the old mappings are alive.
+        for key, dt in DTYPES.items():
+            path = os.path.join(mnt, "patterns", "rank0", f"b-{key}.bin")
+            with open(path, "wb") as f:
+                f.write(memoryview(numpy_view(make("b2-" + key, dt))))
+            os.unlink(path)
+        for m, t in maps:
+            assert raw(m) == raw(t), "an unlinked file's mapping changed"
+            assert float(m.float().sum()) == float(t.float().sum())
+
+    # ---- digest ----
+    @T.check("digest: equals xxhsum -H2 for 0, 1, 4095, 1 MiB + 7 bytes and getfattr on the mount")
+    def _():
+        for n in (0, 1, 4095, (1 << 20) + 7):
+            data = os.urandom(n)
+            path = os.path.join(mnt, "digest", f"d{n}")
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(data)
+            want = wfstest.xxhsum(path)
+            assert weightfs.digest(data) == want, f"{n} bytes: {weightfs.digest(data)} != {want}"
+            assert weightfs.digest(bytearray(data)) == want
+            assert weightfs.digest_file(path) == want
+            assert os.getxattr(path, "user.weightfs.digest").decode() == want
+
+    @T.check("digest: bytes, memoryview, mmap, numpy, CPU tensor (bf16, non-contiguous) agree")
+    def _():
+        t = make("dig", torch.bfloat16, (33, 17))
+        want = weightfs.digest(raw(t))
+        assert weightfs.digest(t) == want
+        assert weightfs.digest(numpy_view(t)) == want
+        assert weightfs.digest(memoryview(raw(t))) == want
+        nc = make("dig-nc", torch.float32, (20, 30)).t()
+        assert not nc.is_contiguous()
+        assert weightfs.digest(nc) == weightfs.digest(raw(nc))
+        assert weightfs.digest(nc.numpy()) == weightfs.digest(raw(nc))
+        path = os.path.join(plain, "mm.bin")
+        with open(path, "wb") as f:
+            f.write(raw(t))
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as m:
+            assert weightfs.digest(m) == want
+        try:
+            weightfs.digest(object())
+        except TypeError:
+            pass
+        else:
+            raise AssertionError("digest(object()) did not raise TypeError")
+
+    # ---- offload / load, every dtype ----
+    for name, dt in ALL_DTYPES.items():
+        def case(name=name, dt=dt):
+            t = make("all-" + name, dt, (7, 5, 3))
+            path = os.path.join(mnt, "pkg", "rank0", f"all-{name}")
+            r = weightfs.offload(t, path)
+            assert r.path == path and r.bytes == t.numel() * t.element_size()
+            assert r.digest == weightfs.digest(t) == os.getxattr(path, "user.weightfs.digest").decode()
+            assert os.getxattr(path, "user.weightfs.dtype") == name.encode()
+            assert os.getxattr(path, "user.weightfs.shape") == b"[7,5,3]"
+            x = weightfs.load(path)
+            assert x.dtype == dt and tuple(x.shape) == (7, 5, 3) and raw(x) == raw(t)
+            assert weightfs.tensor_info(path) == (name, (7, 5, 3))
+        T.run(f"offload/load: {name} [7,5,3], xattrs dtype and shape, bytes equal", case)
+
+    @T.check("offload/load: scalar, empty tensor, non-contiguous tensor, numpy arrays, bytes")
+    def _():
+        d = os.path.join(mnt, "pkg", "rank0")
+        s = torch.tensor(3.5, dtype=torch.float32)
+        weightfs.offload(s, f"{d}/scalar")
+        assert os.getxattr(f"{d}/scalar", "user.weightfs.shape") == b"[]"
+        assert weightfs.load(f"{d}/scalar").item() == 3.5
+        r = weightfs.offload(torch.empty(0, 4, dtype=torch.bfloat16), f"{d}/empty")
+        assert r.bytes == 0 and os.stat(f"{d}/empty").st_size == 0
+        assert r.digest == "99aa06d3014798d86001c324468d497f"  # XXH3-128 of nothing
+        e = weightfs.load(f"{d}/empty")
+        assert e.shape == (0, 4) and e.dtype == torch.bfloat16
+        nc = make("nc", torch.float16, (16, 12)).t()
+        weightfs.offload(nc, f"{d}/nc")
+        assert raw(weightfs.load(f"{d}/nc")) == raw(nc) and weightfs.load(f"{d}/nc").shape == (12, 16)
+        arr = np.arange(60, dtype=np.int32).reshape(6, 10)[:, ::3]  # non-contiguous numpy
+        weightfs.offload(arr, f"{d}/np")
+        got = weightfs.load(f"{d}/np", numpy=True)
+        assert isinstance(got, np.memmap) and got.dtype == np.int32 and (got == arr).all()
+        weightfs.offload(np.array(2.5, dtype=np.float64), f"{d}/np0")
+        assert weightfs.load(f"{d}/np0", numpy=True).shape == () and weightfs.load(f"{d}/np0").item() == 2.5
+        weightfs.offload(b"\x01\x02\x03", f"{d}/bytes")
+        assert os.getxattr(f"{d}/bytes", "user.weightfs.dtype") == b"U8"
+        assert raw(weightfs.load(f"{d}/bytes")) == b"\x01\x02\x03"
+        assert weightfs.load(f"{d}/bytes", dtype="U8", shape=[3]).tolist() == [1, 2, 3]
+
+    @T.check("offload: no temporary file left in the directory")
+    def _():
+        left = [f for f in os.listdir(os.path.join(mnt, "pkg", "rank0")) if f.startswith(".wfs-tmp-")]
+        assert not left, left
+
+    # ---- claims ----
+    @T.check("claim: same bytes under 4 ranks' names -> rank0 writes, 3 claims hit, one object")
+    def _():
+        t = make("claim4", torch.bfloat16, (256, 64))
+        before = wfstest.objects(store)
+        res = [weightfs.offload(t, os.path.join(mnt, "pkg", f"rank{r}", "claim4")) for r in range(4)]
+        assert [r.claimed for r in res] == [False, True, True, True], [r.claimed for r in res]
+        assert len(wfstest.objects(store)) == len(before) + 1
+        for r in range(4):
+            x = weightfs.load(os.path.join(mnt, "pkg", f"rank{r}", "claim4"))
+            assert raw(x) == raw(t)
+            assert os.getxattr(res[r].path, "user.weightfs.dtype") == b"BF16"
+
+    @T.check("claim: raw interface: ENODATA unknown digest, EEXIST non-empty, EINVAL malformed")
+    def _():
+        d = os.path.join(mnt, "raw")
+        os.makedirs(d, exist_ok=True)
+        p = os.path.join(d, "x")
+        fd = os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        try:
+            for value, code in ((b"0" * 32, errno.ENODATA), (b"xyz", errno.EINVAL)):
+                try:
+                    os.setxattr(fd, "user.weightfs.claim", value)
+                except OSError as e:
+                    assert e.errno == code, f"{value!r}: {errno.errorcode.get(e.errno)}, not {errno.errorcode[code]}"
+                else:
+                    raise AssertionError(f"claim {value!r} succeeded")
+            os.write(fd, b"some bytes")
+            try:
+                os.setxattr(fd, "user.weightfs.claim", weightfs.digest(b"some bytes").encode())
+            except OSError as e:
+                assert e.errno == errno.EEXIST, errno.errorcode.get(e.errno)
+            else:
+                raise AssertionError("claim on a written file succeeded")
+        finally:
+            os.close(fd)
+        try:
+            os.getxattr(p, "user.weightfs.claim")
+        except OSError as e:
+            assert e.errno == errno.ENODATA
+        else:
+            raise AssertionError("getxattr user.weightfs.claim returned a value")
+
+    @T.check("claim fallback: plain directory -> bytes written, one warning, no stray claim xattr")
+    def _():
+        wt._reset_warnings()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            res = [weightfs.offload(make(f"pl{i}", torch.float32), os.path.join(plain, f"p{i}"))
+                   for i in range(3)]
+        msgs = [str(x.message) for x in w if issubclass(x.category, weightfs.WeightfsWarning)]
+        assert len(msgs) == 1 and "claims are not supported" in msgs[0], msgs
+        assert not any(r.claimed for r in res)
+        for i, r in enumerate(res):
+            assert "user.weightfs.claim" not in os.listxattr(r.path), os.listxattr(r.path)
+            assert raw(weightfs.load(r.path)) == raw(make(f"pl{i}", torch.float32))
+
+    def fake_setxattr(code):
+        real = os.setxattr
+
+        def f(target, attr, value, *a, **k):
+            if attr == "user.weightfs.claim":
+                raise OSError(code, os.strerror(code))
+            return real(target, attr, value, *a, **k)
+        return f
+
+    for code, text in ((errno.EOPNOTSUPP, "claims are not supported"), (errno.EPERM, "EPERM")):
+        def case(code=code, text=text):
+            wt._reset_warnings()
+            wt._reset_claim_state()
+            t = make("claim4", torch.bfloat16, (256, 64))  # stored already: a claim would hit
+            with mock.patch.object(wt.os, "setxattr", fake_setxattr(code)), \
+                    warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                res = [weightfs.offload(t, os.path.join(mnt, "pkg", "rank0", f"fb-{code}-{i}"))
+                       for i in range(3)]
+            msgs = [str(x.message) for x in w if issubclass(x.category, weightfs.WeightfsWarning)]
+            assert len(msgs) == 1 and text in msgs[0], msgs
+            assert not any(r.claimed for r in res)
+            assert all(raw(weightfs.load(r.path)) == raw(t) for r in res)
+            wt._reset_claim_state()
+        T.run(f"claim fallback: {errno.errorcode[code]} -> bytes written, one warning", case)
+
+    @T.check("claim: success with the wrong bytes on a claim-capable mount -> WeightfsError EIO, no file")
+    def _():
+        t = make("claim4", torch.bfloat16, (256, 64))
+        path = os.path.join(mnt, "pkg", "rank0", "badclaim")
+        weightfs.offload(t, os.path.join(mnt, "pkg", "rank0", "prime"))  # learn: claims work here
+        real = os.getxattr
+
+        def fake_getxattr(target, attr, *a, **k):
+            if attr == "user.weightfs.digest":
+                return b"f" * 32
+            return real(target, attr, *a, **k)
+        with mock.patch.object(wt.os, "getxattr", fake_getxattr):
+            try:
+                weightfs.offload(t, path)
+            except weightfs.WeightfsError as e:
+                assert e.errno == errno.EIO and "claim" in str(e), e
+            else:
+                raise AssertionError("no error")
+        d = os.path.dirname(path)
+        assert not os.path.exists(path)
+        assert not [f for f in os.listdir(d) if f.startswith(".wfs-tmp-")]
+
+    # ---- errors ----
+    @T.check("errors: OSError subclasses with errno and path; WeightfsError EMSGSIZE; ValueError")
+    def _():
+        missing = os.path.join(mnt, "pkg", "nope")
+        for fn in (lambda: weightfs.load(missing), lambda: weightfs.digest_file(missing)):
+            try:
+                fn()
+            except FileNotFoundError as e:
+                assert e.errno == errno.ENOENT and e.filename == missing, (e.errno, e.filename)
+            else:
+                raise AssertionError("no FileNotFoundError")
+        p = os.path.join(mnt, "pkg", "rank0", "all-F32")
+        try:
+            weightfs.load(p, dtype=torch.float32, shape=(7, 5, 4))
+        except weightfs.WeightfsError as e:
+            assert isinstance(e, OSError) and e.errno == errno.EMSGSIZE and e.filename == p
+            assert "size mismatch" in str(e)
+        else:
+            raise AssertionError("no size mismatch")
+        try:
+            weightfs.load(os.path.join(mnt, "pkg", "rank0", "all-BF16"), numpy=True)
+        except ValueError as e:
+            assert "BF16" in str(e)
+        else:
+            raise AssertionError("BF16 as numpy accepted")
+        try:
+            weightfs.offload(object(), os.path.join(mnt, "pkg", "x"))
+        except TypeError:
+            pass
+        else:
+            raise AssertionError("offload(object()) accepted")
+        f = os.path.join(mnt, "pkg", "rank0", "all-U8")
+        try:
+            weightfs.offload(b"abc", os.path.join(f, "under-a-file"))
+        except OSError as e:
+            assert e.errno in (errno.ENOTDIR, errno.EEXIST), errno.errorcode.get(e.errno)
+        else:
+            raise AssertionError("offload under a file accepted")
+
+    @T.check("errors: a failing rename removes the temporary file and keeps the old file")
+    def _():
+        d = os.path.join(mnt, "pkg", "rank0")
+        old = raw(weightfs.load(f"{d}/all-I32"))
+        with mock.patch.object(wt.os, "rename", side_effect=OSError(errno.EIO, "injected")):
+            try:
+                weightfs.offload(make("other", torch.int32, (7, 5, 3)), f"{d}/all-I32")
+            except OSError as e:
+                assert e.errno == errno.EIO and "renaming" in str(e), e
+            else:
+                raise AssertionError("no error")
+        assert raw(weightfs.load(f"{d}/all-I32")) == old
+        assert not [f for f in os.listdir(d) if f.startswith(".wfs-tmp-")]
+
+    # ---- FrozenOffload ----
+    def model(seed=0):
+        torch.manual_seed(seed)
+        m = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.LayerNorm(32), torch.nn.Linear(32, 8))
+        m[0].to(torch.bfloat16)
+        for p in list(m[0].parameters()) + list(m[1].parameters()):
+            p.requires_grad_(False)
+        return m
+
+    @T.check("FrozenOffload: frozen params only, free=True, restore maps them back, files named by param")
+    def _():
+        m = model()
+        want = {n: raw(p) for n, p in m.named_parameters()}
+        trainable = {n for n, p in m.named_parameters() if p.requires_grad}
+        fo = weightfs.FrozenOffload(os.path.join(mnt, "frozen"), 0)
+        s = fo.offload(m, free=True)
+        assert s.tensors == 4 and s.written == 4 and s.claimed == 0 and s.skipped == 0, s[1:]
+        assert sorted(fo.names()) == ["0.bias", "0.weight", "1.bias", "1.weight"]
+        for n, p in m.named_parameters():
+            assert (p.numel() == 0) == (n not in trainable), n
+            if n not in trainable:
+                assert os.path.isfile(os.path.join(mnt, "frozen", "rank0", n))
+        assert fo.restore(m) == 4
+        for n, p in m.named_parameters():
+            assert raw(p) == want[n], n
+        assert m[0].weight.dtype == torch.bfloat16 and m[0].weight.shape == (32, 64)
+        assert raw(fo.load("0.weight")) == want["0.weight"]
+        assert fo.verify() == []
+
+    @T.check("FrozenOffload: restart skips existing files; another rank claims every content")
+    def _():
+        m = model()
+        s = weightfs.FrozenOffload(os.path.join(mnt, "frozen"), 0).offload(m)
+        assert s.skipped == 4 and s.written_bytes == 0, s[1:]
+        before = wfstest.objects(store)
+        s1 = weightfs.FrozenOffload(os.path.join(mnt, "frozen"), 1).offload(m)
+        assert s1.claimed == 4 and s1.written_bytes == 0, s1[1:]
+        assert wfstest.objects(store) == before, "objects changed"
+
+    @T.check("FrozenOffload on a plain directory: restart skip by stat identity, no rehash; changed file redone")
+    def _():
+        m = model(1)
+        root = os.path.join(plain, "frozen")
+        s = weightfs.FrozenOffload(root, 0).offload(m)
+        assert s.written == 4
+        with mock.patch.object(weightfs.frozen, "digest_file", side_effect=AssertionError("rehashed")):
+            s2 = weightfs.FrozenOffload(root, 0).offload(m)
+        assert s2.skipped == 4, s2[1:]
+        p = os.path.join(root, "rank0", "1.weight")
+        with open(p, "r+b") as f:  # same size, other bytes, new mtime
+            f.write(b"\xff\xfe\xfd\xfc")
+        s3 = weightfs.FrozenOffload(root, 0).offload(m)
+        assert s3.skipped == 3 and s3.written == 1, s3[1:]
+        assert raw(weightfs.load(p)) == raw(m[1].weight)
+
+    @T.check("FrozenOffload: parameter names that are not file names are escaped, stably")
+    def _():
+        fo = weightfs.FrozenOffload(os.path.join(mnt, "frozen-names"), 0)
+        names = {"a/b": torch.ones(2), ".hidden": torch.zeros(3), "x" * 300: torch.ones(1, 1)}
+        s = fo.offload(names)
+        assert s.tensors == 3
+        files = sorted(os.listdir(fo.dir))
+        assert "a%2Fb" in files and "%2Ehidden" in files, files
+        for n, t in names.items():
+            assert raw(fo.load(n)) == raw(t)
+        assert weightfs.FrozenOffload(os.path.join(mnt, "frozen-names"), 0).offload(names).skipped == 3
+
+    @T.check("FrozenOffload: root None is $SKYRL_FROZEN_OFFLOAD_DIR; unset -> ValueError")
+    def _():
+        with mock.patch.dict(os.environ, {"SKYRL_FROZEN_OFFLOAD_DIR": os.path.join(mnt, "env")}):
+            fo = weightfs.FrozenOffload(None, 3)
+            assert fo.dir == os.path.join(mnt, "env", "rank3") and os.path.isdir(fo.dir)
+            os.environ.pop("SKYRL_FROZEN_OFFLOAD_DIR")
+            try:
+                weightfs.FrozenOffload(None, 3)
+            except ValueError as e:
+                assert "SKYRL_FROZEN_OFFLOAD_DIR" in str(e)
+            else:
+                raise AssertionError("no ValueError")
+
+    state = {"objects": wfstest.objects(store)}
+    with open(a.state, "w") as f:
+        json.dump(state, f)
+
+
+def remount(T, a):
+    mnt, store = a.mnt, a.store
+    with open(a.state) as f:
+        state = json.load(f)
+    before = {k: tuple(v) for k, v in state["objects"].items()}
+
+    cases = pattern_a_cases()
+    for key, t in cases.items():
+        def case(key=key, t=t):
+            path = os.path.join(mnt, "patterns", "rank0", f"{key}.bin")
+            assert not pattern_a_write(path, t), "the file was missing after the remount"
+            assert raw(pattern_a_map(path, t)) == raw(t), "mapped bytes differ after the remount"
+        T.run(f"remount: pattern a {key} maps the same bytes, not written again", case)
+
+    @T.check("remount: package files load with the same bytes, dtype and shape")
+    def _():
+        for name, dt in ALL_DTYPES.items():
+            x = weightfs.load(os.path.join(mnt, "pkg", "rank0", f"all-{name}"))
+            assert x.dtype == dt and raw(x) == raw(make("all-" + name, dt, (7, 5, 3))), name
+
+    @T.check("remount: FrozenOffload restart skips all; fresh names claim all; objects unchanged")
+    def _():
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.LayerNorm(32), torch.nn.Linear(32, 8))
+        m[0].to(torch.bfloat16)
+        for p in list(m[0].parameters()) + list(m[1].parameters()):
+            p.requires_grad_(False)
+        s = weightfs.FrozenOffload(os.path.join(mnt, "frozen"), 0).offload(m)
+        assert s.skipped == 4 and s.written_bytes == 0, s[1:]
+        s2 = weightfs.FrozenOffload(os.path.join(mnt, "frozen-after-restart"), 0).offload(m)
+        assert s2.claimed == 4 and s2.written_bytes == 0, s2[1:]
+        now = wfstest.objects(store)
+        assert now == before, f"objects changed: {len(before)} -> {len(now)}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR/..
+# The Python package's tests against a real weightfs mount (torch on the CPU).
+#
+#   test_python.sh BUILD_DIR package [-o MOUNT_OPTS]     unit tests: test_package.py, around a remount
+#   test_python.sh BUILD_DIR multirank [-o MOUNT_OPTS]   4 ranks on real weights: test_multirank.py
+#
+# Each mounts a fresh store, runs the script's --phase first, unmounts, mounts the same store again (a
+# new daemon, as after a trainer restart) and runs the second phase (package: remount; multirank:
+# restart). Then checks that the daemon exits 0 and STORE/tmp is empty. WFS_MULTIRANK_ARGS adds
+# arguments to test_multirank.py (e.g. "--models all" for the whole package).
+#
+# Interpreter: $WFS_PYTHON, else the first of python3 and /usr/bin/python3 that imports torch and numpy
+# (Debian's python3-torch installs into the system python; a pyenv python3 on PATH may lack it). With
+# none, every check of the run is reported as one failure (never as passed). libweightfs.so: BUILD's,
+# unless it is built with a sanitizer, which python cannot load: then build/libweightfs.so.
+# Prints one line per check and "python-<what>: N passed, N failed"; exit 0 only when none failed.
+set -euo pipefail
+
+prog=${0##*/}
+usage() { echo "usage: $prog BUILD_DIR package|multirank [-o MOUNT_OPTS]" >&2; exit 2; }
+here=$(cd "$(dirname "$0")" && pwd)
+tests=$(dirname "$here")
+repo=$(dirname "$tests")
+# shellcheck source=lib/mount.sh disable=SC1091
+. "$tests/lib/mount.sh"
+
+[ $# -ge 2 ] || usage
+build=$1
+what=$2
+shift 2
+case $what in package | multirank) ;; *) usage ;; esac
+opts=()
+while [ $# -gt 0 ]; do
+	case $1 in
+	-o) [ $# -ge 2 ] || usage; opts+=(-o "$2"); shift ;;
+	*) usage ;;
+	esac
+	shift
+done
+label=python-$what
+passed=0
+failed=0
+pass() { passed=$((passed + 1)); echo "ok    $1"; }
+fail() { failed=$((failed + 1)); echo "FAIL  $1"; }
+# Add the counts of a "label: N passed, N failed" line from FILE; a run without one is one failure.
+count() {
+	local line
+	line=$(grep -E '^[^ ]+: [0-9]+ passed, [0-9]+ failed$' "$1" | tail -n 1 || true)
+	if [ -z "$line" ]; then
+		fail "$2: no summary line (crashed?): $(tail -n 1 "$1")"
+		return
+	fi
+	passed=$((passed + $(sed -E 's/.*: ([0-9]+) passed.*/\1/' <<<"$line")))
+	failed=$((failed + $(sed -E 's/.* ([0-9]+) failed$/\1/' <<<"$line")))
+}
+finish() {
+	echo "$label: $passed passed, $failed failed"
+	[ "$failed" -eq 0 ]
+	exit $?
+}
+
+py=
+for cand in ${WFS_PYTHON:-} python3 /usr/bin/python3; do
+	if command -v "$cand" >/dev/null && "$cand" -c 'import torch, numpy' 2>/dev/null; then
+		py=$cand
+		break
+	fi
+done
+if [ -z "$py" ]; then
+	fail "python: no python3 with torch and numpy (install python3-torch python3-numpy: .ci/setup-debian)"
+	finish
+fi
+lib=$build/libweightfs.so
+if nm -D "$lib" 2>/dev/null | grep -q ' __asan_init'; then
+	lib=$repo/build/libweightfs.so
+fi
+if [ ! -f "$lib" ]; then
+	fail "python: $lib is missing (make all)"
+	finish
+fi
+export WEIGHTFS_LIB=$lib
+export PYTHONPATH=$repo/lib/python${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONDONTWRITEBYTECODE=1
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/wfs-$label.XXXXXX")
+store=$work/store
+mnt=$work/mnt
+# shellcheck disable=SC2317 # called from the EXIT trap
+cleanup() {
+	wfs_umount "$mnt" >/dev/null 2>&1 || true
+	if ! mountpoint -q "$mnt" 2>/dev/null; then rm -rf "$work"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+plain=$work/plain # a plain directory on the store's filesystem (ext4 here: user xattrs, no claims)
+
+if ! wfs_mount "$build" "$store" "$mnt" "${opts[@]}"; then
+	fail "mount: $build/weightfs did not mount $mnt"
+	finish
+fi
+
+if [ "$what" = package ]; then
+	args=(--mnt "$mnt" --store "$store" --plain "$plain" --state "$work/state.json")
+	"$py" "$here/test_package.py" "${args[@]}" --phase first 2>&1 | tee "$work/first.out" || true
+	count "$work/first.out" "test_package.py --phase first"
+	if wfs_umount "$mnt" && wfs_mount "$build" "$store" "$mnt" "${opts[@]}"; then
+		pass "remount: the same store mounted again by a new daemon"
+		"$py" "$here/test_package.py" "${args[@]}" --phase remount 2>&1 | tee "$work/remount.out" || true
+		count "$work/remount.out" "test_package.py --phase remount"
+	else
+		fail "remount: unmount and mount again failed"
+	fi
+else
+	# Phase first: 4 ranks offload and map on the mount and in a plain directory; restart: after a
+	# remount (a new daemon), the ranks offload again: skips and claims, no object bytes written.
+	args=(--mnt "$mnt" --store "$store" --plain "$work/plain-ranks" --state "$work/state.json")
+	read -r -a extra <<<"${WFS_MULTIRANK_ARGS:-}"
+	"$py" "$here/test_multirank.py" "${args[@]}" "${extra[@]}" --phase first 2>&1 |
+		tee "$work/first.out" || true
+	count "$work/first.out" "test_multirank.py --phase first"
+	if wfs_umount "$mnt" && wfs_mount "$build" "$store" "$mnt" "${opts[@]}"; then
+		pass "remount: the same store mounted again by a new daemon (the restart)"
+		"$py" "$here/test_multirank.py" "${args[@]}" "${extra[@]}" --phase restart 2>&1 |
+			tee "$work/restart.out" || true
+		count "$work/restart.out" "test_multirank.py --phase restart"
+	else
+		fail "remount: unmount and mount again failed"
+	fi
+fi
+
+if wfs_umount "$mnt"; then
+	pass "unmount: daemon exited with status 0"
+else
+	fail "unmount: daemon did not unmount and exit cleanly"
+fi
+left=$(find "$store/tmp" -mindepth 1 2>/dev/null | head -n 3 | tr '\n' ' ' || true)
+if [ -d "$store/tmp" ] && [ -z "$left" ]; then
+	pass "tmp-empty: $store/tmp is empty"
+else
+	fail "tmp-empty: ${left:-$store/tmp is missing}"
+fi
+finish

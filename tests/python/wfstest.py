@@ -1,0 +1,119 @@
+"""A minimal test runner for the Python tests: named checks, one line each, and a closing count.
+
+    t = Tests("package")
+    @t.check("digest: equals xxhsum -H2")
+    def _():
+        assert ...
+    sys.exit(t.finish())      # prints "package: N passed, N failed"; 0 only when nothing failed
+
+A check passes when its function returns; it fails on any exception (the first line of the message is
+printed). A check that cannot run (a missing tool, no torch) fails: nothing is ever counted as passed
+without having run.
+"""
+
+import os
+import subprocess
+import sys
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "lib", "python"))
+
+
+class Tests:
+    def __init__(self, label):
+        self.label = label
+        self.passed = 0
+        self.failed = 0
+
+    def run(self, name, fn, *args):
+        try:
+            fn(*args)
+        except BaseException as e:  # noqa: B036 - a test failure of any kind is a failure
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            self.failed += 1
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            print(f"FAIL  {name}: {type(e).__name__}{': ' + msg if msg else ''}", flush=True)
+            if os.environ.get("WFS_TEST_VERBOSE"):
+                traceback.print_exc()
+            return False
+        self.passed += 1
+        print(f"ok    {name}", flush=True)
+        return True
+
+    def check(self, name):
+        def deco(fn):
+            self.run(name, fn)
+            return fn
+        return deco
+
+    def fail(self, name, why):
+        self.failed += 1
+        print(f"FAIL  {name}: {why}", flush=True)
+
+    def finish(self):
+        print(f"{self.label}: {self.passed} passed, {self.failed} failed", flush=True)
+        return 0 if self.failed == 0 else 1
+
+
+def objects(store):
+    """{relative path: (size, mtime_ns, inode)} of the object files under STORE/objects."""
+    out = {}
+    top = os.path.join(store, "objects")
+    for d, _, files in os.walk(top):
+        for f in files:
+            p = os.path.join(d, f)
+            st = os.lstat(p)
+            out[os.path.relpath(p, top)] = (st.st_size, st.st_mtime_ns, st.st_ino)
+    return out
+
+
+def xxhsum(path):
+    r = subprocess.run(["xxhsum", "-H2", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, check=True)
+    return r.stdout.split()[0]
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("1\n")
+
+
+def cached_bytes():
+    """(Cached from /proc/meminfo, page cache of this process's memory cgroup or None), in bytes."""
+    with open("/proc/meminfo") as f:
+        cached = next(int(line.split()[1]) * 1024 for line in f if line.startswith("Cached:"))
+    return cached, cgroup_file_bytes()
+
+
+def cgroup_file_bytes():
+    """Page-cache bytes charged to this process's memory cgroup (v2 'file', v1 'cache'), or None."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        hid, ctrl, path = line.split(":", 2)
+        if ctrl == "memory":
+            stat, key = f"/sys/fs/cgroup/memory{path}/memory.stat", "cache"
+            break
+    else:
+        path = next((ln.split(":", 2)[2] for ln in lines if ln.startswith("0::")), None)
+        if path is None:
+            return None
+        stat, key = f"/sys/fs/cgroup{path}/memory.stat", "file"
+        if not os.path.exists(stat):
+            stat = f"/sys/fs/cgroup/unified{path}/memory.stat"
+    try:
+        with open(stat) as f:
+            for line in f:
+                k, v = line.split()
+                if k == key:
+                    return int(v)
+    except OSError:
+        return None
+    return None
