@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,6 +152,7 @@ static void usage(FILE *out)
 		"                      time plain pread of the files\n"
 		"  -r, --repeat N      with --bench: passes of each method, interleaved (default 5); medians\n"
 		"  -h, --help          this text\n"
+		"Progress is shown on a terminal (not with --bench).\n"
 		"Exit status: 0 done, 1 a file or the GPU failed, 2 usage error.\n");
 }
 
@@ -216,22 +218,116 @@ static int area_read(const struct area *a, uint64_t off, void *dst, size_t n)
 	return 0;
 }
 
-/* Run one batch; on failure print one line (first failure, and how many) and return -1. */
+/*
+ * Progress of one batch on a terminal, in fsck's style: one line on stderr, rewritten once a second by
+ * a thread that reads the stager's byte counters (wfs_stage_stats is thread-safe), and erased when the
+ * batch ends. A batch done within a second prints nothing.
+ */
+struct progress {
+	struct wfs_stager *st;
+	const char *what;
+	uint64_t base;        /* bytes the stager had moved before the batch */
+	uint64_t total;       /* bytes in the batch */
+	double t0;
+	pthread_t thread;
+	pthread_mutex_t lock; /* protects done */
+	pthread_cond_t wake;
+	bool done;
+	bool shown;           /* a line is on the terminal (written by the thread, read after join) */
+};
+
+static uint64_t bytes_moved(struct wfs_stager *st)
+{
+	struct wfs_stage_stats s;
+
+	wfs_stage_stats(st, &s);
+	return s.bytes_loaded + s.bytes_offloaded;
+}
+
+static void progress_print(struct progress *p)
+{
+	uint64_t done = bytes_moved(p->st) - p->base;
+
+	fprintf(stderr, "\r\033[K%s: %.1f/%.1f MiB (%.0f%%), %.2f GB/s", p->what, (double)done / MIB,
+		(double)p->total / MIB, p->total ? 100.0 * (double)done / (double)p->total : 100.0,
+		gbps(done, now() - p->t0));
+	p->shown = true;
+}
+
+static void *progress_main(void *arg)
+{
+	struct progress *p = arg;
+	struct timespec until;
+	bool done;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	for (;;) {
+		until.tv_sec++;
+		pthread_mutex_lock(&p->lock);
+		while (!p->done && pthread_cond_timedwait(&p->wake, &p->lock, &until) == 0)
+			;
+		done = p->done;
+		pthread_mutex_unlock(&p->lock);
+		if (done)
+			return NULL;
+		progress_print(p);
+	}
+}
+
+/* Start the progress line for a batch of @total bytes; false (and no line) when no thread could start. */
+static bool progress_start(struct progress *p, struct wfs_stager *st, const char *what, uint64_t total)
+{
+	*p = (struct progress){ .st = st, .what = what, .total = total, .base = bytes_moved(st), .t0 = now() };
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->wake, NULL);
+	if (pthread_create(&p->thread, NULL, progress_main, p) == 0)
+		return true;
+	pthread_cond_destroy(&p->wake);
+	pthread_mutex_destroy(&p->lock);
+	return false;
+}
+
+static void progress_stop(struct progress *p)
+{
+	pthread_mutex_lock(&p->lock);
+	p->done = true;
+	pthread_cond_signal(&p->wake);
+	pthread_mutex_unlock(&p->lock);
+	pthread_join(p->thread, NULL);
+	if (p->shown)
+		fputs("\r\033[K", stderr);
+	pthread_cond_destroy(&p->wake);
+	pthread_mutex_destroy(&p->lock);
+}
+
+/*
+ * Run one batch; on failure print one line (first failure, and how many) and return -1. With
+ * @progress, a progress line is shown on stderr while it runs (the caller checks it is a terminal).
+ */
 static int run_batch(struct wfs_stager *st, struct wfs_stage_item *items, size_t n, const char *what,
-		     double *secs)
+		     bool progress, double *secs)
 {
 	struct wfs_stage_batch *b;
+	struct progress p;
 	size_t failed = 0;
 	const char *first = NULL, *msg;
+	uint64_t total = 0;
 	double t0 = now();
-	int r = wfs_stage_submit(st, items, n, &b);
+	int r;
 
+	for (size_t i = 0; i < n; i++)
+		total += items[i].bytes;
+	progress = progress && progress_start(&p, st, what, total);
+	r = wfs_stage_submit(st, items, n, &b);
+	if (r >= 0)
+		wfs_stage_wait(b);
+	*secs = now() - t0;
+	if (progress)
+		progress_stop(&p);
 	if (r < 0) {
 		fprintf(stderr, "weightfsctl stage: %s: %s\n", what, strerror(-r));
 		return -1;
 	}
-	wfs_stage_wait(b);
-	*secs = now() - t0;
 	for (size_t i = 0; i < n; i++) {
 		if (wfs_stage_result(b, i, &msg) < 0) {
 			failed++;
@@ -437,7 +533,7 @@ static int bench(struct wfs_stager *st, const struct area *a, struct wfs_stage_i
 	if (!cold) {
 		double t;
 
-		if (run_batch(st, items, nfiles, "bench warm-up", &t) < 0)
+		if (run_batch(st, items, nfiles, "bench warm-up", false, &t) < 0)
 			goto out;
 	}
 	for (int r = 0; r < repeat; r++) {
@@ -457,7 +553,7 @@ static int bench(struct wfs_stager *st, const struct area *a, struct wfs_stage_i
 			goto out;
 		if (cold)
 			drop_cache();
-		if (run_batch(st, items, nfiles, "bench", &t) < 0)
+		if (run_batch(st, items, nfiles, "bench", false, &t) < 0)
 			goto out;
 		help[r] = gbps(total, t);
 		if (cold) {
@@ -534,6 +630,7 @@ int wfs_cmd_stage(int argc, char **argv)
 	struct area a = { 0 };
 	const char *outdir = NULL;
 	bool do_verify = false, do_fsync = false, do_bench = false, cold = false;
+	bool tty = isatty(STDERR_FILENO); /* progress lines while staging and offloading */
 	long v, repeat = 5;
 	uint64_t total = 0;
 	char err[WFS_STAGE_MSG_MAX];
@@ -653,7 +750,7 @@ int wfs_cmd_stage(int argc, char **argv)
 		(void)repeat; /* unreachable: --bench needs a GPU stager, refused above */
 #endif
 	} else {
-		if (run_batch(st, items, nfiles, "stage", &secs) < 0)
+		if (run_batch(st, items, nfiles, "stage", tty, &secs) < 0)
 			goto out;
 		wfs_stage_stats(st, &s);
 		printf("staged %zu files, %llu bytes in %.3f s: %.2f GB/s (%s; ring %u x %zu bytes = %llu bytes "
@@ -680,7 +777,7 @@ int wfs_cmd_stage(int argc, char **argv)
 			items[i] = (struct wfs_stage_item){ .path = p, .bytes = files[i].bytes, .mem = a.mem + files[i].at,
 							    .flags = WFS_STAGE_OFFLOAD | (do_fsync ? WFS_STAGE_FSYNC : 0) };
 		}
-		c = run_batch(st, items, nfiles, "offload", &secs);
+		c = run_batch(st, items, nfiles, "offload", tty, &secs);
 		for (size_t i = 0; i < nfiles; i++) {
 			free((char *)items[i].path);
 			items[i].path = NULL;

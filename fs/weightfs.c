@@ -302,7 +302,11 @@ int main(int argc, char *argv[])
 		fuse_loop_cfg_set_max_threads(loop, cmd.max_threads);
 		ret = fuse_session_loop_mt(fs.se, loop);
 	}
-	ret = ret ? 1 : 0;
+	/* A positive value is the signal (SIGTERM, SIGINT, SIGHUP) that asked the loop to stop: a
+	 * requested stop (systemd's at shutdown), as clean as an unmount. Negative is an error. */
+	if (ret > 0)
+		wfs_log(WFS_LOG_INFO, "signal %d (%s): unmounting %s", ret, strsignal(ret), cmd.mountpoint);
+	ret = ret < 0 ? 1 : 0;
 out_unmount:
 	fuse_session_unmount(fs.se);
 out_signals:
