@@ -82,11 +82,29 @@ $(B)/tests/%: tests/%.c tests/testutil.h tests/mountutil.h $(B)/libweightfs.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LIB_CFLAGS) $(CUDA_CFLAGS) $(CHECK_CFLAGS) -Itests -o $@ $< $(ALL_LIBS) $(CHECK_LIBS)
 
-.PHONY: all check asan demo bench install uninstall clean
+# The safetensors header parser's fuzz target: replayed over its corpus by `make check` (built with
+# $(CC)); `make fuzz` runs it under libFuzzer (clang) for FUZZ_SECONDS, new inputs in $(B)/fuzz/.
+# FUZZ_JANSSON links another jansson, e.g. one built with -fsanitize=fuzzer-no-link,address so the
+# fuzzer sees the JSON parser's coverage too: FUZZ_JANSSON="-I/path/include /path/libjansson.a".
+FUZZ_REPLAY := $(B)/tests/fuzz_replay
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_JANSSON ?= $(shell pkg-config --cflags --libs jansson)
+$(B)/tests/fuzz/%.o: tests/fuzz/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LIB_CFLAGS) -c -o $@ $<
+$(FUZZ_REPLAY): $(B)/tests/fuzz/replay.o $(B)/tests/fuzz/fuzz_safetensors.o $(B)/libweightfs.a
+	$(CC) $(LDFLAGS) -o $@ $(B)/tests/fuzz/replay.o $(B)/tests/fuzz/fuzz_safetensors.o $(ALL_LIBS)
+$(B)/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c lib/safetensors.c lib/safetensors.h lib/dtype.c lib/dtype.h
+	@mkdir -p $(@D)
+	$(FUZZ_CC) -g -O1 -std=c17 -D_GNU_SOURCE -Ilib -fsanitize=fuzzer,address,undefined \
+		-o $@ tests/fuzz/fuzz_safetensors.c lib/safetensors.c lib/dtype.c $(FUZZ_JANSSON)
+
+.PHONY: all check asan demo bench install uninstall clean fuzz
 all: $(PROGS)
 
 # The suite: Check unit suites, mount tests against a real mount, a small real-weights check.
-check: $(PROGS) $(TEST_BINS)
+check: $(PROGS) $(TEST_BINS) $(FUZZ_REPLAY)
 	@tests/run-tests $(B)
 
 # The same suite under AddressSanitizer and UndefinedBehaviorSanitizer, in its own build directory.
@@ -96,25 +114,38 @@ asan:
 		CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
 		LDFLAGS="-fsanitize=address,undefined" check
 
+fuzz: $(B)/fuzz/fuzz_safetensors
+	@mkdir -p $(B)/fuzz/corpus $(B)/fuzz/artifacts
+	$(B)/fuzz/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -dict=tests/fuzz/safetensors.dict \
+		-artifact_prefix=$(B)/fuzz/artifacts/ $(B)/fuzz/corpus tests/fuzz/corpus
+
 demo: $(PROGS)
 	@tests/demo/run-demo $(B)
 
 bench: $(PROGS)
 	@tests/bench/run-bench $(B)
 
+# mount.fuse.weightfs runs the weightfs installed with it ($(PREFIX)/bin). The systemd unit is an example
+# for one site's mount point (its name must be the escaped path), so it goes with the documentation.
+MOUNT_UNIT_EXAMPLE := data-skyrl-frozen\x2doffload.mount
+EXAMPLES_DIR := $(PREFIX)/share/doc/weightfs/examples
 install: $(PROGS)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8
 	install -m 0755 $(B)/weightfs $(B)/weightfsctl $(DESTDIR)$(PREFIX)/bin/
 	install -d $(DESTDIR)$(PREFIX)/lib
 	install -m 0644 $(B)/libweightfs.so $(DESTDIR)$(PREFIX)/lib/
-	install -d $(DESTDIR)$(PREFIX)/sbin
-	install -m 0755 mount-helpers/mount.fuse.weightfs $(DESTDIR)$(PREFIX)/sbin/
+	install -d $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)$(EXAMPLES_DIR)
+	sed 's|^bindir=$$|bindir=$(PREFIX)/bin|' mount-helpers/mount.fuse.weightfs \
+		> $(DESTDIR)$(PREFIX)/sbin/mount.fuse.weightfs
+	chmod 0755 $(DESTDIR)$(PREFIX)/sbin/mount.fuse.weightfs
+	install -m 0644 'mount-helpers/$(MOUNT_UNIT_EXAMPLE)' $(DESTDIR)$(EXAMPLES_DIR)/
 	install -m 0644 $(wildcard docs/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/ 2>/dev/null || true
 	install -m 0644 $(wildcard docs/*.8) $(DESTDIR)$(PREFIX)/share/man/man8/ 2>/dev/null || true
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/weightfs $(DESTDIR)$(PREFIX)/bin/weightfsctl $(DESTDIR)$(PREFIX)/lib/libweightfs.so
-	rm -f $(DESTDIR)$(PREFIX)/sbin/mount.fuse.weightfs
+	rm -f $(DESTDIR)$(PREFIX)/sbin/mount.fuse.weightfs '$(DESTDIR)$(EXAMPLES_DIR)/$(MOUNT_UNIT_EXAMPLE)'
+	rmdir $(DESTDIR)$(EXAMPLES_DIR) $(DESTDIR)$(PREFIX)/share/doc/weightfs 2>/dev/null || true
 	rm -f $(addprefix $(DESTDIR)$(PREFIX)/share/man/man1/,$(notdir $(wildcard docs/*.1)))
 	rm -f $(addprefix $(DESTDIR)$(PREFIX)/share/man/man8/,$(notdir $(wildcard docs/*.8)))
 
