@@ -2,7 +2,7 @@
 # Run on the GPU test machine (no package registry there: what it needs travels in build/carry/).
 #   tests/gpu/device-run.sh bench        GPU unit tests; stage --bench from a weightfs mount (warm and
 #                                        cold) and from the same file on the backing filesystem; the
-#                                        torch comparison
+#                                        Python package's CUDA tests; the torch comparison
 #   tests/gpu/device-run.sh verify DIR   write the real-weights subset in DIR (a TF.js package dir)
 #                                        through the mount, then stage every tensor to the GPU and
 #                                        compare it with its file
@@ -14,7 +14,7 @@ work=/tmp/wfs-gpu
 mnt=$work/mnt
 cleanup() {
 	if mountpoint -q "$mnt" 2>/dev/null; then
-		fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true
+		fusermount3 -u "$mnt" 2>/dev/null || umount "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true
 	fi
 }
 trap cleanup EXIT
@@ -42,6 +42,10 @@ bench)
 		echo "== stage --bench --cold $f"
 		build/weightfsctl stage --bench --cold -r 3 "$f"
 	done
+	echo "== the Python package's CUDA paths (plain directory and the mount)"
+	mkdir -p "$work/plain"
+	WEIGHTFS_LIB=$PWD/build/libweightfs.so PYTHONPATH=$PWD/lib/python \
+		python3 tests/python/test_gpu.py --plain "$work/plain" --mnt "$mnt" 2>&1 | tail -n 8
 	echo "== torch: from_file(...).to('cuda') vs weightfs.backload, file on the mount"
 	(cd lib/python && WEIGHTFS_LIB=$PWD/../../build/libweightfs.so python3 -m weightfs.bench_stage "$mnt/big.bin" 5) || true
 	echo "== daemon RSS: $(grep VmRSS /proc/"$(pgrep -f "weightfs $work/store" | head -n 1)"/status)"
