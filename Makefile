@@ -130,7 +130,7 @@ bench: $(PROGS)
 MOUNT_UNIT_EXAMPLE := data-skyrl-frozen\x2doffload.mount
 EXAMPLES_DIR := $(PREFIX)/share/doc/weightfs/examples
 install: $(PROGS)
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man8
 	install -m 0755 $(B)/weightfs $(B)/weightfsctl $(DESTDIR)$(PREFIX)/bin/
 	install -d $(DESTDIR)$(PREFIX)/lib
 	install -m 0644 $(B)/libweightfs.so $(DESTDIR)$(PREFIX)/lib/
@@ -139,14 +139,12 @@ install: $(PROGS)
 		> $(DESTDIR)$(PREFIX)/sbin/mount.fuse.weightfs
 	chmod 0755 $(DESTDIR)$(PREFIX)/sbin/mount.fuse.weightfs
 	install -m 0644 'mount-helpers/$(MOUNT_UNIT_EXAMPLE)' $(DESTDIR)$(EXAMPLES_DIR)/
-	install -m 0644 $(wildcard docs/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/ 2>/dev/null || true
-	install -m 0644 $(wildcard docs/*.8) $(DESTDIR)$(PREFIX)/share/man/man8/ 2>/dev/null || true
+	install -m 0644 $(wildcard docs/*.8) $(DESTDIR)$(PREFIX)/share/man/man8/
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/weightfs $(DESTDIR)$(PREFIX)/bin/weightfsctl $(DESTDIR)$(PREFIX)/lib/libweightfs.so
 	rm -f $(DESTDIR)$(PREFIX)/sbin/mount.fuse.weightfs '$(DESTDIR)$(EXAMPLES_DIR)/$(MOUNT_UNIT_EXAMPLE)'
 	rmdir $(DESTDIR)$(EXAMPLES_DIR) $(DESTDIR)$(PREFIX)/share/doc/weightfs 2>/dev/null || true
-	rm -f $(addprefix $(DESTDIR)$(PREFIX)/share/man/man1/,$(notdir $(wildcard docs/*.1)))
 	rm -f $(addprefix $(DESTDIR)$(PREFIX)/share/man/man8/,$(notdir $(wildcard docs/*.8)))
 
 clean:

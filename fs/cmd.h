@@ -19,5 +19,11 @@ int wfs_cmd_export(int argc, char **argv); /* cmd_safetensors.c */
  * @out (PATH_MAX bytes). Returns 0, -ENOENT (neither), or -errno from realpath.
  */
 int wfs_cmd_resolve_store(const char *path, char *out);
+/*
+ * The mount point (PATH_MAX bytes at @out) where a running daemon serves store @store (an absolute,
+ * resolved path as wfs_cmd_resolve_store() gives). Returns 0, -ENOENT when no live daemon has it
+ * mounted, or -errno reading /proc/self/mounts.
+ */
+int wfs_cmd_mount_of(const char *store, char *out);
 
 #endif

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "gc.h"
 
 struct fsck_ui {
+	char mnt[PATH_MAX]; /* where a daemon serves the store, or "" */
 	bool tty;      /* progress on stderr */
 	bool json;
 	bool first;    /* no JSON finding printed yet */
@@ -34,15 +36,24 @@ static void on_finding(void *ctx, enum wfs_fsck_kind kind, const char *what, con
 		       bool repaired)
 {
 	struct fsck_ui *ui = ctx;
+	char note[96] = "";
 
 	clear_progress(ui);
+	if (kind == WFS_FSCK_CORRUPT && ui->mnt[0]) {
+		/* Online: the daemon may have checked this object before it was damaged and still
+		 * trust it. Have it check the bytes again, which quarantines them. */
+		int r = setxattr(ui->mnt, "user.weightfs.recheck", what, strlen(what), 0) == 0 ? 0 : errno;
+
+		snprintf(note, sizeof(note), r == EIO ? " [the daemon quarantined it]"
+						     : r == 0 ? " [the daemon reads it intact now]" : "");
+	}
 	if (ui->json) {
 		printf("%s\n    {\"kind\": \"%s\", \"what\": \"%s\", \"detail\": \"%s\", \"repaired\": %s}",
 		       ui->first ? "" : ",", wfs_fsck_kind_name(kind), what, detail, repaired ? "true" : "false");
 		ui->first = false;
 		return;
 	}
-	printf("%-11s %s: %s%s\n", wfs_fsck_kind_name(kind), what, detail, repaired ? " [repaired]" : "");
+	printf("%-11s %s: %s%s%s\n", wfs_fsck_kind_name(kind), what, detail, repaired ? " [repaired]" : "", note);
 }
 
 static void on_progress(void *ctx, uint64_t bytes_done, uint64_t bytes_total, uint64_t objects_done,
@@ -122,10 +133,14 @@ int wfs_cmd_fsck(int argc, char **argv)
 	}
 	ret = wfs_cmd_resolve_store(argv[optind], store);
 	if (ret) {
-		fprintf(stderr, "weightfsctl fsck: %s: not a weightfs store or mount: %s\n", argv[optind],
-			strerror(-ret));
+		fprintf(stderr, "weightfsctl fsck: %s: %s\n", argv[optind],
+			ret == -ENOENT ? "not a weightfs store (a directory with catalog.db) or the mount "
+					 "point of one (not a directory below it)"
+				       : strerror(-ret));
 		return 1;
 	}
+	if (!opt.repair && wfs_cmd_mount_of(store, ui.mnt))
+		ui.mnt[0] = '\0';
 	if (ui.json)
 		printf("{\"store\": \"%s\", \"findings\": [", store);
 	ret = wfs_fsck(store, &opt, &r);

@@ -87,6 +87,7 @@ struct wfs_check {
 	ino_t st_ino;             /* the object file as checked: a different file is checked again */
 	off_t st_size;
 	struct timespec st_mtim;
+	struct timespec st_ctim;
 };
 
 struct wfs_inode {
@@ -114,6 +115,7 @@ struct wfs_handle {
 	bool writable;               /* opened for writing: daemon-served, may start versions */
 	bool passthrough;            /* reads and mmaps go to @object's backing file in the kernel */
 	bool closed;                 /* (L) a flush (close(2) of a descriptor) has been seen */
+	struct wfs_handle *prev, *next; /* (L) on fs->handles */
 };
 
 struct wfs_options {
@@ -159,6 +161,8 @@ struct wfs_fs {
 	atomic_bool passthrough; /* negotiated and still working */
 	struct wfs_counters counters; /* (L) since this mount */
 	uint64_t retained;      /* (L) -o retain: unreferenced bytes, at least (table.c) */
+	struct wfs_handle *handles; /* (L) open handles: the kernel sends no release for those still
+				     * open at unmount; freed at exit */
 };
 
 /* map.c */
@@ -206,6 +210,13 @@ void wfs_verify_mark_good(struct wfs_fs *fs, const struct wfs_digest *d);
  * over the catalog's objects. Returns 0 or -errno of the catalog.
  */
 int wfs_verify_count(struct wfs_fs *fs, uint64_t *verified, uint64_t *unverified);
+/*
+ * Check object @d's bytes now, whatever an earlier check found (an online fsck saw it damaged):
+ * quarantined and logged on a mismatch, as at a first open. May drop fs->lock. Returns 0 (intact),
+ * -EIO (damaged or missing: quarantined, its names fail with EIO until rewritten), -EOPNOTSUPP
+ * with -o verify=none, or another -errno.
+ */
+int wfs_verify_recheck(struct wfs_fs *fs, fuse_req_t req, const struct wfs_digest *d);
 
 /* version.c */
 /*

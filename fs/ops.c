@@ -20,6 +20,7 @@
 #define DIGEST_XATTR "user.weightfs.digest" /* sealed files: the content's digest, read-only */
 #define CLAIM_XATTR "user.weightfs.claim"   /* set on an empty file: seal it as a stored object */
 #define STATS_XATTR "user.weightfs.stats"   /* the mount root: store and daemon statistics, JSON */
+#define RECHECK_XATTR "user.weightfs.recheck" /* set on the mount root: check an object's bytes now */
 #define BLKSIZE (1u << 20) /* st_blksize: large, so cp and friends write in big pieces */
 
 static atomic_bool warned_passthrough, warned_txtbsy, warned_unsealed;
@@ -245,26 +246,22 @@ static pid_t tgid_of(pid_t tid)
 /*
  * Is this flush (close(2) of one descriptor) the end of @h's writing? The kernel sends a flush for
  * every close, so a close that is not the writer's must not seal: a forked child exiting with an
- * inherited descriptor, or a descriptor closed before any data was written (numpy.memmap closing
- * its file while its mapping is filled). Those versions are sealed by a later flush of the writer,
- * or at release. An empty version is sealed at any close (a shell's dup2 + close of a redirection
- * seals an empty file, and the command's first write starts the next version).
+ * inherited descriptor, or a descriptor closed before any data was written (a shell's dup2 + close
+ * of a redirection, dd's O_TRUNC open, numpy.memmap closing its file while its mapping is filled):
+ * sealing there would replace a name's content with nothing before the writer wrote. Those versions
+ * are sealed by a later flush of the writer, or at release.
  */
 static bool flush_ends_writing(fuse_req_t req, struct wfs_handle *h)
 {
 	struct wfs_version *v = h->writing;
 	pid_t tid = fuse_req_ctx(req)->pid, a, b;
 	bool written;
-	uint64_t size;
 
 	pthread_mutex_lock(&v->lock);
 	written = v->written;
-	size = v->size;
 	pthread_mutex_unlock(&v->lock);
 	if (!written)
-		return size == 0; /* created or truncated, nothing more: sealed empty now, so its digest
-				   * is there when close(2) returns; a later write starts over. A sized
-				   * file (ftruncate before mmap) waits for its mapping's writes. */
+		return false;
 	if (!h->writer_tid || tid == h->writer_tid)
 		return true;
 	a = tgid_of(tid);
@@ -362,6 +359,8 @@ static int do_setattr(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const s
 		ret = set_size(fs, req, in, fi ? handle_of(fi) : NULL, (uint64_t)st->st_size);
 		if (ret)
 			return ret;
+		if (a.size != (uint64_t)st->st_size && !(to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW)))
+			to_set |= FUSE_SET_ATTR_MTIME_NOW; /* as ftruncate(2) does, seal or not */
 	}
 	if (to_set & FUSE_SET_ATTR_MODE) {
 		valid |= WFS_ATTR_MODE;
@@ -533,15 +532,33 @@ static void wfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	reply_entry_or_err(req, ret, &e);
 }
 
-static struct wfs_handle *handle_new(struct wfs_inode *in, bool writable)
+/* A handle for an open of @in, on fs->handles until handle_free() (fs->lock held for both). */
+static struct wfs_handle *handle_new(struct wfs_fs *fs, struct wfs_inode *in, bool writable)
 {
 	struct wfs_handle *h = calloc(1, sizeof(*h));
 
 	if (h) {
 		h->inode = in;
 		h->writable = writable;
+		h->next = fs->handles;
+		if (fs->handles)
+			fs->handles->prev = h;
+		fs->handles = h;
 	}
 	return h;
+}
+
+static void handle_free(struct wfs_fs *fs, struct wfs_handle *h)
+{
+	if (!h)
+		return;
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		fs->handles = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	free(h);
 }
 
 static void wfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
@@ -560,12 +577,12 @@ static void wfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 	if (ret)
 		goto out;
 	in = wfs_inode_get(fs, &a);
-	h = in ? handle_new(in, true) : NULL;
+	h = in ? handle_new(fs, in, true) : NULL;
 	v = h ? wfs_version_writer(fs, req, in, true, &ret) : NULL;
 	if (!h)
 		ret = -ENOMEM;
 	if (!v) {
-		free(h);
+		handle_free(fs, h);
 		undo_create(fs, req, parent, name);
 		if (in)
 			wfs_inode_maybe_free(fs, req, in);
@@ -622,16 +639,24 @@ static int object_backing(struct wfs_fs *fs, fuse_req_t req, struct wfs_object *
  * before deciding how to open. fs->lock held (dropped while waiting); @in stays, the kernel holds a
  * lookup on it.
  */
+static struct timespec deadline_in(long ms)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_REALTIME, &t);
+	t.tv_nsec += ms * 1000 * 1000;
+	t.tv_sec += t.tv_nsec / 1000000000;
+	t.tv_nsec %= 1000000000;
+	return t;
+}
+
 static void wait_released(struct wfs_fs *fs, const unsigned *count, long ms)
 {
 	struct timespec deadline;
 
 	if (*count == 0)
 		return;
-	clock_gettime(CLOCK_REALTIME, &deadline);
-	deadline.tv_nsec += ms * 1000 * 1000;
-	deadline.tv_sec += deadline.tv_nsec / 1000000000;
-	deadline.tv_nsec %= 1000000000;
+	deadline = deadline_in(ms);
 	while (*count > 0)
 		if (pthread_cond_timedwait(&fs->sealed, &fs->lock, &deadline) == ETIMEDOUT)
 			break;
@@ -722,7 +747,7 @@ static int do_open(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, struct fus
 	in = wfs_inode_get(fs, &a);
 	if (!in)
 		return -ENOMEM;
-	h = handle_new(in, writable);
+	h = handle_new(fs, in, writable);
 	if (!h)
 		return -ENOMEM;
 	if (writable) {
@@ -732,13 +757,13 @@ static int do_open(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, struct fus
 				     "inode %llu: open for writing while mapped read-only through passthrough: "
 				     "ETXTBSY (replace it with rename instead)",
 				     (unsigned long long)ino);
-			free(h);
+			handle_free(fs, h);
 			return -ETXTBSY;
 		}
 		if (truncate) {
 			v = wfs_version_writer(fs, req, in, true, &ret);
 			if (!v) {
-				free(h);
+				handle_free(fs, h);
 				return ret;
 			}
 			start_writing(h, v);
@@ -751,7 +776,7 @@ static int do_open(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, struct fus
 		if (ret) {
 			if (h->object)
 				wfs_object_unpin(fs, req, h->object);
-			free(h);
+			handle_free(fs, h);
 			wfs_inode_maybe_free(fs, req, in);
 			return ret;
 		}
@@ -958,8 +983,8 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		wfs_object_unpin(fs, req, h->object);
 	in->nopen--;
 	wfs_inode_maybe_free(fs, req, in);
+	handle_free(fs, h);
 	pthread_mutex_unlock(&fs->lock);
-	free(h);
 	fuse_reply_err(req, 0);
 }
 
@@ -1259,6 +1284,22 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 	return 0;
 }
 
+/*
+ * A file closed with nothing written (touch, or created and given attributes only) is sealed at its
+ * release, which close(2) does not wait for: its digest asked for right after the close would be
+ * missing. When every handle of @ino has been closed, give that seal up to 100 ms. fs->lock held
+ * (dropped while waiting); the kernel holds a lookup on the inode.
+ */
+static void wait_release_seal(struct wfs_fs *fs, fuse_ino_t ino)
+{
+	struct wfs_inode *in = wfs_inode_find(fs, ino);
+	struct timespec deadline = deadline_in(100);
+
+	while (in && in->writer && in->ncached > 0 && in->ncached == in->ncached_closed)
+		if (pthread_cond_timedwait(&fs->sealed, &fs->lock, &deadline) == ETIMEDOUT)
+			break;
+}
+
 static void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	struct wfs_fs *fs = fs_of(req);
@@ -1286,6 +1327,7 @@ static void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_
 	} else if (strcmp(name, DIGEST_XATTR) == 0) {
 		char hex[WFS_DIGEST_HEX_CHARS + 1];
 
+		wait_release_seal(fs, ino);
 		ret = wfs_catalog_getattr(fs->catalog, ino, &a);
 		if (ret == 0 && !a.sealed)
 			ret = -ENODATA;
@@ -1337,14 +1379,14 @@ static int check_tensor_xattr(struct wfs_fs *fs, fuse_ino_t ino, const char *nam
  * naming a digest would otherwise read any object in the store without permission to any of its
  * names. A trailing newline (`setfattr -v "$(xxhsum -H2 ...)"`, echo) is accepted.
  */
-static int claim(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const char *value, size_t size)
+/*
+ * A digest given as an attribute value by the mounting user (or root): 32 hex digits, a trailing
+ * newline allowed. Returns 0, -EPERM (another user) or -EINVAL.
+ */
+static int digest_request(fuse_req_t req, const char *value, size_t size, struct wfs_digest *d)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	char hex[WFS_DIGEST_HEX_CHARS + 1];
-	struct wfs_digest d;
-	struct wfs_inode *in;
-	struct wfs_attr a;
-	int ret;
 
 	if (ctx->uid != 0 && ctx->uid != getuid())
 		return -EPERM;
@@ -1354,8 +1396,19 @@ static int claim(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const char *
 		return -EINVAL;
 	memcpy(hex, value, size);
 	hex[size] = '\0';
-	if (wfs_digest_from_hex(hex, &d))
-		return -EINVAL;
+	return wfs_digest_from_hex(hex, d) ? -EINVAL : 0;
+}
+
+static int claim(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const char *value, size_t size)
+{
+	struct wfs_digest d;
+	struct wfs_inode *in;
+	struct wfs_attr a;
+	int ret;
+
+	ret = digest_request(req, value, size, &d);
+	if (ret)
+		return ret;
 	pthread_mutex_lock(&fs->lock);
 	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
 	if (ret == 0 && !S_ISREG(a.mode))
@@ -1381,6 +1434,18 @@ static void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const
 		ret = -EOPNOTSUPP;
 	else if (strcmp(name, DIGEST_XATTR) == 0 || (ino == FUSE_ROOT_ID && strcmp(name, STATS_XATTR) == 0))
 		ret = -EPERM;
+	if (ret == 0 && ino == FUSE_ROOT_ID && strcmp(name, RECHECK_XATTR) == 0) {
+		struct wfs_digest d;
+
+		ret = digest_request(req, value, size, &d);
+		if (ret == 0) {
+			pthread_mutex_lock(&fs->lock);
+			ret = wfs_verify_recheck(fs, req, &d);
+			pthread_mutex_unlock(&fs->lock);
+		}
+		fuse_reply_err(req, -ret);
+		return;
+	}
 	if (ret == 0 && strcmp(name, CLAIM_XATTR) == 0) {
 		ret = claim(fs, req, ino, value, size);
 		/* The kernel caches this inode's size as 0: drop its attributes before the caller can

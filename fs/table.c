@@ -189,6 +189,14 @@ void wfs_tables_release(struct wfs_fs *fs)
 {
 	struct wfs_map_node *n;
 
+	while (fs->handles) {
+		struct wfs_handle *h = fs->handles;
+
+		fs->handles = h->next;
+		if (h->writing)
+			wfs_version_put(h->writing);
+		free(h);
+	}
 	while ((n = wfs_map_any(&fs->inodes)) != NULL) {
 		struct wfs_inode *in = (struct wfs_inode *)n;
 

@@ -3,7 +3,8 @@
  *
  * The first open of an object after the daemon starts reads it and checks its XXH3-128 digest before
  * the open succeeds (that read also warms the page cache the trainer is about to map). Later opens
- * trust the check while the object file is the same file (inode, size, mtime). A mismatch moves the
+ * trust the check while the object file is the same file (inode, size, mtime, and ctime, which any
+ * write or `touch -r` moves and no user can set back). A mismatch moves the
  * object to STORE/quarantine, logs one line, and fails every open of every name with that content
  * with EIO — until the same content is written again, which publishes a good copy (the seal marks it
  * checked here, and its catalog row OK).
@@ -62,12 +63,14 @@ static void record(struct wfs_check *c, const struct stat *st)
 	c->st_ino = st->st_ino;
 	c->st_size = st->st_size;
 	c->st_mtim = st->st_mtim;
+	c->st_ctim = st->st_ctim;
 }
 
 static bool same_file(const struct wfs_check *c, const struct stat *st)
 {
 	return c->st_ino == st->st_ino && c->st_size == st->st_size &&
-	       c->st_mtim.tv_sec == st->st_mtim.tv_sec && c->st_mtim.tv_nsec == st->st_mtim.tv_nsec;
+	       c->st_mtim.tv_sec == st->st_mtim.tv_sec && c->st_mtim.tv_nsec == st->st_mtim.tv_nsec &&
+	       c->st_ctim.tv_sec == st->st_ctim.tv_sec && c->st_ctim.tv_nsec == st->st_ctim.tv_nsec;
 }
 
 void wfs_verify_mark_good(struct wfs_fs *fs, const struct wfs_digest *d)
@@ -193,5 +196,25 @@ int wfs_verify_count(struct wfs_fs *fs, uint64_t *verified, uint64_t *unverified
 
 	*verified = cc.verified;
 	*unverified = cc.unverified;
+	return ret;
+}
+
+int wfs_verify_recheck(struct wfs_fs *fs, fuse_req_t req, const struct wfs_digest *d)
+{
+	struct wfs_check *c = check_find(fs, d);
+	struct wfs_object *o;
+	int ret;
+
+	if (!fs->opt.verify)
+		return -EOPNOTSUPP;
+	if (c && !c->bad) {
+		c->st_ino = 0; /* no file matches: the next check reads the bytes */
+		c->st_size = -1;
+	}
+	o = wfs_object_pin(fs, d);
+	if (!o)
+		return -ENOMEM;
+	ret = wfs_verify_object(fs, o);
+	wfs_object_unpin(fs, req, o);
 	return ret;
 }

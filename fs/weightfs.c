@@ -19,7 +19,7 @@
 
 #define WFS_VERSION "0.1.0"
 
-enum { KEY_HELP, KEY_VERSION };
+enum { KEY_HELP, KEY_VERSION, KEY_CHOICE };
 
 #define OPT(t, p, v) {t, offsetof(struct wfs_options, p), v}
 static const struct fuse_opt option_spec[] = {
@@ -34,6 +34,10 @@ static const struct fuse_opt option_spec[] = {
 	OPT("sync", sync, 1),
 	OPT("nosync", sync, 0),
 	OPT("timeout=%lf", timeout, 0),
+	/* fuse_opt runs every template that matches: these see the choices above too (opt_proc). */
+	FUSE_OPT_KEY("passthrough=", KEY_CHOICE),
+	FUSE_OPT_KEY("verify=", KEY_CHOICE),
+	FUSE_OPT_KEY("dedup_verify=", KEY_CHOICE),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -45,7 +49,8 @@ static void usage(const char *prog)
 {
 	printf("usage: %s STORE MOUNTPOINT [options]\n"
 	       "\n"
-	       "Mount the weightfs store in directory STORE (created when missing) at MOUNTPOINT.\n"
+	       "Mount the weightfs store in directory STORE (created when missing; its parent must\n"
+	       "exist) at MOUNTPOINT.\n"
 	       "Files written under the mount are stored once per distinct content, named by their\n"
 	       "XXH3-128 digest, and sealed (made immutable) when closed.\n"
 	       "\n"
@@ -91,6 +96,23 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	case KEY_VERSION:
 		opt->show_version = 1;
 		return 0;
+	case KEY_CHOICE: {
+		static const char *const valid[] = {"passthrough=auto", "passthrough=on", "passthrough=off",
+						    "verify=open", "verify=none", "dedup_verify=bytes",
+						    "dedup_verify=digest"};
+
+		size_t n = strcspn(arg, "=") + 1;
+
+		for (size_t i = 0; i < sizeof(valid) / sizeof(valid[0]); i++)
+			if (strcmp(arg, valid[i]) == 0)
+				return 0; /* set by its own template */
+		fprintf(stderr, "weightfs: -o %s: expected", arg);
+		for (size_t i = 0; i < sizeof(valid) / sizeof(valid[0]); i++)
+			if (strncmp(arg, valid[i], n) == 0)
+				fprintf(stderr, " %s", valid[i] + n);
+		fprintf(stderr, "\n");
+		return -1;
+	}
 	default:
 		return 1;
 	}
@@ -199,6 +221,29 @@ static int open_catalog(struct wfs_fs *fs, bool recover)
 	return 0;
 }
 
+/*
+ * Let libfuse reject the options it does not know (a typo in an fstab line) before the store is
+ * opened: opening it runs recovery and retention, which must not happen for a mount that fails.
+ * Returns 0, or -1 after libfuse printed what it refused.
+ */
+static int check_fuse_options(const struct fuse_args *args, struct wfs_fs *fs)
+{
+	struct fuse_args probe = FUSE_ARGS_INIT(0, NULL);
+	struct fuse_session *se;
+
+	for (int i = 0; i < args->argc; i++)
+		if (fuse_opt_add_arg(&probe, args->argv[i]) != 0) {
+			fuse_opt_free_args(&probe);
+			return -1;
+		}
+	se = fuse_session_new(&probe, &wfs_ops, sizeof(wfs_ops), fs);
+	fuse_opt_free_args(&probe);
+	if (!se)
+		return -1;
+	fuse_session_destroy(se);
+	return 0;
+}
+
 int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -239,6 +284,8 @@ int main(int argc, char *argv[])
 	}
 	if (check_paths(fs.opt.store, cmd.mountpoint))
 		return 1;
+	if (check_fuse_options(&args, &fs))
+		return 2;
 	fs.opt.foreground = cmd.foreground;
 	fs.opt.debug = cmd.debug;
 	wfs_log_init("weightfs", !cmd.foreground, cmd.debug ? WFS_LOG_DEBUG : WFS_LOG_INFO);

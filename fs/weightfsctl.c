@@ -115,26 +115,37 @@ static void stat_usage(FILE *out)
 		     "attribute): objects verified this run, passthrough on/off, claims, bytes written.\n");
 }
 
-/*
- * The daemon's view, from the user.weightfs.stats attribute of the mount root (fs/ops.c writes it):
- * @arg when it is a mount point, else the mount point of store @store, if it is mounted. NULL when
- * no daemon answers. The caller json_decref()s the object.
- */
-static json_t *daemon_stats(const char *arg, const char *store)
+int wfs_cmd_mount_of(const char *store, char *out)
 {
-	char buf[8192];
-	ssize_t n = getxattr(arg, "user.weightfs.stats", buf, sizeof(buf));
+	struct mntent *m;
+	FILE *f = setmntent("/proc/self/mounts", "r");
+	int ret = -ENOENT;
 
-	if (n < 0) {
-		struct mntent *m;
-		FILE *f = setmntent("/proc/self/mounts", "r");
-
-		while (f && n < 0 && (m = getmntent(f)) != NULL)
-			if (strcmp(m->mnt_type, "fuse.weightfs") == 0 && strcmp(m->mnt_fsname, store) == 0)
-				n = getxattr(m->mnt_dir, "user.weightfs.stats", buf, sizeof(buf));
-		if (f)
-			endmntent(f);
+	if (!f)
+		return -errno;
+	while (ret && (m = getmntent(f)) != NULL) {
+		if (strcmp(m->mnt_type, "fuse.weightfs") == 0 && strcmp(m->mnt_fsname, store) == 0 &&
+		    getxattr(m->mnt_dir, "user.weightfs.stats", NULL, 0) > 0) {
+			snprintf(out, PATH_MAX, "%s", m->mnt_dir);
+			ret = 0;
+		}
 	}
+	endmntent(f);
+	return ret;
+}
+
+/*
+ * The daemon's view, from the user.weightfs.stats attribute of the mount root (fs/ops.c writes it)
+ * of store @store, if a daemon has it mounted. NULL when none answers. The caller json_decref()s it.
+ */
+static json_t *daemon_stats(const char *store)
+{
+	char mnt[PATH_MAX], buf[8192];
+	ssize_t n;
+
+	if (wfs_cmd_mount_of(store, mnt))
+		return NULL;
+	n = getxattr(mnt, "user.weightfs.stats", buf, sizeof(buf));
 	if (n <= 0)
 		return NULL;
 	return json_loadb(buf, (size_t)n, 0, NULL);
@@ -157,7 +168,7 @@ static void print_daemon_stats(const json_t *d)
 	printf("passthrough:        %s\n", json_is_true(json_object_get(d, "passthrough"))
 						  ? "on (reads served by the kernel)" : "off (reads served by the daemon)");
 	printf("since mount:        %llu seals (%llu new objects, %llu bytes written; %llu dedup hits), "
-	       "%llu claims (%llu missed)\n",
+	       "%llu claims sealed, %llu missed\n",
 	       (unsigned long long)json_u64(k, "seals"), (unsigned long long)json_u64(k, "objects_published"),
 	       (unsigned long long)json_u64(k, "bytes_published"), (unsigned long long)json_u64(k, "dedup_hits"),
 	       (unsigned long long)json_u64(k, "claims"), (unsigned long long)json_u64(k, "claim_misses"));
@@ -200,8 +211,10 @@ int wfs_cmd_stat(int argc, char **argv)
 	}
 	ret = wfs_cmd_resolve_store(argv[optind], store);
 	if (ret) {
-		fprintf(stderr, "weightfsctl stat: %s: not a weightfs store or mount: %s\n", argv[optind],
-			strerror(-ret));
+		fprintf(stderr, "weightfsctl stat: %s: %s\n", argv[optind],
+			ret == -ENOENT ? "not a weightfs store (a directory with catalog.db) or the mount "
+					 "point of one (not a directory below it)"
+				       : strerror(-ret));
 		return 1;
 	}
 	snprintf(db, sizeof(db), "%s/catalog.db", store);
@@ -217,8 +230,8 @@ int wfs_cmd_stat(int argc, char **argv)
 	fd = open(db, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd >= 0)
 		du = disk_usage(fd);
-	ratio = st.object_bytes ? (double)st.logical_bytes / (double)st.object_bytes : 0.0;
-	daemon = daemon_stats(argv[optind], store);
+	ratio = st.object_bytes ? (double)st.logical_bytes / (double)st.object_bytes : 1.0;
+	daemon = daemon_stats(store);
 	if (json) {
 		char *dtext = daemon ? json_dumps(daemon, JSON_COMPACT) : NULL;
 

@@ -670,6 +670,119 @@ START_TEST(seal_at_writers_close)
 }
 END_TEST
 
+/*
+ * A shell's `cmd > name` and dd open with O_TRUNC, dup the descriptor and close the first one before
+ * writing: that close must not seal an empty file over the name's content. If the writer then dies,
+ * the name keeps what it had. And a file closed with nothing written has its digest at close.
+ */
+START_TEST(truncate_dup_close)
+{
+	size_t len = 300000;
+	unsigned char *a = pattern(len, 71), *b = pattern(len, 72);
+	struct wfs_digest da, got;
+	pid_t child;
+	int status;
+
+	ck_assert_int_eq(write_file(path("r"), a, len), 0);
+	digest_xattr(path("r"), &da);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		int fd = open(path("r"), O_WRONLY | O_TRUNC), fd2;
+
+		if (fd < 0)
+			_exit(10);
+		fd2 = dup(fd);
+		close(fd);
+		if (write(fd2, b, len / 2) != (ssize_t)(len / 2))
+			_exit(11);
+		pause(); /* killed mid-write */
+		_exit(12);
+	}
+	usleep(300000);
+	digest_xattr(path("r"), &got);
+	ck_assert_msg(wfs_digest_equal(&got, &da), "the name changed before its writer finished");
+	kill(child, SIGKILL);
+	waitpid(child, &status, 0);
+	EVENTUALLY(log_count("writer killed by signal 9") == 1);
+	assert_file_equals(path("r"), a, len);
+	digest_xattr(path("r"), &got);
+	ck_assert(wfs_digest_equal(&got, &da));
+
+	/* Created and closed with nothing written: sealed empty by the time its digest is asked for. */
+	for (int i = 0; i < 50; i++) {
+		char name[16];
+		int fd;
+
+		snprintf(name, sizeof(name), "empty%d", i);
+		fd = open(path(name), O_WRONLY | O_CREAT | O_EXCL, 0644);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(close(fd), 0);
+		digest_xattr(path(name), &got);
+	}
+	free(a);
+	free(b);
+}
+END_TEST
+
+/*
+ * An object damaged after this daemon run checked it: the next open checks again (its ctime moved,
+ * even with mtime put back), and an online fsck that finds it damaged has the daemon quarantine it.
+ */
+START_TEST(damaged_after_check)
+{
+	size_t len = 200000;
+	unsigned char *a = pattern(len, 73), *b = pattern(len, 74);
+	const char *build = getenv("WFS_BUILD") ? getenv("WFS_BUILD") : "build";
+	char name[34], op[400], cmd[1200], out[4096];
+	struct wfs_digest da, db;
+	struct stat st;
+	struct timespec times[2];
+	FILE *p;
+	size_t n;
+	int fd;
+
+	ck_assert_int_eq(write_file(path("a"), a, len), 0);
+	ck_assert_int_eq(write_file(path("b"), b, len), 0);
+	digest_xattr(path("a"), &da);
+	digest_xattr(path("b"), &db);
+	assert_file_equals(path("a"), a, len); /* checked by this run (published by it, too) */
+	wfs_store_object_name(&da, name);
+	snprintf(op, sizeof(op), "%s/objects/%s", M.store, name);
+	ck_assert_int_eq(stat(op, &st), 0);
+	damage_object(&da, 0);
+	times[0] = st.st_atim;
+	times[1] = st.st_mtim;
+	ck_assert_int_eq(utimensat(AT_FDCWD, op, times, 0), 0); /* mtime as it was */
+	ck_assert_int_eq(open(path("a"), O_RDONLY), -1);
+	ck_assert_int_eq(errno, EIO);
+	ck_assert_int_eq(log_count("bytes do not match"), 1);
+
+	/* Online fsck: b is damaged; the daemon is told and quarantines it. */
+	damage_object(&db, 0);
+	snprintf(cmd, sizeof(cmd), "%s/weightfsctl fsck %s 2>&1", build, M.mnt);
+	p = popen(cmd, "r");
+	ck_assert_ptr_nonnull(p);
+	n = fread(out, 1, sizeof(out) - 1, p);
+	out[n] = '\0';
+	ck_assert_int_eq(WEXITSTATUS(pclose(p)), 1);
+	ck_assert_msg(strstr(out, "[the daemon quarantined it]") != NULL, "fsck said: %s", out);
+	ck_assert_int_eq(log_count("bytes do not match"), 2);
+	ck_assert_int_eq(open(path("b"), O_RDONLY), -1);
+	ck_assert_int_eq(errno, EIO);
+	/* Writing the content again heals both names' content. */
+	ck_assert_int_eq(write_file(path("a2"), a, len), 0);
+	ck_assert_int_eq(write_file(path("b2"), b, len), 0);
+	assert_file_equals(path("a"), a, len);
+	assert_file_equals(path("b"), b, len);
+	fd = open(path("b"), O_RDONLY);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	free(a);
+	free(b);
+}
+END_TEST
+
 /* Times set on the open file before close (cp -a, tar) survive the seal and a remount. */
 START_TEST(times_set_before_close)
 {
@@ -1114,6 +1227,8 @@ static Suite *mount_suite(void)
 		{"other_users", other_users, 30},
 		{"retain_budget", retain_budget, 30},
 		{"seal_at_writers_close", seal_at_writers_close, 30},
+		{"truncate_dup_close", truncate_dup_close, 30},
+		{"damaged_after_check", damaged_after_check, 60},
 		{"times_set_before_close", times_set_before_close, 30},
 		{"dedup_onto_damaged_object", dedup_onto_damaged_object, 30},
 		{"dedup_verify_bytes", dedup_verify_bytes, 30},

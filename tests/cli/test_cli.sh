@@ -229,7 +229,7 @@ expect "weightfsctl fsck --rate 12Q: exit 2" 2 "" "--rate 12Q: not a size"
 run "$CTL" stat
 expect "weightfsctl stat (no store): exit 2" 2 "" "^usage: weightfsctl stat"
 run "$CTL" fsck "$work/no-such-store"
-expect "weightfsctl fsck (not a store): exit 1" 1 "" "not a weightfs store or mount"
+expect "weightfsctl fsck (not a store): exit 1" 1 "" "not a weightfs store"
 run "$CTL" --help
 expect "weightfsctl --help: exit 0" 0 "^usage: weightfsctl COMMAND"
 for sub in stat fsck gc stage; do
@@ -504,6 +504,28 @@ PY
 	else
 		fail "mount $work/fstore with WFS_FAULT"
 	fi
+fi
+
+# ---- a mount refused for its options leaves the store as it was ----------------------------------
+# (a typo in an fstab line must not run recovery or retention: -o retain's kept objects stay)
+RS=$work/rstore RM=$work/rmnt
+mkdir -p "$RM"
+if "$DAEMON" "$RS" "$RM" -o nosync,retain=1G; then
+	head -c 100000 /dev/urandom >"$RM/kept" && rm "$RM/kept"
+	fusermount3 -u "$RM" || fail "fusermount3 -u $RM"
+	before=$(find "$RS/objects" -type f | wc -l)
+	for o in retian=1G passthrough=maybe verify=always dedup_verify=yes; do
+		run "$DAEMON" "$RS" "$RM" -o "$o"
+		expect "weightfs -o $o: exit 2, says why" 2 "" "$o"
+	done
+	after=$(find "$RS/objects" -type f | wc -l)
+	if [ "$before" -eq 1 ] && [ "$after" -eq 1 ] && ! mountpoint -q "$RM"; then
+		ok "refused options: the retained object is still there, nothing mounted"
+	else
+		fail "refused options: the retained object is still there, nothing mounted" "objects $before -> $after"
+	fi
+else
+	fail "mount $RS with retain=1G"
 fi
 
 echo "cli: $passed passed, $failed failed"

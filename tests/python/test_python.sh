@@ -72,7 +72,7 @@ if [ -z "$py" ]; then
 	finish
 fi
 lib=$build/libweightfs.so
-if nm -D "$lib" 2>/dev/null | grep -q ' __asan_init'; then
+if nm -D "$lib" 2>/dev/null | grep ' __asan_init' >/dev/null; then # not -q: nm would die of SIGPIPE under pipefail
 	lib=$repo/build/libweightfs.so
 fi
 if [ ! -f "$lib" ]; then
