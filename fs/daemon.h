@@ -211,10 +211,10 @@ void wfs_verify_mark_good(struct wfs_fs *fs, const struct wfs_digest *d);
  */
 int wfs_verify_count(struct wfs_fs *fs, uint64_t *verified, uint64_t *unverified);
 /*
- * Check object @d's bytes now, whatever an earlier check found (an online fsck saw it damaged):
- * quarantined and logged on a mismatch, as at a first open. May drop fs->lock. Returns 0 (intact),
- * -EIO (damaged or missing: quarantined, its names fail with EIO until rewritten), -EOPNOTSUPP
- * with -o verify=none, or another -errno.
+ * Check object @d's bytes now, whatever an earlier check found (an online fsck saw it damaged),
+ * with -o verify=none too: quarantined and logged on a mismatch, as at a first open. May drop
+ * fs->lock. Returns 0 (intact), -EIO (damaged, or gone since it was stored: its names fail with EIO
+ * until rewritten), -ENODATA (no such object), or another -errno.
  */
 int wfs_verify_recheck(struct wfs_fs *fs, fuse_req_t req, const struct wfs_digest *d);
 
@@ -245,14 +245,16 @@ uint64_t wfs_version_size(struct wfs_version *v);
 /*
  * Seal in->writer (fs->lock held on entry and on return; dropped while hashing and publishing):
  * digest, publish the object, point the inode at it. On failure the version is discarded and the
- * name keeps its previous content. Returns 0 or -errno (-ENOSPC, -EIO, ...).
+ * name keeps its previous content. @reported: the error reaches the writer (close(2), truncate(2));
+ * only then is a size that does not fit the dtype/shape attributes refused (-EINVAL), otherwise it
+ * is logged. Returns 0 or -errno (-ENOSPC, -EIO, -EINVAL, ...).
  */
-int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in);
+int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, bool reported);
 /*
  * Do @size bytes make the tensor that inode @ino's dtype and shape attributes describe, with
  * attribute @name taken as @value (@len bytes) instead of its stored value when @name is not NULL
  * (fs->lock held)? 0 when they do or when the two are not both set; -EINVAL (logged, naming the
- * inode and @what was refused: "seal", an attribute name) when elements × dtype bytes != @size.
+ * inode and @what, e.g. "seal refused") when elements × dtype bytes != @size.
  */
 int wfs_tensor_fits(struct wfs_fs *fs, uint64_t ino, uint64_t size, const char *name, const char *value,
 		    size_t len, const char *what);

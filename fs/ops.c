@@ -270,7 +270,7 @@ static bool flush_ends_writing(fuse_req_t req, struct wfs_handle *h)
 }
 
 /* Stop counting @h as a writer of its version; the last writer seals it. fs->lock held. */
-static int finish_writing(struct wfs_fs *fs, fuse_req_t req, struct wfs_handle *h)
+static int finish_writing(struct wfs_fs *fs, fuse_req_t req, struct wfs_handle *h, bool at_release)
 {
 	struct wfs_version *v = h->writing;
 	struct wfs_inode *in = h->inode;
@@ -287,7 +287,7 @@ static int finish_writing(struct wfs_fs *fs, fuse_req_t req, struct wfs_handle *
 				sig);
 			wfs_version_abandon(fs, in);
 		} else {
-			ret = wfs_version_seal(fs, req, in);
+			ret = wfs_version_seal(fs, req, in, !at_release);
 		}
 	}
 	wfs_version_put(v);
@@ -328,7 +328,7 @@ static int set_size(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, str
 	if (ret == 0 && h && h->writable)
 		start_writing(h, v); /* sealed at this handle's close */
 	if (v->writers == 0 && in->writer == v) {
-		int r = wfs_version_seal(fs, req, in);
+		int r = wfs_version_seal(fs, req, in, true);
 
 		if (ret == 0)
 			ret = r;
@@ -516,7 +516,7 @@ static void wfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	if (ret == 0) {
 		v = wfs_version_writer(fs, req, in, true, &ret);
 		if (v) {
-			ret = wfs_version_seal(fs, req, in);
+			ret = wfs_version_seal(fs, req, in, true);
 			wfs_version_put(v);
 		}
 		if (ret == 0)
@@ -950,7 +950,7 @@ static void wfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		h->inode->ncached_closed++;
 	}
 	if (h->writing && flush_ends_writing(req, h))
-		ret = finish_writing(fs, req, h);
+		ret = finish_writing(fs, req, h, false);
 	pthread_mutex_unlock(&fs->lock);
 	fuse_reply_err(req, -ret);
 }
@@ -965,7 +965,7 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	pthread_mutex_lock(&fs->lock);
 	/* Writes after the last flush (a shared mapping written back at munmap) seal here; the
 	 * kernel drops release errors, so they can only be logged. */
-	ret = finish_writing(fs, req, h);
+	ret = finish_writing(fs, req, h, true);
 	if (ret)
 		wfs_log(WFS_LOG_ERR, "inode %llu: seal at release failed: %s", (unsigned long long)ino,
 			strerror(-ret));
@@ -1369,7 +1369,8 @@ static int check_tensor_xattr(struct wfs_fs *fs, fuse_ino_t ino, const char *nam
 	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
 	if (ret || !a.sealed || !S_ISREG(a.mode))
 		return ret; /* a file being written is held to its attributes when it is sealed */
-	return wfs_tensor_fits(fs, ino, a.size, name, value, size, name);
+	return wfs_tensor_fits(fs, ino, a.size, name, value, size,
+			       is_dtype ? DTYPE_XATTR " refused" : SHAPE_XATTR " refused");
 }
 
 /*
@@ -1457,8 +1458,10 @@ static void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const
 	}
 	if (ret == 0) {
 		pthread_mutex_lock(&fs->lock);
-		if (strcmp(name, DTYPE_XATTR) == 0 || strcmp(name, SHAPE_XATTR) == 0)
+		if (strcmp(name, DTYPE_XATTR) == 0 || strcmp(name, SHAPE_XATTR) == 0) {
+			wait_release_seal(fs, ino); /* judge the file as close(2) left it */
 			ret = check_tensor_xattr(fs, ino, name, value, size);
+		}
 		if (ret == 0)
 			ret = wfs_catalog_xattr_set(fs->catalog, ino, name, value, size, flags);
 		pthread_mutex_unlock(&fs->lock);

@@ -117,14 +117,12 @@ static void quarantine(struct wfs_fs *fs, const struct wfs_digest *d)
 		ret == 0 ? "moved to quarantine/" : "could not move it to quarantine/");
 }
 
-int wfs_verify_object(struct wfs_fs *fs, struct wfs_object *o)
+static int verify(struct wfs_fs *fs, struct wfs_object *o)
 {
 	struct wfs_check *c;
 	struct stat st;
 	int ret;
 
-	if (!fs->opt.verify)
-		return 0;
 	while (o->verifying)
 		pthread_cond_wait(&fs->sealed, &fs->lock);
 	c = check_find(fs, &o->digest);
@@ -199,14 +197,20 @@ int wfs_verify_count(struct wfs_fs *fs, uint64_t *verified, uint64_t *unverified
 	return ret;
 }
 
+int wfs_verify_object(struct wfs_fs *fs, struct wfs_object *o)
+{
+	return fs->opt.verify ? verify(fs, o) : 0;
+}
+
 int wfs_verify_recheck(struct wfs_fs *fs, fuse_req_t req, const struct wfs_digest *d)
 {
 	struct wfs_check *c = check_find(fs, d);
 	struct wfs_object *o;
+	struct stat st;
 	int ret;
 
-	if (!fs->opt.verify)
-		return -EOPNOTSUPP;
+	if (wfs_store_object_stat(fs->store, d, &st) == -ENOENT && !c)
+		return -ENODATA; /* not stored (and not known to have been): nothing to check */
 	if (c && !c->bad) {
 		c->st_ino = 0; /* no file matches: the next check reads the bytes */
 		c->st_size = -1;
@@ -214,7 +218,7 @@ int wfs_verify_recheck(struct wfs_fs *fs, fuse_req_t req, const struct wfs_diges
 	o = wfs_object_pin(fs, d);
 	if (!o)
 		return -ENOMEM;
-	ret = wfs_verify_object(fs, o);
+	ret = verify(fs, o); /* even with -o verify=none: asked for */
 	wfs_object_unpin(fs, req, o);
 	return ret;
 }

@@ -448,7 +448,7 @@ static void log_seal_error(struct wfs_inode *in, int err)
 			   : "the new name stays unsealed (EIO on open, removed at the next mount)");
 }
 
-int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in)
+int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, bool reported)
 {
 	struct wfs_version *v = in->writer;
 	struct wfs_object *o = NULL;
@@ -500,8 +500,13 @@ int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in)
 
 	wfs_crashpoint("seal.before-commit");
 	pthread_mutex_lock(&fs->lock);
-	if (ret == 0)
-		ret = wfs_tensor_fits(fs, in->ino, size, NULL, NULL, 0, "seal");
+	/* A size that does not fit the dtype/shape attributes is refused where close(2) can say so.
+	 * At release nobody hears the error: refusing would lose the bytes, so they are sealed and
+	 * the mismatch is logged. */
+	if (ret == 0 && wfs_tensor_fits(fs, in->ino, size, NULL, NULL, 0,
+					       reported ? "seal refused" : "sealed at release all the same") &&
+	    reported)
+		ret = -EINVAL;
 	if (ret == 0) {
 		/* cp -a and tar set the times on the open file before closing it: keep them. */
 		if (v->mtime_set)
@@ -566,7 +571,7 @@ int wfs_tensor_fits(struct wfs_fs *fs, uint64_t ino, uint64_t size, const char *
 		return 0; /* stored before validation existed */
 	if (elements <= size / (uint64_t)bytes && elements * (uint64_t)bytes == size)
 		return 0;
-	wfs_log(WFS_LOG_WARN, "inode %llu (find MNT -inum %llu): %s refused: shape %.*s x %.*s (%d bytes) "
+	wfs_log(WFS_LOG_WARN, "inode %llu (find MNT -inum %llu): %s: shape %.*s x %.*s (%d bytes) "
 		"does not make the file's %llu bytes", (unsigned long long)ino, (unsigned long long)ino, what,
 		(int)(shape_len < 96 ? shape_len : 96), shape, (int)dtype_len, dtype, bytes,
 		(unsigned long long)size);
@@ -641,7 +646,7 @@ int wfs_version_claim(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, c
 	if (ret == 0)
 		ret = claim_target_empty(fs, in); /* again: fs->lock may have been dropped */
 	if (ret == 0)
-		ret = wfs_tensor_fits(fs, in->ino, (uint64_t)st.st_size, NULL, NULL, 0, "claim");
+		ret = wfs_tensor_fits(fs, in->ino, (uint64_t)st.st_size, NULL, NULL, 0, "claim refused");
 	if (ret == 0) {
 		clock_gettime(CLOCK_REALTIME, &mtime);
 		ret = wfs_catalog_set_content(fs->catalog, in->ino, d, (uint64_t)st.st_size, &mtime,

@@ -257,35 +257,48 @@ int main(int argc, char *argv[])
 	fs.opt.sync = 1;
 	fs.opt.verify = 1;
 	fs.opt.timeout = 10.0;
-	if (fuse_opt_parse(&args, &fs.opt, option_spec, opt_proc) == -1)
-		return 2;
+	if (fuse_opt_parse(&args, &fs.opt, option_spec, opt_proc) == -1) {
+		ret = 2;
+		goto out;
+	}
 	if (fs.opt.show_version) {
 		printf("weightfs %s (libfuse %s)\n", WFS_VERSION, fuse_pkgversion());
-		return 0;
+		ret = 0;
+		goto out;
 	}
 	if (fs.opt.show_help) {
 		usage(argv[0]);
 		fuse_lowlevel_help();
-		return 0;
+		ret = 0;
+		goto out;
 	}
-	if (fuse_parse_cmdline(&args, &cmd) != 0)
-		return 2;
+	if (fuse_parse_cmdline(&args, &cmd) != 0) {
+		ret = 2;
+		goto out;
+	}
 	if (!fs.opt.store || !cmd.mountpoint) {
 		fprintf(stderr, "usage: %s STORE MOUNTPOINT [options]  (try --help)\n", argv[0]);
-		return 2;
+		ret = 2;
+		goto out;
 	}
 	if (fs.opt.retain_text && wfs_parse_size(fs.opt.retain_text, &fs.opt.retain)) {
 		fprintf(stderr, "weightfs: -o retain=%s: not a size (e.g. 20G)\n", fs.opt.retain_text);
-		return 2;
+		ret = 2;
+		goto out;
 	}
 	if (fs.opt.timeout < 0) {
 		fprintf(stderr, "weightfs: -o timeout=%g: must be 0 or more seconds\n", fs.opt.timeout);
-		return 2;
+		ret = 2;
+		goto out;
 	}
-	if (check_paths(fs.opt.store, cmd.mountpoint))
-		return 1;
-	if (check_fuse_options(&args, &fs))
-		return 2;
+	if (check_paths(fs.opt.store, cmd.mountpoint)) {
+		ret = 1;
+		goto out;
+	}
+	if (check_fuse_options(&args, &fs)) {
+		ret = 2;
+		goto out;
+	}
 	fs.opt.foreground = cmd.foreground;
 	fs.opt.debug = cmd.debug;
 	wfs_log_init("weightfs", !cmd.foreground, cmd.debug ? WFS_LOG_DEBUG : WFS_LOG_INFO);

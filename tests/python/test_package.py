@@ -26,6 +26,7 @@ import mmap
 import os
 import subprocess
 import sys
+import time
 import warnings
 from unittest import mock
 
@@ -262,6 +263,22 @@ def first(T, a):
     def _():
         left = [f for f in os.listdir(os.path.join(mnt, "pkg", "rank0")) if f.startswith(".wfs-tmp-")]
         assert not left, left
+
+    @T.check("remove_stale_tmp: only an hour-old temporary name of a dead process goes")
+    def _():
+        d = os.path.join(mnt, "pkg", "stale")
+        os.makedirs(d, exist_ok=True)
+        dead = 4194304 + 1  # above the kernel's pid_max limit: no such process
+        old = time.time() - 7200
+        for name, when in ((f".wfs-tmp-{dead}-1-aa", old), (f".wfs-tmp-{dead}-2-bb", None),
+                           (f".wfs-tmp-{os.getpid()}-3-cc", old), ("keep", old)):
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(b"x" * 100)
+            if when:
+                os.utime(os.path.join(d, name), (when, when))
+        assert weightfs.remove_stale_tmp(d) == 1
+        assert sorted(os.listdir(d)) == sorted([f".wfs-tmp-{dead}-2-bb", f".wfs-tmp-{os.getpid()}-3-cc",
+                                                "keep"]), os.listdir(d)
 
     # ---- claims ----
     @T.check("claim: same bytes under 4 ranks' names -> rank0 writes, 3 claims hit, one object")

@@ -13,8 +13,8 @@ Importing needs neither torch, numpy, CUDA nor libweightfs.so: each is loaded on
 from .frozen import FrozenOffload, OffloadSummary
 from .stage import Stager, backload, offload_tensor
 from .tensor import (OffloadResult, WeightfsError, WeightfsWarning, digest, digest_file, dtype_name,
-                     load, offload, tensor_info)
+                     load, offload, remove_stale_tmp, tensor_info)
 
 __all__ = ["FrozenOffload", "OffloadResult", "OffloadSummary", "Stager", "WeightfsError",
            "WeightfsWarning", "backload", "digest", "digest_file", "dtype_name", "load", "offload",
-           "offload_tensor", "tensor_info"]
+           "offload_tensor", "remove_stale_tmp", "tensor_info"]

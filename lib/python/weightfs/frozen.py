@@ -33,7 +33,7 @@ import time
 from typing import NamedTuple
 
 from .stage import backload as _backload
-from .tensor import (DIGEST_XATTR, OffloadResult, WeightfsError, digest, digest_file,
+from .tensor import (DIGEST_XATTR, OffloadResult, WeightfsError, digest, digest_file, remove_stale_tmp,
                      dtype_name, load, offload, _torch_dtype)
 
 __all__ = ["ENV_DIR", "FrozenOffload", "MANIFEST", "OffloadSummary", "fs_type"]
@@ -219,6 +219,7 @@ class FrozenOffload:
         TypeError/ValueError) for the first parameter that fails; earlier ones stay offloaded."""
         t0 = time.perf_counter()
         results = []
+        remove_stale_tmp(self.dir)  # names a killed offload left behind (an hour old, process gone)
         try:
             for name, t in _frozen_params(params):
                 results.append(self._offload_one(name, t, claim))

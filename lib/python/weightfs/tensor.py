@@ -30,8 +30,10 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import sys
 import threading
+import time
 import warnings
 from typing import NamedTuple
 
@@ -40,7 +42,8 @@ from .stage import offload_tensor as _offload_tensor
 
 __all__ = [
     "CLAIM_XATTR", "DIGEST_XATTR", "DTYPE_XATTR", "SHAPE_XATTR", "OffloadResult", "WeightfsError",
-    "WeightfsWarning", "digest", "digest_file", "dtype_name", "load", "offload", "shape_text",
+    "WeightfsWarning", "digest", "digest_file", "dtype_name", "load", "offload", "remove_stale_tmp",
+    "shape_text",
 ]
 
 CLAIM_XATTR = "user.weightfs.claim"
@@ -509,6 +512,39 @@ def _tmp_name(path):
     d, base = os.path.split(path)
     tag = hashlib.sha1(base.encode("utf-8", "surrogateescape")).hexdigest()[:8]
     return os.path.join(d, f".wfs-tmp-{os.getpid()}-{next(_tmp_counter)}-{tag}")
+
+
+STALE_TMP_SECONDS = 3600  # a temporary name this old whose process is gone is a leftover
+
+
+def remove_stale_tmp(directory, *, min_age=STALE_TMP_SECONDS):
+    """Remove temporary names offload() left in directory (not recursive) when its process was
+    killed between creating and renaming them: `.wfs-tmp-<pid>-*` whose pid is not a live process
+    here and whose mtime is at least min_age seconds old (a process in another PID namespace sharing
+    the mount may look dead; the age guards its names). Returns the number removed; errors other than
+    a name vanishing meanwhile are raised as OSError."""
+    removed = 0
+    now = time.time()
+    with os.scandir(directory) as it:
+        for e in it:
+            m = re.match(r"\.wfs-tmp-(\d+)-", e.name)
+            if not m or not e.is_file(follow_symlinks=False):
+                continue
+            try:
+                os.kill(int(m.group(1)), 0)
+                continue  # alive
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue  # alive, another user's
+            try:
+                if now - e.stat(follow_symlinks=False).st_mtime < min_age:
+                    continue
+                os.unlink(e.path)
+                removed += 1
+            except FileNotFoundError:
+                pass
+    return removed
 
 
 def _write_all(fd, view, path):
