@@ -767,6 +767,8 @@ START_TEST(damaged_after_check)
 	out[n] = '\0';
 	ck_assert_int_eq(WEXITSTATUS(pclose(p)), 1);
 	ck_assert_msg(strstr(out, "[the daemon quarantined it]") != NULL, "fsck said: %s", out);
+	ck_assert_int_eq(setxattr(M.mnt, "user.weightfs.recheck", "00000000000000000000000000000000", 32, 0), -1);
+	ck_assert_int_eq(errno, ENODATA); /* not stored: nothing to check, nothing logged */
 	ck_assert_int_eq(log_count("bytes do not match"), 2);
 	ck_assert_int_eq(open(path("b"), O_RDONLY), -1);
 	ck_assert_int_eq(errno, EIO);
