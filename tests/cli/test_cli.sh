@@ -34,42 +34,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-passed=0 failed=0
-ok() {
-	echo "ok   $1"
-	passed=$((passed + 1))
-}
-fail() {
-	echo "FAIL $1"
-	shift
-	local line
-	for line in "$@"; do
-		printf '       %s\n' "$line"
-	done
-	failed=$((failed + 1))
-}
-
-# run CMD...: its stdout in $out, stderr in $err, exit status in $rc.
-out='' err='' rc=0
-run() {
-	out=$("$@" 2>"$work/stderr")
-	rc=$?
-	err=$(<"$work/stderr")
-}
-
-# expect NAME RC [STDOUT_REGEX [STDERR_REGEX]]: the last run exited RC and its output matches.
-expect() {
-	local name=$1 want=$2 out_re=${3:-} err_re=${4:-}
-	if [ "$rc" -ne "$want" ]; then
-		fail "$name" "exit $rc, want $want" "stdout: $out" "stderr: $err"
-	elif [ -n "$out_re" ] && ! grep -Eq -- "$out_re" <<<"$out"; then
-		fail "$name" "stdout does not match /$out_re/" "stdout: $out"
-	elif [ -n "$err_re" ] && ! grep -Eq -- "$err_re" <<<"$err"; then
-		fail "$name" "stderr does not match /$err_re/" "stderr: $err"
-	else
-		ok "$name"
-	fi
-}
+. "$(dirname "$0")/../lib/check.sh" # ok, fail, skip, verdict, run, expect
 
 # json_num KEY: the number after "KEY": in $out (empty when absent).
 json_num() {

@@ -45,55 +45,7 @@ ROOT=$work/root             # make install DESTDIR=$ROOT PREFIX=/usr
 overlays=()                 # directories overlaid in this namespace, in order
 declare -A reaper           # subreaper pid by name
 
-passed=0 failed=0 skipped=0
-ok() {
-	echo "ok   $1"
-	passed=$((passed + 1))
-}
-fail() {
-	echo "FAIL $1"
-	shift
-	local line
-	for line in "$@"; do
-		printf '       %s\n' "$line"
-	done
-	failed=$((failed + 1))
-}
-skip() {
-	echo "skip $1"
-	skipped=$((skipped + 1))
-}
-# verdict NAME STATUS [DETAIL...]: ok when STATUS (the $? of a check) is 0.
-verdict() {
-	local name=$1 status=$2
-	shift 2
-	if [ "$status" -eq 0 ]; then
-		ok "$name"
-	else
-		fail "$name" "$@"
-	fi
-}
-
-# run CMD...: its stdout in $out, stderr in $err, exit status in $rc.
-out='' err='' rc=0
-run() {
-	out=$("$@" 2>"$work/stderr")
-	rc=$?
-	err=$(<"$work/stderr")
-}
-# expect NAME RC [STDOUT_REGEX [STDERR_REGEX]]: the last run exited RC and its output matches.
-expect() {
-	local name=$1 want=$2 out_re=${3:-} err_re=${4:-}
-	if [ "$rc" -ne "$want" ]; then
-		fail "$name" "exit $rc, want $want" "stdout: $out" "stderr: $err"
-	elif [ -n "$out_re" ] && ! grep -Eq -- "$out_re" <<<"$out"; then
-		fail "$name" "stdout does not match /$out_re/" "stdout: $out"
-	elif [ -n "$err_re" ] && ! grep -Eq -- "$err_re" <<<"$err"; then
-		fail "$name" "stderr does not match /$err_re/" "stderr: $err"
-	else
-		ok "$name"
-	fi
-}
+. "$REPO/tests/lib/check.sh" # ok, fail, skip, verdict, run, expect
 
 # mounted MNT: "FSTYPE SOURCE OPTIONS" of the mount on MNT in this namespace; exit 1 when none.
 mounted() {
