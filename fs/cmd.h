@@ -21,8 +21,9 @@ int wfs_cmd_export(int argc, char **argv); /* cmd_safetensors.c */
 int wfs_cmd_resolve_store(const char *path, char *out);
 /*
  * The mount point (PATH_MAX bytes at @out) where a running daemon serves store @store (an absolute,
- * resolved path as wfs_cmd_resolve_store() gives). Returns 0, -ENOENT when no live daemon has it
- * mounted, or -errno reading /proc/self/mounts.
+ * resolved path as wfs_cmd_resolve_store() gives): a fuse.weightfs mount of it whose statfs(2)
+ * answers (a dead daemon's gives ENOTCONN; a hung daemon blocks this call). Returns 0, -ENOENT when
+ * no live daemon has it mounted, or -errno reading /proc/self/mounts.
  */
 int wfs_cmd_mount_of(const char *store, char *out);
 

@@ -7,9 +7,9 @@
  * checkpoint's "__metadata__" goes into the user.weightfs.safetensors.metadata xattr of DIR (its JSON
  * object, canonical), a sharded checkpoint's index "metadata" into user.weightfs.safetensors.index.
  * Every header (all shards, and the index against them) is checked before the first byte is
- * written. Each tensor is written to DIR/<parent>/.wfs-import.<pid>.<n>, closed (on weightfs the
- * close seals the bytes and reports seal errors), given its xattrs, and only then renamed to its
- * name: a crash or an error never leaves a half-written tensor, or one without its xattrs, under a
+ * written. Each tensor is written to DIR/<parent>/.wfs-import.<pid>.<n> with its xattrs set first,
+ * closed (on weightfs the close seals the bytes, holds their size to the xattrs and reports seal
+ * errors), and only then renamed to its name: a crash or an error never leaves a half-written tensor, or one without its xattrs, under a
  * tensor's name. Identical tensors are stored once by weightfs' content-addressed store.
  *
  * export DIR OUT: every regular file below DIR is a tensor named by its path relative to DIR; the
@@ -289,25 +289,6 @@ struct target_store {
 	pid_t daemon;          /* private mount's daemon, or 0 */
 };
 
-/* The mount point of a fuse.weightfs mount of store @store (a real path) into @out, if mounted. */
-static bool find_store_mount(const char *store, char *out)
-{
-	FILE *f = setmntent("/proc/self/mounts", "r");
-	struct mntent *m;
-	bool found = false;
-
-	if (!f)
-		return false;
-	while ((m = getmntent(f)) != NULL) {
-		if (strcmp(m->mnt_type, "fuse.weightfs") == 0 && strcmp(m->mnt_fsname, store) == 0) {
-			snprintf(out, PATH_MAX, "%s", m->mnt_dir);
-			found = true;
-		}
-	}
-	endmntent(f);
-	return found;
-}
-
 /* The last non-empty line of file @path into @out (@size bytes), for a daemon's error. */
 static void last_line(const char *path, char *out, size_t size)
 {
@@ -392,8 +373,8 @@ static int store_open(const char *cmd, const char *arg, struct target_store *t)
 		fprintf(stderr, "weightfsctl %s: --store %s: not a directory\n", cmd, arg);
 		return 1;
 	}
-	if (find_store_mount(store, t->root))
-		return 0;
+	if (wfs_cmd_mount_of(store, t->root) == 0)
+		return 0; /* a live daemon serves it: import through its mount */
 	d = opendir(store);
 	while (d && (e = readdir(d)) != NULL)
 		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
@@ -870,10 +851,11 @@ static int import_check_targets(struct import *im)
 	return 0;
 }
 
-/* Set xattr @name = @value (@len bytes) on @path, with one clear message. 0 or 1. */
-static int set_xattr(const char *path, const char *name, const void *value, size_t len)
+/* Set xattr @name = @value (@len bytes) on @fd (file @path, for the message), with one clear message.
+ * 0 or 1. */
+static int set_xattr(int fd, const char *path, const char *name, const void *value, size_t len)
 {
-	if (lsetxattr(path, name, value, len, 0) == 0)
+	if (fsetxattr(fd, name, value, len, 0) == 0)
 		return 0;
 	if (errno == ENOTSUP)
 		fprintf(stderr, "weightfsctl import: %s: cannot set %s: the filesystem keeps no user xattrs, "
@@ -886,7 +868,8 @@ static int set_xattr(const char *path, const char *name, const void *value, size
 	return 1;
 }
 
-/* Write tensor @it: tmp file, bytes, close (seal), xattrs, rename. 0 or 1 (printed). */
+/* Write tensor @it: tmp file, xattrs, bytes, close (the seal, held to the xattrs), rename. 0 or 1
+ * (printed). */
 static int import_one(struct import *im, const struct item *it, unsigned long seq)
 {
 	const struct wfs_st_tensor *t = it->t;
@@ -918,6 +901,13 @@ static int import_one(struct import *im, const struct item *it, unsigned long se
 		fprintf(stderr, "weightfsctl import: %s: %s\n", disp(tmp), strerror(errno));
 		return 1;
 	}
+	wfs_st_shape_format(t->shape, t->ndim, shape, sizeof(shape));
+	if (set_xattr(fd, tmp, SHAPE_XATTR, shape, strlen(shape)) ||
+	    set_xattr(fd, tmp, DTYPE_XATTR, t->dtype, strlen(t->dtype))) {
+		close(fd);
+		unlink(tmp);
+		return 1;
+	}
 	ret = copy_range(&im->copier, it->shard->fd, data_start + t->begin, fd, 0, t->end - t->begin);
 	if (ret == 0 && !im->on_weightfs && fdatasync(fd) < 0)
 		ret = -errno;
@@ -932,12 +922,6 @@ static int import_one(struct import *im, const struct item *it, unsigned long se
 				it->shard->path, printable(t->name, b));
 		else
 			fprintf(stderr, "weightfsctl import: %s: %s\n", disp(final), strerror(-ret));
-		return 1;
-	}
-	wfs_st_shape_format(t->shape, t->ndim, shape, sizeof(shape));
-	if (set_xattr(tmp, SHAPE_XATTR, shape, strlen(shape)) ||
-	    set_xattr(tmp, DTYPE_XATTR, t->dtype, strlen(t->dtype))) {
-		unlink(tmp);
 		return 1;
 	}
 	if (rename(tmp, final) < 0) {
@@ -978,29 +962,38 @@ static int import_run(struct import *im)
 		progress_show(&im->progress, i + 1 == im->nitems);
 	}
 	progress_clear(&im->progress);
+	fd = open(im->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		fprintf(stderr, "weightfsctl import: %s: %s\n", disp(im->dir), strerror(errno));
+		return 1;
+	}
 	if (im->meta->has_metadata) {
+		int bad;
+
 		if (wfs_st_meta_json(im->meta, &text, &len)) {
 			fprintf(stderr, "weightfsctl import: %s\n", strerror(ENOMEM));
-			return 1;
-		}
-		fd = set_xattr(im->dir, META_XATTR, text, len);
-		free(text);
-		if (fd)
-			return 1;
-	}
-	if (im->index && im->index->metadata &&
-	    set_xattr(im->dir, INDEX_XATTR, im->index->metadata, strlen(im->index->metadata)))
-		return 1;
-	/* On weightfs, fsync of a directory makes the namespace (the renames) durable. */
-	fd = open(im->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd >= 0) {
-		if (fsync(fd) < 0 && errno != EINVAL && errno != ENOSYS) {
-			fprintf(stderr, "weightfsctl import: %s: fsync: %s\n", disp(im->dir), strerror(errno));
 			close(fd);
 			return 1;
 		}
-		close(fd);
+		bad = set_xattr(fd, im->dir, META_XATTR, text, len);
+		free(text);
+		if (bad) {
+			close(fd);
+			return 1;
+		}
 	}
+	if (im->index && im->index->metadata &&
+	    set_xattr(fd, im->dir, INDEX_XATTR, im->index->metadata, strlen(im->index->metadata))) {
+		close(fd);
+		return 1;
+	}
+	/* On weightfs, fsync of a directory makes the namespace (the renames) durable. */
+	if (fsync(fd) < 0 && errno != EINVAL && errno != ENOSYS) {
+		fprintf(stderr, "weightfsctl import: %s: fsync: %s\n", disp(im->dir), strerror(errno));
+		close(fd);
+		return 1;
+	}
+	close(fd);
 	return 0;
 }
 

@@ -267,6 +267,7 @@ void wfs_version_abandon(struct wfs_fs *fs, struct wfs_inode *in);
  * held (dropped while the object is verified, or while a seal of @in finishes). Returns 0, or
  *   -ENODATA  no intact object @d in the store (missing, quarantined, or failing its check),
  *   -EEXIST   the file has content, or bytes were written to it,
+ *   -ETXTBSY  the file is open read-only through passthrough (its backing file is fixed),
  *   -EINVAL   not a regular file, or the object's size does not fit its dtype/shape attributes,
  *   -ENOMEM, or an -errno of the catalog (its commit failed: nothing changed).
  */

@@ -337,6 +337,8 @@ static int set_size(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, str
 	return ret;
 }
 
+static int no_passthrough_readers(struct wfs_fs *fs, struct wfs_inode *in);
+
 static int do_setattr(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const struct stat *st,
 		      int to_set, struct fuse_file_info *fi, struct stat *out)
 {
@@ -356,9 +358,13 @@ static int do_setattr(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const s
 		in = wfs_inode_get(fs, &a);
 		if (!in)
 			return -ENOMEM;
-		ret = set_size(fs, req, in, fi ? handle_of(fi) : NULL, (uint64_t)st->st_size);
-		if (ret)
+		ret = no_passthrough_readers(fs, in);
+		if (ret == 0)
+			ret = set_size(fs, req, in, fi ? handle_of(fi) : NULL, (uint64_t)st->st_size);
+		if (ret) {
+			wfs_inode_maybe_free(fs, req, in);
 			return ret;
+		}
 		if (a.size != (uint64_t)st->st_size && !(to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW)))
 			to_set |= FUSE_SET_ATTR_MTIME_NOW; /* as ftruncate(2) does, seal or not */
 	}
@@ -633,12 +639,7 @@ static int object_backing(struct wfs_fs *fs, fuse_req_t req, struct wfs_object *
 	return 0;
 }
 
-/*
- * close(2) returns before the kernel's RELEASE reaches us, so a handle that was just closed may still
- * count in @count (in->npassthrough or in->ncached). Give pending releases up to @ms milliseconds
- * before deciding how to open. fs->lock held (dropped while waiting); @in stays, the kernel holds a
- * lookup on it.
- */
+/* The CLOCK_REALTIME time @ms milliseconds from now, for pthread_cond_timedwait(). */
 static struct timespec deadline_in(long ms)
 {
 	struct timespec t;
@@ -650,6 +651,12 @@ static struct timespec deadline_in(long ms)
 	return t;
 }
 
+/*
+ * close(2) returns before the kernel's RELEASE reaches us, so a handle that was just closed may still
+ * count in @count (in->npassthrough or in->ncached). Give pending releases up to @ms milliseconds
+ * before deciding how to open. fs->lock held (dropped while waiting); @in stays, the kernel holds a
+ * lookup on it.
+ */
 static void wait_released(struct wfs_fs *fs, const unsigned *count, long ms)
 {
 	struct timespec deadline;
@@ -660,6 +667,23 @@ static void wait_released(struct wfs_fs *fs, const unsigned *count, long ms)
 	while (*count > 0)
 		if (pthread_cond_timedwait(&fs->sealed, &fs->lock, &deadline) == ETIMEDOUT)
 			break;
+}
+
+/*
+ * A name open read-only through passthrough has its backing file fixed in the kernel, so its content
+ * may not change under those readers: a writable open, a truncate or a claim waits up to 500 ms for
+ * readers that are closing, then fails with ETXTBSY (logged once). fs->lock held (dropped while
+ * waiting). Returns 0 or -ETXTBSY.
+ */
+static int no_passthrough_readers(struct wfs_fs *fs, struct wfs_inode *in)
+{
+	wait_released(fs, &in->npassthrough, 500);
+	if (in->npassthrough == 0)
+		return 0;
+	wfs_log_once(&warned_txtbsy, WFS_LOG_WARN,
+		     "inode %llu: changed while open read-only through passthrough: ETXTBSY (write a new "
+		     "name and rename it over this one instead)", (unsigned long long)in->ino);
+	return -ETXTBSY;
 }
 
 static int open_read_only(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, struct wfs_handle *h,
@@ -751,14 +775,10 @@ static int do_open(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, struct fus
 	if (!h)
 		return -ENOMEM;
 	if (writable) {
-		wait_released(fs, &in->npassthrough, 500); /* else ETXTBSY below */
-		if (in->npassthrough > 0) {
-			wfs_log_once(&warned_txtbsy, WFS_LOG_WARN,
-				     "inode %llu: open for writing while mapped read-only through passthrough: "
-				     "ETXTBSY (replace it with rename instead)",
-				     (unsigned long long)ino);
+		ret = no_passthrough_readers(fs, in);
+		if (ret) {
 			handle_free(fs, h);
-			return -ETXTBSY;
+			return ret;
 		}
 		if (truncate) {
 			v = wfs_version_writer(fs, req, in, true, &ret);
@@ -1359,7 +1379,10 @@ static int check_tensor_xattr(struct wfs_fs *fs, fuse_ino_t ino, const char *nam
 	struct wfs_attr a;
 	int ret;
 
-	if (is_dtype ? wfs_dtype_size(value, size) < 0 : wfs_shape_elements(value, size, &elements) < 0) {
+	/* Longer values than these cannot be valid (32 dimensions of 20 digits), and the seal reads
+	 * them back into buffers of these sizes. */
+	if (size >= (is_dtype ? 64u : 1024u) ||
+	    (is_dtype ? wfs_dtype_size(value, size) < 0 : wfs_shape_elements(value, size, &elements) < 0)) {
 		wfs_log(WFS_LOG_WARN, "inode %llu: %s=\"%.*s\" refused: %s", (unsigned long long)ino, name,
 			(int)(size < 64 ? size : 64), value,
 			is_dtype ? "not a safetensors dtype (BF16, F16, F32, I8, U8, BOOL, F8_E4M3, ...)"
@@ -1373,13 +1396,6 @@ static int check_tensor_xattr(struct wfs_fs *fs, fuse_ino_t ino, const char *nam
 			       is_dtype ? DTYPE_XATTR " refused" : SHAPE_XATTR " refused");
 }
 
-/*
- * setxattr(FILE, "user.weightfs.claim", "<32 hex digits>"): the caller knows the digest of the bytes
- * it would write. Sealing needs an empty regular file and an intact stored object; see
- * wfs_version_claim() for the errors. Only the mounting user (or root) may claim: with allow_other,
- * naming a digest would otherwise read any object in the store without permission to any of its
- * names. A trailing newline (`setfattr -v "$(xxhsum -H2 ...)"`, echo) is accepted.
- */
 /*
  * A digest given as an attribute value by the mounting user (or root): 32 hex digits, a trailing
  * newline allowed. Returns 0, -EPERM (another user) or -EINVAL.
@@ -1400,6 +1416,13 @@ static int digest_request(fuse_req_t req, const char *value, size_t size, struct
 	return wfs_digest_from_hex(hex, d) ? -EINVAL : 0;
 }
 
+/*
+ * setxattr(FILE, "user.weightfs.claim", "<32 hex digits>"): the caller knows the digest of the bytes
+ * it would write. Sealing needs an empty regular file and an intact stored object; see
+ * wfs_version_claim() for the errors. Only the mounting user (or root) may claim: with allow_other,
+ * naming a digest would otherwise read any object in the store without permission to any of its
+ * names. A trailing newline (`setfattr -v "$(xxhsum -H2 ...)"`, echo) is accepted.
+ */
 static int claim(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const char *value, size_t size)
 {
 	struct wfs_digest d;
@@ -1418,7 +1441,9 @@ static int claim(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const char *
 	if (ret == 0 && !in)
 		ret = -ENOMEM;
 	if (in) {
-		ret = wfs_version_claim(fs, req, in, &d);
+		ret = no_passthrough_readers(fs, in);
+		if (ret == 0)
+			ret = wfs_version_claim(fs, req, in, &d);
 		wfs_inode_maybe_free(fs, req, in);
 	}
 	pthread_mutex_unlock(&fs->lock);
@@ -1433,8 +1458,9 @@ static void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const
 
 	if (!is_user_xattr(name))
 		ret = -EOPNOTSUPP;
-	else if (strcmp(name, DIGEST_XATTR) == 0 || (ino == FUSE_ROOT_ID && strcmp(name, STATS_XATTR) == 0))
-		ret = -EPERM;
+	else if (strcmp(name, DIGEST_XATTR) == 0 || strcmp(name, STATS_XATTR) == 0 ||
+		 (ino != FUSE_ROOT_ID && strcmp(name, RECHECK_XATTR) == 0))
+		ret = -EPERM; /* computed, or a request only the mount root takes */
 	if (ret == 0 && ino == FUSE_ROOT_ID && strcmp(name, RECHECK_XATTR) == 0) {
 		struct wfs_digest d;
 
@@ -1509,7 +1535,7 @@ static void wfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 
 	if (!is_user_xattr(name))
 		ret = -ENODATA;
-	else if (strcmp(name, DIGEST_XATTR) == 0 || (ino == FUSE_ROOT_ID && strcmp(name, STATS_XATTR) == 0))
+	else if (strcmp(name, DIGEST_XATTR) == 0 || strcmp(name, STATS_XATTR) == 0)
 		ret = -EPERM;
 	if (ret == 0) {
 		pthread_mutex_lock(&fs->lock);

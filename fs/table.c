@@ -138,14 +138,14 @@ void wfs_object_maybe_delete(struct wfs_fs *fs, const struct wfs_digest *d)
 		return;
 	if (ret && ret != -ENOENT)
 		return;
-	if (fs->opt.retain) {
+	if (fs->opt.retain && ret == 0) { /* a file without a row (a commit failed) is not kept */
 		/*
 		 * Keep unreferenced objects up to the budget, dropping the least recently released.
 		 * Collecting reads every unreferenced row, so it runs only when the bytes released
 		 * since the last collection could have crossed the budget: fs->retained is the kept
 		 * bytes then plus every release since (reuse is not subtracted: an overestimate).
 		 */
-		fs->retained += ret == 0 ? bytes : 0;
+		fs->retained += bytes;
 		if (fs->retained <= fs->opt.retain)
 			return;
 		ret = wfs_gc_collect(fs->store, fs->catalog, fs->opt.retain, false, object_in_use, fs, &gc);

@@ -117,7 +117,8 @@ static void quarantine(struct wfs_fs *fs, const struct wfs_digest *d)
 		ret == 0 ? "moved to quarantine/" : "could not move it to quarantine/");
 }
 
-static int verify(struct wfs_fs *fs, struct wfs_object *o)
+/* Check @o's bytes, or trust an earlier check of the same file unless @force. fs->lock held. */
+static int verify(struct wfs_fs *fs, struct wfs_object *o, bool force)
 {
 	struct wfs_check *c;
 	struct stat st;
@@ -142,7 +143,7 @@ static int verify(struct wfs_fs *fs, struct wfs_object *o)
 	}
 	if (ret)
 		return ret;
-	if (c && !c->bad && same_file(c, &st))
+	if (c && !c->bad && !force && same_file(c, &st))
 		return 0;
 
 	o->verifying = true;
@@ -199,7 +200,7 @@ int wfs_verify_count(struct wfs_fs *fs, uint64_t *verified, uint64_t *unverified
 
 int wfs_verify_object(struct wfs_fs *fs, struct wfs_object *o)
 {
-	return fs->opt.verify ? verify(fs, o) : 0;
+	return fs->opt.verify ? verify(fs, o, false) : 0;
 }
 
 int wfs_verify_recheck(struct wfs_fs *fs, fuse_req_t req, const struct wfs_digest *d)
@@ -211,14 +212,10 @@ int wfs_verify_recheck(struct wfs_fs *fs, fuse_req_t req, const struct wfs_diges
 
 	if (wfs_store_object_stat(fs->store, d, &st) == -ENOENT && !c)
 		return -ENODATA; /* not stored (and not known to have been): nothing to check */
-	if (c && !c->bad) {
-		c->st_ino = 0; /* no file matches: the next check reads the bytes */
-		c->st_size = -1;
-	}
 	o = wfs_object_pin(fs, d);
 	if (!o)
 		return -ENOMEM;
-	ret = verify(fs, o); /* even with -o verify=none: asked for */
+	ret = verify(fs, o, true); /* read now, even with -o verify=none: asked for */
 	wfs_object_unpin(fs, req, o);
 	return ret;
 }

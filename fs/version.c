@@ -472,6 +472,13 @@ int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, bo
 	wfs_crashpoint("seal.after-digest");
 
 	pthread_mutex_lock(&fs->lock);
+	/* A size that does not fit the dtype/shape attributes is refused where close(2) can say so,
+	 * before anything is published. At release nobody hears the error: refusing would lose the
+	 * bytes, so they are sealed and the mismatch is logged. */
+	if (ret == 0 && wfs_tensor_fits(fs, in->ino, size, NULL, NULL, 0,
+					reported ? "seal refused" : "sealed at release all the same") &&
+	    reported)
+		ret = -EINVAL;
 	if (ret == 0) {
 		o = wfs_object_pin(fs, &d); /* keeps the object from being deleted until committed */
 		if (!o)
@@ -500,13 +507,6 @@ int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, bo
 
 	wfs_crashpoint("seal.before-commit");
 	pthread_mutex_lock(&fs->lock);
-	/* A size that does not fit the dtype/shape attributes is refused where close(2) can say so.
-	 * At release nobody hears the error: refusing would lose the bytes, so they are sealed and
-	 * the mismatch is logged. */
-	if (ret == 0 && wfs_tensor_fits(fs, in->ino, size, NULL, NULL, 0,
-					       reported ? "seal refused" : "sealed at release all the same") &&
-	    reported)
-		ret = -EINVAL;
 	if (ret == 0) {
 		/* cp -a and tar set the times on the open file before closing it: keep them. */
 		if (v->mtime_set)
@@ -595,8 +595,13 @@ void wfs_version_abandon(struct wfs_fs *fs, struct wfs_inode *in)
 	pthread_cond_broadcast(&fs->sealed);
 }
 
-/* May a claim replace what @in holds now? Only nothing: no content, no bytes written. fs->lock held. */
-static int claim_target_empty(struct wfs_fs *fs, struct wfs_inode *in)
+/*
+ * May a claim replace what @in holds now? Only nothing: no content, no bytes written, and no reader
+ * holding the current (empty) object as its passthrough backing file. With @freeze, an empty
+ * version being written is frozen (writes wait for the claim, then go to a new version) and
+ * *@frozen says so. fs->lock held; waits for a seal in progress.
+ */
+static int claim_target_empty(struct wfs_fs *fs, struct wfs_inode *in, bool freeze, bool *frozen)
 {
 	struct wfs_version *v;
 	struct wfs_attr a;
@@ -605,10 +610,16 @@ static int claim_target_empty(struct wfs_fs *fs, struct wfs_inode *in)
 	/* A seal in progress (an empty file's is at its release, after close(2) returned): wait. */
 	while ((v = in->writer) != NULL && __atomic_load_n(&v->frozen, __ATOMIC_ACQUIRE))
 		pthread_cond_wait(&fs->sealed, &fs->lock);
+	if (in->npassthrough > 0)
+		return -ETXTBSY;
 	if (v) {
 		/* The bytes being written are what the file holds now, whatever was sealed before. */
 		pthread_mutex_lock(&v->lock);
 		ret = v->written || v->size ? -EEXIST : 0;
+		if (ret == 0 && freeze) {
+			v->frozen = true;
+			*frozen = true;
+		}
 		pthread_mutex_unlock(&v->lock);
 		return ret;
 	}
@@ -625,10 +636,11 @@ int wfs_version_claim(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, c
 	struct wfs_attr old, now;
 	struct wfs_object *o;
 	struct timespec mtime;
+	bool frozen = false;
 	struct stat st;
 	int ret;
 
-	ret = claim_target_empty(fs, in); /* fail early, before reading the object */
+	ret = claim_target_empty(fs, in, false, NULL); /* fail early, before reading the object */
 	if (ret)
 		return ret;
 	o = wfs_object_pin(fs, d); /* from here on the object cannot be deleted under us */
@@ -637,14 +649,13 @@ int wfs_version_claim(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, c
 	ret = wfs_store_object_stat(fs->store, d, &st); /* absent: the common miss, not worth a log */
 	if (ret == 0)
 		ret = wfs_verify_object(fs, o); /* may drop fs->lock; once per object per daemon run */
-	if (ret == 0)
-		ret = wfs_store_object_stat(fs->store, d, &st); /* as checked */
 	if (ret == -ENOENT || ret == -EIO)
 		ret = -ENODATA;
 	if (ret == -ENODATA)
 		fs->counters.claim_misses++;
-	if (ret == 0)
-		ret = claim_target_empty(fs, in); /* again: fs->lock may have been dropped */
+	if (ret == 0) /* again, freezing an empty version: fs->lock may have been dropped, and a write
+		       * must not land between this check and the commit */
+		ret = claim_target_empty(fs, in, true, &frozen);
 	if (ret == 0)
 		ret = wfs_tensor_fits(fs, in->ino, (uint64_t)st.st_size, NULL, NULL, 0, "claim refused");
 	if (ret == 0) {
@@ -659,6 +670,13 @@ int wfs_version_claim(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, c
 		in->digest = *d;
 		in->cache_valid = false;
 		fs->counters.claims++;
+	} else if (frozen) {
+		struct wfs_version *v = in->writer; /* the one frozen above: fs->lock held since */
+
+		pthread_mutex_lock(&v->lock);
+		v->frozen = false; /* as it was; writers waiting on fs->sealed go on with it */
+		pthread_mutex_unlock(&v->lock);
+		pthread_cond_broadcast(&fs->sealed);
 	}
 	wfs_object_unpin(fs, req, o);
 	if (ret == 0 && old.sealed && !wfs_digest_equal(&old.digest, d))

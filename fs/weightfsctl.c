@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -124,8 +125,11 @@ int wfs_cmd_mount_of(const char *store, char *out)
 	if (!f)
 		return -errno;
 	while (ret && (m = getmntent(f)) != NULL) {
+		struct statfs sf;
+
+		/* A mount whose daemon died answers ENOTCONN. */
 		if (strcmp(m->mnt_type, "fuse.weightfs") == 0 && strcmp(m->mnt_fsname, store) == 0 &&
-		    getxattr(m->mnt_dir, "user.weightfs.stats", NULL, 0) > 0) {
+		    statfs(m->mnt_dir, &sf) == 0) {
 			snprintf(out, PATH_MAX, "%s", m->mnt_dir);
 			ret = 0;
 		}

@@ -161,7 +161,10 @@ int wfs_catalog_inode_drop(struct wfs_catalog *c, uint64_t ino, struct wfs_attr 
 
 /* Reference count of object @d (invariant 1). -ENOENT if the catalog has no such object. */
 int wfs_catalog_object_refcount(struct wfs_catalog *c, const struct wfs_digest *d, uint64_t *refcount);
-/* Reference count and size in bytes (@bytes may be NULL) of object @d; -ENOENT if not cataloged. */
+/*
+ * Reference count and size in bytes (@bytes may be NULL) of object @d. Returns 0, -ENOENT if not
+ * cataloged, or another -errno of the catalog (SQLite error mapped as for every call here).
+ */
 int wfs_catalog_object_get(struct wfs_catalog *c, const struct wfs_digest *d, uint64_t *refcount,
 			   uint64_t *bytes);
 /* Object states (objects.state). */

@@ -850,8 +850,12 @@ END_TEST
 /* user.weightfs.dtype and .shape: validated, and checked against the file's size when both are set. */
 START_TEST(tensor_xattrs)
 {
-	char buf[64];
+	char buf[64], longshape[1200];
+	int objects;
 
+	daemon_stop();
+	snprintf(M.opts, sizeof(M.opts), "retain=1G"); /* a refused seal must leave no object behind */
+	daemon_start();
 	ck_assert_int_eq(write_file(path("w"), "0123456789abcdef", 16), 0);
 	ck_assert_int_eq(setxattr(path("w"), "user.weightfs.dtype", "F99", 3, 0), -1);
 	ck_assert_int_eq(errno, EINVAL);
@@ -870,9 +874,18 @@ START_TEST(tensor_xattrs)
 	ck_assert_int_eq(log_count("does not make the file's 16 bytes"), 2);
 	/* Other user.* names are stored as given. */
 	ck_assert_int_eq(setxattr(path("w"), "user.note", "[2,", 3, 0), 0);
-	/* Rewritten in place, the file is held to its attributes: close fails, the bytes stay. */
+	/* A valid shape longer than any the seal reads back (1 KiB) is refused up front. */
+	memset(longshape, ' ', sizeof(longshape));
+	memcpy(longshape, "[2,", 3);
+	memcpy(longshape + sizeof(longshape) - 2, "2]", 2);
+	ck_assert_int_eq(setxattr(path("w"), "user.weightfs.shape", longshape, sizeof(longshape), 0), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	/* Rewritten in place, the file is held to its attributes: close fails, the bytes stay, and
+	 * nothing was published for them. */
+	objects = count_objects();
 	ck_assert_int_eq(write_file(path("w"), "0123456789abcdefXXXX", 20), -EINVAL);
 	assert_file_equals(path("w"), (const unsigned char *)"0123456789abcdef", 16);
+	ck_assert_int_eq(count_objects(), objects);
 	ck_assert_int_eq(log_count("seal refused: shape [2,2] x F32 (4 bytes) does not make the file's 20"), 1);
 	ck_assert_int_eq(write_file(path("w"), "fedcba9876543210", 16), 0);
 	assert_file_equals(path("w"), (const unsigned char *)"fedcba9876543210", 16);
@@ -1042,6 +1055,21 @@ START_TEST(digest_claim)
 	ck_assert_int_eq(claim_path(path("dir"), hex, WFS_DIGEST_HEX_CHARS), EINVAL);
 	ck_assert_int_eq(getxattr(path("e"), "user.weightfs.claim", other, sizeof(other)), -1);
 	ck_assert_int_eq(errno, ENODATA); /* a request, not an attribute */
+	ck_assert_int_eq(setxattr(path("e"), "user.weightfs.recheck", hex, WFS_DIGEST_HEX_CHARS, 0), -1);
+	ck_assert_int_eq(errno, EPERM); /* the mount root's request, not a file's attribute */
+	if (passthrough_mode()) {
+		/* An empty file open read-only through passthrough keeps its backing file: no claim. */
+		int rfd = open(path("e"), O_RDONLY);
+
+		ck_assert_int_ge(rfd, 0);
+		ck_assert_int_eq(claim_path(path("e"), hex, WFS_DIGEST_HEX_CHARS), ETXTBSY);
+		close(rfd);
+		/* the claim waits for the reader's release, as a writable open does */
+		ck_assert_int_eq(claim_path(path("e"), hex, WFS_DIGEST_HEX_CHARS), 0);
+		assert_file_equals(path("e"), a, len);
+		ck_assert_int_eq(unlink(path("e")), 0);
+		ck_assert_int_eq(write_file(path("e"), "", 0), 0);
+	}
 	ck_assert_int_eq(stat(path("e"), &st), 0);
 	ck_assert_int_eq(st.st_size, 0);
 	free(a);

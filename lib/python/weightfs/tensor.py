@@ -469,13 +469,15 @@ def _try_claim(fd, tmp, dev, hexdigest, nbytes):
     return False
 
 
-def _set_tensor_xattrs(path, name, shape):
-    """Set user.weightfs.dtype and .shape on path; one warning when the filesystem has no user xattrs."""
+def _set_tensor_xattrs(fd, path, name, shape):
+    """Set user.weightfs.dtype and .shape on open file fd (path: for messages); one warning when the
+    filesystem has no user xattrs. Set before the bytes are written, so that weightfs holds the seal
+    (and a claim) to them."""
     if name is None:
         return
     try:
-        os.setxattr(path, DTYPE_XATTR, name.encode("ascii"))
-        os.setxattr(path, SHAPE_XATTR, shape_text(shape).encode("ascii"))
+        os.setxattr(fd, DTYPE_XATTR, name.encode("ascii"))
+        os.setxattr(fd, SHAPE_XATTR, shape_text(shape).encode("ascii"))
     except OSError as e:
         if e.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
             _warn_once("xattr-unsupported", f"user xattrs are not supported on the filesystem of "
@@ -629,6 +631,8 @@ def offload(data, path, *, claim=True, xattrs=True, fsync=False, stager=None, _d
     fd = -1
     try:
         fd = _create(tmp, d)
+        if xattrs:
+            _set_tensor_xattrs(fd, tmp, name, shape)
         # Empty content is claimed too: a claim seals at once, while an empty file that is only
         # created and closed is sealed by weightfs at release, after close(2) has returned.
         if claim:
@@ -657,8 +661,6 @@ def offload(data, path, *, claim=True, xattrs=True, fsync=False, stager=None, _d
                 os.close(cfd)  # weightfs seals here: ENOSPC/EIO of the seal come back now
             except OSError as e:
                 raise _reraise(e, tmp, f"closing (sealing) {tmp}") from None
-        if xattrs:
-            _set_tensor_xattrs(tmp, name, shape)
         try:
             os.rename(tmp, path)
         except OSError as e:
