@@ -47,10 +47,9 @@
 #include <unistd.h>
 
 #include "cmd.h"
+#include "dtype.h"
 #include "safetensors.h"
 
-#define DTYPE_XATTR "user.weightfs.dtype"
-#define SHAPE_XATTR "user.weightfs.shape"
 #define META_XATTR "user.weightfs.safetensors.metadata"
 #define INDEX_XATTR "user.weightfs.safetensors.index"
 #define TMP_PREFIX ".wfs-import."

@@ -35,6 +35,7 @@
 
 #include "catalog.h"
 #include "digest.h"
+#include "dtype.h"
 #include "store.h"
 
 struct wfs_map_node {
@@ -132,8 +133,6 @@ struct wfs_options {
 	unsigned max_threads;
 };
 
-#define DTYPE_XATTR "user.weightfs.dtype" /* a safetensors dtype name (lib/dtype.h) */
-#define SHAPE_XATTR "user.weightfs.shape" /* a JSON array of dimensions */
 
 /* What this daemon did since it mounted; shown by user.weightfs.stats on the mount root. */
 struct wfs_counters {

@@ -14,6 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The extended attributes that carry them on a weightfs file (weightfs(8)). */
+#define DTYPE_XATTR "user.weightfs.dtype" /* a dtype name below, e.g. "BF16" */
+#define SHAPE_XATTR "user.weightfs.shape" /* a JSON array of dimensions, e.g. "[4096,1024]" */
+
 /* Bytes per element of dtype @name (@len bytes, not NUL-terminated), or -EINVAL if unknown. */
 int wfs_dtype_size(const char *name, size_t len);
 

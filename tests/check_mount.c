@@ -1058,8 +1058,12 @@ START_TEST(digest_claim)
 	ck_assert_int_eq(setxattr(path("e"), "user.weightfs.recheck", hex, WFS_DIGEST_HEX_CHARS, 0), -1);
 	ck_assert_int_eq(errno, EPERM); /* the mount root's request, not a file's attribute */
 	if (passthrough_mode()) {
-		/* An empty file open read-only through passthrough keeps its backing file: no claim. */
-		int rfd = open(path("e"), O_RDONLY);
+		/* An empty file open read-only through passthrough keeps its backing file: no claim.
+		 * (Sealed first: a reader of a file still being written is daemon-served.) */
+		int rfd;
+
+		EVENTUALLY(getxattr(path("e"), "user.weightfs.digest", NULL, 0) == WFS_DIGEST_HEX_CHARS);
+		rfd = open(path("e"), O_RDONLY);
 
 		ck_assert_int_ge(rfd, 0);
 		ck_assert_int_eq(claim_path(path("e"), hex, WFS_DIGEST_HEX_CHARS), ETXTBSY);
