@@ -27,12 +27,11 @@ static void skip_space(const char **p, const char *end)
 		(*p)++;
 }
 
-int wfs_shape_elements(const char *text, size_t len, uint64_t *elements)
+int wfs_shape_parse(const char *text, size_t len, uint64_t dims[WFS_SHAPE_MAX_DIMS], unsigned *ndim)
 {
 	const char *p = text, *end = text + len;
-	uint64_t product = 1;
-	bool overflow = false, zero = false;
-	int dims = 0;
+	uint64_t got[WFS_SHAPE_MAX_DIMS];
+	unsigned n = 0;
 
 	skip_space(&p, end);
 	if (p == end || *p++ != '[')
@@ -54,14 +53,9 @@ int wfs_shape_elements(const char *text, size_t len, uint64_t *elements)
 					return -EINVAL; /* a dimension beyond 64 bits */
 				dim = dim * 10 + digit;
 			}
-			if (p == digits || ++dims > 32)
+			if (p == digits || n == WFS_SHAPE_MAX_DIMS)
 				return -EINVAL;
-			if (dim == 0)
-				zero = true;
-			else if (product > UINT64_MAX / dim)
-				overflow = true;
-			else
-				product *= dim;
+			got[n++] = dim;
 			skip_space(&p, end);
 			if (p < end && *p == ',') {
 				p++;
@@ -77,9 +71,28 @@ int wfs_shape_elements(const char *text, size_t len, uint64_t *elements)
 	skip_space(&p, end);
 	if (p != end)
 		return -EINVAL;
-	if (zero) {
-		*elements = 0;
-		return 0;
+	memcpy(dims, got, n * sizeof(*got));
+	*ndim = n;
+	return 0;
+}
+
+int wfs_shape_elements(const char *text, size_t len, uint64_t *elements)
+{
+	uint64_t dims[WFS_SHAPE_MAX_DIMS], product = 1;
+	bool overflow = false;
+	unsigned n;
+
+	if (wfs_shape_parse(text, len, dims, &n))
+		return -EINVAL;
+	for (unsigned i = 0; i < n; i++) {
+		if (dims[i] == 0) {
+			*elements = 0; /* an empty tensor, however large the other dimensions */
+			return 0;
+		}
+		if (product > UINT64_MAX / dims[i])
+			overflow = true;
+		else
+			product *= dims[i];
 	}
 	if (overflow)
 		return -EOVERFLOW;

@@ -21,9 +21,20 @@
 /* Bytes per element of dtype @name (@len bytes, not NUL-terminated), or -EINVAL if unknown. */
 int wfs_dtype_size(const char *name, size_t len);
 
+#define WFS_SHAPE_MAX_DIMS 32
+
 /*
- * Parse shape @text (@len bytes) into its element count (the product of the dimensions; 1 for "[]").
- * At most 32 dimensions. Returns 0, or -EINVAL (not a JSON array of non-negative integers) or
+ * Parse shape @text (@len bytes): a JSON array of at most WFS_SHAPE_MAX_DIMS integers in
+ * [0, 2^64), digits only (no sign, fraction or exponent), whitespace allowed between tokens. Writes
+ * the dimensions to @dims and their count to *@ndim (0 for "[]", a scalar). Returns 0 or -EINVAL;
+ * out parameters are written only on success. The one grammar for user.weightfs.shape: the daemon
+ * checks with it what export reads back.
+ */
+int wfs_shape_parse(const char *text, size_t len, uint64_t dims[WFS_SHAPE_MAX_DIMS], unsigned *ndim);
+
+/*
+ * Parse shape @text (@len bytes, as wfs_shape_parse()) into its element count (the product of the
+ * dimensions; 1 for "[]", 0 when any dimension is 0). Returns 0, or -EINVAL (not a shape) or
  * -EOVERFLOW (the product does not fit in 64 bits). *@elements is written only on success.
  */
 int wfs_shape_elements(const char *text, size_t len, uint64_t *elements);

@@ -831,23 +831,7 @@ int wfs_st_meta_parse(struct wfs_st_file *f, const char *text, size_t len, char 
 
 int wfs_st_shape_parse(const char *text, size_t len, uint64_t shape[WFS_ST_MAX_DIMS], unsigned *ndim)
 {
-	uint64_t dims[WFS_ST_MAX_DIMS];
-	json_t *root = json_loadb(text, len, JSON_DECODE_ANY, NULL), *dim;
-	size_t i;
-	int ret = -EINVAL;
-
-	if (!json_is_array(root) || json_array_size(root) > WFS_ST_MAX_DIMS)
-		goto out;
-	json_array_foreach(root, i, dim) {
-		if (!get_uint(dim, &dims[i]))
-			goto out;
-	}
-	*ndim = (unsigned)json_array_size(root);
-	memcpy(shape, dims, *ndim * sizeof(*dims));
-	ret = 0;
-out:
-	json_decref(root);
-	return ret;
+	return wfs_shape_parse(text, len, shape, ndim);
 }
 
 int wfs_st_shape_format(const uint64_t *shape, unsigned ndim, char *buf, size_t size)

@@ -55,10 +55,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtype.h"
+
 /* Largest header (N) read or written, in bytes: the reference's MAX_HEADER_SIZE. */
 #define WFS_ST_HEADER_MAX 100000000ull
 /* Most dimensions of one tensor (what user.weightfs.shape accepts, lib/dtype.h). */
-#define WFS_ST_MAX_DIMS 32
+#define WFS_ST_MAX_DIMS WFS_SHAPE_MAX_DIMS /* lib/dtype.h */
 /* Room for an error line, including the NUL; longer lines are cut. */
 #define WFS_ST_ERR_MAX 512
 /* Longest dtype name plus NUL. */
@@ -169,9 +171,9 @@ int wfs_st_meta_json(const struct wfs_st_file *f, char **out, size_t *len);
 int wfs_st_meta_parse(struct wfs_st_file *f, const char *text, size_t len, char *err, size_t errlen);
 
 /*
- * Parse a shape like "[4096,1024]" (a JSON array of non-negative integers, as user.weightfs.shape
- * holds it; @len bytes at @text) into @shape (WFS_ST_MAX_DIMS entries) and *@ndim. Returns 0 or
- * -EINVAL. Out parameters are written only on success.
+ * Parse a shape like "[4096,1024]" as user.weightfs.shape holds it (@len bytes at @text) into @shape
+ * (WFS_ST_MAX_DIMS entries) and *@ndim: wfs_shape_parse(), the grammar the daemon checks the
+ * attribute with. Returns 0 or -EINVAL. Out parameters are written only on success.
  */
 int wfs_st_shape_parse(const char *text, size_t len, uint64_t shape[WFS_ST_MAX_DIMS], unsigned *ndim);
 

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "dtype.h"
+#include "safetensors.h"
 #include "testutil.h"
 
 static int size_of(const char *name)
@@ -86,6 +87,28 @@ START_TEST(shape_invalid)
 }
 END_TEST
 
+/* The dimensions themselves, and the same grammar where export reads the attribute back. */
+START_TEST(shape_dims)
+{
+	uint64_t dims[WFS_SHAPE_MAX_DIMS] = {0};
+	unsigned nd = 99;
+
+	ck_assert_int_eq(wfs_shape_parse(" [ 4096 ,\t1024 ] ", 17, dims, &nd), 0);
+	ck_assert_uint_eq(nd, 2);
+	ck_assert_uint_eq(dims[0], 4096);
+	ck_assert_uint_eq(dims[1], 1024);
+	ck_assert_int_eq(wfs_shape_parse("[]", 2, dims, &nd), 0);
+	ck_assert_uint_eq(nd, 0);
+	nd = 99;
+	ck_assert_int_eq(wfs_shape_parse("[-0]", 4, dims, &nd), -EINVAL); /* JSON allows it; a shape not */
+	ck_assert_int_eq(wfs_shape_parse("[1e3]", 5, dims, &nd), -EINVAL);
+	ck_assert_uint_eq(nd, 99);
+	ck_assert_int_eq(wfs_st_shape_parse("[-0]", 4, dims, &nd), -EINVAL);
+	ck_assert_int_eq(wfs_st_shape_parse("[18446744073709551615]", 22, dims, &nd), 0);
+	ck_assert_uint_eq(dims[0], UINT64_MAX);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("dtype");
@@ -95,6 +118,7 @@ int main(void)
 
 	tcase_add_test(tc, dtype_sizes);
 	tcase_add_test(tc, dtype_unknown);
+	tcase_add_test(tc, shape_dims);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("shape");
 	tcase_add_test(tc, shape_valid);
