@@ -4,6 +4,7 @@
 # source package when the system one is older (.ci/build-libfuse).
 
 B        ?= build
+.DEFAULT_GOAL := all
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 CC       ?= cc

@@ -62,7 +62,8 @@ struct wfs_version {
 	bool in_order;             /* (V) every write so far extended the hashed prefix */
 	int error;                 /* (V) first write error (-errno); sealing fails with it */
 	bool modified;             /* (V) changed since it was started */
-	bool written;              /* (V) data written (not only created or truncated) */
+	bool written;              /* (V) data written, or the size set by ftruncate(2) (not only
+				    * created or opened with O_TRUNC): a flush of its writer seals */
 	bool mtime_set;            /* (V) utimes after the last write: the seal keeps @mtime */
 	struct timespec mtime;
 	bool has_base;             /* (V) started as a copy of object @base */

@@ -269,8 +269,80 @@ static bool flush_ends_writing(fuse_req_t req, struct wfs_handle *h)
 	return !a || !b || a == b; /* unknown: seal, as close(2) promises */
 }
 
-/* Stop counting @h as a writer of its version; the last writer seals it. fs->lock held. */
-static int finish_writing(struct wfs_fs *fs, fuse_req_t req, struct wfs_handle *h, bool at_release)
+/*
+ * What a handler must tell the kernel once fs->lock is dropped: names removed because their file was
+ * never sealed, and an inode whose cached size and pages are stale. Telling it under fs->lock could
+ * deadlock: a notify_delete takes the directory's lock, which a lookup waiting for fs->lock holds.
+ */
+struct kernel_news {
+	uint64_t ino;      /* the inode concerned, 0 for none */
+	bool inval;        /* its attributes and page cache are stale */
+	size_t n;          /* names removed */
+	struct removed_name {
+		uint64_t parent;
+		char *name;
+	} *names;
+};
+
+static void news_name(void *ctx, uint64_t parent, const char *name)
+{
+	struct kernel_news *k = ctx;
+	struct removed_name *p = realloc(k->names, (k->n + 1) * sizeof(*p));
+
+	if (!p)
+		return; /* the kernel forgets the name at its entry timeout instead */
+	k->names = p;
+	p[k->n].parent = parent;
+	p[k->n].name = strdup(name);
+	if (p[k->n].name)
+		k->n++;
+}
+
+/* Send @k to the kernel (fs->lock not held) and free it. */
+static void news_send(struct wfs_fs *fs, struct kernel_news *k)
+{
+	for (size_t i = 0; i < k->n; i++) {
+		if (fuse_lowlevel_notify_delete(fs->se, k->names[i].parent, k->ino, k->names[i].name,
+						strlen(k->names[i].name)) == -ENOSYS)
+			fuse_lowlevel_notify_inval_entry(fs->se, k->names[i].parent, k->names[i].name,
+							 strlen(k->names[i].name));
+		free(k->names[i].name);
+	}
+	if (k->inval)
+		fuse_lowlevel_notify_inval_inode(fs->se, k->ino, 0, 0);
+	free(k->names);
+	*k = (struct kernel_news){0};
+}
+
+/*
+ * @in's version was just dropped unsealed (its writer was killed, or the seal failed). A name that
+ * was never sealed is removed now — a restarted writer checking "exists, with the right size" must
+ * not find a name that fails every open with EIO — and a name that was sealed shows that content
+ * again, the kernel's cached size included. fs->lock held; @news collects what to tell the kernel.
+ */
+static void writer_gone(struct wfs_fs *fs, struct wfs_inode *in, struct kernel_news *news)
+{
+	int ret;
+
+	news->ino = in->ino;
+	news->inval = true;
+	if (in->sealed || in->writer)
+		return;
+	ret = wfs_catalog_unlink_unsealed(fs->catalog, in->ino, news_name, news);
+	if (ret)
+		wfs_log(WFS_LOG_ERR, "inode %llu: removing the never-sealed name failed: %s (removed at the "
+			"next mount)", (unsigned long long)in->ino, strerror(-ret));
+	else if (news->n)
+		wfs_log(WFS_LOG_INFO, "inode %llu: never sealed and its writer is gone: name removed",
+			(unsigned long long)in->ino);
+}
+
+/*
+ * Stop counting @h as a writer of its version; the last writer seals it. fs->lock held; @news gets
+ * what the kernel must hear when the version was dropped unsealed (writer_gone()).
+ */
+static int finish_writing(struct wfs_fs *fs, fuse_req_t req, struct wfs_handle *h, bool at_release,
+			  struct kernel_news *news)
 {
 	struct wfs_version *v = h->writing;
 	struct wfs_inode *in = h->inode;
@@ -283,11 +355,14 @@ static int finish_writing(struct wfs_fs *fs, fuse_req_t req, struct wfs_handle *
 		sig = killed_by_signal(req);
 		if (sig) {
 			wfs_log(WFS_LOG_WARN, "inode %llu: writer killed by signal %d before it finished: "
-				"nothing sealed, the name keeps its previous content", (unsigned long long)in->ino,
-				sig);
+				"nothing sealed%s", (unsigned long long)in->ino, sig,
+				in->sealed ? ", the name keeps its previous content" : "");
 			wfs_version_abandon(fs, in);
+			writer_gone(fs, in, news);
 		} else {
 			ret = wfs_version_seal(fs, req, in, !at_release);
+			if (ret)
+				writer_gone(fs, in, news);
 		}
 	}
 	wfs_version_put(v);
@@ -311,7 +386,7 @@ static void start_writing(struct wfs_handle *h, struct wfs_version *v)
 
 /* truncate(2)/ftruncate(2): a new version of the given size, sealed now unless a writer is open. */
 static int set_size(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, struct wfs_handle *h,
-		    uint64_t size)
+		    uint64_t size, struct kernel_news *news)
 {
 	struct wfs_version *v;
 	int ret;
@@ -330,6 +405,8 @@ static int set_size(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, str
 	if (v->writers == 0 && in->writer == v) {
 		int r = wfs_version_seal(fs, req, in, true);
 
+		if (r)
+			writer_gone(fs, in, news);
 		if (ret == 0)
 			ret = r;
 	}
@@ -340,7 +417,7 @@ static int set_size(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, str
 static int no_passthrough_readers(struct wfs_fs *fs, struct wfs_inode *in);
 
 static int do_setattr(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const struct stat *st,
-		      int to_set, struct fuse_file_info *fi, struct stat *out)
+		      int to_set, struct fuse_file_info *fi, struct stat *out, struct kernel_news *news)
 {
 	struct wfs_attr a, in_attr = {0};
 	struct wfs_inode *in;
@@ -360,7 +437,7 @@ static int do_setattr(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const s
 			return -ENOMEM;
 		ret = no_passthrough_readers(fs, in);
 		if (ret == 0)
-			ret = set_size(fs, req, in, fi ? handle_of(fi) : NULL, (uint64_t)st->st_size);
+			ret = set_size(fs, req, in, fi ? handle_of(fi) : NULL, (uint64_t)st->st_size, news);
 		if (ret) {
 			wfs_inode_maybe_free(fs, req, in);
 			return ret;
@@ -418,12 +495,14 @@ static void wfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int t
 			struct fuse_file_info *fi)
 {
 	struct wfs_fs *fs = fs_of(req);
+	struct kernel_news news = {0};
 	struct stat st;
 	int ret;
 
 	pthread_mutex_lock(&fs->lock);
-	ret = do_setattr(fs, req, ino, attr, to_set, fi, &st);
+	ret = do_setattr(fs, req, ino, attr, to_set, fi, &st, &news);
 	pthread_mutex_unlock(&fs->lock);
+	news_send(fs, &news);
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
@@ -961,6 +1040,7 @@ static void wfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct wfs_fs *fs = fs_of(req);
 	struct wfs_handle *h = handle_of(fi);
+	struct kernel_news news = {0};
 	int ret = 0;
 
 	(void)ino;
@@ -970,8 +1050,10 @@ static void wfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		h->inode->ncached_closed++;
 	}
 	if (h->writing && flush_ends_writing(req, h))
-		ret = finish_writing(fs, req, h, false);
+		ret = finish_writing(fs, req, h, false, &news);
 	pthread_mutex_unlock(&fs->lock);
+	/* Before the reply: once a killed writer's exit is seen, its name is gone from the kernel. */
+	news_send(fs, &news);
 	fuse_reply_err(req, -ret);
 }
 
@@ -980,12 +1062,13 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	struct wfs_fs *fs = fs_of(req);
 	struct wfs_handle *h = handle_of(fi);
 	struct wfs_inode *in = h->inode;
+	struct kernel_news news = {0};
 	int ret;
 
 	pthread_mutex_lock(&fs->lock);
 	/* Writes after the last flush (a shared mapping written back at munmap) seal here; the
 	 * kernel drops release errors, so they can only be logged. */
-	ret = finish_writing(fs, req, h, true);
+	ret = finish_writing(fs, req, h, true, &news);
 	if (ret)
 		wfs_log(WFS_LOG_ERR, "inode %llu: seal at release failed: %s", (unsigned long long)ino,
 			strerror(-ret));
@@ -1005,6 +1088,7 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	wfs_inode_maybe_free(fs, req, in);
 	handle_free(fs, h);
 	pthread_mutex_unlock(&fs->lock);
+	news_send(fs, &news);
 	fuse_reply_err(req, 0);
 }
 
@@ -1390,8 +1474,10 @@ static int check_tensor_xattr(struct wfs_fs *fs, fuse_ino_t ino, const char *nam
 		return -EINVAL;
 	}
 	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
-	if (ret || !a.sealed || !S_ISREG(a.mode))
-		return ret; /* a file being written is held to its attributes when it is sealed */
+	/* A file being written is held to its attributes when it is sealed; so is an empty one, which
+	 * tar (mknod, attributes, then the bytes) and a digest claim fill only after this. */
+	if (ret || !a.sealed || !S_ISREG(a.mode) || a.size == 0)
+		return ret;
 	return wfs_tensor_fits(fs, ino, a.size, name, value, size,
 			       is_dtype ? DTYPE_XATTR " refused" : SHAPE_XATTR " refused");
 }
@@ -1450,6 +1536,32 @@ static int claim(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const char *
 	return ret;
 }
 
+/*
+ * setxattr of the computed user.weightfs.digest: a copy made by an older weightfs (which listed it)
+ * carries it as a plain attribute, and tar or rsync set it back. The same value as the file's own
+ * digest changes nothing: 1 (succeed, store nothing). Any other value: -EPERM (the digest is
+ * computed). fs->lock not held.
+ */
+static int digest_unchanged(struct wfs_fs *fs, fuse_ino_t ino, const char *value, size_t size)
+{
+	char hex[WFS_DIGEST_HEX_CHARS + 1];
+	struct wfs_attr a;
+	int ret;
+
+	if (size > 0 && value[size - 1] == '\n')
+		size--;
+	if (size != WFS_DIGEST_HEX_CHARS)
+		return -EPERM;
+	pthread_mutex_lock(&fs->lock);
+	wait_release_seal(fs, ino);
+	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+	pthread_mutex_unlock(&fs->lock);
+	if (ret || !a.sealed)
+		return -EPERM;
+	wfs_digest_to_hex(&a.digest, hex);
+	return strncasecmp(hex, value, size) == 0 ? 1 : -EPERM;
+}
+
 static void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
 			 int flags)
 {
@@ -1458,9 +1570,14 @@ static void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const
 
 	if (!is_user_xattr(name))
 		ret = -EOPNOTSUPP;
-	else if (strcmp(name, DIGEST_XATTR) == 0 || strcmp(name, STATS_XATTR) == 0 ||
-		 (ino != FUSE_ROOT_ID && strcmp(name, RECHECK_XATTR) == 0))
+	else if (strcmp(name, DIGEST_XATTR) == 0)
+		ret = digest_unchanged(fs, ino, value, size);
+	else if (strcmp(name, STATS_XATTR) == 0 || (ino != FUSE_ROOT_ID && strcmp(name, RECHECK_XATTR) == 0))
 		ret = -EPERM; /* computed, or a request only the mount root takes */
+	if (ret == 1) {
+		fuse_reply_err(req, 0);
+		return;
+	}
 	if (ret == 0 && ino == FUSE_ROOT_ID && strcmp(name, RECHECK_XATTR) == 0) {
 		struct wfs_digest d;
 
@@ -1495,34 +1612,25 @@ static void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const
 	fuse_reply_err(req, -ret);
 }
 
+/*
+ * Only stored attributes are listed. The computed ones (user.weightfs.digest, user.weightfs.stats)
+ * are read by name, as other filesystems hide theirs: a listed one would be copied out by `cp -a`,
+ * `rsync -X` and tar as a plain attribute, and rsync would try to remove it (EPERM) from every file
+ * whose source lacks it.
+ */
 static void wfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	struct wfs_fs *fs = fs_of(req);
-	size_t len = 0, stored = 0;
-	const char *computed = NULL; /* the one computed name this inode has, listed first */
-	size_t computed_len;
-	struct wfs_attr a = {0};
-	char *buf;
+	char *buf = NULL;
+	size_t len = 0;
 	int ret;
 
-	pthread_mutex_lock(&fs->lock);
-	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
-	if (ret == 0)
-		ret = wfs_catalog_xattr_list(fs->catalog, ino, NULL, 0, &stored);
-	if (a.sealed)
-		computed = DIGEST_XATTR;
-	else if (ino == FUSE_ROOT_ID)
-		computed = STATS_XATTR;
-	computed_len = computed ? strlen(computed) + 1 : 0;
-	len = stored + computed_len;
-	buf = ret == 0 && size ? malloc(len + 1) : NULL;
-	if (ret == 0 && size && !buf)
-		ret = -ENOMEM;
-	if (ret == 0 && buf) {
-		if (computed)
-			memcpy(buf, computed, computed_len);
-		ret = wfs_catalog_xattr_list(fs->catalog, ino, buf + computed_len, stored + 1, &stored);
+	if (size && !(buf = malloc(size))) {
+		fuse_reply_err(req, ENOMEM);
+		return;
 	}
+	pthread_mutex_lock(&fs->lock);
+	ret = wfs_catalog_xattr_list(fs->catalog, ino, buf, size, &len);
 	pthread_mutex_unlock(&fs->lock);
 	reply_xattr(req, ret, size, buf, len);
 	free(buf);

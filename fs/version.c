@@ -349,6 +349,7 @@ int wfs_version_truncate(struct wfs_fs *fs, struct wfs_version *v, uint64_t size
 	}
 	v->size = size;
 	v->modified = true;
+	v->written = true; /* an ftruncate(2) is the writer's change: its close seals and hears the result */
 out:
 	pthread_mutex_unlock(&v->lock);
 	return ret;
@@ -445,7 +446,7 @@ static void log_seal_error(struct wfs_inode *in, int err)
 		"inode %llu (find MNT -inum %llu): seal failed: %s; %s", (unsigned long long)in->ino,
 		(unsigned long long)in->ino, strerror(-err),
 		in->sealed ? "the name keeps its previous content"
-			   : "the new name stays unsealed (EIO on open, removed at the next mount)");
+			   : "the new name is removed");
 }
 
 int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, bool reported)

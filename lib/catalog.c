@@ -1,13 +1,17 @@
 #include "catalog.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <sqlite3.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/xattr.h>
+#include <unistd.h>
 
 #include "fault.h"
 #include "log.h"
@@ -121,10 +125,22 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_ROLLBACK] = "ROLLBACK",
 };
 
+/*
+ * The reserve: CATALOG_RESERVE bytes allocated beside catalog.db (catalog.db-reserve) while there is
+ * room. On a full filesystem a commit cannot grow the WAL, so nothing could be deleted to make room;
+ * an operation that frees space (unlink, rename, dropping an inode or an object) that fails with
+ * ENOSPC releases the reserve and runs once more. The reserve is allocated again after a commit once
+ * the filesystem has twice its size free. Measured: one unlink appends about 5 pages (20 KiB) to the
+ * WAL, so 8 MiB covers a few hundred deletions before the space they free comes back.
+ */
+#define CATALOG_RESERVE (8u << 20) /* bytes */
+
 struct wfs_catalog {
 	sqlite3 *db;
 	sqlite3_stmt *stmt[ST_COUNT];
 	bool readonly;
+	int reserve_fd;    /* catalog.db-reserve, -1 when read-only or it could not be created */
+	bool reserve_used; /* released (or never allocated): allocate again when there is room */
 };
 
 static atomic_bool sqlite_error_logged;
@@ -246,6 +262,39 @@ static int begin(struct wfs_catalog *c)
 	return step_done(c, stmt(c, ST_BEGIN));
 }
 
+/* Allocate the reserve when the filesystem has room for it twice over; else leave it for later. */
+static void reserve_fill(struct wfs_catalog *c)
+{
+	struct statvfs sv;
+
+	if (c->reserve_fd < 0 || fstatvfs(c->reserve_fd, &sv) < 0 ||
+	    (uint64_t)sv.f_bavail * sv.f_frsize < 2ull * CATALOG_RESERVE)
+		return;
+	if (fallocate(c->reserve_fd, 0, 0, CATALOG_RESERVE) == 0 ||
+	    (errno == EOPNOTSUPP && posix_fallocate(c->reserve_fd, 0, CATALOG_RESERVE) == 0)) {
+		c->reserve_used = false;
+		return;
+	}
+	if (ftruncate(c->reserve_fd, 0) < 0) /* a partial allocation would only eat the free space */
+		wfs_log(WFS_LOG_WARN, "catalog reserve: %s", strerror(errno));
+}
+
+/*
+ * An operation that frees space failed with ENOSPC: release the reserve so that its retry can commit.
+ * Returns true when there was a reserve to release (retry), false otherwise.
+ */
+static bool reserve_release(struct wfs_catalog *c)
+{
+	if (c->reserve_fd < 0 || c->reserve_used)
+		return false;
+	c->reserve_used = true;
+	if (ftruncate(c->reserve_fd, 0) < 0)
+		return false;
+	wfs_log(WFS_LOG_WARN, "the store's filesystem is full: catalog reserve (%u MiB) released so "
+		"that files can be removed", CATALOG_RESERVE >> 20);
+	return true;
+}
+
 /* Commit when @ret is 0, roll back otherwise; returns the first error. */
 static int end(struct wfs_catalog *c, int ret)
 {
@@ -253,8 +302,11 @@ static int end(struct wfs_catalog *c, int ret)
 		ret = wfs_fault("catalog.commit");
 	if (ret == 0) {
 		ret = step_done(c, stmt(c, ST_COMMIT));
-		if (ret == 0)
+		if (ret == 0) {
+			if (c->reserve_used)
+				reserve_fill(c);
 			return 0;
+		}
 	}
 	if (!sqlite3_get_autocommit(c->db))
 		step_done(c, stmt(c, ST_ROLLBACK));
@@ -321,6 +373,7 @@ int wfs_catalog_open(const char *path, unsigned flags, uint32_t root_uid, uint32
 	if (!c)
 		return -ENOMEM;
 	c->readonly = readonly;
+	c->reserve_fd = -1;
 	ret = sqlite3_open_v2(path, &c->db, oflags, NULL);
 	if (ret != SQLITE_OK) {
 		ret = map_sqlite(c, ret);
@@ -358,6 +411,17 @@ int wfs_catalog_open(const char *path, unsigned flags, uint32_t root_uid, uint32
 			goto fail;
 		}
 	}
+	if (!readonly) {
+		char reserve[PATH_MAX];
+		struct stat st;
+
+		snprintf(reserve, sizeof(reserve), "%s-reserve", path);
+		c->reserve_fd = open(reserve, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		c->reserve_used = c->reserve_fd >= 0 &&
+				  (fstat(c->reserve_fd, &st) < 0 || st.st_blocks * 512 < CATALOG_RESERVE);
+		if (c->reserve_used)
+			reserve_fill(c);
+	}
 	*out = c;
 	return 0;
 fail:
@@ -372,6 +436,8 @@ void wfs_catalog_close(struct wfs_catalog *c)
 	for (int i = 0; i < ST_COUNT; i++)
 		sqlite3_finalize(c->stmt[i]);
 	sqlite3_close(c->db);
+	if (c->reserve_fd >= 0)
+		close(c->reserve_fd);
 	free(c);
 }
 
@@ -593,7 +659,7 @@ static int remove_name(struct wfs_catalog *c, uint64_t parent, const char *name,
 	return ret;
 }
 
-int wfs_catalog_unlink(struct wfs_catalog *c, uint64_t parent, const char *name, bool dir,
+static int unlink_once(struct wfs_catalog *c, uint64_t parent, const char *name, bool dir,
 		       uint64_t *ino)
 {
 	struct wfs_attr a;
@@ -624,6 +690,90 @@ out:
 	ret = end(c, ret);
 	if (ret == 0)
 		*ino = a.ino;
+	return ret;
+}
+
+/* Frees space: on a full filesystem, runs again with the catalog's reserve released. */
+int wfs_catalog_unlink(struct wfs_catalog *c, uint64_t parent, const char *name, bool dir,
+		       uint64_t *ino)
+{
+	int ret = unlink_once(c, parent, name, dir, ino);
+
+	if (ret == -ENOSPC && reserve_release(c))
+		ret = unlink_once(c, parent, name, dir, ino);
+	return ret;
+}
+
+static int unlink_unsealed_once(struct wfs_catalog *c, uint64_t ino, wfs_catalog_name_fn fn, void *ctx)
+{
+	struct name {
+		uint64_t parent;
+		char *name;
+	} *names = NULL;
+	size_t n = 0, cap = 0;
+	sqlite3_stmt *s = NULL;
+	struct wfs_attr a;
+	int64_t t = now_ns();
+	int ret, rc = SQLITE_DONE;
+
+	ret = begin(c);
+	if (ret)
+		return ret;
+	ret = wfs_catalog_getattr(c, ino, &a);
+	if (ret == -ENOENT || (ret == 0 && (a.sealed || !S_ISREG(a.mode)))) {
+		ret = 0;
+		goto out; /* sealed meanwhile, or already gone: nothing to remove */
+	}
+	if (ret == 0)
+		ret = map_sqlite(c, sqlite3_prepare_v2(c->db, "SELECT parent, name FROM dentries WHERE ino = ?1",
+						       -1, &s, NULL));
+	if (ret)
+		goto out;
+	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	while (ret == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if (n == cap) {
+			struct name *p = realloc(names, (cap = cap ? 2 * cap : 4) * sizeof(*names));
+
+			if (!p) {
+				ret = -ENOMEM;
+				break;
+			}
+			names = p;
+		}
+		names[n].parent = (uint64_t)sqlite3_column_int64(s, 0);
+		names[n].name = strdup((const char *)sqlite3_column_text(s, 1));
+		if (!names[n].name)
+			ret = -ENOMEM;
+		else
+			n++;
+	}
+	if (ret == 0 && rc != SQLITE_DONE)
+		ret = map_sqlite(c, rc);
+	sqlite3_finalize(s);
+	for (size_t i = 0; ret == 0 && i < n; i++) {
+		ret = remove_name(c, names[i].parent, names[i].name, &a, t);
+		if (ret == 0)
+			ret = touch_dir(c, names[i].parent, t);
+		a.nlink--;
+	}
+out:
+	ret = end(c, ret);
+	for (size_t i = 0; i < n; i++) {
+		if (ret == 0 && fn)
+			fn(ctx, names[i].parent, names[i].name);
+		free(names[i].name);
+	}
+	free(names);
+	return ret;
+}
+
+/* Frees space: on a full filesystem, runs again with the catalog's reserve released. */
+int wfs_catalog_unlink_unsealed(struct wfs_catalog *c, uint64_t ino, wfs_catalog_name_fn fn, void *ctx)
+{
+	int ret = unlink_unsealed_once(c, ino, fn, ctx);
+
+	if (ret == -ENOSPC && reserve_release(c))
+		ret = unlink_unsealed_once(c, ino, fn, ctx);
 	return ret;
 }
 
@@ -774,7 +924,7 @@ static int rename_locked(struct wfs_catalog *c, uint64_t parent, const char *nam
 	return ret;
 }
 
-int wfs_catalog_rename(struct wfs_catalog *c, uint64_t parent, const char *name, uint64_t newparent,
+static int rename_once(struct wfs_catalog *c, uint64_t parent, const char *name, uint64_t newparent,
 		       const char *newname, unsigned flags, uint64_t *replaced)
 {
 	uint64_t victim = 0;
@@ -791,6 +941,17 @@ int wfs_catalog_rename(struct wfs_catalog *c, uint64_t parent, const char *name,
 	ret = end(c, ret);
 	if (ret == 0)
 		*replaced = victim;
+	return ret;
+}
+
+/* Frees space: on a full filesystem, runs again with the catalog's reserve released. */
+int wfs_catalog_rename(struct wfs_catalog *c, uint64_t parent, const char *name, uint64_t newparent,
+		       const char *newname, unsigned flags, uint64_t *replaced)
+{
+	int ret = rename_once(c, parent, name, newparent, newname, flags, replaced);
+
+	if (ret == -ENOSPC && reserve_release(c))
+		ret = rename_once(c, parent, name, newparent, newname, flags, replaced);
 	return ret;
 }
 
@@ -1015,7 +1176,7 @@ int wfs_catalog_xattr_list(struct wfs_catalog *c, uint64_t ino, char *buf, size_
 	return ret;
 }
 
-int wfs_catalog_xattr_remove(struct wfs_catalog *c, uint64_t ino, const char *name)
+static int xattr_remove_once(struct wfs_catalog *c, uint64_t ino, const char *name)
 {
 	sqlite3_stmt *s;
 	int ret;
@@ -1034,7 +1195,17 @@ int wfs_catalog_xattr_remove(struct wfs_catalog *c, uint64_t ino, const char *na
 	return end(c, ret);
 }
 
-int wfs_catalog_inode_drop(struct wfs_catalog *c, uint64_t ino, struct wfs_attr *old)
+/* Frees space: on a full filesystem, runs again with the catalog's reserve released. */
+int wfs_catalog_xattr_remove(struct wfs_catalog *c, uint64_t ino, const char *name)
+{
+	int ret = xattr_remove_once(c, ino, name);
+
+	if (ret == -ENOSPC && reserve_release(c))
+		ret = xattr_remove_once(c, ino, name);
+	return ret;
+}
+
+static int inode_drop_once(struct wfs_catalog *c, uint64_t ino, struct wfs_attr *old)
 {
 	struct wfs_attr a;
 	sqlite3_stmt *s;
@@ -1060,6 +1231,16 @@ out:
 	ret = end(c, ret);
 	if (ret == 0)
 		*old = a;
+	return ret;
+}
+
+/* Frees space: on a full filesystem, runs again with the catalog's reserve released. */
+int wfs_catalog_inode_drop(struct wfs_catalog *c, uint64_t ino, struct wfs_attr *old)
+{
+	int ret = inode_drop_once(c, ino, old);
+
+	if (ret == -ENOSPC && reserve_release(c))
+		ret = inode_drop_once(c, ino, old);
 	return ret;
 }
 
@@ -1100,7 +1281,7 @@ int wfs_catalog_object_set_state(struct wfs_catalog *c, const struct wfs_digest 
 	return ret;
 }
 
-int wfs_catalog_object_delete(struct wfs_catalog *c, const struct wfs_digest *d)
+static int object_delete_once(struct wfs_catalog *c, const struct wfs_digest *d)
 {
 	sqlite3_stmt *s = stmt(c, ST_OBJECT_DELETE);
 	int ret;
@@ -1114,6 +1295,16 @@ int wfs_catalog_object_delete(struct wfs_catalog *c, const struct wfs_digest *d)
 		if (ret == 0)
 			ret = -EBUSY;
 	}
+	return ret;
+}
+
+/* Frees space: on a full filesystem, runs again with the catalog's reserve released. */
+int wfs_catalog_object_delete(struct wfs_catalog *c, const struct wfs_digest *d)
+{
+	int ret = object_delete_once(c, d);
+
+	if (ret == -ENOSPC && reserve_release(c))
+		ret = object_delete_once(c, d);
 	return ret;
 }
 

@@ -24,6 +24,11 @@
  * SQLITE_FULL → -ENOSPC, SQLITE_IOERR/CORRUPT → -EIO, SQLITE_NOMEM → -ENOMEM, SQLITE_BUSY/LOCKED →
  * -EBUSY, SQLITE_READONLY → -EROFS; the SQLite message is logged once per failure.
  *
+ * A full filesystem: a read-write handle keeps 8 MiB allocated in catalog.db-reserve while there is
+ * room. wfs_catalog_unlink(), _unlink_unsealed(), _rename(), _xattr_remove(), _inode_drop() and
+ * _object_delete() — what an operator runs to make room — release it and try once more when their
+ * commit fails with -ENOSPC, so they work on a filesystem with 0 bytes free.
+ *
  * Thread-safety: a catalog handle is used by one thread at a time (the daemon serialises namespace
  * operations under its own lock). Out parameters are written only on success.
  */
@@ -97,6 +102,17 @@ int wfs_catalog_link(struct wfs_catalog *c, uint64_t ino, uint64_t newparent, co
  */
 int wfs_catalog_unlink(struct wfs_catalog *c, uint64_t parent, const char *name, bool dir,
 		       uint64_t *ino);
+/*
+ * Remove every name of regular file @ino if it was never sealed — its writer was killed, or its first
+ * seal failed — so that nothing a restarted writer can see is broken: what wfs_catalog_recover() does
+ * at the next mount, for one inode, now. One transaction. After the commit, @fn (may be NULL) gets
+ * each removed (parent ino, name) so the caller can tell the kernel; the name is valid only during the
+ * call. The inode itself stays (nlink 0) for wfs_catalog_inode_drop() once nothing refers to it.
+ * Returns 0 — also when @ino is sealed, not a regular file, or gone (nothing changes) — or -ENOMEM,
+ * or an -errno of the catalog (nothing changed).
+ */
+typedef void (*wfs_catalog_name_fn)(void *ctx, uint64_t parent, const char *name);
+int wfs_catalog_unlink_unsealed(struct wfs_catalog *c, uint64_t ino, wfs_catalog_name_fn fn, void *ctx);
 /*
  * rename(2) / renameat2(2) with @flags RENAME_NOREPLACE or RENAME_EXCHANGE (other flags: -EINVAL).
  * When a name was replaced, *@replaced gets its inode (nlink already decremented), else 0.
