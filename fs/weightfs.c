@@ -5,12 +5,14 @@
 #include <errno.h>
 #include <fuse_opt.h>
 #include <limits.h>
+#include <mntent.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -24,7 +26,6 @@ enum { KEY_HELP, KEY_VERSION, KEY_CHOICE };
 #define OPT(t, p, v) {t, offsetof(struct wfs_options, p), v}
 static const struct fuse_opt option_spec[] = {
 	OPT("passthrough=auto", passthrough, -1),
-	OPT("passthrough=on", passthrough, -1),
 	OPT("passthrough=off", passthrough, 0),
 	OPT("verify=open", verify, 1),
 	OPT("verify=none", verify, 0),
@@ -38,6 +39,8 @@ static const struct fuse_opt option_spec[] = {
 	FUSE_OPT_KEY("passthrough=", KEY_CHOICE),
 	FUSE_OPT_KEY("verify=", KEY_CHOICE),
 	FUSE_OPT_KEY("dedup_verify=", KEY_CHOICE),
+	FUSE_OPT_KEY("sync", KEY_CHOICE),
+	FUSE_OPT_KEY("nosync", KEY_CHOICE),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -49,8 +52,11 @@ static void usage(const char *prog)
 {
 	printf("usage: %s STORE MOUNTPOINT [options]\n"
 	       "\n"
-	       "Mount the weightfs store in directory STORE (created when missing; its parent must\n"
-	       "exist) at MOUNTPOINT.\n"
+	       "Mount the weightfs store in directory STORE at MOUNTPOINT. A missing or empty STORE\n"
+	       "becomes a new store, private to you (mode 0700; its parent must exist); a directory\n"
+	       "that holds other files is refused (weightfsctl init STORE makes a store there).\n"
+	       "Refused too: a MOUNTPOINT that holds a store (swapped arguments), one already mounted,\n"
+	       "and a dead mount (clear it with fusermount3 -u MOUNTPOINT).\n"
 	       "Files written under the mount are stored once per distinct content, named by their\n"
 	       "XXH3-128 digest, and sealed (made immutable) when closed.\n"
 	       "\n"
@@ -73,6 +79,8 @@ static void usage(const char *prog)
 	       "    -d                       debug output (implies -f)\n"
 	       "    -h, --help               this help, then libfuse's own options\n"
 	       "    -V, --version            version\n"
+	       "passthrough, verify, dedup_verify and sync|nosync take one choice each: conflicting\n"
+	       "ones in one option set (sync,nosync) are refused.\n"
 	       "\n"
 	       "Unmount with: fusermount3 -u MOUNTPOINT\n\n",
 	       prog);
@@ -97,19 +105,38 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 		opt->show_version = 1;
 		return 0;
 	case KEY_CHOICE: {
-		static const char *const valid[] = {"passthrough=auto", "passthrough=on", "passthrough=off",
-						    "verify=open", "verify=none", "dedup_verify=bytes",
-						    "dedup_verify=digest"};
-
+		/* Each choice with its group: one choice per group in an option set (a later one must not
+		 * silently win over an earlier one, as in -o sync,nosync). */
+		static const struct {
+			const char *group, *arg;
+		} valid[] = {
+			{"passthrough", "passthrough=auto"}, {"passthrough", "passthrough=off"},
+			{"verify", "verify=open"},           {"verify", "verify=none"},
+			{"dedup_verify", "dedup_verify=bytes"}, {"dedup_verify", "dedup_verify=digest"},
+			{"sync", "sync"},                    {"sync", "nosync"},
+		};
+		static const char *chosen[sizeof(valid) / sizeof(valid[0])]; /* by the group's first entry */
 		size_t n = strcspn(arg, "=") + 1;
 
-		for (size_t i = 0; i < sizeof(valid) / sizeof(valid[0]); i++)
-			if (strcmp(arg, valid[i]) == 0)
-				return 0; /* set by its own template */
+		for (size_t i = 0; i < sizeof(valid) / sizeof(valid[0]); i++) {
+			size_t g = 0;
+
+			if (strcmp(arg, valid[i].arg) != 0)
+				continue;
+			while (strcmp(valid[g].group, valid[i].group) != 0)
+				g++;
+			if (chosen[g] && strcmp(chosen[g], valid[i].arg) != 0) {
+				fprintf(stderr, "weightfs: -o %s,%s: conflicting choices for %s; give one\n",
+					chosen[g], valid[i].arg, valid[i].group);
+				return -1;
+			}
+			chosen[g] = valid[i].arg;
+			return 0; /* set by its own template */
+		}
 		fprintf(stderr, "weightfs: -o %s: expected", arg);
 		for (size_t i = 0; i < sizeof(valid) / sizeof(valid[0]); i++)
-			if (strncmp(arg, valid[i], n) == 0)
-				fprintf(stderr, " %s", valid[i] + n);
+			if (strncmp(arg, valid[i].arg, n) == 0)
+				fprintf(stderr, " %s", valid[i].arg + n);
 		fprintf(stderr, "\n");
 		return -1;
 	}
@@ -119,18 +146,80 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 }
 
 /*
- * Refuse what cannot work before touching anything: a mount point that is not a directory, or a
- * store inside its own mount point (the daemon would wait on itself). Prints one line; 0 or -1.
+ * The store (fsname) of the live fuse.weightfs mount on directory @dir (a resolved path), into @store
+ * (PATH_MAX bytes); the topmost when mounts are stacked. Returns true when there is one.
+ */
+static bool weightfs_mount_on(const char *dir, char *store)
+{
+	struct mntent *m;
+	bool found = false;
+	FILE *f = setmntent("/proc/self/mounts", "r");
+
+	if (!f)
+		return false;
+	while ((m = getmntent(f)) != NULL)
+		if (strcmp(m->mnt_type, "fuse.weightfs") == 0 && strcmp(m->mnt_dir, dir) == 0) {
+			snprintf(store, PATH_MAX, "%s", m->mnt_fsname);
+			found = true;
+		}
+	endmntent(f);
+	return found;
+}
+
+/* The mount point of a fuse.weightfs mount of store @store (a resolved path), into @mnt. */
+static bool weightfs_mount_of(const char *store, char *mnt)
+{
+	struct mntent *m;
+	bool found = false;
+	FILE *f = setmntent("/proc/self/mounts", "r");
+
+	if (!f)
+		return false;
+	while (!found && (m = getmntent(f)) != NULL)
+		if (strcmp(m->mnt_type, "fuse.weightfs") == 0 && strcmp(m->mnt_fsname, store) == 0) {
+			snprintf(mnt, PATH_MAX, "%s", m->mnt_dir);
+			found = true;
+		}
+	endmntent(f);
+	return found;
+}
+
+/* Does directory @dir hold a store's catalog.db or objects/ (of which @found gets the name)? */
+static bool holds_store(const char *dir, const char **found)
+{
+	static const char *const marks[] = {"catalog.db", "objects"};
+	char path[PATH_MAX + 16];
+
+	for (size_t i = 0; i < sizeof(marks) / sizeof(marks[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, marks[i]);
+		if (access(path, F_OK) == 0) {
+			*found = marks[i];
+			return true;
+		}
+	}
+	return false;
+}
+
+/*
+ * Refuse what cannot work, or would hide or clobber something, before touching anything: a mount
+ * point that is not a directory, a dead mount, one already served by weightfs (a second mount would
+ * stack on it), one that holds a store (the arguments swapped: mounting would hide that store and lay
+ * a new one out elsewhere), a STORE that is a weightfs mount point, or a store inside its own mount
+ * point (the daemon would wait on itself). Prints one line; 0 or -1.
  */
 static int check_paths(const char *store, const char *mountpoint)
 {
-	char mnt[PATH_MAX], st[PATH_MAX], parent[PATH_MAX];
+	char mnt[PATH_MAX], st[PATH_MAX], parent[PATH_MAX], other[PATH_MAX];
+	const char *mark;
 	struct stat sb;
 	size_t n;
 
 	if (stat(mountpoint, &sb) < 0) {
-		fprintf(stderr, "weightfs: %s: %s%s\n", mountpoint, strerror(errno),
-			errno == ENOTCONN ? " (a dead mount: fusermount3 -uz it first)" : "");
+		if (errno == ENOTCONN)
+			fprintf(stderr, "weightfs: %s: a dead mount (its daemon is gone: %s); clear it with: "
+				"fusermount3 -u %s\n", mountpoint, strerror(errno), mountpoint);
+		else
+			fprintf(stderr, "weightfs: %s: %s\n", mountpoint, strerror(errno));
 		return -1;
 	}
 	if (!S_ISDIR(sb.st_mode)) {
@@ -139,6 +228,24 @@ static int check_paths(const char *store, const char *mountpoint)
 	}
 	if (!realpath(mountpoint, mnt))
 		return 0;
+	if (weightfs_mount_on(mnt, other)) {
+		struct statfs sf;
+
+		/* stat(2) of a dead mount's root can succeed from the kernel's attribute cache; statfs is
+		 * always sent to the daemon, and fails with ENOTCONN once it is gone. */
+		if (statfs(mnt, &sf) < 0 && errno == ENOTCONN)
+			fprintf(stderr, "weightfs: %s: a dead mount (its daemon is gone: %s); clear it with: "
+				"fusermount3 -u %s\n", mountpoint, strerror(ENOTCONN), mountpoint);
+		else
+			fprintf(stderr, "weightfs: %s: already a weightfs mount (of %s); unmount it first: "
+				"fusermount3 -u %s\n", mountpoint, other, mountpoint);
+		return -1;
+	}
+	if (holds_store(mnt, &mark)) {
+		fprintf(stderr, "weightfs: %s: the mount point holds a weightfs store (%s): the arguments "
+			"look swapped (usage: weightfs STORE MOUNTPOINT)\n", mountpoint, mark);
+		return -1;
+	}
 	/* The store may not exist yet: resolve its parent. */
 	if (!realpath(store, st)) {
 		snprintf(parent, sizeof(parent), "%s", store);
@@ -150,6 +257,10 @@ static int check_paths(const char *store, const char *mountpoint)
 			snprintf(parent, sizeof(parent), ".");
 		if (!realpath(parent, st))
 			return 0;
+	} else if (weightfs_mount_on(st, other)) {
+		fprintf(stderr, "weightfs: %s: a weightfs mount point (of %s), not a store: the arguments "
+			"look swapped (usage: weightfs STORE MOUNTPOINT)\n", store, other);
+		return -1;
 	}
 	n = strlen(mnt);
 	if (strncmp(st, mnt, n) == 0 && (st[n] == '\0' || st[n] == '/' || n == 1)) {
@@ -158,6 +269,49 @@ static int check_paths(const char *store, const char *mountpoint)
 		return -1;
 	}
 	return 0;
+}
+
+/* Print why the store at @store could not be opened (wfs_store_open's @err): one line. */
+static void store_open_error(const char *store, int err)
+{
+	char real[PATH_MAX], what[PATH_MAX], mnt[PATH_MAX];
+	int pid;
+
+	if (err == -ENOTEMPTY) {
+		fprintf(stderr, "weightfs: %s: not a weightfs store (no catalog.db or objects/) and not empty: "
+			"refusing to make a store among its files; give a missing or empty directory, or make "
+			"a store there on purpose with: weightfsctl init %s\n", store, store);
+		return;
+	}
+	if (err != -EBUSY) {
+		fprintf(stderr, "weightfs: %s: cannot open store: %s\n", store, strerror(-err));
+		return;
+	}
+	if (wfs_store_owner(store, &pid, what, sizeof(what)) == 0) {
+		fprintf(stderr, "weightfs: %s: cannot open store: in use by another weightfs process (pid %d%s%s)\n",
+			store, pid, *what ? ", " : "", what);
+		return;
+	}
+	if (realpath(store, real) && weightfs_mount_of(real, mnt)) {
+		fprintf(stderr, "weightfs: %s: cannot open store: in use by another weightfs process "
+			"(mounted on %s)\n", store, mnt);
+		return;
+	}
+	fprintf(stderr, "weightfs: %s: cannot open store: in use by another weightfs process\n", store);
+}
+
+/*
+ * Warn (log and stderr) when other users can enter the store directory: they could read every object
+ * and the catalog directly, whatever a file's mode under the mount says.
+ */
+static void warn_if_open(const char *store)
+{
+	struct stat st;
+
+	if (stat(store, &st) == 0 && (st.st_mode & (S_IXGRP | S_IXOTH)))
+		wfs_log(WFS_LOG_WARN, "%s: the store can be entered by other users (mode %04o): they can read "
+			"every object and the catalog directly, whatever a file's mode under the mount; make it "
+			"private with: chmod 700 %s", store, (unsigned)(st.st_mode & 07777), store);
 }
 
 /* Is STORE/objects non-empty? */
@@ -303,10 +457,12 @@ int main(int argc, char *argv[])
 	fs.opt.debug = cmd.debug;
 	wfs_log_init("weightfs", !cmd.foreground, cmd.debug ? WFS_LOG_DEBUG : WFS_LOG_INFO);
 
+	/* The store is private to the mounting user: whatever the daemon creates in it (catalog.db,
+	 * its WAL, tmp files, the log) is for its owner only. Other users read through the mount. */
+	umask(077);
 	ret = wfs_store_open(fs.opt.store, WFS_STORE_CREATE | (fs.opt.sync ? 0 : WFS_STORE_NOSYNC), &fs.store);
 	if (ret) {
-		fprintf(stderr, "weightfs: %s: cannot open store: %s\n", fs.opt.store,
-			ret == -EBUSY ? "in use by another weightfs process" : strerror(-ret));
+		store_open_error(fs.opt.store, ret);
 		ret = 1;
 		goto out;
 	}
@@ -326,6 +482,7 @@ int main(int argc, char *argv[])
 		snprintf(logpath, sizeof(logpath), "%s/weightfs.log", fs.opt.store);
 		wfs_log_open_file(logpath);
 	}
+	warn_if_open(fs.opt.store);
 	/* SQLite connections must not cross fork(): recover now, reopen after daemonizing. */
 	if (open_catalog(&fs, true)) {
 		ret = 1;
@@ -351,6 +508,13 @@ int main(int argc, char *argv[])
 	if (fuse_session_mount(fs.se, cmd.mountpoint) != 0)
 		goto out_signals;
 	fuse_daemonize(cmd.foreground);
+	{
+		char what[PATH_MAX + 16];
+
+		/* After the fork: the pid that holds the store now, for a second mount's message. */
+		snprintf(what, sizeof(what), "mounted on %s", cmd.mountpoint);
+		wfs_store_set_owner(fs.store, what);
+	}
 	if (open_catalog(&fs, false))
 		goto out_unmount;
 

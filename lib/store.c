@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +26,7 @@ static int open_subdir(int dir_fd, const char *name, bool create, int *out)
 {
 	int fd;
 
-	if (create && mkdirat(dir_fd, name, 0755) < 0 && errno != EEXIST)
+	if (create && mkdirat(dir_fd, name, 0700) < 0 && errno != EEXIST)
 		return -errno;
 	fd = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
@@ -81,10 +83,56 @@ static int clean_tmp(struct wfs_store *s)
 	return 0;
 }
 
+/*
+ * What directory @dir_fd holds: 1 a store (objects/ or catalog.db), 0 nothing (empty, or only the
+ * lost+found of a fresh filesystem), -ENOTEMPTY something else, or -errno reading it.
+ */
+static int classify_dir(int dir_fd)
+{
+	int fd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int ret = 0;
+	DIR *d;
+	struct dirent *e;
+
+	if (fd < 0)
+		return -errno;
+	d = fdopendir(fd);
+	if (!d) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+		    strcmp(e->d_name, "lost+found") == 0)
+			continue;
+		if (strcmp(e->d_name, "objects") == 0 || strcmp(e->d_name, "catalog.db") == 0) {
+			ret = 1;
+			break;
+		}
+		ret = -ENOTEMPTY;
+	}
+	closedir(d);
+	return ret;
+}
+
+/* Record this process as the store's owner in STORE/lock (wfs_store_owner() reads it). */
+static void write_owner(struct wfs_store *s, const char *what)
+{
+	char line[PATH_MAX + 32];
+	int n = snprintf(line, sizeof(line), "%d\n%s\n", (int)getpid(), what ? what : "");
+
+	if (n < 0 || (size_t)n >= sizeof(line) || ftruncate(s->lock_fd, 0) < 0)
+		return;
+	if (pwrite(s->lock_fd, line, (size_t)n, 0) < 0)
+		return; /* only a hint for the next process that finds the store busy */
+}
+
 int wfs_store_open(const char *path, unsigned flags, struct wfs_store **out)
 {
-	bool create = flags & WFS_STORE_CREATE;
+	bool create = flags & (WFS_STORE_CREATE | WFS_STORE_INIT);
 	bool readonly = flags & WFS_STORE_READONLY;
+	bool made = false;
 	struct wfs_store *s;
 	int ret;
 
@@ -98,14 +146,30 @@ int wfs_store_open(const char *path, unsigned flags, struct wfs_store **out)
 		ret = -ENOMEM;
 		goto fail;
 	}
-	if (create && !readonly && mkdir(path, 0755) < 0 && errno != EEXIST) {
-		ret = -errno;
-		goto fail;
+	if (create && !readonly) {
+		if (mkdir(path, 0700) == 0)
+			made = true;
+		else if (errno != EEXIST) {
+			ret = -errno;
+			goto fail;
+		}
 	}
 	s->dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (s->dir_fd < 0) {
 		ret = -errno;
 		goto fail;
+	}
+	if (create && !readonly && !made) {
+		/* A store is laid out only where nothing else lives (or on an explicit init): a mistyped
+		 * or swapped path must not turn someone's directory into a store. */
+		ret = classify_dir(s->dir_fd);
+		if (ret < 0 && !(ret == -ENOTEMPTY && (flags & WFS_STORE_INIT)))
+			goto fail;
+		/* A new store is private to its owner; an existing one keeps the mode it was given. */
+		if (ret != 1 && fchmod(s->dir_fd, 0700) < 0) {
+			ret = -errno;
+			goto fail;
+		}
 	}
 	/* The layout first: a directory that is not a store must be left exactly as it was. */
 	ret = open_subdir(s->dir_fd, "objects", create && !readonly, &s->objects_fd);
@@ -115,7 +179,7 @@ int wfs_store_open(const char *path, unsigned flags, struct wfs_store **out)
 	if (ret)
 		goto fail;
 	if (!readonly) {
-		s->lock_fd = openat(s->dir_fd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+		s->lock_fd = openat(s->dir_fd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		if (s->lock_fd < 0) {
 			ret = -errno;
 			goto fail;
@@ -130,6 +194,7 @@ int wfs_store_open(const char *path, unsigned flags, struct wfs_store **out)
 			}
 			usleep(100000);
 		}
+		write_owner(s, NULL);
 		ret = clean_tmp(s);
 		if (ret)
 			goto fail;
@@ -139,6 +204,56 @@ int wfs_store_open(const char *path, unsigned flags, struct wfs_store **out)
 fail:
 	wfs_store_close(s);
 	return ret;
+}
+
+void wfs_store_set_owner(struct wfs_store *s, const char *what)
+{
+	if (s->lock_fd >= 0)
+		write_owner(s, what);
+}
+
+int wfs_store_owner(const char *path, int *pid, char *what, size_t what_bytes)
+{
+	char buf[PATH_MAX + 64], *nl;
+	ssize_t n;
+	long v;
+	int fd, dir_fd, ret = 0;
+
+	dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dir_fd < 0)
+		return -errno;
+	fd = openat(dir_fd, "lock", O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		ret = -errno;
+		close(dir_fd);
+		return ret;
+	}
+	n = pread(fd, buf, sizeof(buf) - 1, 0);
+	if (n < 0)
+		ret = -errno;
+	close(fd);
+	close(dir_fd);
+	if (ret)
+		return ret;
+	buf[n] = '\0';
+	nl = strchr(buf, '\n');
+	if (!nl)
+		return -ENOENT;
+	*nl = '\0';
+	errno = 0;
+	v = strtol(buf, NULL, 10);
+	/* A pid left by a holder that is gone (or a lock held by something that wrote none). */
+	if (errno || v <= 0 || v > INT_MAX || (kill((pid_t)v, 0) < 0 && errno == ESRCH))
+		return -ENOENT;
+	*pid = (int)v;
+	if (what_bytes) {
+		char *end = strchr(nl + 1, '\n');
+
+		if (end)
+			*end = '\0';
+		snprintf(what, what_bytes, "%s", nl + 1);
+	}
+	return 0;
 }
 
 void wfs_store_close(struct wfs_store *s)
@@ -241,7 +356,7 @@ static int link_object(struct wfs_store *s, struct wfs_tmpfile *t, const char *n
 		if (errno != ENOENT || attempt > 0)
 			return -errno;
 		/* First object under this prefix: make objects/ab and make it durable. */
-		if (mkdirat(s->objects_fd, subdir, 0755) < 0 && errno != EEXIST)
+		if (mkdirat(s->objects_fd, subdir, 0700) < 0 && errno != EEXIST)
 			return -errno;
 		if (!(s->flags & WFS_STORE_NOSYNC) && fsync(s->objects_fd) < 0)
 			return -errno;

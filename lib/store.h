@@ -10,7 +10,13 @@
  *   STORE/quarantine/<32 hex>   objects whose bytes no longer hash to their name, moved aside for
  *                               inspection; writing the same content again stores a good copy.
  *   STORE/catalog.db            the namespace (catalog.h); not touched by this module.
- *   STORE/lock                  flock()ed by the one process that owns the store read-write.
+ *   STORE/lock                  flock()ed by the one process that owns the store read-write, which
+ *                               writes its pid and what it does there (a daemon: its mount point).
+ *
+ * A store is private to its owner: a new one is made 0700 (its subdirectories 0700 too), so other
+ * users reach its objects only through a mount, under each file's own mode. A store is laid out only
+ * in a missing or empty directory (lost+found aside), or with WFS_STORE_INIT: a wrong or swapped path
+ * must not turn a directory that holds other things into a store.
  *
  * Publishing (wfs_store_publish) runs in this order, so an object is durable before anything can
  * reference it:  bytes written to a tmp file → digest → fdatasync → fchmod 0444 → link() into
@@ -27,6 +33,7 @@
 #define WFS_STORE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -36,19 +43,40 @@
 struct wfs_store;
 
 enum wfs_store_flags {
-	WFS_STORE_CREATE = 1 << 0,   /* create the directory layout when it is missing */
+	WFS_STORE_CREATE = 1 << 0,   /* lay out a store in a missing or empty directory (made 0700) */
 	WFS_STORE_NOSYNC = 1 << 1,   /* skip fdatasync/fsync when publishing (tests, scratch stores) */
 	WFS_STORE_READONLY = 1 << 2, /* inspection only: no lock taken, tmp/ not cleaned, no publishing */
+	WFS_STORE_INIT = 1 << 3,     /* CREATE, also in a directory that holds other files (an
+					explicit `weightfsctl init`) */
 };
 
 /*
  * Open the store at @path. Unless WFS_STORE_READONLY, takes an exclusive flock on STORE/lock (waiting
- * up to 5 s for a process that is letting go of it) and removes leftovers in STORE/tmp/. On success *@out owns the store; free it with wfs_store_close().
- * Errors: -ENOENT (no store there and no WFS_STORE_CREATE), -ENOTDIR, -EBUSY (another process holds the
- * store), -ENOMEM, or the -errno of a failed mkdir/open (-EACCES, -EROFS, ...).
+ * up to 5 s for a process that is letting go of it), records the caller's pid there, and removes
+ * leftovers in STORE/tmp/. With WFS_STORE_CREATE, a missing directory (its parent must exist) is made
+ * 0700 and an empty one is chmod()ed 0700 before the layout is made; a store keeps its mode. On
+ * success *@out owns the store; free it with wfs_store_close().
+ * Errors: -ENOENT (no store there and no WFS_STORE_CREATE, or a missing parent), -ENOTDIR,
+ * -ENOTEMPTY (WFS_STORE_CREATE on a directory that holds files but no store; WFS_STORE_INIT lays it
+ * out anyway), -EBUSY (another process holds the store: wfs_store_owner() says which), -ENOMEM, or
+ * the -errno of a failed mkdir/open/chmod (-EACCES, -EROFS, ...).
  */
 int wfs_store_open(const char *path, unsigned flags, struct wfs_store **out);
 void wfs_store_close(struct wfs_store *s);
+
+/*
+ * Record in STORE/lock, next to the pid of the calling process (call it again after a fork), what the
+ * owner does with the store: @what, one line (a daemon: its mount point), or NULL. A hint for
+ * wfs_store_owner(); failures are ignored. No-op on a read-only store.
+ */
+void wfs_store_set_owner(struct wfs_store *s, const char *what);
+/*
+ * Who holds the store at @path read-write, as recorded by its holder: *@pid, and its one line into
+ * @what (@what_bytes bytes, NUL-terminated, "" when none; @what may be NULL when @what_bytes is 0).
+ * Takes no lock: call it after wfs_store_open() returned -EBUSY. Returns 0, -ENOENT (nothing recorded,
+ * or the recorded process is gone: the lock is held by something that wrote no pid), or -errno.
+ */
+int wfs_store_owner(const char *path, int *pid, char *what, size_t what_bytes);
 
 /* The path given to wfs_store_open(); owned by the store. */
 const char *wfs_store_path(const struct wfs_store *s);

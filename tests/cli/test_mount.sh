@@ -564,6 +564,83 @@ else
 	fail "stage: make a store with a 4 MiB file"
 fi
 
+# ---- a dead mount (the daemon killed with SIGKILL): refused with the command that clears it -----------
+S=$work/store-dead M=$work/mnt-dead
+mkdir -p "$M"
+"$B/weightfs" "$S" "$M" -f -o nosync 2>/dev/null &
+pid=$!
+for ((i = 0; i < 100; i++)); do
+	mounted "$M" >/dev/null && break
+	sleep 0.1
+done
+stat "$M" >/dev/null
+kill -KILL "$pid"
+wait "$pid" 2>/dev/null
+run "$B/weightfs" "$S" "$M" -o nosync
+expect "dead mount: weightfs STORE MNT again: exit 1, names the command that clears it" 1 "" \
+	"^weightfs: $M: a dead mount .*; clear it with: fusermount3 -u $M\$"
+n=$(awk -v m="$M" '$5 == m' /proc/self/mountinfo | wc -l)
+[ "$n" -eq 1 ]
+verdict "dead mount: no second mount stacked on it" $? "$n mounts on $M"
+run fusermount3 -u "$M"
+expect "dead mount: the printed command clears it" 0
+if ! mounted "$M" >/dev/null && "$B/weightfs" "$S" "$M" -o nosync; then
+	expect_io "dead mount: cleared, mounted again" "$M"
+	expect_umount "dead mount: remount" "$M"
+	expect_clean "dead mount" "$S"
+else
+	fail "dead mount: cleared, mounted again" "$(mounted "$M")"
+fi
+
+# ---- a store is private to the mounting user ----------------------------------------------------------
+# $work (mktemp, 0700) is opened for traversal so that only the store's own modes keep others out.
+S=$work/store-private M=$work/mnt-private
+mkdir -p "$S" "$M"
+chmod 711 "$work"
+chmod 755 "$S" # an empty directory as mkdir(1) makes it: the new store in it is made private anyway
+asnobody=()
+if command -v setpriv >/dev/null && id nobody >/dev/null 2>&1; then
+	asnobody=(setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups)
+fi
+if [ ${#asnobody[@]} -eq 0 ]; then
+	skip "private store: setpriv(1) or user nobody is missing"
+elif ! "$B/weightfs" "$S" "$M" -o nosync,allow_other; then
+	fail "private store: mount a new store with allow_other"
+else
+	printf 'public' >"$M/public" && chmod 644 "$M/public"
+	printf 'secret' >"$M/secret" && chmod 600 "$M/secret"
+	mode=$(stat -c %a "$S")
+	[ "$mode" = 700 ]
+	verdict "private store: a new store's directory is 0700" $? "mode $mode"
+	nfiles=0 readable=
+	while IFS= read -r -d '' f; do
+		nfiles=$((nfiles + 1))
+		if "${asnobody[@]}" cat "$f" >/dev/null 2>"$work/stderr" ||
+			! grep -q 'Permission denied' "$work/stderr"; then
+			readable="$readable ${f#"$S"/}"
+		fi
+	done < <(find "$S" -type f -print0)
+	nobj=$(find "$S/objects" -type f | wc -l)
+	[ -z "$readable" ] && [ "$nobj" -ge 2 ] && [ -f "$S/catalog.db" ]
+	verdict "private store: user nobody cannot read any of its $nfiles files ($nobj objects, catalog.db)" $? \
+		"readable:${readable:- none}" "objects: $nobj"
+	got=$("${asnobody[@]}" cat "$M/public" 2>&1)
+	[ "$got" = public ] && ! "${asnobody[@]}" cat "$M/secret" >/dev/null 2>&1
+	verdict "private store: through the mount, others read by each file's mode (0644 yes, 0600 no)" $? \
+		"public: $got"
+	expect_umount "private store" "$M"
+	flock -w 10 "$S/lock" true
+	# An existing store that others can enter: mounted, with a warning that says how to close it.
+	chmod 755 "$S"
+	run "$B/weightfs" "$S" "$M" -o nosync
+	expect "open store: mounts, warns on stderr with the fix" 0 "" \
+		"the store can be entered by other users \(mode 0755\).*make it private with: chmod 700 $S\$"
+	grep -q "warning\]: $S: the store can be entered by other users" "$S/weightfs.log"
+	verdict "open store: the warning is in STORE/weightfs.log" $? "$(tail -n 3 "$S/weightfs.log")"
+	mounted "$M" >/dev/null && expect_umount "open store" "$M"
+fi
+chmod 700 "$work"
+
 # ---- make uninstall ----------------------------------------------------------------------------------
 # Daemons run /usr/bin/weightfs from the overlay: let the last ones finish exiting first.
 for ((i = 0; i < 100; i++)); do
