@@ -6,6 +6,7 @@
 #ifndef WFS_CMD_H
 #define WFS_CMD_H
 
+int wfs_cmd_init(int argc, char **argv);
 int wfs_cmd_stat(int argc, char **argv);
 int wfs_cmd_stage(int argc, char **argv);
 int wfs_cmd_fsck(int argc, char **argv);
@@ -16,9 +17,12 @@ int wfs_cmd_export(int argc, char **argv); /* cmd_safetensors.c */
 /*
  * The store directory for @path: @path itself when it holds a catalog, or the store behind the
  * fuse.weightfs mount at @path (the daemon mounts with fsname=STORE). Writes an absolute path into
- * @out (PATH_MAX bytes). Returns 0, -ENOENT (neither), or -errno from realpath.
+ * @out (PATH_MAX bytes). Returns 0, -EMEDIUMTYPE (@path exists but is neither), or -errno from
+ * realpath (-ENOENT: no such path) or reading /proc/self/mounts.
  */
 int wfs_cmd_resolve_store(const char *path, char *out);
+/* What to print for wfs_cmd_resolve_store()'s error @err: "not a weightfs store ..." or strerror. */
+const char *wfs_cmd_store_error(int err);
 /*
  * The mount point (PATH_MAX bytes at @out) where a running daemon serves store @store (an absolute,
  * resolved path as wfs_cmd_resolve_store() gives): a fuse.weightfs mount of it whose statfs(2)

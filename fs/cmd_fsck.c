@@ -133,10 +133,8 @@ int wfs_cmd_fsck(int argc, char **argv)
 	}
 	ret = wfs_cmd_resolve_store(argv[optind], store);
 	if (ret) {
-		fprintf(stderr, "weightfsctl fsck: %s: %s\n", argv[optind],
-			ret == -ENOENT ? "not a weightfs store (a directory with catalog.db) or the mount "
-					 "point of one (not a directory below it)"
-				       : strerror(-ret));
+		fprintf(stderr, "weightfsctl fsck: %s: %s%s\n", argv[optind], wfs_cmd_store_error(ret),
+			ret == -EMEDIUMTYPE ? " (not a directory below it)" : "");
 		return 1;
 	}
 	if (!opt.repair && wfs_cmd_mount_of(store, ui.mnt))
@@ -232,7 +230,8 @@ int wfs_cmd_gc(int argc, char **argv)
 		ret = wfs_gc(store, retain, dry_run, &r);
 	if (ret) {
 		fprintf(stderr, "weightfsctl gc: %s: %s\n", argv[optind],
-			ret == -EBUSY ? "mounted: unmount it first (or mount with -o retain=SIZE)" : strerror(-ret));
+			ret == -EBUSY ? "mounted: unmount it first (or mount with -o retain=SIZE)"
+				      : wfs_cmd_store_error(ret));
 		return 1;
 	}
 	if (json)

@@ -31,7 +31,8 @@ struct subcommand {
 };
 
 static const struct subcommand subcommands[] = {
-	{"stat", wfs_cmd_stat, "names, bytes, objects and the dedup ratio of a store or mount"},
+	{"init", wfs_cmd_init, "make a new, empty store (private to you) in a directory"},
+	{"stat", wfs_cmd_stat, "names, bytes, objects and the dedup ratio of a store, mount or subtree"},
 	{"fsck", wfs_cmd_fsck, "check every object's digest and the catalog; --repair what is safe"},
 	{"gc", wfs_cmd_gc, "remove objects no name uses (beyond a retention budget)"},
 	{"stage", wfs_cmd_stage, "copy files to a GPU through pinned buffers (and back), with a benchmark"},
@@ -53,7 +54,7 @@ int wfs_cmd_resolve_store(const char *path, char *out)
 	char real[PATH_MAX], probe[PATH_MAX + 16];
 	struct mntent *m;
 	FILE *f;
-	int ret = -ENOENT;
+	int ret;
 
 	if (!realpath(path, real))
 		return -errno;
@@ -62,6 +63,7 @@ int wfs_cmd_resolve_store(const char *path, char *out)
 		snprintf(out, PATH_MAX, "%s", real);
 		return 0;
 	}
+	ret = -EMEDIUMTYPE;
 	f = setmntent("/proc/self/mounts", "r");
 	if (!f)
 		return -errno;
@@ -73,6 +75,179 @@ int wfs_cmd_resolve_store(const char *path, char *out)
 	}
 	endmntent(f);
 	return ret;
+}
+
+const char *wfs_cmd_store_error(int err)
+{
+	return err == -EMEDIUMTYPE ? "not a weightfs store (a directory with catalog.db) or the mount point "
+				     "of one"
+				   : strerror(-err);
+}
+
+/*
+ * The fuse.weightfs mount that holds @real (a resolved path below its mount point): its mount point
+ * into @mnt and store into @store (PATH_MAX bytes each). The innermost one; 0 or -ENOENT.
+ */
+static int mount_containing(const char *real, char *mnt, char *store)
+{
+	struct mntent *m;
+	size_t best = 0;
+	FILE *f = setmntent("/proc/self/mounts", "r");
+
+	if (!f)
+		return -errno;
+	while ((m = getmntent(f)) != NULL) {
+		size_t n = strlen(m->mnt_dir);
+
+		if (strcmp(m->mnt_type, "fuse.weightfs") != 0 || n < best || strncmp(real, m->mnt_dir, n) != 0 ||
+		    (real[n] != '/' && !(n == 1 && real[0] == '/')))
+			continue;
+		snprintf(mnt, PATH_MAX, "%s", m->mnt_dir);
+		snprintf(store, PATH_MAX, "%s", m->mnt_fsname);
+		best = n;
+	}
+	endmntent(f);
+	return best ? 0 : -ENOENT;
+}
+
+/* Totals of a subtree of a mount, read through the mount (stat and user.weightfs.digest). */
+struct subtree_stats {
+	uint64_t names, directories, symlinks, logical_bytes, unsealed_files;
+	uint64_t objects, object_bytes; /* distinct digests below it, and the size of each once */
+	struct digest_size {
+		char hex[33];
+		uint64_t bytes;
+	} *digests;
+	size_t ndigests, cap;
+	int error; /* the first -errno met (that entry is skipped) */
+};
+
+static void subtree_add(struct subtree_stats *t, const char *path, const struct stat *st)
+{
+	char hex[64];
+	ssize_t n;
+
+	if (S_ISDIR(st->st_mode)) {
+		t->directories++;
+		return;
+	}
+	if (S_ISLNK(st->st_mode)) {
+		t->symlinks++;
+		return;
+	}
+	if (!S_ISREG(st->st_mode))
+		return;
+	t->names++;
+	t->logical_bytes += (uint64_t)st->st_size;
+	n = lgetxattr(path, "user.weightfs.digest", hex, sizeof(hex) - 1);
+	if (n != 32) {
+		if (n < 0 && errno != ENODATA && !t->error)
+			t->error = -errno;
+		t->unsealed_files++;
+		return;
+	}
+	if (t->ndigests == t->cap) {
+		size_t cap = t->cap ? 2 * t->cap : 256;
+		struct digest_size *d = realloc(t->digests, cap * sizeof(*d));
+
+		if (!d) {
+			t->error = t->error ? t->error : -ENOMEM;
+			return;
+		}
+		t->digests = d;
+		t->cap = cap;
+	}
+	memcpy(t->digests[t->ndigests].hex, hex, 32);
+	t->digests[t->ndigests].hex[32] = '\0';
+	t->digests[t->ndigests++].bytes = (uint64_t)st->st_size;
+}
+
+/* Walk @path (a buffer of PATH_MAX bytes, restored on return) and everything below it. */
+static void subtree_walk(struct subtree_stats *t, char *path)
+{
+	size_t len = strlen(path);
+	struct dirent *e;
+	struct stat st;
+	DIR *d;
+
+	if (lstat(path, &st) < 0) {
+		t->error = t->error ? t->error : -errno;
+		return;
+	}
+	subtree_add(t, path, &st);
+	if (!S_ISDIR(st.st_mode))
+		return;
+	d = opendir(path);
+	if (!d) {
+		t->error = t->error ? t->error : -errno;
+		return;
+	}
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (len + 1 + strlen(e->d_name) >= PATH_MAX) {
+			t->error = t->error ? t->error : -ENAMETOOLONG;
+			continue;
+		}
+		snprintf(path + len, PATH_MAX - len, "/%s", e->d_name);
+		subtree_walk(t, path);
+		path[len] = '\0';
+	}
+	closedir(d);
+}
+
+static int digest_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct digest_size *)a)->hex, ((const struct digest_size *)b)->hex);
+}
+
+/* weightfsctl stat of @real, a path below mount point @mnt of @store. Returns the exit status. */
+static int stat_subtree(const char *arg, const char *real, const char *mnt, const char *store, bool json)
+{
+	struct subtree_stats t = {0};
+	char path[PATH_MAX];
+	double ratio;
+
+	snprintf(path, sizeof(path), "%s", real);
+	subtree_walk(&t, path);
+	qsort(t.digests, t.ndigests, sizeof(*t.digests), digest_cmp);
+	for (size_t i = 0; i < t.ndigests; i++)
+		if (i == 0 || strcmp(t.digests[i].hex, t.digests[i - 1].hex) != 0) {
+			t.objects++;
+			t.object_bytes += t.digests[i].bytes;
+		}
+	free(t.digests);
+	if (t.error) {
+		fprintf(stderr, "weightfsctl stat: %s: cannot read all of it: %s\n", arg, strerror(-t.error));
+		return 1;
+	}
+	ratio = t.object_bytes ? (double)t.logical_bytes / (double)t.object_bytes : 1.0;
+	if (json) {
+		printf("{\"store\": \"%s\", \"mountpoint\": \"%s\", \"subtree\": \"%s\", \"names\": %llu, "
+		       "\"directories\": %llu, \"symlinks\": %llu, \"logical_bytes\": %llu, \"objects\": %llu, "
+		       "\"object_bytes\": %llu, \"unsealed_files\": %llu, \"dedup_ratio\": %.4f}\n",
+		       store, mnt, real, (unsigned long long)t.names, (unsigned long long)t.directories,
+		       (unsigned long long)t.symlinks, (unsigned long long)t.logical_bytes,
+		       (unsigned long long)t.objects, (unsigned long long)t.object_bytes,
+		       (unsigned long long)t.unsealed_files, ratio);
+		return 0;
+	}
+	printf("store:              %s (mounted on %s)\n", store, mnt);
+	printf("subtree:            %s (read through the mount; weightfsctl stat %s for the store)\n", real,
+	       mnt);
+	printf("names:              %llu\n", (unsigned long long)t.names);
+	printf("directories:        %llu\n", (unsigned long long)t.directories);
+	printf("logical bytes:      %llu (%.1f MiB)\n", (unsigned long long)t.logical_bytes,
+	       (double)t.logical_bytes / 1048576.0);
+	printf("objects:            %llu (distinct contents below it; shared with names elsewhere too)\n",
+	       (unsigned long long)t.objects);
+	printf("physical bytes:     %llu (%.1f MiB)\n", (unsigned long long)t.object_bytes,
+	       (double)t.object_bytes / 1048576.0);
+	if (t.unsealed_files)
+		printf("unsealed files:     %llu (being written, or never sealed)\n",
+		       (unsigned long long)t.unsealed_files);
+	printf("dedup ratio:        %.2fx\n", ratio);
+	return 0;
 }
 
 /* Disk usage of every file below @dir_fd (st_blocks × 512), like du(1). */
@@ -107,13 +282,16 @@ static uint64_t disk_usage(int dir_fd)
 
 static void stat_usage(FILE *out)
 {
-	fprintf(out, "usage: weightfsctl stat [--json] STORE|MOUNTPOINT\n\n"
+	fprintf(out, "usage: weightfsctl stat [--json] STORE|MOUNTPOINT|MOUNTPOINT/DIR\n\n"
 		     "Print the names, directories, logical bytes (the sum of file sizes, what ls and du\n"
 		     "of the mount show), objects, physical bytes (object bytes; disk usage of\n"
 		     "STORE/objects as du reports it) and the dedup ratio (logical / object bytes).\n"
 		     "Reads the catalog only: safe next to a running daemon. Given a MOUNTPOINT, it also\n"
 		     "shows what the daemon serving it knows (the mount root's user.weightfs.stats\n"
-		     "attribute): objects verified this run, passthrough on/off, claims, bytes written.\n");
+		     "attribute): objects verified this run, passthrough on/off, claims, bytes written.\n"
+		     "Given a directory (or file) below a mount point, it prints the same totals for that\n"
+		     "subtree, read through the mount (stat and user.weightfs.digest of each name): its\n"
+		     "objects are the distinct contents below it.\n");
 }
 
 int wfs_cmd_mount_of(const char *store, char *out)
@@ -176,7 +354,8 @@ static void print_daemon_stats(const json_t *d)
 	       (unsigned long long)json_u64(k, "seals"), (unsigned long long)json_u64(k, "objects_published"),
 	       (unsigned long long)json_u64(k, "bytes_published"), (unsigned long long)json_u64(k, "dedup_hits"),
 	       (unsigned long long)json_u64(k, "claims"), (unsigned long long)json_u64(k, "claim_misses"));
-	printf("opens since mount:  %llu passthrough, %llu daemon-served\n",
+	printf("opens since mount:  %llu read-only through passthrough, %llu by the daemon (writes, or reads "
+	       "without passthrough)\n",
 	       (unsigned long long)json_u64(k, "opens_passthrough"), (unsigned long long)json_u64(k, "opens_daemon"));
 }
 
@@ -214,11 +393,14 @@ int wfs_cmd_stat(int argc, char **argv)
 		return 2;
 	}
 	ret = wfs_cmd_resolve_store(argv[optind], store);
+	if (ret == -EMEDIUMTYPE) {
+		char real[PATH_MAX], mnt[PATH_MAX];
+
+		if (realpath(argv[optind], real) && mount_containing(real, mnt, store) == 0)
+			return stat_subtree(argv[optind], real, mnt, store, json);
+	}
 	if (ret) {
-		fprintf(stderr, "weightfsctl stat: %s: %s\n", argv[optind],
-			ret == -ENOENT ? "not a weightfs store (a directory with catalog.db) or the mount "
-					 "point of one (not a directory below it)"
-				       : strerror(-ret));
+		fprintf(stderr, "weightfsctl stat: %s: %s\n", argv[optind], wfs_cmd_store_error(ret));
 		return 1;
 	}
 	snprintf(db, sizeof(db), "%s/catalog.db", store);
@@ -275,6 +457,93 @@ int wfs_cmd_stat(int argc, char **argv)
 	if (daemon)
 		print_daemon_stats(daemon);
 	json_decref(daemon);
+	return 0;
+}
+
+/* Does directory @path exist and hold anything? */
+static bool dir_has_entries(const char *path)
+{
+	struct dirent *e;
+	bool found = false;
+	DIR *d = opendir(path);
+
+	if (!d)
+		return false;
+	while (!found && (e = readdir(d)) != NULL)
+		found = strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+	closedir(d);
+	return found;
+}
+
+static void init_usage(FILE *out)
+{
+	fprintf(out, "usage: weightfsctl init STORE\n\n"
+		     "Make a new, empty weightfs store in directory STORE (created when missing; its parent\n"
+		     "must exist): objects/, tmp/ and catalog.db, with STORE made 0700 so that only you (and\n"
+		     "root) read it directly; others read through a mount, under each file's mode. STORE may\n"
+		     "hold other files (left as they are): this is the way to make a store there, which\n"
+		     "weightfs refuses to do by itself. A store already there is left as it is (exit 0).\n"
+		     "Then mount it: weightfs STORE MOUNTPOINT.\n");
+}
+
+int wfs_cmd_init(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	char real[PATH_MAX], mnt[PATH_MAX], store[PATH_MAX], db[PATH_MAX + 16];
+	struct wfs_catalog *c = NULL;
+	struct wfs_store *s = NULL;
+	struct stat st;
+	int opt, ret;
+
+	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'h':
+			init_usage(stdout);
+			return 0;
+		default:
+			init_usage(stderr);
+			return 2;
+		}
+	}
+	if (optind != argc - 1) {
+		init_usage(stderr);
+		return 2;
+	}
+	const char *path = argv[optind];
+
+	if (realpath(path, real) && mount_containing(real, mnt, store) == 0) {
+		fprintf(stderr, "weightfsctl init: %s: inside the weightfs mount %s (of %s): a store must live "
+			"outside any mount of one\n", path, mnt, store);
+		return 1;
+	}
+	snprintf(db, sizeof(db), "%s/catalog.db", path);
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode) && access(db, F_OK) == 0) {
+		printf("init: %s: already a weightfs store; left as it is\n", path);
+		return 0;
+	}
+	snprintf(mnt, sizeof(mnt), "%s/objects", path);
+	if (dir_has_entries(mnt)) {
+		fprintf(stderr, "weightfsctl init: %s: objects/ holds objects but there is no catalog.db: not "
+			"starting an empty namespace over them (restore catalog.db, or move objects/ away)\n",
+			path);
+		return 1;
+	}
+	umask(077); /* catalog.db and what else is made here: for the store's owner only */
+	ret = wfs_store_open(path, WFS_STORE_INIT, &s);
+	if (ret == 0)
+		ret = wfs_catalog_open(db, WFS_CATALOG_CREATE, getuid(), getgid(), &c);
+	wfs_catalog_close(c);
+	wfs_store_close(s);
+	if (ret) {
+		fprintf(stderr, "weightfsctl init: %s: %s\n", path,
+			ret == -EBUSY ? "in use by a weightfs process" : strerror(-ret));
+		return 1;
+	}
+	printf("init: %s: a new weightfs store (mode 0700); mount it with: weightfs %s MOUNTPOINT\n", path,
+	       path);
 	return 0;
 }
 

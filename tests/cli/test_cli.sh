@@ -112,6 +112,51 @@ if command -v python3 >/dev/null; then
 fi
 run "$CTL" stat --json "$STORE"
 expect_json "stat --json STORE: same logical_bytes" logical_bytes "$logical"
+run "$CTL" stat "$MNT"
+expect "stat MNT: opens counted as read-only passthrough opens and daemon opens, not one total" 0 \
+	"^opens since mount: +[0-9]+ read-only through passthrough, [0-9]+ by the daemon \(writes, or reads without passthrough\)\$"
+
+# A subtree of the mount: its own totals, read through the mount.
+cp "$MNT/sub/d" "$MNT/sub/d2" && mkdir "$MNT/sub/deeper" && fill c 4096 >"$MNT/sub/deeper/c"
+run "$CTL" stat "$MNT/sub"
+expect "stat MNT/DIR: exit 0, names the subtree" 0 "^subtree: +$MNT/sub "
+for pair in "names:=3" "directories:=2" "logical bytes:=4296" "objects:=2" "physical bytes:=4196" \
+	"dedup ratio:=1.02x"; do
+	key=${pair%%=*} val=${pair#*=}
+	if grep -Eq "^$key +$val( |\$)" <<<"$out"; then
+		ok "stat MNT/DIR: $key $val"
+	else
+		fail "stat MNT/DIR: $key $val" "stdout: $out"
+	fi
+done
+run "$CTL" stat --json "$MNT/sub/deeper"
+expect_json "stat --json MNT/DIR: names" names 1
+expect_json "stat --json MNT/DIR: object_bytes" object_bytes 4096
+rm -r "$MNT/sub/d2" "$MNT/sub/deeper"
+run "$CTL" stat "$work/no-such-dir"
+expect "stat of a missing path: exit 1, says so" 1 "" "no-such-dir: No such file or directory\$"
+mkdir -p "$work/plain-dir"
+run "$CTL" stat "$work/plain-dir"
+expect "stat of a directory that is no store: exit 1" 1 "" "plain-dir: not a weightfs store"
+
+# Mounting the store a second time: refused, naming the daemon that has it and where.
+mkdir -p "$work/mnt2"
+run "$DAEMON" "$STORE" "$work/mnt2" -o nosync
+expect "mount a mounted store again: exit 1, names the pid and mount point" 1 "" \
+	"in use by another weightfs process \(pid [0-9]+, mounted on $MNT\)\$"
+pid=$(sed -nE 's/.*\(pid ([0-9]+),.*/\1/p' <<<"$err")
+[ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = weightfs ] && ! mountpoint -q "$work/mnt2"
+verdict "mount a mounted store again: the pid is the daemon's, nothing mounted" $? "pid '$pid'" "stderr: $err"
+# Two mounts on one mount point would stack; a mount point given as STORE is a swap.
+run "$DAEMON" "$work/store-b" "$MNT" -o nosync
+expect "mount on a live weightfs mount: exit 1, says unmount" 1 "" "already a weightfs mount \(of $STORE\); unmount it first: fusermount3 -u "
+run "$DAEMON" "$MNT" "$work/mnt2" -o nosync
+expect "a weightfs mount point as STORE: exit 1, arguments look swapped" 1 "" "not a store: the arguments look swapped"
+if [ -e "$work/store-b" ] || mountpoint -q "$work/mnt2"; then
+	fail "refused mounts made nothing" "$(ls -la "$work")"
+else
+	ok "refused mounts made nothing"
+fi
 
 # ---- fsck and gc while mounted --------------------------------------------------------------------
 run "$CTL" fsck "$MNT"
@@ -194,7 +239,11 @@ expect "weightfsctl fsck --rate 12Q: exit 2" 2 "" "--rate 12Q: not a size"
 run "$CTL" stat
 expect "weightfsctl stat (no store): exit 2" 2 "" "^usage: weightfsctl stat"
 run "$CTL" fsck "$work/no-such-store"
+expect "weightfsctl fsck (no such path): exit 1, says so" 1 "" "no-such-store: No such file or directory\$"
+run "$CTL" fsck "$work/plain-dir"
 expect "weightfsctl fsck (not a store): exit 1" 1 "" "not a weightfs store"
+run "$CTL" gc "$work/plain-dir"
+expect "weightfsctl gc (not a store): exit 1" 1 "" "not a weightfs store"
 run "$CTL" --help
 expect "weightfsctl --help: exit 0" 0 "^usage: weightfsctl COMMAND"
 for sub in stat fsck gc stage; do
@@ -479,7 +528,8 @@ if "$DAEMON" "$RS" "$RM" -o nosync,retain=1G; then
 	head -c 100000 /dev/urandom >"$RM/kept" && rm "$RM/kept"
 	fusermount3 -u "$RM" || fail "fusermount3 -u $RM"
 	before=$(find "$RS/objects" -type f | wc -l)
-	for o in retian=1G passthrough=maybe verify=always dedup_verify=yes; do
+	for o in retian=1G passthrough=maybe verify=always dedup_verify=yes passthrough=on sync,nosync \
+		passthrough=auto,passthrough=off verify=open,verify=none dedup_verify=bytes,dedup_verify=digest; do
 		run "$DAEMON" "$RS" "$RM" -o "$o"
 		expect "weightfs -o $o: exit 2, says why" 2 "" "$o"
 	done
@@ -492,6 +542,50 @@ if "$DAEMON" "$RS" "$RM" -o nosync,retain=1G; then
 else
 	fail "mount $RS with retain=1G"
 fi
+
+# ---- where a store is made: a missing or empty directory, or weightfsctl init ---------------------
+# A directory that holds other files is refused as STORE and left as it was.
+NS=$work/notstore NM=$work/nmnt
+mkdir -p "$NS" "$NM"
+printf 'my notes' >"$NS/notes.txt"
+run "$DAEMON" "$NS" "$NM" -o nosync
+expect "weightfs on a non-empty directory that is no store: exit 1, names weightfsctl init" 1 "" \
+	"^weightfs: $NS: not a weightfs store .*and not empty: .*weightfsctl init $NS\$"
+got=$(cd "$NS" && ls -A)
+[ "$got" = notes.txt ] && ! mountpoint -q "$NM"
+verdict "refused STORE: left exactly as it was, nothing mounted" $? "STORE holds: $got"
+run "$CTL" init "$NS"
+expect "weightfsctl init on a directory with files: exit 0" 0 "^init: $NS: a new weightfs store"
+if [ -f "$NS/catalog.db" ] && [ -d "$NS/objects" ] && [ "$(cat "$NS/notes.txt")" = 'my notes' ] &&
+	[ "$(stat -c %a "$NS")" = 700 ]; then
+	ok "weightfsctl init: catalog.db and objects/ laid out, STORE 0700, its files kept"
+else
+	fail "weightfsctl init: catalog.db and objects/ laid out, STORE 0700, its files kept" "$(ls -la "$NS")"
+fi
+run "$CTL" init "$NS"
+expect "weightfsctl init on a store: exit 0, left as it is" 0 "already a weightfs store; left as it is"
+if "$DAEMON" "$NS" "$NM" -o nosync && printf 'w' >"$NM/w" && [ "$(cat "$NM/w")" = w ]; then
+	ok "a store made by weightfsctl init mounts"
+else
+	fail "a store made by weightfsctl init mounts"
+fi
+mountpoint -q "$NM" && fusermount3 -u "$NM"
+flock -w 10 "$NS/lock" true
+run "$CTL" init "$work/no/such/parent"
+expect "weightfsctl init with a missing parent: exit 1" 1 "" "No such file or directory"
+run "$CTL" init
+expect "weightfsctl init (no store): exit 2" 2 "" "^usage: weightfsctl init STORE"
+run "$CTL" init --help
+expect "weightfsctl init --help: exit 0" 0 "^usage: weightfsctl init STORE"
+
+# Swapped arguments: weightfs MNT STORE must not hide the store under a mount, nor make a store in MNT.
+SM=$work/swapmnt
+mkdir -p "$SM"
+run "$DAEMON" "$SM" "$NS" -o nosync
+expect "weightfs MNT STORE (swapped): exit 1, says the arguments look swapped" 1 "" \
+	"^weightfs: $NS: the mount point holds a weightfs store \(catalog.db\): the arguments look swapped"
+[ -z "$(ls -A "$SM")" ] && ! mountpoint -q "$NS"
+verdict "swapped arguments: nothing mounted, nothing written into MNT" $? "$(ls -A "$SM")"
 
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
