@@ -4,21 +4,72 @@
 #include <stdbool.h>
 #include <string.h>
 
+/* The reference's Dtype enum, in its order; bytes 0: a sub-byte dtype, known by name only, so that a
+ * file using one is refused with a reason rather than as an unknown dtype. */
 static const struct {
 	const char *name;
 	int bytes;
 } dtypes[] = {
-	{"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"F8_E8M0", 1}, {"I16", 2},
-	{"U16", 2},  {"F16", 2}, {"BF16", 2}, {"I32", 4},    {"U32", 4},     {"F32", 4},     {"I64", 8},
-	{"U64", 8},  {"F64", 8}, {"C64", 8},
+	{"BOOL", 1},    {"F4", 0},      {"F6_E2M3", 0}, {"F6_E3M2", 0}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1},
+	{"F8_E4M3", 1}, {"F8_E8M0", 1}, {"I16", 2},     {"U16", 2},     {"F16", 2}, {"BF16", 2}, {"I32", 4},
+	{"U32", 4},     {"F32", 4},     {"C64", 8},     {"F64", 8},     {"I64", 8}, {"U64", 8},
 };
+#define NDTYPES (sizeof(dtypes) / sizeof(dtypes[0]))
+
+int wfs_dtype_rank(const char *name, size_t len, bool *sub_byte)
+{
+	for (size_t i = 0; i < NDTYPES; i++) {
+		if (strlen(dtypes[i].name) == len && memcmp(dtypes[i].name, name, len) == 0) {
+			if (sub_byte)
+				*sub_byte = dtypes[i].bytes == 0;
+			return (int)i;
+		}
+	}
+	return -EINVAL;
+}
 
 int wfs_dtype_size(const char *name, size_t len)
 {
-	for (size_t i = 0; i < sizeof(dtypes) / sizeof(dtypes[0]); i++)
-		if (strlen(dtypes[i].name) == len && memcmp(dtypes[i].name, name, len) == 0)
-			return dtypes[i].bytes;
-	return -EINVAL;
+	int rank = wfs_dtype_rank(name, len, NULL);
+
+	return rank < 0 || dtypes[rank].bytes == 0 ? -EINVAL : dtypes[rank].bytes;
+}
+
+/* Table index of the @i-th whole-byte dtype, or -1. */
+static int accepted(unsigned i)
+{
+	for (size_t k = 0; k < NDTYPES; k++)
+		if (dtypes[k].bytes && i-- == 0)
+			return (int)k;
+	return -1;
+}
+
+unsigned wfs_dtype_count(void)
+{
+	unsigned n = 0;
+
+	for (size_t k = 0; k < NDTYPES; k++)
+		n += dtypes[k].bytes != 0;
+	return n;
+}
+
+const char *wfs_dtype_name(unsigned i)
+{
+	int k = accepted(i);
+
+	return k < 0 ? NULL : dtypes[k].name;
+}
+
+int wfs_dtype_size_at(unsigned i)
+{
+	int k = accepted(i);
+
+	return k < 0 ? -EINVAL : dtypes[k].bytes;
+}
+
+const char *wfs_tmp_prefix(void)
+{
+	return WFS_TMP_PREFIX;
 }
 
 static void skip_space(const char **p, const char *end)

@@ -11,15 +11,42 @@
 #ifndef WFS_DTYPE_H
 #define WFS_DTYPE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-/* The extended attributes that carry them on a weightfs file (weightfs(8)). */
-#define DTYPE_XATTR "user.weightfs.dtype" /* a dtype name below, e.g. "BF16" */
-#define SHAPE_XATTR "user.weightfs.shape" /* a JSON array of dimensions, e.g. "[4096,1024]" */
+#include "weightfs.h"
 
-/* Bytes per element of dtype @name (@len bytes, not NUL-terminated), or -EINVAL if unknown. */
+/* The extended attributes that carry them on a weightfs file (weightfs(8); names in weightfs.h). */
+#define DTYPE_XATTR WFS_XATTR_DTYPE
+#define SHAPE_XATTR WFS_XATTR_SHAPE
+
+/*
+ * The one dtype table. Its order is the reference's Dtype enum ("MUST be in increasing alignment
+ * order"), sub-byte dtypes included, so that a position is also the rank safetensors' writer lays
+ * tensors out by (largest first). All functions are pure and thread-safe.
+ */
+
+/* Bytes per element of dtype @name (@len bytes, not NUL-terminated): 1, 2, 4 or 8; -EINVAL if
+ * unknown or sub-byte (F4, F6_E2M3, F6_E3M2). */
 int wfs_dtype_size(const char *name, size_t len);
+
+/* Number of dtypes wfs_dtype_size() accepts (the whole-byte ones): 17. For the Python package. */
+unsigned wfs_dtype_count(void);
+
+/* Name of accepted dtype @i (0 <= @i < wfs_dtype_count(), in the reference's order: "BOOL" first),
+ * a static string; NULL when @i is out of range. */
+const char *wfs_dtype_name(unsigned i);
+
+/* Bytes per element of accepted dtype @i (as wfs_dtype_name()), or -EINVAL when out of range. */
+int wfs_dtype_size_at(unsigned i);
+
+/*
+ * Position of dtype @name (@len bytes) in the reference's full Dtype order (sub-byte dtypes
+ * included: BOOL 0, F4 1, ..., U64 19), or -EINVAL when unknown. *@sub_byte (may be NULL) tells
+ * whether it is one of the sub-byte dtypes, which safetensors knows but weightfs refuses.
+ */
+int wfs_dtype_rank(const char *name, size_t len, bool *sub_byte);
 
 #define WFS_SHAPE_MAX_DIMS 32
 
@@ -38,5 +65,8 @@ int wfs_shape_parse(const char *text, size_t len, uint64_t dims[WFS_SHAPE_MAX_DI
  * -EOVERFLOW (the product does not fit in 64 bits). *@elements is written only on success.
  */
 int wfs_shape_elements(const char *text, size_t len, uint64_t *elements);
+
+/* WFS_TMP_PREFIX (weightfs.h) as a function, so the Python package can check its copy (ctypes). */
+const char *wfs_tmp_prefix(void);
 
 #endif

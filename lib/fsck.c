@@ -14,6 +14,7 @@
 
 #include "digest.h"
 #include "store.h"
+#include "weightfs.h"
 
 static const char *const kind_names[WFS_FSCK_KINDS] = {
 	[WFS_FSCK_CORRUPT] = "corrupt",   [WFS_FSCK_MISSING] = "missing", [WFS_FSCK_ORPHAN] = "orphan",
@@ -94,9 +95,9 @@ static bool quarantine_stray(struct fsck *f, const char *sub, const char *name)
 {
 	char from[PATH_MAX], to[PATH_MAX];
 
-	mkdirat(f->dir_fd, "quarantine", 0755);
-	snprintf(from, sizeof(from), "objects/%s%s%s", sub, *name ? "/" : "", name);
-	snprintf(to, sizeof(to), "quarantine/stray.%s%s%s", sub, *name ? "." : "", name);
+	mkdirat(f->dir_fd, WFS_STORE_QUARANTINE, 0755);
+	snprintf(from, sizeof(from), WFS_STORE_OBJECTS "/%s%s%s", sub, *name ? "/" : "", name);
+	snprintf(to, sizeof(to), WFS_STORE_QUARANTINE "/stray.%s%s%s", sub, *name ? "." : "", name);
 	return renameat(f->dir_fd, from, f->dir_fd, to) == 0;
 }
 
@@ -114,7 +115,7 @@ static bool canonical_hex(const char *hex, struct wfs_digest *d)
 /* List objects/ into f->files; strays are reported (and with repair, moved aside). */
 static int list_objects(struct fsck *f)
 {
-	int objects_fd = openat(f->dir_fd, "objects", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int objects_fd = openat(f->dir_fd, WFS_STORE_OBJECTS, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *top;
 	struct dirent *e;
 
@@ -137,7 +138,7 @@ static int list_objects(struct fsck *f)
 		if (strlen(e->d_name) != 2 || sub_fd < 0) {
 			if (sub_fd >= 0)
 				close(sub_fd);
-			snprintf(hex, sizeof(hex), "objects/%.20s", e->d_name);
+			snprintf(hex, sizeof(hex), WFS_STORE_OBJECTS "/%.20s", e->d_name);
 			finding(f, WFS_FSCK_STRAY, hex, "not an object directory",
 				f->opt->repair && quarantine_stray(f, e->d_name, ""));
 			continue;
@@ -163,7 +164,7 @@ static int list_objects(struct fsck *f)
 			    fstatat(sub_fd, g->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode)) {
 				char what[PATH_MAX];
 
-				snprintf(what, sizeof(what), "objects/%s/%s", e->d_name, g->d_name);
+				snprintf(what, sizeof(what), WFS_STORE_OBJECTS "/%s/%s", e->d_name, g->d_name);
 				finding(f, WFS_FSCK_STRAY, what, "not an object (name is not a digest, or not a file)",
 					f->opt->repair && quarantine_stray(f, e->d_name, g->d_name));
 				continue;
@@ -241,7 +242,7 @@ static void check_files(struct fsck *f)
 			char name[34], p[64];
 
 			wfs_store_object_name(&of->digest, name);
-			snprintf(p, sizeof(p), "objects/%s", name);
+			snprintf(p, sizeof(p), WFS_STORE_OBJECTS "/%s", name);
 			finding(f, WFS_FSCK_MODE, hex, "object file is writable",
 				f->opt->repair && fchmodat(f->dir_fd, p, 0444, 0) == 0);
 		}
@@ -306,25 +307,25 @@ static void check_catalog(struct fsck *f)
 		return;
 	repaired = f->opt->repair;
 	if (!c->integrity_ok)
-		finding(f, WFS_FSCK_CATALOG, "catalog.db", "SQLite integrity check failed", false);
+		finding(f, WFS_FSCK_CATALOG, WFS_STORE_CATALOG, "SQLite integrity check failed", false);
 	if (c->refcounts_wrong) {
 		snprintf(detail, sizeof(detail), "%llu object refcounts differ from the inodes naming them",
 			 (unsigned long long)c->refcounts_wrong);
-		finding(f, WFS_FSCK_CATALOG, "catalog.db", detail, repaired);
+		finding(f, WFS_FSCK_CATALOG, WFS_STORE_CATALOG, detail, repaired);
 	}
 	if (c->digests_without_row) {
 		snprintf(detail, sizeof(detail), "%llu digests named by inodes have no object row",
 			 (unsigned long long)c->digests_without_row);
-		finding(f, WFS_FSCK_CATALOG, "catalog.db", detail, repaired);
+		finding(f, WFS_FSCK_CATALOG, WFS_STORE_CATALOG, detail, repaired);
 	}
 	if (c->dangling_dentries) {
 		snprintf(detail, sizeof(detail), "%llu names point at missing inodes",
 			 (unsigned long long)c->dangling_dentries);
-		finding(f, WFS_FSCK_CATALOG, "catalog.db", detail, repaired);
+		finding(f, WFS_FSCK_CATALOG, WFS_STORE_CATALOG, detail, repaired);
 	}
 	if (c->nlink_wrong) {
 		snprintf(detail, sizeof(detail), "%llu link counts are wrong", (unsigned long long)c->nlink_wrong);
-		finding(f, WFS_FSCK_CATALOG, "catalog.db", detail, repaired);
+		finding(f, WFS_FSCK_CATALOG, WFS_STORE_CATALOG, detail, repaired);
 	}
 }
 
@@ -399,7 +400,7 @@ int wfs_fsck(const char *path, const struct wfs_fsck_options *opt, struct wfs_fs
 	}
 	/* Offline, tmp/ holds only leftovers; opening the store read-write (for repair) removes them. */
 	if (!report->online)
-		check_dir(&f, "tmp", WFS_FSCK_TMP);
+		check_dir(&f, WFS_STORE_TMP, WFS_FSCK_TMP);
 	if (opt->repair) {
 		wfs_store_close(f.store);
 		f.store = NULL;
@@ -407,7 +408,7 @@ int wfs_fsck(const char *path, const struct wfs_fsck_options *opt, struct wfs_fs
 		if (ret)
 			goto out;
 	}
-	snprintf(db, sizeof(db), "%s/catalog.db", path);
+	snprintf(db, sizeof(db), "%s/" WFS_STORE_CATALOG, path);
 	ret = wfs_catalog_open(db, opt->repair ? 0 : WFS_CATALOG_READONLY, 0, 0, &f.catalog);
 	if (ret)
 		goto out;
@@ -425,7 +426,7 @@ int wfs_fsck(const char *path, const struct wfs_fsck_options *opt, struct wfs_fs
 	}
 	check_files(&f);
 	check_rows(&f);
-	check_dir(&f, "quarantine", WFS_FSCK_QUARANTINED);
+	check_dir(&f, WFS_STORE_QUARANTINE, WFS_FSCK_QUARANTINED);
 out:
 	free(f.row_seen);
 	free(f.rows);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "weightfs.h"
+
 struct unref {
 	struct wfs_digest digest;
 	uint64_t bytes;
@@ -93,7 +95,7 @@ int wfs_gc(const char *path, uint64_t retain, bool dry_run, struct wfs_gc_report
 	ret = wfs_store_open(path, dry_run ? WFS_STORE_READONLY : 0, &s);
 	if (ret)
 		return ret;
-	snprintf(db, sizeof(db), "%s/catalog.db", path);
+	snprintf(db, sizeof(db), "%s/" WFS_STORE_CATALOG, path);
 	ret = wfs_catalog_open(db, dry_run ? WFS_CATALOG_READONLY : 0, 0, 0, &c);
 	if (ret == 0)
 		ret = wfs_gc_collect(s, c, retain, dry_run, NULL, NULL, r);

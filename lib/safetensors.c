@@ -10,29 +10,12 @@
 #include <unistd.h>
 
 #include "dtype.h"
+#include "weightfs.h"
 
-/*
- * The reference's Dtype enum, in its order: "MUST be in increasing alignment order", and its writer
- * lays tensors out by this rank, largest first. Sub-byte dtypes are known by name only, so a file
- * that uses them is refused with a reason rather than as an unknown dtype.
- */
-static const struct {
-	const char *name;
-	bool sub_byte;
-} dtype_order[] = {
-	{"BOOL", false},    {"F4", true},     {"F6_E2M3", true}, {"F6_E3M2", true}, {"U8", false},
-	{"I8", false},      {"F8_E5M2", false}, {"F8_E4M3", false}, {"F8_E8M0", false}, {"I16", false},
-	{"U16", false},     {"F16", false},   {"BF16", false},   {"I32", false},    {"U32", false},
-	{"F32", false},     {"C64", false},   {"F64", false},    {"I64", false},    {"U64", false},
-};
-#define NDTYPES (sizeof(dtype_order) / sizeof(dtype_order[0]))
-
+/* The reference's Dtype order (lib/dtype.h): its writer lays tensors out by this rank, largest first. */
 static int dtype_rank(const char *name)
 {
-	for (size_t i = 0; i < NDTYPES; i++)
-		if (strcmp(dtype_order[i].name, name) == 0)
-			return (int)i;
-	return -1;
+	return wfs_dtype_rank(name, strlen(name), NULL);
 }
 
 /* Write a reason into @err (control characters shown as '?', so any name prints on one line). */
@@ -304,7 +287,7 @@ static int tensor_from_json(struct wfs_st_tensor *t, const char *name, json_t *e
 
 	dname = json_string_value(dtype);
 	rank = dname ? dtype_rank(dname) : -1;
-	if (!dname || rank < 0 || dtype_order[rank].sub_byte ||
+	if (!dname || rank < 0 ||
 	    (size = wfs_dtype_size(dname, strlen(dname))) < 0) {
 		if (rank >= 0)
 			return fail(err, errlen, -EINVAL,
@@ -526,7 +509,7 @@ int wfs_st_add_tensor(struct wfs_st_file *f, const char *name, const char *dtype
 	bool overflow = false, zero = false;
 	int rank = dtype_rank(dtype), size;
 
-	if (rank < 0 || dtype_order[rank].sub_byte || (size = wfs_dtype_size(dtype, strlen(dtype))) < 0 ||
+	if (rank < 0 || (size = wfs_dtype_size(dtype, strlen(dtype))) < 0 ||
 	    ndim > WFS_ST_MAX_DIMS)
 		return -EINVAL;
 	for (unsigned i = 0; i < ndim; i++) {
@@ -855,6 +838,14 @@ int wfs_st_shape_format(const uint64_t *shape, unsigned ndim, char *buf, size_t 
 	return (int)at;
 }
 
+/* Does component @p (@len bytes) start with @prefix? */
+static bool starts(const char *p, size_t len, const char *prefix)
+{
+	size_t n = strlen(prefix);
+
+	return len >= n && memcmp(p, prefix, n) == 0;
+}
+
 int wfs_st_name_check(const char *name, char *err, size_t errlen)
 {
 	const char *p = name;
@@ -878,9 +869,15 @@ int wfs_st_name_check(const char *name, char *err, size_t errlen)
 		if (len > 255)
 			return fail(err, errlen, -EINVAL, "tensor '%s': a path component is %zu bytes, over 255",
 				    shown(name, b), len);
-		if (len >= 12 && memcmp(p, ".wfs-import.", 12) == 0)
+		if (starts(p, len, WFS_TMP_PREFIX_IMPORT_OLD))
 			return fail(err, errlen, -EINVAL,
-				    "tensor '%s': names starting with '.wfs-import.' are import's files being written",
+				    "tensor '%s': names starting with '" WFS_TMP_PREFIX_IMPORT_OLD
+				    "' are import's files being written",
+				    shown(name, b));
+		if (starts(p, len, WFS_TMP_PREFIX))
+			return fail(err, errlen, -EINVAL,
+				    "tensor '%s': names starting with '" WFS_TMP_PREFIX
+				    "' are tensor files being written (lib/tensorfile.h)",
 				    shown(name, b));
 		if (!slash)
 			return 0;

@@ -187,8 +187,9 @@ int wfs_st_shape_format(const uint64_t *shape, unsigned ndim, char *buf, size_t 
 /*
  * Can tensor name @name be a relative path below a directory (import writes tensor "a/b.weight" as
  * file a/b.weight)? It cannot when it is empty, starts or ends with '/', has an empty, "." or ".."
- * component or a component over 255 bytes, or starts a component with ".wfs-import." (the names
- * import uses for files being written). Returns 0, or -EINVAL with the reason in @err.
+ * component or a component over 255 bytes, or starts a component with WFS_TMP_PREFIX (".wfs-tmp-",
+ * the names of tensor files being written, lib/tensorfile.h) or ".wfs-import." (what import named
+ * them before). Returns 0, or -EINVAL with the reason in @err.
  */
 int wfs_st_name_check(const char *name, char *err, size_t errlen);
 

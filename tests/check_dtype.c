@@ -49,6 +49,28 @@ START_TEST(dtype_unknown)
 }
 END_TEST
 
+START_TEST(dtype_table)
+{
+	unsigned n = wfs_dtype_count();
+	bool sub = false;
+
+	ck_assert_uint_eq(n, 17);
+	ck_assert_str_eq(wfs_dtype_name(0), "BOOL");
+	ck_assert_ptr_null(wfs_dtype_name(n));
+	ck_assert_int_eq(wfs_dtype_size_at(n), -EINVAL);
+	for (unsigned i = 0; i < n; i++) /* the table by index agrees with the table by name */
+		ck_assert_int_eq(wfs_dtype_size_at(i), size_of(wfs_dtype_name(i)));
+	/* The reference's Dtype order, sub-byte dtypes known by name (rank) but without a size. */
+	ck_assert_int_eq(wfs_dtype_rank("BOOL", 4, &sub), 0);
+	ck_assert(!sub);
+	ck_assert_int_eq(wfs_dtype_rank("F4", 2, &sub), 1);
+	ck_assert(sub);
+	ck_assert_int_eq(wfs_dtype_rank("U64", 3, NULL), 19);
+	ck_assert_int_eq(wfs_dtype_rank("f32", 3, NULL), -EINVAL);
+	ck_assert_str_eq(wfs_tmp_prefix(), ".wfs-tmp-");
+}
+END_TEST
+
 START_TEST(shape_valid)
 {
 	uint64_t n = 99;
@@ -118,6 +140,7 @@ int main(void)
 
 	tcase_add_test(tc, dtype_sizes);
 	tcase_add_test(tc, dtype_unknown);
+	tcase_add_test(tc, dtype_table);
 	tcase_add_test(tc, shape_dims);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("shape");

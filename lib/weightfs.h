@@ -1,0 +1,36 @@
+/*
+ * weightfs — the names weightfs puts in the world, in one place: the extended attributes of files
+ * under a mount, the temporary names of files being written, and the store's layout. Names only:
+ * no functions, no types. Every module, the daemon, the admin command and the Python package
+ * (which repeats the strings and tests them against wfs_names(), lib/dtype.h) spell them from here.
+ */
+#ifndef WFS_WEIGHTFS_H
+#define WFS_WEIGHTFS_H
+
+/* ---- extended attributes (weightfs(8)) ---- */
+#define WFS_XATTR_PREFIX "user.weightfs."                  /* every attribute below starts so */
+#define WFS_XATTR_DIGEST "user.weightfs.digest"            /* sealed file: content digest, 32 hex, read-only */
+#define WFS_XATTR_DTYPE "user.weightfs.dtype"              /* a safetensors dtype name, e.g. "BF16" (lib/dtype.h) */
+#define WFS_XATTR_SHAPE "user.weightfs.shape"              /* a JSON array of dimensions, e.g. "[4096,1024]" */
+#define WFS_XATTR_CLAIM "user.weightfs.claim"              /* set on an empty file: seal it as a stored object */
+#define WFS_XATTR_STATS "user.weightfs.stats"              /* mount root: store and daemon statistics, JSON */
+#define WFS_XATTR_RECHECK "user.weightfs.recheck"          /* set on the mount root: re-hash an object now */
+#define WFS_XATTR_ST_META "user.weightfs.safetensors.metadata" /* import dir: the checkpoint's __metadata__ */
+#define WFS_XATTR_ST_INDEX "user.weightfs.safetensors.index"   /* import dir: a sharded index's "metadata" */
+
+/* ---- temporary names ---- */
+/* A tensor file being written (lib/tensorfile.h, weightfs.offload()): PREFIX<pid>-<n>[-<tag>]. */
+#define WFS_TMP_PREFIX ".wfs-tmp-"
+/* What weightfsctl import named its files being written before WFS_TMP_PREFIX; still no tensor name. */
+#define WFS_TMP_PREFIX_IMPORT_OLD ".wfs-import."
+/* Infix of the file export writes before renaming it over OUT: OUT's dir/.<base>.wfs-export.XXXXXX. */
+#define WFS_TMP_EXPORT_INFIX ".wfs-export."
+
+/* ---- store layout (STORE/...) ---- */
+#define WFS_STORE_OBJECTS "objects"       /* objects/ab/<30 hex>: one read-only file per content */
+#define WFS_STORE_TMP "tmp"               /* files being written by the daemon */
+#define WFS_STORE_QUARANTINE "quarantine" /* objects whose bytes did not match their digest */
+#define WFS_STORE_CATALOG "catalog.db"    /* the SQLite catalog (WAL) */
+#define WFS_STORE_LOG "weightfs.log"      /* a background daemon's log */
+
+#endif
