@@ -216,6 +216,93 @@ START_TEST(test_open_not_a_store)
 }
 END_TEST
 
+/*
+ * CREATE lays a store out only where nothing else lives: a directory with other files is refused
+ * (-ENOTEMPTY) and left as it was; INIT lays it out there anyway. A new store is private (0700).
+ */
+START_TEST(test_open_create_where)
+{
+	struct wfs_store *s = NULL;
+	char file[700], sub[700];
+	struct stat st;
+
+	ck_assert_int_eq(mkdir(store_dir, 0755), 0);
+	spath(file, sizeof(file), "notes.txt");
+	ck_assert_int_eq(tu_write_file(file, "x", 1, 0644), 0);
+	ck_assert_int_eq(wfs_store_open(store_dir, WFS_STORE_CREATE, &s), -ENOTEMPTY);
+	ck_assert_ptr_null(s);
+	ck_assert_int_eq(tu_count_files(store_dir), 1);
+	spath(sub, sizeof(sub), "objects");
+	ck_assert_int_eq(stat(sub, &st), -1);
+	ck_assert_int_eq(stat(store_dir, &st), 0);
+	ck_assert_int_eq(st.st_mode & 07777, 0755);
+	/* The explicit step: the layout next to the files, and the directory made private. */
+	s = open_store(WFS_STORE_INIT | WFS_STORE_NOSYNC);
+	wfs_store_close(s);
+	ck_assert_int_eq(stat(store_dir, &st), 0);
+	ck_assert_int_eq(st.st_mode & 07777, 0700);
+	ck_assert_int_eq(stat(sub, &st), 0);
+	ck_assert_int_eq(st.st_mode & 07777, 0700);
+	ck_assert_int_eq(access(file, F_OK), 0);
+	/* Now a store: CREATE opens it, and keeps the mode its owner gives it. */
+	ck_assert_int_eq(chmod(store_dir, 0750), 0);
+	s = open_store(WFS_STORE_CREATE);
+	wfs_store_close(s);
+	ck_assert_int_eq(stat(store_dir, &st), 0);
+	ck_assert_int_eq(st.st_mode & 07777, 0750);
+	/* An empty directory (lost+found aside, as on a fresh filesystem) becomes a private store. */
+	tu_rmtree(store_dir);
+	ck_assert_int_eq(mkdir(store_dir, 0755), 0);
+	spath(sub, sizeof(sub), "lost+found");
+	ck_assert_int_eq(mkdir(sub, 0700), 0);
+	s = open_store(WFS_STORE_CREATE);
+	wfs_store_close(s);
+	ck_assert_int_eq(stat(store_dir, &st), 0);
+	ck_assert_int_eq(st.st_mode & 07777, 0700);
+	/* A missing one is made 0700 whatever the umask. */
+	tu_rmtree(store_dir);
+	mode_t old = umask(0);
+	s = open_store(WFS_STORE_CREATE);
+	umask(old);
+	wfs_store_close(s);
+	ck_assert_int_eq(stat(store_dir, &st), 0);
+	ck_assert_int_eq(st.st_mode & 07777, 0700);
+	spath(sub, sizeof(sub), "tmp");
+	ck_assert_int_eq(stat(sub, &st), 0);
+	ck_assert_int_eq(st.st_mode & 07777, 0700);
+}
+END_TEST
+
+/* The holder of a store is recorded in STORE/lock: its pid, and what it says it does. */
+START_TEST(test_open_owner)
+{
+	struct wfs_store *s = open_store(WFS_STORE_CREATE | WFS_STORE_NOSYNC);
+	char what[64] = "sentinel";
+	int pid = 0;
+
+	ck_assert_int_eq(wfs_store_owner(store_dir, &pid, what, sizeof(what)), 0);
+	ck_assert_int_eq(pid, (int)getpid());
+	ck_assert_str_eq(what, "");
+	wfs_store_set_owner(s, "mounted on /mnt/x");
+	ck_assert_int_eq(wfs_store_owner(store_dir, &pid, what, sizeof(what)), 0);
+	ck_assert_int_eq(pid, (int)getpid());
+	ck_assert_str_eq(what, "mounted on /mnt/x");
+	wfs_store_close(s);
+	/* A pid that is gone is not reported. */
+	{
+		char lock[700];
+		int fd;
+
+		spath(lock, sizeof(lock), "lock");
+		fd = open(lock, O_WRONLY | O_TRUNC);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(write(fd, "2147483646\nx\n", 13), 13);
+		close(fd);
+	}
+	ck_assert_int_eq(wfs_store_owner(store_dir, &pid, what, sizeof(what)), -ENOENT);
+}
+END_TEST
+
 START_TEST(test_open_busy)
 {
 	struct wfs_store *a = open_store(WFS_STORE_CREATE | WFS_STORE_NOSYNC), *b = NULL, *ro = NULL;
@@ -842,6 +929,8 @@ static Suite *store_suite(void)
 	tcase_add_test(tcase(s, "open_creates_layout"), test_open_creates_layout);
 	tcase_add_test(tcase(s, "open_missing"), test_open_missing);
 	tcase_add_test(tcase(s, "open_not_a_store"), test_open_not_a_store);
+	tcase_add_test(tcase(s, "open_create_where"), test_open_create_where);
+	tcase_add_test(tcase(s, "open_owner"), test_open_owner);
 	tc = tcase(s, "open_lock");
 	tcase_add_test(tc, test_open_busy);
 	tcase_add_test(tc, test_open_busy_other_process);
