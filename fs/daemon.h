@@ -62,8 +62,7 @@ struct wfs_version {
 	bool in_order;             /* (V) every write so far extended the hashed prefix */
 	int error;                 /* (V) first write error (-errno); sealing fails with it */
 	bool modified;             /* (V) changed since it was started */
-	bool written;              /* (V) data written, or the size set by ftruncate(2) (not only
-				    * created or opened with O_TRUNC): a flush of its writer seals */
+	bool written;              /* (V) data written (not only created or truncated) */
 	bool mtime_set;            /* (V) utimes after the last write: the seal keeps @mtime */
 	struct timespec mtime;
 	bool has_base;             /* (V) started as a copy of object @base */
@@ -97,6 +96,10 @@ struct wfs_inode {
 	uint64_t ino;
 	uint64_t nlookup;            /* (L) kernel lookup count */
 	unsigned nopen;              /* (L) open handles */
+	unsigned nwritable;          /* (L) of those, opened for writing */
+	bool replaced;               /* (L) its name moved to a new inode for a writer while readers
+				      * held this one (ops.c, move_from_readers): new opens get ESTALE
+				      * and the kernel looks the name up again */
 	unsigned ncached;            /* (L) open handles in cached (daemon-served) mode */
 	unsigned ncached_closed;     /* (L) of those, closed (flush seen): their release is pending */
 	unsigned npassthrough;       /* (L) open handles in passthrough mode */
@@ -143,6 +146,8 @@ struct wfs_counters {
 	uint64_t dedup_hits;        /* seals whose content was already stored: copy dropped */
 	uint64_t claims;            /* user.weightfs.claim that sealed a name with no bytes sent */
 	uint64_t claim_misses;      /* claims refused with ENODATA: the object is not stored */
+	uint64_t moved_from_readers; /* writable opens and truncates of a file readers held: its
+				      * name moved to a new inode (ops.c, move_from_readers) */
 	uint64_t opens_passthrough; /* read-only opens served by the kernel from the object */
 	uint64_t opens_daemon;      /* opens served by the daemon (writable, or passthrough off) */
 };

@@ -3,6 +3,7 @@
  * one reply. Namespace work happens under fs->lock (daemon.h explains the locking and why writable
  * opens are daemon-served while sealed reads use kernel passthrough).
  */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -277,7 +278,8 @@ static bool flush_ends_writing(fuse_req_t req, struct wfs_handle *h)
 struct kernel_news {
 	uint64_t ino;      /* the inode concerned, 0 for none */
 	bool inval;        /* its attributes and page cache are stale */
-	size_t n;          /* names removed */
+	bool moved;        /* the names below now name another inode (else they are gone) */
+	size_t n;          /* names removed or moved */
 	struct removed_name {
 		uint64_t parent;
 		char *name;
@@ -302,10 +304,11 @@ static void news_name(void *ctx, uint64_t parent, const char *name)
 static void news_send(struct wfs_fs *fs, struct kernel_news *k)
 {
 	for (size_t i = 0; i < k->n; i++) {
-		if (fuse_lowlevel_notify_delete(fs->se, k->names[i].parent, k->ino, k->names[i].name,
-						strlen(k->names[i].name)) == -ENOSYS)
-			fuse_lowlevel_notify_inval_entry(fs->se, k->names[i].parent, k->names[i].name,
-							 strlen(k->names[i].name));
+		const char *name = k->names[i].name;
+
+		if (k->moved || fuse_lowlevel_notify_delete(fs->se, k->names[i].parent, k->ino, name,
+							    strlen(name)) == -ENOSYS)
+			fuse_lowlevel_notify_inval_entry(fs->se, k->names[i].parent, name, strlen(name));
 		free(k->names[i].name);
 	}
 	if (k->inval)
@@ -335,6 +338,36 @@ static void writer_gone(struct wfs_fs *fs, struct wfs_inode *in, struct kernel_n
 	else if (news->n)
 		wfs_log(WFS_LOG_INFO, "inode %llu: never sealed and its writer is gone: name removed",
 			(unsigned long long)in->ino);
+}
+
+/*
+ * A writer beside readers. The kernel gives an inode one backing file (passthrough) and one page
+ * cache (daemon-served), so a writable open of a sealed file that readers hold would fail (ETXTBSY)
+ * or change the bytes under them. Instead its name moves to a new inode with the same attributes,
+ * xattrs and content (wfs_catalog_inode_replace), and the request fails with ESTALE: the VFS looks
+ * the name up again (LOOKUP_REVAL) and retries once, which reaches the new inode, held by nobody.
+ * The readers keep the old inode and its object until they close; new opens see the new version.
+ * Hard links cannot move one name alone: they keep the old rule (no_passthrough_readers()), and so
+ * does a file that already has writers or is being written. fs->lock held; @nlink is the inode's,
+ * from the catalog. Returns 1 (moved: reply ESTALE, then send @news), 0 (go on) or -errno.
+ */
+static int move_from_readers(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, struct kernel_news *news)
+{
+	struct wfs_attr fresh;
+	int ret;
+
+	if (!in->sealed || in->writer || in->nwritable > 0 || in->nopen == 0 || nlink != 1)
+		return 0;
+	ret = wfs_catalog_inode_replace(fs->catalog, in->ino, news_name, news, &fresh);
+	if (ret)
+		return ret == -EMLINK ? 0 : ret;
+	in->replaced = true;
+	news->ino = in->ino;
+	news->moved = true;
+	fs->counters.moved_from_readers++;
+	wfs_log(WFS_LOG_DEBUG, "inode %llu: opened for writing while %u readers hold it: name moved to inode "
+		"%llu", (unsigned long long)in->ino, in->nopen, (unsigned long long)fresh.ino);
+	return 1;
 }
 
 /*
@@ -391,6 +424,14 @@ static int set_size(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, str
 	struct wfs_version *v;
 	int ret;
 
+	/* Through a descriptor the version is sealed at its close or release, perhaps where nobody
+	 * hears a refusal (a mapping filled after close): hold the size to dtype/shape now. Empty is
+	 * the state before the bytes are written, as for a new file. */
+	if (h && size != 0) {
+		ret = wfs_tensor_fits(fs, in->ino, size, NULL, NULL, 0, "ftruncate refused");
+		if (ret)
+			return ret;
+	}
 	for (;;) {
 		v = wfs_version_writer(fs, req, in, size == 0, &ret);
 		if (!v)
@@ -435,7 +476,13 @@ static int do_setattr(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const s
 		in = wfs_inode_get(fs, &a);
 		if (!in)
 			return -ENOMEM;
-		ret = no_passthrough_readers(fs, in);
+		if (in->replaced)
+			return -ESTALE; /* a stale name: the kernel looks it up again */
+		ret = fi ? 0 : move_from_readers(fs, in, a.nlink, news);
+		if (ret == 1)
+			return -ESTALE; /* truncate(2) retries on the name's new inode */
+		if (ret == 0)
+			ret = no_passthrough_readers(fs, in);
 		if (ret == 0)
 			ret = set_size(fs, req, in, fi ? handle_of(fi) : NULL, (uint64_t)st->st_size, news);
 		if (ret) {
@@ -502,11 +549,14 @@ static void wfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int t
 	pthread_mutex_lock(&fs->lock);
 	ret = do_setattr(fs, req, ino, attr, to_set, fi, &st, &news);
 	pthread_mutex_unlock(&fs->lock);
-	news_send(fs, &news);
+	/* A moved name is told after the reply: truncate(2) holds the old inode's lock meanwhile. */
+	if (!news.moved)
+		news_send(fs, &news);
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
 		fuse_reply_attr(req, &st, fs->opt.timeout);
+	news_send(fs, &news);
 }
 
 /* Owner of a new inode: the caller, with the group of a set-group-ID parent (as ext4 does). */
@@ -678,6 +728,7 @@ static void wfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 	ret = make_entry(fs, &a, &e);
 	if (ret == 0) {
 		in->nopen++;
+		in->nwritable++;
 		in->ncached++;
 		fs->counters.opens_daemon++;
 		fi->fh = (uintptr_t)h;
@@ -832,7 +883,8 @@ static int open_read_only(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *i
 	return 0;
 }
 
-static int do_open(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static int do_open(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
+		   struct kernel_news *news)
 {
 	bool truncate = fi->flags & O_TRUNC;
 	bool writable = (fi->flags & O_ACCMODE) != O_RDONLY || truncate;
@@ -850,6 +902,15 @@ static int do_open(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, struct fus
 	in = wfs_inode_get(fs, &a);
 	if (!in)
 		return -ENOMEM;
+	if (in->replaced)
+		return -ESTALE; /* a stale name: the kernel looks it up again */
+	if (writable) {
+		ret = move_from_readers(fs, in, a.nlink, news);
+		if (ret == 1)
+			return -ESTALE; /* the VFS retries on the name's new inode */
+		if (ret < 0)
+			return ret;
+	}
 	h = handle_new(fs, in, writable);
 	if (!h)
 		return -ENOMEM;
@@ -881,6 +942,7 @@ static int do_open(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, struct fus
 		}
 	}
 	in->nopen++;
+	in->nwritable += writable;
 	fi->fh = (uintptr_t)h;
 	if (h->passthrough)
 		fs->counters.opens_passthrough++;
@@ -892,15 +954,17 @@ static int do_open(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, struct fus
 static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct wfs_fs *fs = fs_of(req);
+	struct kernel_news news = {0};
 	int ret;
 
 	pthread_mutex_lock(&fs->lock);
-	ret = do_open(fs, req, ino, fi);
+	ret = do_open(fs, req, ino, fi, &news);
 	pthread_mutex_unlock(&fs->lock);
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
 		fuse_reply_open(req, fi);
+	news_send(fs, &news); /* a moved name: other processes' cached dentries go too */
 }
 
 /*
@@ -1084,6 +1148,8 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	}
 	if (h->object)
 		wfs_object_unpin(fs, req, h->object);
+	assert(in->nopen > 0 && in->nwritable >= h->writable);
+	in->nwritable -= h->writable;
 	in->nopen--;
 	wfs_inode_maybe_free(fs, req, in);
 	handle_free(fs, h);
@@ -1373,13 +1439,15 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		", \"passthrough\": %s, \"verify\": \"%s\", \"since_mount\": {\"seals\": %" PRIu64
 		", \"objects_published\": %" PRIu64 ", \"bytes_published\": %" PRIu64
 		", \"dedup_hits\": %" PRIu64 ", \"claims\": %" PRIu64 ", \"claim_misses\": %" PRIu64
-		", \"opens_passthrough\": %" PRIu64 ", \"opens_daemon\": %" PRIu64 "}}\n",
+		", \"opens_passthrough\": %" PRIu64 ", \"opens_daemon\": %" PRIu64
+		", \"moved_from_readers\": %" PRIu64 "}}\n",
 		st.names, st.directories, st.symlinks, st.logical_bytes, st.objects, st.object_bytes,
 		st.object_bytes ? (double)st.logical_bytes / (double)st.object_bytes : 1.0,
 		st.unreferenced_objects, st.unreferenced_bytes, verified, unverified, st.quarantined_objects,
 		st.unsealed_files, atomic_load(&fs->passthrough) ? "true" : "false",
 		fs->opt.verify ? "open" : "none", k->seals, k->objects_published, k->bytes_published,
-		k->dedup_hits, k->claims, k->claim_misses, k->opens_passthrough, k->opens_daemon);
+		k->dedup_hits, k->claims, k->claim_misses, k->opens_passthrough, k->opens_daemon,
+		k->moved_from_readers);
 	if (fclose(f)) {
 		free(*text);
 		*text = NULL;

@@ -15,6 +15,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,37 +44,72 @@ void wfs_version_put(struct wfs_version *v)
 	free(v);
 }
 
-/* Copy all of object @d into the empty tmp file @fd. Returns bytes copied or -errno. */
-static int64_t copy_object(struct wfs_fs *fs, const struct wfs_digest *d, int fd)
+/* Copy @len bytes at @off of @src to the same offset of @dst. Returns 0 or -errno. */
+static int copy_range(int src, int dst, off_t off, off_t len)
 {
-	int src = wfs_store_object_open(fs->store, d, 0);
-	loff_t in_off = 0, out_off = 0;
-	int64_t ret;
+	loff_t in_off = off, out_off = off;
 
-	if (src < 0)
-		return src == -ENOENT ? -EIO : src;
-	for (;;) {
-		ssize_t n = copy_file_range(src, &in_off, fd, &out_off, 1 << 30, 0);
+	while (len > 0) {
+		ssize_t n = copy_file_range(src, &in_off, dst, &out_off, (size_t)len, 0);
 
-		if (n < 0 && (errno == EXDEV || errno == EOPNOTSUPP || errno == ENOSYS)) {
+		if (n < 0 && (errno == EXDEV || errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL)) {
 			char buf[1 << 16];
 
-			n = pread(src, buf, sizeof(buf), in_off);
-			if (n > 0 && pwrite(fd, buf, (size_t)n, out_off) != n)
+			n = pread(src, buf, sizeof(buf) < (size_t)len ? sizeof(buf) : (size_t)len, in_off);
+			if (n > 0 && pwrite(dst, buf, (size_t)n, out_off) != n)
 				n = -1;
 			if (n > 0) {
 				in_off += n;
 				out_off += n;
 			}
 		}
-		if (n < 0) {
-			ret = errno ? -errno : -EIO;
-			goto out;
-		}
+		if (n < 0)
+			return errno ? -errno : -EIO;
 		if (n == 0)
-			break;
+			return -EIO; /* the object is shorter than it was a moment ago */
+		len -= n;
 	}
-	ret = out_off;
+	return 0;
+}
+
+/*
+ * Copy all of object @d into the empty tmp file @fd: data, not holes. A reflink (FICLONE: XFS, btrfs)
+ * shares the extents and copies nothing; otherwise only the data extents (SEEK_DATA/SEEK_HOLE) are
+ * copied, so a sparse tensor's new version costs what it holds, not its logical size. Returns the
+ * object's size in bytes, or -errno.
+ */
+static int64_t copy_object(struct wfs_fs *fs, const struct wfs_digest *d, int fd)
+{
+	int src = wfs_store_object_open(fs->store, d, 0);
+	struct stat st;
+	off_t data = 0, hole;
+	int64_t ret = 0;
+
+	if (src < 0)
+		return src == -ENOENT ? -EIO : src;
+	if (fstat(src, &st) < 0) {
+		ret = -errno;
+		goto out;
+	}
+	if (ioctl(fd, FICLONE, src) == 0) {
+		ret = st.st_size;
+		goto out;
+	}
+	while (data < st.st_size) {
+		data = lseek(src, data, SEEK_DATA);
+		if (data < 0 && errno == ENXIO)
+			break; /* only a hole is left */
+		hole = data < 0 ? st.st_size : lseek(src, data, SEEK_HOLE);
+		if (data < 0 || hole < 0) { /* no SEEK_DATA here: all of it is data */
+			data = 0;
+			hole = st.st_size;
+		}
+		ret = copy_range(src, fd, data, hole - data);
+		if (ret)
+			goto out;
+		data = hole;
+	}
+	ret = ftruncate(fd, st.st_size) < 0 ? -errno : st.st_size; /* a trailing hole */
 out:
 	close(src);
 	return ret;
@@ -349,7 +386,6 @@ int wfs_version_truncate(struct wfs_fs *fs, struct wfs_version *v, uint64_t size
 	}
 	v->size = size;
 	v->modified = true;
-	v->written = true; /* an ftruncate(2) is the writer's change: its close seals and hears the result */
 out:
 	pthread_mutex_unlock(&v->lock);
 	return ret;

@@ -777,6 +777,75 @@ int wfs_catalog_unlink_unsealed(struct wfs_catalog *c, uint64_t ino, wfs_catalog
 	return ret;
 }
 
+/* Run @sql (no rows) with ?1 = @a and ?2 = @b bound. Inside a transaction. */
+static int exec_ino2(struct wfs_catalog *c, const char *sql, uint64_t a, uint64_t b)
+{
+	sqlite3_stmt *s;
+	int ret = map_sqlite(c, sqlite3_prepare_v2(c->db, sql, -1, &s, NULL));
+
+	if (ret)
+		return ret;
+	sqlite3_bind_int64(s, 1, (int64_t)a);
+	sqlite3_bind_int64(s, 2, (int64_t)b);
+	ret = step_done(c, s);
+	sqlite3_finalize(s);
+	return ret;
+}
+
+int wfs_catalog_inode_replace(struct wfs_catalog *c, uint64_t ino, wfs_catalog_name_fn fn, void *ctx,
+			      struct wfs_attr *out)
+{
+	uint64_t parent = 0;
+	char *name = NULL;
+	sqlite3_stmt *s;
+	struct wfs_attr a;
+	uint64_t fresh, t = (uint64_t)now_ns();
+	int ret;
+
+	ret = begin(c);
+	if (ret)
+		return ret;
+	ret = wfs_catalog_getattr(c, ino, &a);
+	if (ret == 0 && !S_ISREG(a.mode))
+		ret = -EINVAL;
+	else if (ret == 0 && a.nlink != 1)
+		ret = -EMLINK;
+	if (ret == 0)
+		ret = exec_ino2(c, "INSERT INTO inodes(mode, uid, gid, nlink, size, parent, atime, mtime, ctime,"
+				" digest, target) SELECT mode, uid, gid, 1, size, parent, atime, mtime, ?2, digest,"
+				" target FROM inodes WHERE ino = ?1", ino, t);
+	if (ret)
+		goto out;
+	fresh = (uint64_t)sqlite3_last_insert_rowid(c->db);
+	ret = map_sqlite(c, sqlite3_prepare_v2(c->db, "SELECT parent, name FROM dentries WHERE ino = ?1", -1, &s,
+					       NULL));
+	if (ret)
+		goto out;
+	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	if (sqlite3_step(s) == SQLITE_ROW) {
+		parent = (uint64_t)sqlite3_column_int64(s, 0);
+		name = strdup((const char *)sqlite3_column_text(s, 1));
+	}
+	sqlite3_finalize(s);
+	if (!name)
+		ret = -ENOMEM;
+	if (ret == 0)
+		ret = exec_ino2(c, "INSERT INTO xattrs(ino, name, value) SELECT ?2, name, value FROM xattrs"
+			       " WHERE ino = ?1", ino, fresh);
+	if (ret == 0)
+		ret = exec_ino2(c, "UPDATE dentries SET ino = ?2 WHERE ino = ?1", ino, fresh);
+	if (ret == 0)
+		ret = exec_ino2(c, "UPDATE inodes SET nlink = 0, ctime = ?2 WHERE ino = ?1", ino, t);
+	if (ret == 0)
+		ret = wfs_catalog_getattr(c, fresh, out);
+out:
+	ret = end(c, ret);
+	if (ret == 0 && fn)
+		fn(ctx, parent, name);
+	free(name);
+	return ret;
+}
+
 /* Is @ino @ancestor or below it? Walks directory parents up to the root. */
 static int is_within(struct wfs_catalog *c, uint64_t ino, uint64_t ancestor, bool *within)
 {

@@ -114,6 +114,18 @@ int wfs_catalog_unlink(struct wfs_catalog *c, uint64_t parent, const char *name,
 typedef void (*wfs_catalog_name_fn)(void *ctx, uint64_t parent, const char *name);
 int wfs_catalog_unlink_unsealed(struct wfs_catalog *c, uint64_t ino, wfs_catalog_name_fn fn, void *ctx);
 /*
+ * Give the one name of regular file @ino a new inode: same attributes (ctime now), xattrs and
+ * content (the refcount of its object grows by one), a new inode number. @ino keeps its row with
+ * nlink 0, for the readers that still have it open, until wfs_catalog_inode_drop(). This is how a
+ * writer opens a file that readers hold: they keep the old inode and its bytes, the name moves on.
+ * One transaction. *@out gets the new inode's attributes; after the commit @fn (may be NULL) gets the
+ * name's (parent ino, name), valid during the call. Errors: -EMLINK (not exactly one name: hard
+ * links share the inode and keep it), -EINVAL (not a regular file), -ENOENT, -ENOMEM, or an -errno
+ * of the catalog (nothing changed).
+ */
+int wfs_catalog_inode_replace(struct wfs_catalog *c, uint64_t ino, wfs_catalog_name_fn fn, void *ctx,
+			      struct wfs_attr *out);
+/*
  * rename(2) / renameat2(2) with @flags RENAME_NOREPLACE or RENAME_EXCHANGE (other flags: -EINVAL).
  * When a name was replaced, *@replaced gets its inode (nlink already decremented), else 0.
  * Errors: -ENOENT, -EEXIST (NOREPLACE), -ENOTDIR, -EISDIR, -ENOTEMPTY, -EINVAL (directory into its

@@ -303,15 +303,77 @@ START_TEST(rewrite_sealed)
 }
 END_TEST
 
-/* A passthrough reader pins the inode's backing file: a writer must rename instead. */
-START_TEST(write_while_passthrough_reader)
+static long long stat_counter(const char *key);
+
+/*
+ * A writer beside readers: opening a sealed file for writing (O_TRUNC, O_RDWR, truncate(2), the
+ * shell's `: >`) while others have it open or mapped succeeds; the readers keep the old bytes, new
+ * opens see the new ones (the name moves to a new inode). A hard-linked file keeps the old rule.
+ */
+START_TEST(writer_beside_readers)
 {
+	size_t len = 200000;
+	unsigned char *a = pattern(len, 95), *b = pattern(len, 96), got[16];
+	struct stat before, after;
+	struct wfs_digest da;
+	unsigned char *m;
 	int r, w;
 
-	ck_assert_int_eq(write_file(path("p"), "abc", 3), 0);
+	ck_assert_int_eq(write_file(path("p"), a, len), 0);
+	digest_xattr(path("p"), &da);
+	ck_assert_int_eq(setxattr(path("p"), "user.note", "kept", 4, 0), 0);
+	ck_assert_int_eq(stat(path("p"), &before), 0);
 	r = open(path("p"), O_RDONLY);
 	ck_assert_int_ge(r, 0);
-	w = open(path("p"), O_WRONLY);
+	m = mmap(NULL, len, PROT_READ, MAP_SHARED, r, 0);
+	ck_assert_ptr_ne(m, MAP_FAILED);
+	ck_assert(memcmp(m, a, len) == 0);
+	/* O_TRUNC, as `: > p` and `cp new p` open it. */
+	w = open(path("p"), O_WRONLY | O_TRUNC);
+	ck_assert_msg(w >= 0, "open O_TRUNC beside a reader: %s", strerror(errno));
+	ck_assert_int_eq(write(w, b, len), (ssize_t)len);
+	ck_assert_int_eq(close(w), 0);
+	assert_file_equals(path("p"), b, len);
+	ck_assert(memcmp(m, a, len) == 0);              /* the mapping keeps the old bytes */
+	ck_assert_int_eq(pread(r, got, sizeof(got), 0), (ssize_t)sizeof(got));
+	ck_assert(memcmp(got, a, sizeof(got)) == 0);    /* and so does the descriptor */
+	ck_assert_int_eq(stat(path("p"), &after), 0);
+	ck_assert_uint_ne(after.st_ino, before.st_ino);  /* a new inode for the name... */
+	ck_assert_int_eq(after.st_mode, before.st_mode); /* ...with the same attributes */
+	ck_assert_int_eq(getxattr(path("p"), "user.note", got, sizeof(got)), 4);
+	ck_assert_int_eq(stat_counter("moved_from_readers"), 1);
+	ck_assert(object_exists(&da));                   /* the reader still uses it */
+	/* O_RDWR rewrite in place of a part, and truncate(2), beside the same reader. */
+	w = open(path("p"), O_RDONLY);
+	ck_assert_int_ge(w, 0); /* a second reader, of the new inode */
+	{
+		int rw = open(path("p"), O_RDWR);
+
+		ck_assert_msg(rw >= 0, "open O_RDWR beside a reader: %s", strerror(errno));
+		ck_assert_int_eq(pwrite(rw, "Z", 1, 10), 1);
+		ck_assert_int_eq(close(rw), 0);
+	}
+	ck_assert_int_eq(pread(w, got, 11, 0), 11);
+	ck_assert(memcmp(got, b, 11) == 0); /* the second reader keeps its bytes too */
+	b[10] = 'Z';
+	assert_file_equals(path("p"), b, len);
+	close(w);
+	w = open(path("p"), O_RDONLY);
+	ck_assert_int_ge(w, 0); /* a reader of the current inode */
+	ck_assert_int_eq(truncate(path("p"), 100), 0);
+	assert_file_equals(path("p"), b, 100);
+	ck_assert_int_eq(pread(w, got, sizeof(got), len - sizeof(got)), (ssize_t)sizeof(got));
+	ck_assert(memcmp(got, b + len - sizeof(got), sizeof(got)) == 0);
+	ck_assert_int_eq(stat_counter("moved_from_readers"), 3);
+	close(w);
+	munmap(m, len);
+	close(r);
+	EVENTUALLY(!object_exists(&da)); /* the old inode goes with its last reader */
+	/* Hard links share an inode: in passthrough mode a writer must rename instead. */
+	ck_assert_int_eq(link(path("p"), path("p2")), 0);
+	r = open(path("p"), O_RDONLY);
+	ck_assert_int_ge(r, 0);
+	w = open(path("p2"), O_WRONLY);
 	if (passthrough_mode()) {
 		ck_assert_int_eq(w, -1);
 		ck_assert_int_eq(errno, ETXTBSY);
@@ -319,9 +381,12 @@ START_TEST(write_while_passthrough_reader)
 		ck_assert_int_ge(w, 0);
 		ck_assert_int_eq(pwrite(w, "X", 1, 0), 1);
 		ck_assert_int_eq(close(w), 0);
-		assert_file_equals(path("p"), (const unsigned char *)"Xbc", 3);
+		b[0] = 'X';
+		assert_file_equals(path("p"), b, 100);
 	}
 	close(r);
+	free(a);
+	free(b);
 }
 END_TEST
 
@@ -529,26 +594,81 @@ START_TEST(ftruncate_held_to_shape)
 	ck_assert_int_eq(setxattr(path("t"), "user.weightfs.shape", "[262144]", 8, 0), 0);
 	fd = open(path("t"), O_RDWR);
 	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(ftruncate(fd, 2 << 20), 0);
-	ck_assert_int_eq(close(fd), -1);
+	ck_assert_int_eq(ftruncate(fd, 2 << 20), -1); /* grows past its shape */
 	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(ftruncate(fd, 4096), -1);    /* shrinks below it */
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_int_eq(st.st_size, (off_t)len);
+	ck_assert_int_eq(close(fd), 0);
 	ck_assert_int_eq(stat(path("t"), &st), 0);
 	ck_assert_int_eq(st.st_size, (off_t)len);
 	assert_file_equals(path("t"), a, len);
-	/* Shrinking is refused the same way; a size that fits is sealed at close. */
-	fd = open(path("t"), O_RDWR);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(ftruncate(fd, 4096), 0);
-	ck_assert_int_eq(close(fd), -1);
-	ck_assert_int_eq(errno, EINVAL);
-	assert_file_equals(path("t"), a, len);
+	ck_assert_int_eq(log_count("ftruncate refused"), 2);
+	/* A size that fits is taken: zeros, sealed when the descriptor is done. */
 	fd = open(path("t"), O_RDWR | O_TRUNC);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(ftruncate(fd, (off_t)len), 0);
 	ck_assert_int_eq(close(fd), 0);
-	ck_assert_int_eq(stat(path("t"), &st), 0);
-	ck_assert_int_eq(st.st_size, (off_t)len);
+	EVENTUALLY(stat(path("t"), &st) == 0 && st.st_size == (off_t)len &&
+		   getxattr(path("t"), "user.weightfs.digest", NULL, 0) == WFS_DIGEST_HEX_CHARS);
+	memset(a, 0, len);
+	assert_file_equals(path("t"), a, len);
 	free(a);
+}
+END_TEST
+
+/* Bytes on disk of object @d (its allocated blocks). */
+static long long object_disk_bytes(const struct wfs_digest *d)
+{
+	char name[34], p[400];
+	struct stat st;
+
+	wfs_store_object_name(d, name);
+	snprintf(p, sizeof(p), "%s/objects/%s", M.store, name);
+	ck_assert_int_eq(stat(p, &st), 0);
+	return (long long)st.st_blocks * 512;
+}
+
+/*
+ * An in-place change of a sparse file copies the data, not the holes: the new version and its
+ * object cost what the file holds, not its logical size (fsstress once filled a disk this way).
+ */
+START_TEST(sparse_rewrite)
+{
+	const off_t size = 1ll << 30;
+	struct wfs_digest d1, d2;
+	struct stat st;
+	char got[4];
+	int fd;
+
+	fd = open(path("s"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, "head", 4, 0), 4);
+	ck_assert_int_eq(pwrite(fd, "tail", 4, size - 4), 4);
+	ck_assert_int_eq(close(fd), 0);
+	digest_xattr(path("s"), &d1);
+	ck_assert_int_lt(object_disk_bytes(&d1), 1 << 20);
+	fd = open(path("s"), O_WRONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, "X", 1, 4096), 1);
+	ck_assert_int_eq(close(fd), 0);
+	digest_xattr(path("s"), &d2);
+	ck_assert(!wfs_digest_equal(&d1, &d2));
+	ck_assert_int_lt(object_disk_bytes(&d2), 1 << 20);
+	ck_assert_int_eq(stat(path("s"), &st), 0);
+	ck_assert_int_eq(st.st_size, size);
+	fd = open(path("s"), O_RDONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pread(fd, got, 4, 0), 4);
+	ck_assert(memcmp(got, "head", 4) == 0);
+	ck_assert_int_eq(pread(fd, got, 1, 4096), 1);
+	ck_assert_int_eq(got[0], 'X');
+	ck_assert_int_eq(pread(fd, got, 4, size - 4), 4);
+	ck_assert(memcmp(got, "tail", 4) == 0);
+	ck_assert_int_eq(pread(fd, got, 4, size / 2), 4);
+	ck_assert(memcmp(got, "\0\0\0\0", 4) == 0);
+	close(fd);
 }
 END_TEST
 
@@ -1425,7 +1545,8 @@ static Suite *mount_suite(void)
 		{"rename_flags", rename_flags, 30},
 		{"special_files", special_files, 30},
 		{"rewrite_sealed", rewrite_sealed, 30},
-		{"write_while_passthrough_reader", write_while_passthrough_reader, 30},
+		{"writer_beside_readers", writer_beside_readers, 30},
+		{"sparse_rewrite", sparse_rewrite, 60},
 		{"shared_writable_mapping_after_close", shared_writable_mapping_after_close, 30},
 		{"enospc", enospc, 60},
 		{"full_store_rm_mv", full_store_rm_mv, 60},

@@ -78,7 +78,14 @@ static inline void daemon_start(void)
 	char bin[PATH_MAX], opts[256];
 
 	snprintf(bin, sizeof(bin), "%s/weightfs", build);
-	snprintf(opts, sizeof(opts), "passthrough=%s,nosync%s%s", mode(), M.opts[0] ? "," : "", M.opts);
+	char list[sizeof(M.opts) + 2];
+	bool sync;
+
+	/* nosync unless the test asks for sync: the daemon refuses both at once. */
+	snprintf(list, sizeof(list), ",%s,", M.opts);
+	sync = strstr(list, ",sync,") != NULL;
+	snprintf(opts, sizeof(opts), "passthrough=%s%s%s%s", mode(), sync ? "" : ",nosync", M.opts[0] ? "," : "",
+		 M.opts);
 	M.daemon = fork();
 	ck_assert_int_ge(M.daemon, 0);
 	if (M.daemon == 0) {
