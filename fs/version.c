@@ -550,7 +550,12 @@ int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, bo
 			mtime = v->mtime;
 		else
 			clock_gettime(CLOCK_REALTIME, &mtime);
-		ret = wfs_catalog_set_content(fs->catalog, in->ino, &d, size, &mtime, fs->opt.sync, &old, &now);
+		/* Synced where a caller waits for the seal (close(2), truncate(2)): that is the promise
+		 * of -o sync. A seal at release (a file closed with nothing written, a mapping written
+		 * back after close) has no caller waiting: it becomes durable with the next synced
+		 * commit or checkpoint, and an empty file's create no longer costs a disk flush. */
+		ret = wfs_catalog_set_content(fs->catalog, in->ino, &d, size, &mtime, fs->opt.sync && reported,
+					      &old, &now);
 	}
 	if (ret == 0)
 		wfs_crashpoint("seal.after-commit");
