@@ -32,6 +32,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "catalog.h"
 #include "digest.h"
@@ -207,6 +208,14 @@ void wfs_tables_release(struct wfs_fs *fs);
  * same content is written again. Returns 0, -EIO, or another -errno.
  */
 int wfs_verify_object(struct wfs_fs *fs, struct wfs_object *o);
+/*
+ * Is pinned object @o (whose file @st describes) plausibly intact, without reading it? Yes when its
+ * size is the cataloged one and no check this run found it damaged; otherwise it is checked now, as
+ * by wfs_verify_object() (may drop fs->lock). For digest claims: the first open of the claimed name
+ * reads and checks the object anyway (-o verify=open), so a claim costs a stat, not a read.
+ * Returns 0, -EIO (damaged), or another -errno.
+ */
+int wfs_verify_plausible(struct wfs_fs *fs, struct wfs_object *o, const struct stat *st);
 /* Record object @d, just published by this daemon from bytes it hashed itself, as checked. */
 void wfs_verify_mark_good(struct wfs_fs *fs, const struct wfs_digest *d);
 /*

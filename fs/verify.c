@@ -203,6 +203,18 @@ int wfs_verify_object(struct wfs_fs *fs, struct wfs_object *o)
 	return fs->opt.verify ? verify(fs, o, false) : 0;
 }
 
+int wfs_verify_plausible(struct wfs_fs *fs, struct wfs_object *o, const struct stat *st)
+{
+	struct wfs_check *c = check_find(fs, &o->digest);
+	uint64_t refs, bytes;
+
+	if (c && c->bad && same_file(c, st))
+		return -EIO; /* found damaged this run, and still the same file */
+	if (wfs_catalog_object_get(fs->catalog, &o->digest, &refs, &bytes) == 0 && bytes == (uint64_t)st->st_size)
+		return 0;
+	return wfs_verify_object(fs, o); /* not as cataloged: read it now (quarantined if damaged) */
+}
+
 int wfs_verify_recheck(struct wfs_fs *fs, fuse_req_t req, const struct wfs_digest *d)
 {
 	struct wfs_check *c = check_find(fs, d);

@@ -690,7 +690,7 @@ int wfs_version_claim(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, c
 		return -ENOMEM;
 	ret = wfs_store_object_stat(fs->store, d, &st); /* absent: the common miss, not worth a log */
 	if (ret == 0)
-		ret = wfs_verify_object(fs, o); /* may drop fs->lock; once per object per daemon run */
+		ret = wfs_verify_plausible(fs, o, &st); /* a stat, not a read: the first open checks it */
 	if (ret == -ENOENT || ret == -EIO)
 		ret = -ENODATA;
 	if (ret == -ENODATA)

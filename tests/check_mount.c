@@ -4,7 +4,9 @@
  * $WFS_TEST_PASSTHROUGH (auto or off); tests/run-tests runs the suite once per mode. Root only.
  * WFS_TEST_BIG=1 adds the > 4 GiB round trip.
  */
+#include <sys/socket.h>
 #include <sys/statvfs.h>
+#include <sys/un.h>
 
 #include "mountutil.h"
 
@@ -254,10 +256,6 @@ START_TEST(special_files)
 {
 	char target[64];
 
-	ck_assert_int_eq(mknod(path("fifo"), S_IFIFO | 0644, 0), -1);
-	ck_assert_int_eq(errno, EPERM);
-	ck_assert_int_eq(mknod(path("dev"), S_IFCHR | 0644, makedev(1, 3)), -1);
-	ck_assert_int_eq(errno, EPERM);
 	ck_assert_int_eq(mknod(path("reg"), S_IFREG | 0600, 0), 0);
 	assert_file_equals(path("reg"), (const unsigned char *)"", 0);
 	ck_assert_int_eq(symlink("reg", path("ln")), 0);
@@ -271,6 +269,92 @@ START_TEST(special_files)
 		ck_assert_int_eq(a.st_ino, b.st_ino);
 		ck_assert_int_eq(a.st_nlink, 2);
 	}
+}
+END_TEST
+
+static long long stat_counter(const char *key);
+
+/* A FIFO, a socket and device nodes: names with a type and rdev, served by the kernel, kept by recovery. */
+START_TEST(every_file_type)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	char buf[8], cmd[600];
+	struct stat st;
+	int fd, sk;
+
+	ck_assert_int_eq(mkfifo(path("fifo"), 0640), 0);
+	ck_assert_int_eq(mknod(path("null"), S_IFCHR | 0666, makedev(1, 3)), 0);
+	ck_assert_int_eq(mknod(path("loop"), S_IFBLK | 0600, makedev(7, 0)), 0);
+	sk = socket(AF_UNIX, SOCK_STREAM, 0);
+	ck_assert_int_ge(sk, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path("sock"));
+	ck_assert_int_eq(bind(sk, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(sk, 1), 0);
+
+	ck_assert_int_eq(lstat(path("fifo"), &st), 0);
+	ck_assert(S_ISFIFO(st.st_mode));
+	ck_assert_int_eq(st.st_mode & 07777, 0640);
+	ck_assert_int_eq(st.st_size, 0);
+	ck_assert_int_eq(lstat(path("null"), &st), 0);
+	ck_assert(S_ISCHR(st.st_mode));
+	ck_assert_uint_eq(st.st_rdev, makedev(1, 3));
+	ck_assert_int_eq(lstat(path("loop"), &st), 0);
+	ck_assert(S_ISBLK(st.st_mode));
+	ck_assert_uint_eq(st.st_rdev, makedev(7, 0));
+	ck_assert_int_eq(lstat(path("sock"), &st), 0);
+	ck_assert(S_ISSOCK(st.st_mode));
+	ck_assert_int_eq(mknod(path("fifo"), S_IFIFO | 0600, 0), -1);
+	ck_assert_int_eq(errno, EEXIST);
+
+	/* The kernel serves the FIFO's pipe and the socket; device nodes follow the mount's nodev. */
+	fd = open(path("fifo"), O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, "pipe", 4), 4);
+	ck_assert_int_eq(read(fd, buf, sizeof(buf)), 4);
+	ck_assert_int_eq(memcmp(buf, "pipe", 4), 0);
+	close(fd);
+	{
+		int c = socket(AF_UNIX, SOCK_STREAM, 0);
+
+		ck_assert_int_eq(connect(c, (struct sockaddr *)&sa, sizeof(sa)), 0);
+		close(c);
+	}
+	close(sk);
+	ck_assert_int_eq(open(path("null"), O_RDONLY), -1);
+	ck_assert_int_eq(errno, EACCES); /* nodev */
+
+	/* chmod, chown, link, rename, unlink as on any name. */
+	ck_assert_int_eq(chmod(path("fifo"), 0600), 0);
+	ck_assert_int_eq(chown(path("null"), 1, 2), 0);
+	ck_assert_int_eq(link(path("fifo"), path("fifo2")), 0);
+	ck_assert_int_eq(rename(path("fifo2"), path("fifo3")), 0);
+	ck_assert_int_eq(lstat(path("fifo3"), &st), 0);
+	ck_assert_int_eq(st.st_nlink, 2);
+	ck_assert_int_eq(st.st_mode & 07777, 0600);
+	ck_assert_int_eq(unlink(path("sock")), 0);
+	ck_assert_int_eq(write_file(path("reg"), "x", 1), 0);
+
+	/* A remount keeps them (no object, never "unsealed") and fsck finds nothing. */
+	daemon_stop();
+	snprintf(cmd, sizeof(cmd), "%s/weightfsctl fsck '%s' >/dev/null 2>&1",
+		 getenv("WFS_BUILD") ? getenv("WFS_BUILD") : "build", M.store);
+	ck_assert_int_eq(system(cmd), 0);
+	daemon_start();
+	ck_assert_int_eq(lstat(path("fifo3"), &st), 0);
+	ck_assert(S_ISFIFO(st.st_mode));
+	ck_assert_int_eq(st.st_nlink, 2);
+	ck_assert_int_eq(lstat(path("null"), &st), 0);
+	ck_assert_uint_eq(st.st_rdev, makedev(1, 3));
+	ck_assert_int_eq(st.st_uid, 1);
+	ck_assert_int_eq(st.st_gid, 2);
+	ck_assert_int_eq(lstat(path("loop"), &st), 0);
+	ck_assert_uint_eq(st.st_rdev, makedev(7, 0));
+	ck_assert_int_eq(stat_counter("unsealed_files"), 0);
+	ck_assert_int_eq(stat_counter("special_files"), 4); /* fifo, fifo3, null, loop */
+	ck_assert_int_eq(unlink(path("fifo")), 0);
+	ck_assert_int_eq(unlink(path("fifo3")), 0);
+	ck_assert_int_eq(unlink(path("loop")), 0);
+	ck_assert_int_eq(lstat(path("loop"), &st), -1);
 }
 END_TEST
 
@@ -1373,7 +1457,11 @@ START_TEST(digest_claim)
 }
 END_TEST
 
-/* After a restart: a kept object is claimed; a damaged one is not (ENODATA) and a rewrite heals it. */
+/*
+ * After a restart: a kept object is claimed without being read. A damaged one whose size is wrong is
+ * not (ENODATA) and the fallback write heals it; one with a flipped byte is claimed, and the first
+ * open of the name finds it (EIO, quarantined); writing the bytes again heals it.
+ */
 START_TEST(claim_after_restart)
 {
 	size_t len = 300000;
@@ -1392,11 +1480,13 @@ START_TEST(claim_after_restart)
 	wfs_digest_to_hex(&dc, hexc);
 	ck_assert_int_eq(unlink(path("a")), 0); /* the last run's names are gone; the bytes retained */
 	daemon_stop();
-	damage_object(&dc, 0);
+	damage_object(&dc, 1); /* truncated */
 	daemon_start();
 	ck_assert_int_eq(write_file(path("a2"), "", 0), 0);
 	ck_assert_int_eq(claim_path(path("a2"), hex, WFS_DIGEST_HEX_CHARS), 0);
-	assert_file_equals(path("a2"), a, len);
+	ck_assert_int_eq(stat_counter("objects_verified"), 0); /* claimed without reading it */
+	assert_file_equals(path("a2"), a, len);                 /* the open checked it */
+	ck_assert_int_eq(stat_counter("objects_verified"), 1);
 	ck_assert_int_eq(write_file(path("c2"), "", 0), 0);
 	ck_assert_int_eq(claim_path(path("c2"), hexc, WFS_DIGEST_HEX_CHARS), ENODATA);
 	ck_assert_int_eq(log_count("bytes do not match"), 1);
@@ -1405,6 +1495,18 @@ START_TEST(claim_after_restart)
 	assert_file_equals(path("c2"), c, len);
 	ck_assert_int_eq(stat_counter("claims"), 1);
 	ck_assert_int_eq(stat_counter("bytes_published"), (long long)len);
+	/* A flipped byte keeps the size: the claim takes it, the first open finds it. */
+	ck_assert_int_eq(unlink(path("c")), 0);
+	ck_assert_int_eq(unlink(path("c2")), 0);
+	daemon_stop();
+	damage_object(&dc, 0);
+	daemon_start();
+	ck_assert_int_eq(write_file(path("c3"), "", 0), 0);
+	ck_assert_int_eq(claim_path(path("c3"), hexc, WFS_DIGEST_HEX_CHARS), 0);
+	ck_assert_int_eq(open(path("c3"), O_RDONLY), -1);
+	ck_assert_int_eq(errno, EIO);
+	ck_assert_int_eq(write_file(path("c3"), c, len), 0); /* the client's rewrite heals it */
+	assert_file_equals(path("c3"), c, len);
 	free(a);
 	free(c);
 }
@@ -1544,6 +1646,7 @@ static Suite *mount_suite(void)
 		{"readdir_10k", readdir_10k, 300},
 		{"rename_flags", rename_flags, 30},
 		{"special_files", special_files, 30},
+		{"every_file_type", every_file_type, 30},
 		{"rewrite_sealed", rewrite_sealed, 30},
 		{"writer_beside_readers", writer_beside_readers, 30},
 		{"sparse_rewrite", sparse_rewrite, 60},
