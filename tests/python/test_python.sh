@@ -2,7 +2,8 @@
 # shellcheck source-path=SCRIPTDIR/..
 # The Python package's tests against a real weightfs mount (torch on the CPU).
 #
-#   test_python.sh BUILD_DIR package [-o MOUNT_OPTS]     unit tests: test_package.py, around a remount
+#   test_python.sh BUILD_DIR package [-o MOUNT_OPTS]     unit tests: test_names.py (no mount: names,
+#                                                       tables, pip install), test_package.py around a remount
 #   test_python.sh BUILD_DIR multirank [-o MOUNT_OPTS]   4 ranks on real weights: test_multirank.py
 #
 # Each mounts a fresh store, runs the script's --phase first, unmounts, mounts the same store again (a
@@ -102,6 +103,9 @@ if ! wfs_mount "$build" "$store" "$mnt" "${opts[@]}"; then
 fi
 
 if [ "$what" = package ]; then
+	# No mount needed: names and tables against the C library, and the package installed by pip.
+	"$py" "$here/test_names.py" "$build" 2>&1 | tee "$work/names.out" || true
+	count "$work/names.out" "test_names.py"
 	args=(--mnt "$mnt" --store "$store" --plain "$plain" --state "$work/state.json")
 	"$py" "$here/test_package.py" "${args[@]}" --phase first 2>&1 | tee "$work/first.out" || true
 	count "$work/first.out" "test_package.py --phase first"

@@ -6,14 +6,17 @@
     weightfs.offload_tensor(w, "/data/frozen/rank0/layer0.w")  # w's storage -> a new file
 
 The C library is found through $WEIGHTFS_LIB (a path to libweightfs.so), then the build/ directory of
-the repository this package sits in, then the loader's default path. torch is imported only by the
+the repository this package sits in, then PREFIX/lib of an installed package and the usual library
+directories (after `make install`), then the loader's default path (_candidates()). torch is imported only by the
 tensor functions. Errors are OSError with the errno and the C library's one-line message, which names
 the file (for example "rank0/w.bin: short file: 1000 bytes, expected 4096", errno ENODATA).
 """
 
 import ctypes
 import os
+import sys
 import threading
+from typing import Iterator
 
 __all__ = ["Stager", "backload", "offload_tensor", "library"]
 
@@ -57,13 +60,31 @@ _lib = None
 _lib_lock = threading.Lock()
 
 
-def _candidates():
+def _candidates() -> Iterator[str]:
+    """Where libweightfs.so is looked for, in order: $WEIGHTFS_LIB; the build/ directory of the
+    repository this package sits in (lib/python/weightfs); PREFIX/lib for a package installed under
+    PREFIX (PREFIX/lib/pythonX.Y/site-packages/weightfs, where `make install PREFIX=...` puts the
+    library); sys.prefix/lib, /usr/local/lib and /usr/lib (make install's default PREFIX and the
+    usual ones, found even before ldconfig has run); then the dynamic loader's own search."""
     env = os.environ.get("WEIGHTFS_LIB")
     if env:
         yield env
     here = os.path.dirname(os.path.abspath(__file__))
     repo = os.path.normpath(os.path.join(here, "..", "..", ".."))
     yield os.path.join(repo, "build", "libweightfs.so")
+    seen = set()
+    d = here
+    while os.path.dirname(d) != d:
+        d = os.path.dirname(d)
+        if os.path.basename(d) == "lib":
+            cand = os.path.join(d, "libweightfs.so")
+            seen.add(cand)
+            yield cand
+    for prefix in (sys.prefix, "/usr/local", "/usr"):
+        cand = os.path.join(prefix, "lib", "libweightfs.so")
+        if cand not in seen:
+            seen.add(cand)
+            yield cand
     yield "libweightfs.so"
 
 

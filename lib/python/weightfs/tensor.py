@@ -39,6 +39,10 @@ from typing import NamedTuple
 
 from .stage import library as _library
 from .stage import offload_tensor as _offload_tensor
+from .names import CLAIM_XATTR, DIGEST_XATTR, DTYPE_XATTR, SHAPE_XATTR, TMP_PREFIX
+from .names import FALLBACK_DTYPE_BYTES as DTYPE_BYTES
+from .names import dtype_bytes as _dtype_bytes
+from .names import parse_shape as _parse_shape
 
 __all__ = [
     "CLAIM_XATTR", "DIGEST_XATTR", "DTYPE_XATTR", "SHAPE_XATTR", "OffloadResult", "WeightfsError",
@@ -46,28 +50,23 @@ __all__ = [
     "shape_text",
 ]
 
-CLAIM_XATTR = "user.weightfs.claim"
-DIGEST_XATTR = "user.weightfs.digest"
-DTYPE_XATTR = "user.weightfs.dtype"
-SHAPE_XATTR = "user.weightfs.shape"
 
 _DIGEST_BYTES = 16
 _WRITE_CHUNK = 16 << 20  # bytes per write(2): FUSE splits it further; bounds one syscall's latency
 _GPU_CHUNK = 64 << 20  # bytes of host buffer used to hash a CUDA tensor (one per device, reused)
 
-# safetensors dtype name -> bytes per element (lib/dtype.c has the same table).
-DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2,
-               "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+# DTYPE_BYTES (safetensors dtype name -> bytes per element) is the copy of lib/dtype.c's table used
+# without the library; the code asks _dtype_bytes(), which reads the library's when it loads.
 
 # safetensors name -> torch dtype attribute name (the ones this torch lacks are skipped at lookup).
 _TORCH_NAMES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "F8_E5M2": "float8_e5m2",
                 "F8_E4M3": "float8_e4m3fn", "I16": "int16", "U16": "uint16", "F16": "float16",
                 "BF16": "bfloat16", "I32": "int32", "U32": "uint32", "F32": "float32", "I64": "int64",
-                "U64": "uint64", "F64": "float64"}
+                "U64": "uint64", "F64": "float64", "F8_E8M0": "float8_e8m0fnu", "C64": "complex64"}
 # safetensors name -> numpy dtype name (numpy has no bfloat16 or float8).
 _NUMPY_NAMES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "U16": "uint16",
                 "F16": "float16", "I32": "int32", "U32": "uint32", "F32": "float32", "I64": "int64",
-                "U64": "uint64", "F64": "float64"}
+                "U64": "uint64", "F64": "float64", "C64": "complex64"}
 
 
 class WeightfsError(OSError):
@@ -360,7 +359,7 @@ def dtype_name(dtype):
     """The safetensors name (BF16, F16, F32, F64, I8, U8, I16, I32, I64, BOOL, ...) of a torch dtype,
     a numpy dtype (or anything numpy.dtype() takes) or a safetensors name; None when it has none
     (complex, quantized, ...)."""
-    if isinstance(dtype, str) and dtype.upper() in DTYPE_BYTES:
+    if isinstance(dtype, str) and dtype.upper() in _dtype_bytes():
         return dtype.upper()
     if type(dtype).__module__ == "torch":
         name = str(dtype).removeprefix("torch.")
@@ -513,7 +512,7 @@ def _create(tmp, d):
 def _tmp_name(path):
     d, base = os.path.split(path)
     tag = hashlib.sha1(base.encode("utf-8", "surrogateescape")).hexdigest()[:8]
-    return os.path.join(d, f".wfs-tmp-{os.getpid()}-{next(_tmp_counter)}-{tag}")
+    return os.path.join(d, f"{TMP_PREFIX}{os.getpid()}-{next(_tmp_counter)}-{tag}")
 
 
 STALE_TMP_SECONDS = 3600  # a temporary name this old whose process is gone is a leftover
@@ -529,7 +528,7 @@ def remove_stale_tmp(directory, *, min_age=STALE_TMP_SECONDS):
     now = time.time()
     with os.scandir(directory) as it:
         for e in it:
-            m = re.match(r"\.wfs-tmp-(\d+)-", e.name)
+            m = re.match(re.escape(TMP_PREFIX) + r"(\d+)-", e.name)
             if not m or not e.is_file(follow_symlinks=False):
                 continue
             try:
@@ -708,9 +707,7 @@ def tensor_info(path):
     shape = None
     if shape_s is not None:
         try:
-            shape = tuple(json.loads(shape_s))
-            if not all(isinstance(x, int) and x >= 0 for x in shape):
-                raise ValueError
+            shape = _parse_shape(shape_s)
         except ValueError:
             raise WeightfsError(errno.EINVAL, f"{path}: {SHAPE_XATTR} is {shape_s!r}, not a shape "
                                 "like [4096,1024]", path) from None
@@ -739,9 +736,10 @@ def load(path, dtype=None, shape=None, *, numpy=False):
     name = dtype_name(dtype) if dtype is not None else (xname or "U8")
     if name is None:
         raise ValueError(f"load: {dtype!r} has no safetensors name")
-    if name not in DTYPE_BYTES:
+    table = _dtype_bytes()
+    if name not in table:
         raise ValueError(f"load: {path}: unknown dtype {name}")
-    esize = DTYPE_BYTES[name]
+    esize = table[name]
     if shape is None:
         shape = xshape if xshape is not None else (st.st_size // esize,)
     shape = tuple(int(d) for d in shape)
