@@ -45,6 +45,7 @@ static void attr_to_stat(const struct wfs_attr *a, const struct wfs_inode *in, s
 	st->st_nlink = a->nlink;
 	st->st_uid = a->uid;
 	st->st_gid = a->gid;
+	st->st_rdev = (dev_t)a->rdev;
 	st->st_size = (off_t)a->size;
 	if (in && in->writer)
 		st->st_size = (off_t)wfs_version_size(in->writer);
@@ -627,7 +628,30 @@ static void undo_create(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t parent, co
 		wfs_inode_maybe_drop(fs, req, ino);
 }
 
-/* mknod(2): regular files only (an empty sealed file); devices, FIFOs and sockets are refused. */
+/*
+ * A FIFO, socket or device node: a catalog entry with its type and device number, nothing more. The
+ * kernel serves its opens (a FIFO's pipe, a device's driver, refused under nodev) without the daemon.
+ * fs->lock held.
+ */
+static int do_mkspecial(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t parent, const char *name,
+			mode_t mode, dev_t rdev, struct fuse_entry_param *e)
+{
+	uint32_t m = (mode & S_IFMT) | (mode & 07777), uid, gid;
+	struct wfs_attr a;
+	int ret = check_name(name);
+
+	if (ret)
+		return ret;
+	new_owner(fs, req, parent, &m, &uid, &gid);
+	ret = wfs_catalog_mknod(fs->catalog, parent, name, m, S_ISCHR(mode) || S_ISBLK(mode) ? rdev : 0,
+				uid, gid, NULL, &a);
+	return ret ? ret : make_entry(fs, &a, e);
+}
+
+/*
+ * mknod(2): a regular file is an empty sealed file; FIFOs, sockets and device nodes are special files
+ * (do_mkspecial()).
+ */
 static void wfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
 	struct wfs_fs *fs = fs_of(req);
@@ -637,9 +661,15 @@ static void wfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	struct wfs_attr a;
 	int ret;
 
-	(void)rdev;
 	if (!S_ISREG(mode)) {
-		fuse_reply_err(req, EPERM);
+		if (S_ISFIFO(mode) || S_ISSOCK(mode) || S_ISCHR(mode) || S_ISBLK(mode)) {
+			pthread_mutex_lock(&fs->lock);
+			ret = do_mkspecial(fs, req, parent, name, mode, rdev, &e);
+			pthread_mutex_unlock(&fs->lock);
+		} else {
+			ret = -EINVAL;
+		}
+		reply_entry_or_err(req, ret, &e);
 		return;
 	}
 	pthread_mutex_lock(&fs->lock);
@@ -1436,7 +1466,7 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		", \"dedup_ratio\": %.3f, \"retained_objects\": %" PRIu64 ", \"retained_bytes\": %" PRIu64
 		", \"objects_verified\": %" PRIu64 ", \"objects_unverified\": %" PRIu64
 		", \"objects_quarantined\": %" PRIu64 ", \"unsealed_files\": %" PRIu64
-		", \"passthrough\": %s, \"verify\": \"%s\", \"since_mount\": {\"seals\": %" PRIu64
+		", \"special_files\": %" PRIu64 ", \"passthrough\": %s, \"verify\": \"%s\", \"since_mount\": {\"seals\": %" PRIu64
 		", \"objects_published\": %" PRIu64 ", \"bytes_published\": %" PRIu64
 		", \"dedup_hits\": %" PRIu64 ", \"claims\": %" PRIu64 ", \"claim_misses\": %" PRIu64
 		", \"opens_passthrough\": %" PRIu64 ", \"opens_daemon\": %" PRIu64
@@ -1444,7 +1474,7 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		st.names, st.directories, st.symlinks, st.logical_bytes, st.objects, st.object_bytes,
 		st.object_bytes ? (double)st.logical_bytes / (double)st.object_bytes : 1.0,
 		st.unreferenced_objects, st.unreferenced_bytes, verified, unverified, st.quarantined_objects,
-		st.unsealed_files, atomic_load(&fs->passthrough) ? "true" : "false",
+		st.unsealed_files, st.special_files, atomic_load(&fs->passthrough) ? "true" : "false",
 		fs->opt.verify ? "open" : "none", k->seals, k->objects_published, k->bytes_published,
 		k->dedup_hits, k->claims, k->claim_misses, k->opens_passthrough, k->opens_daemon,
 		k->moved_from_readers);

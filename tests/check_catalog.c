@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,17 +23,15 @@
 #define UID 1000u
 #define GID 1001u
 
-static char run_dir[256]; /* made by main(); removed, with whatever a failed test left, at exit */
-static char tmpdir[512];  /* this test's directory */
 static char db_path[600];
 static struct wfs_catalog *cat;
 
 static void cat_setup(void)
 {
-	int ret = tu_mkdtemp_in(tmpdir, sizeof(tmpdir), run_dir, "t");
+	int ret;
 
-	ck_assert_msg(ret == 0, "mkdtemp in %s: %s", run_dir, strerror(-ret));
-	tu_path(db_path, sizeof(db_path), tmpdir, "catalog.db");
+	tu_test_dir_setup();
+	tu_path(db_path, sizeof(db_path), tu_test_dir, "catalog.db");
 	ret = wfs_catalog_open(db_path, WFS_CATALOG_CREATE, UID, GID, &cat);
 	ck_assert_msg(ret == 0, "wfs_catalog_open(%s): %s", db_path, strerror(-ret));
 }
@@ -41,7 +40,7 @@ static void cat_teardown(void)
 {
 	wfs_catalog_close(cat);
 	cat = NULL;
-	tu_rmtree(tmpdir);
+	tu_test_dir_teardown();
 }
 
 /* ---- helpers --------------------------------------------------------------------------------- */
@@ -192,14 +191,14 @@ START_TEST(test_open_errors)
 	struct wfs_catalog *const sentinel = c;
 	char path[400];
 
-	tu_path(path, sizeof(path), tmpdir, "missing.db");
+	tu_path(path, sizeof(path), tu_test_dir, "missing.db");
 	ck_assert_int_eq(wfs_catalog_open(path, 0, 0, 0, &c), -ENOENT);
 	ck_assert_int_eq(wfs_catalog_open(path, WFS_CATALOG_READONLY, 0, 0, &c), -ENOENT);
 	ck_assert_int_eq(access(path, F_OK), -1);
-	tu_path(path, sizeof(path), tmpdir, "no/such/dir.db");
+	tu_path(path, sizeof(path), tu_test_dir, "no/such/dir.db");
 	ck_assert_int_eq(wfs_catalog_open(path, WFS_CATALOG_CREATE, 0, 0, &c), -ENOENT);
 	/* Not a database at all. */
-	tu_path(path, sizeof(path), tmpdir, "garbage.db");
+	tu_path(path, sizeof(path), tu_test_dir, "garbage.db");
 	{
 		char junk[4096];
 
@@ -221,7 +220,7 @@ START_TEST(test_open_newer_schema)
 	wfs_catalog_close(cat);
 	cat = NULL;
 	ck_assert_int_eq(sqlite3_open(db_path, &db), SQLITE_OK);
-	ck_assert_int_eq(sqlite3_exec(db, "UPDATE meta SET value = 2 WHERE key = 'schema_version'", NULL,
+	ck_assert_int_eq(sqlite3_exec(db, "UPDATE meta SET value = 99 WHERE key = 'schema_version'", NULL,
 				      NULL, NULL),
 			 SQLITE_OK);
 	ck_assert_int_eq(sqlite3_changes(db), 1);
@@ -1374,6 +1373,82 @@ START_TEST(test_persist_reopen)
 }
 END_TEST
 
+/* FIFOs, sockets and device nodes: a type and an rdev, no object; recover, check and stats agree. */
+START_TEST(test_mknod_special)
+{
+	struct wfs_catalog_check chk;
+	struct wfs_catalog_stats st;
+	struct wfs_recovery r;
+	struct wfs_attr a, got;
+
+	ck_assert_int_eq(wfs_catalog_mknod(cat, ROOT, "fifo", S_IFIFO | 0640, 0, UID, GID, NULL, &a), 0);
+	ck_assert(S_ISFIFO(a.mode));
+	ck_assert(!a.sealed);
+	ck_assert_int_eq(wfs_catalog_mknod(cat, ROOT, "null", S_IFCHR | 0666, makedev(1, 3), UID, GID,
+					   NULL, &a), 0);
+	ck_assert_uint_eq(a.rdev, makedev(1, 3));
+	ck_assert_int_eq(wfs_catalog_mknod(cat, ROOT, "sda", S_IFBLK | 0600, makedev(8, 0), 0, 0, NULL, &a),
+			 0);
+	ck_assert_int_eq(wfs_catalog_mknod(cat, ROOT, "sock", S_IFSOCK | 0755, 0, 0, 0, NULL, &a), 0);
+	ck_assert_int_eq(wfs_catalog_mknod(cat, ROOT, "bad", S_IFIFO | 0644, 5, 0, 0, NULL, &a), -EINVAL);
+	ck_assert_int_eq(wfs_catalog_link(cat, ino_at(ROOT, "fifo"), ROOT, "fifo2", &a), 0);
+	ck_assert_int_eq(wfs_catalog_lookup(cat, ROOT, "null", &got), 0);
+	ck_assert_uint_eq(got.rdev, makedev(1, 3));
+	ck_assert_int_eq(wfs_catalog_recover(cat, &r), 0);
+	ck_assert_uint_eq(r.unsealed_removed, 0);
+	ck_assert_uint_ne(ino_at(ROOT, "fifo"), 0);
+	ck_assert_int_eq(wfs_catalog_check(cat, false, &chk), 0);
+	ck_assert_uint_eq(chk.unsealed, 0);
+	ck_assert_uint_eq(chk.nlink_wrong, 0);
+	ck_assert_int_eq(wfs_catalog_stats(cat, &st), 0);
+	ck_assert_uint_eq(st.special_files, 5);
+	ck_assert_uint_eq(st.names, 0);
+	ck_assert_uint_eq(st.unsealed_files, 0);
+}
+END_TEST
+
+/* A schema-1 catalog (no rdev column) opens, read-only too: upgraded in place to schema 2. */
+START_TEST(test_open_schema1)
+{
+	struct wfs_catalog *c = NULL;
+	struct wfs_attr a;
+	sqlite3 *db;
+	sqlite3_stmt *s;
+	uint64_t ino;
+
+	ck_assert_int_eq(wfs_catalog_create(cat, ROOT, "f", S_IFREG | 0644, UID, GID, NULL, &a), 0);
+	ino = a.ino;
+	wfs_catalog_close(cat);
+	cat = NULL;
+	/* What a schema-1 catalog looks like: the same tables without inodes.rdev. */
+	ck_assert_int_eq(sqlite3_open(db_path, &db), SQLITE_OK);
+	ck_assert_int_eq(sqlite3_exec(db, "ALTER TABLE inodes DROP COLUMN rdev;"
+				      "UPDATE meta SET value = 1 WHERE key = 'schema_version'",
+				      NULL, NULL, NULL),
+			 SQLITE_OK);
+	sqlite3_close(db);
+
+	ck_assert_int_eq(wfs_catalog_open(db_path, WFS_CATALOG_READONLY, 0, 0, &c), 0);
+	ck_assert_int_eq(wfs_catalog_getattr(c, ino, &a), 0);
+	ck_assert_uint_eq(a.rdev, 0);
+	wfs_catalog_close(c);
+
+	ck_assert_int_eq(wfs_catalog_open(db_path, 0, 0, 0, &cat), 0);
+	ck_assert_int_eq(wfs_catalog_lookup(cat, ROOT, "f", &a), 0);
+	ck_assert_uint_eq(a.ino, ino);
+	ck_assert_int_eq(wfs_catalog_mknod(cat, ROOT, "null", S_IFCHR | 0666, makedev(1, 3), 0, 0, NULL, &a),
+			 0);
+	ck_assert_uint_eq(a.rdev, makedev(1, 3));
+	ck_assert_int_eq(sqlite3_open(db_path, &db), SQLITE_OK);
+	ck_assert_int_eq(sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'schema_version'", -1, &s,
+					    NULL), SQLITE_OK);
+	ck_assert_int_eq(sqlite3_step(s), SQLITE_ROW);
+	ck_assert_int_eq(sqlite3_column_int(s, 0), 2);
+	sqlite3_finalize(s);
+	sqlite3_close(db);
+}
+END_TEST
+
 /* ---- runner ---------------------------------------------------------------------------------- */
 
 static void add(Suite *s, const char *name, const TTest *test)
@@ -1421,23 +1496,12 @@ static Suite *catalog_suite(void)
 	add(s, "stats_empty", test_stats_empty);
 	add(s, "setattr", test_setattr);
 	add(s, "persist_reopen", test_persist_reopen);
+	add(s, "mknod_special", test_mknod_special);
+	add(s, "open_schema1", test_open_schema1);
 	return s;
 }
 
 int main(void)
 {
-	SRunner *sr;
-	int ret, failed;
-
-	ret = tu_mkdtemp_in(run_dir, sizeof(run_dir), tu_tmpdir_base(), "check_catalog");
-	if (ret) {
-		fprintf(stderr, "check_catalog: mkdtemp under %s: %s\n", tu_tmpdir_base(), strerror(-ret));
-		return EXIT_FAILURE;
-	}
-	sr = srunner_create(catalog_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	tu_rmtree(run_dir);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_main("check_catalog", catalog_suite(), TU_RUN_DIR, NULL);
 }

@@ -212,18 +212,16 @@ static Suite *crash_suite(void)
 	return s;
 }
 
+static int announce(SRunner *sr)
+{
+	(void)sr;
+	printf("check_crash: passthrough=%s, %d crash points\n", mode(), NPOINTS);
+	return 0;
+}
+
 int main(void)
 {
-	SRunner *sr = srunner_create(crash_suite());
-	int failed;
+	static const struct tu_main_hooks hooks = {.root_why = "FUSE mounts", .prepare = announce};
 
-	if (geteuid() != 0) {
-		fprintf(stderr, "check_crash: needs root (FUSE mounts)\n");
-		return 1;
-	}
-	printf("check_crash: passthrough=%s, %d crash points\n", mode(), NPOINTS);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_main("check_crash", crash_suite(), TU_NEEDS_ROOT, &hooks);
 }

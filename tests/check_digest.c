@@ -205,21 +205,6 @@ END_TEST
 
 /* ---- files ----------------------------------------------------------------------------------- */
 
-static char run_dir[256]; /* made by main(); removed, with whatever a failed test left, at exit */
-static char tmpdir[512];  /* this test's directory */
-
-static void tmp_setup(void)
-{
-	int ret = tu_mkdtemp_in(tmpdir, sizeof(tmpdir), run_dir, "t");
-
-	ck_assert_msg(ret == 0, "mkdtemp in %s: %s", run_dir, strerror(-ret));
-}
-
-static void tmp_teardown(void)
-{
-	tu_rmtree(tmpdir);
-}
-
 /* wfs_digest_fd over files of golden and larger sizes equals wfs_digest_buf and reports the bytes. */
 START_TEST(test_fd_equals_buf)
 {
@@ -227,7 +212,7 @@ START_TEST(test_fd_equals_buf)
 	static const size_t sizes[] = {0, 1, 241, MIB - 1, MIB, MIB + 1, 3 * MIB + 17};
 	char path[300];
 
-	tu_path(path, sizeof(path), tmpdir, "f");
+	tu_path(path, sizeof(path), tu_test_dir, "f");
 	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
 		unsigned char *in = malloc(sizes[k] + 1);
 		struct wfs_digest a, b;
@@ -262,7 +247,7 @@ START_TEST(test_fd_golden_mib)
 
 	ck_assert_ptr_nonnull(in);
 	pattern(in, MIB);
-	tu_path(path, sizeof(path), tmpdir, "p");
+	tu_path(path, sizeof(path), tu_test_dir, "p");
 	ck_assert_int_eq(tu_write_file(path, in, MIB, 0644), 0);
 	fd = open(path, O_RDONLY);
 	ck_assert_int_ge(fd, 0);
@@ -282,7 +267,7 @@ START_TEST(test_fd_offset_untouched)
 	char path[300];
 	int fd;
 
-	tu_path(path, sizeof(path), tmpdir, "h");
+	tu_path(path, sizeof(path), tu_test_dir, "h");
 	ck_assert_int_eq(tu_write_file(path, "hello\n", 6, 0644), 0);
 	fd = open(path, O_RDONLY);
 	ck_assert_int_ge(fd, 0);
@@ -305,12 +290,12 @@ START_TEST(test_fd_errors)
 
 	memset(&d, 0x5a, sizeof(d));
 	before = d;
-	tu_path(path, sizeof(path), tmpdir, "w");
+	tu_path(path, sizeof(path), tu_test_dir, "w");
 	fd = open(path, O_WRONLY | O_CREAT, 0644);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(wfs_digest_fd(fd, &d, &bytes), -EBADF);
 	close(fd);
-	fd = open(tmpdir, O_RDONLY | O_DIRECTORY);
+	fd = open(tu_test_dir, O_RDONLY | O_DIRECTORY);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(wfs_digest_fd(fd, &d, &bytes), -EISDIR);
 	close(fd);
@@ -421,7 +406,7 @@ static Suite *digest_suite(void)
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("fd");
-	tcase_add_checked_fixture(tc, tmp_setup, tmp_teardown);
+	tcase_add_checked_fixture(tc, tu_test_dir_setup, tu_test_dir_teardown);
 	tcase_add_test(tc, test_fd_equals_buf);
 	tcase_add_test(tc, test_fd_golden_mib);
 	tcase_add_test(tc, test_fd_offset_untouched);
@@ -440,18 +425,5 @@ static Suite *digest_suite(void)
 
 int main(void)
 {
-	SRunner *sr;
-	int ret, failed;
-
-	ret = tu_mkdtemp_in(run_dir, sizeof(run_dir), tu_tmpdir_base(), "check_digest");
-	if (ret) {
-		fprintf(stderr, "check_digest: mkdtemp under %s: %s\n", tu_tmpdir_base(), strerror(-ret));
-		return EXIT_FAILURE;
-	}
-	sr = srunner_create(digest_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	tu_rmtree(run_dir);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_main("check_digest", digest_suite(), TU_RUN_DIR, NULL);
 }

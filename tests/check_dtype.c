@@ -131,12 +131,10 @@ START_TEST(shape_dims)
 }
 END_TEST
 
-int main(void)
+static Suite *dtype_suite(void)
 {
 	Suite *s = suite_create("dtype");
 	TCase *tc = tcase_create("dtype");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, dtype_sizes);
 	tcase_add_test(tc, dtype_unknown);
@@ -147,9 +145,10 @@ int main(void)
 	tcase_add_test(tc, shape_valid);
 	tcase_add_test(tc, shape_invalid);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return s;
+}
+
+int main(void)
+{
+	return tu_main("check_dtype", dtype_suite(), 0, NULL);
 }

@@ -33,8 +33,6 @@
 #define MIB (1024u * KIB)
 #define MAX_FINDINGS 32
 
-static char run_dir[256]; /* made by main(); removed, with whatever a failed test left, at exit */
-static char tmpdir[512];  /* this test's directory */
 static char store_dir[600];
 static char db_path[700];
 static struct wfs_store *store;
@@ -62,10 +60,8 @@ static void close_store_catalog(void)
 
 static void setup(void)
 {
-	int ret = tu_mkdtemp_in(tmpdir, sizeof(tmpdir), run_dir, "t");
-
-	ck_assert_msg(ret == 0, "mkdtemp in %s: %s", run_dir, strerror(-ret));
-	tu_path(store_dir, sizeof(store_dir), tmpdir, "store");
+	tu_test_dir_setup();
+	tu_path(store_dir, sizeof(store_dir), tu_test_dir, "store");
 	tu_path(db_path, sizeof(db_path), store_dir, "catalog.db");
 	open_store_catalog();
 }
@@ -73,7 +69,7 @@ static void setup(void)
 static void teardown(void)
 {
 	close_store_catalog();
-	tu_rmtree(tmpdir);
+	tu_test_dir_teardown();
 }
 
 /* ---- building a store ------------------------------------------------------------------------ */
@@ -458,7 +454,7 @@ START_TEST(test_not_a_store)
 	char other[sizeof(store_dir)];
 
 	close_store_catalog();
-	tu_path(other, sizeof(other), tmpdir, "nothing-here");
+	tu_path(other, sizeof(other), tu_test_dir, "nothing-here");
 	ck_assert_int_eq(mkdir(other, 0755), 0);
 	snprintf(store_dir, sizeof(store_dir), "%s", other);
 	fsck_opts(&x, false, 0);
@@ -466,7 +462,7 @@ START_TEST(test_not_a_store)
 	ck_assert_uint_eq(total_found(&x), 0);
 	/* An inspection tool pointed at the wrong directory leaves it as it was. */
 	ck_assert_int_eq(tu_count_files(other), 0);
-	tu_path(store_dir, sizeof(store_dir), tmpdir, "store");
+	tu_path(store_dir, sizeof(store_dir), tu_test_dir, "store");
 }
 END_TEST
 
@@ -1425,18 +1421,5 @@ static Suite *fsck_suite(void)
 
 int main(void)
 {
-	SRunner *sr;
-	int ret, failed;
-
-	ret = tu_mkdtemp_in(run_dir, sizeof(run_dir), tu_tmpdir_base(), "check_fsck");
-	if (ret) {
-		fprintf(stderr, "check_fsck: mkdtemp under %s: %s\n", tu_tmpdir_base(), strerror(-ret));
-		return EXIT_FAILURE;
-	}
-	sr = srunner_create(fsck_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	tu_rmtree(run_dir);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_main("check_fsck", fsck_suite(), TU_RUN_DIR, NULL);
 }

@@ -657,12 +657,10 @@ START_TEST(read_fd)
 }
 END_TEST
 
-int main(void)
+static Suite *safetensors_suite(void)
 {
 	Suite *s = suite_create("safetensors");
 	TCase *tc = tcase_create("parse");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, parse_valid);
 	tcase_add_test(tc, parse_edge_cases);
@@ -694,9 +692,10 @@ int main(void)
 	tcase_add_test(tc, index_parse);
 	tcase_add_test(tc, read_fd);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return s;
+}
+
+int main(void)
+{
+	return tu_main("check_safetensors", safetensors_suite(), 0, NULL);
 }

@@ -688,25 +688,28 @@ static Suite *gpu_suite(void)
 }
 #endif
 
-int main(void)
+/* The GPU suite runs with WFS_TEST_GPU=1, and then must: built without CUDA is a failure. */
+static int add_gpu_suite(SRunner *sr)
 {
 	const char *gpu = getenv("WFS_TEST_GPU");
-	SRunner *sr = srunner_create(stage_suite());
-	int failed;
 
 	if (gpu && !strcmp(gpu, "1")) {
 #ifdef WFS_HAVE_CUDA
 		srunner_add_suite(sr, gpu_suite());
 #else
+		(void)sr;
 		fprintf(stderr, "check_stage: WFS_TEST_GPU=1 but built without CUDA: GPU suite cannot run\n");
-		srunner_free(sr);
-		return EXIT_FAILURE;
+		return -1;
 #endif
 	} else {
 		printf("check_stage: GPU suite NOT RUN (set WFS_TEST_GPU=1 on a machine with a GPU)\n");
 	}
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return 0;
+}
+
+int main(void)
+{
+	static const struct tu_main_hooks hooks = {.prepare = add_gpu_suite};
+
+	return tu_main("check_stage", stage_suite(), 0, &hooks);
 }

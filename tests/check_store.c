@@ -25,8 +25,6 @@
 #define KIB 1024u
 #define MIB (1024u * KIB)
 
-static char run_dir[256]; /* made by main(), holds every test's directory */
-static char tmpdir[512];  /* this test's directory */
 static char store_dir[600];
 
 /* Publish flags under test; loop tests run each behaviour with and without syncing. */
@@ -35,15 +33,13 @@ static const unsigned flag_sets[] = {WFS_STORE_CREATE, WFS_STORE_CREATE | WFS_ST
 
 static void tmp_setup(void)
 {
-	int ret = tu_mkdtemp_in(tmpdir, sizeof(tmpdir), run_dir, "t");
-
-	ck_assert_msg(ret == 0, "mkdtemp in %s: %s", run_dir, strerror(-ret));
-	tu_path(store_dir, sizeof(store_dir), tmpdir, "store");
+	tu_test_dir_setup();
+	tu_path(store_dir, sizeof(store_dir), tu_test_dir, "store");
 }
 
 static void tmp_teardown(void)
 {
-	tu_rmtree(tmpdir);
+	tu_test_dir_teardown();
 }
 
 /* "@store_dir/@rel" */
@@ -184,10 +180,10 @@ START_TEST(test_open_missing)
 	ck_assert_int_eq(stat(store_dir, &st), -1);
 	ck_assert_int_eq(errno, ENOENT);
 	/* CREATE makes only the store directory, not missing parents. */
-	tu_path(file, sizeof(file), tmpdir, "no/such/store");
+	tu_path(file, sizeof(file), tu_test_dir, "no/such/store");
 	ck_assert_int_eq(wfs_store_open(file, WFS_STORE_CREATE, &s), -ENOENT);
 	/* A regular file where the store should be. */
-	tu_path(file, sizeof(file), tmpdir, "file");
+	tu_path(file, sizeof(file), tu_test_dir, "file");
 	ck_assert_int_eq(tu_write_file(file, "x", 1, 0644), 0);
 	ck_assert_int_eq(wfs_store_open(file, 0, &s), -ENOTDIR);
 	ck_assert_int_eq(wfs_store_open(file, WFS_STORE_CREATE, &s), -ENOTDIR);
@@ -816,12 +812,12 @@ END_TEST
 
 /* ---- ENOSPC through a small tmpfs ------------------------------------------------------------ */
 
-/* Mount a tmpfs with @opts on @tmpdir/mnt and put the store inside it. Failing to mount fails. */
+/* Mount a tmpfs with @opts on @tu_test_dir/mnt and put the store inside it. Failing to mount fails. */
 static void mount_small_tmpfs(const char *opts)
 {
 	char mnt[700];
 
-	tu_path(mnt, sizeof(mnt), tmpdir, "mnt");
+	tu_path(mnt, sizeof(mnt), tu_test_dir, "mnt");
 	ck_assert_int_eq(mkdir(mnt, 0755), 0);
 	ck_assert_msg(mount("tmpfs", mnt, "tmpfs", 0, opts) == 0,
 		      "mount -t tmpfs -o %s tmpfs %s failed: %s (this test needs root and may not be "
@@ -834,9 +830,9 @@ static void tmpfs_teardown(void)
 {
 	char mnt[700];
 
-	tu_path(mnt, sizeof(mnt), tmpdir, "mnt");
+	tu_path(mnt, sizeof(mnt), tu_test_dir, "mnt");
 	umount2(mnt, MNT_DETACH);
-	tu_rmtree(tmpdir);
+	tu_test_dir_teardown();
 }
 
 /* Writing more than the filesystem holds fails with ENOSPC; discarding leaves no object behind. */
@@ -981,21 +977,15 @@ static void umount_below(const char *dir)
 	}
 }
 
+/* A failed tmpfs test may leave its mount: unmount before the run directory is removed. */
+static void cleanup(const char *dir)
+{
+	umount_below(dir);
+}
+
 int main(void)
 {
-	SRunner *sr;
-	int ret, failed;
+	static const struct tu_main_hooks hooks = {.cleanup = cleanup};
 
-	ret = tu_mkdtemp_in(run_dir, sizeof(run_dir), tu_tmpdir_base(), "check_store");
-	if (ret) {
-		fprintf(stderr, "check_store: mkdtemp under %s: %s\n", tu_tmpdir_base(), strerror(-ret));
-		return EXIT_FAILURE;
-	}
-	sr = srunner_create(store_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	umount_below(run_dir);
-	tu_rmtree(run_dir);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_main("check_store", store_suite(), TU_RUN_DIR, &hooks);
 }

@@ -10,6 +10,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <stdint.h>
@@ -205,6 +206,78 @@ static inline long tu_count_files(const char *path)
 	}
 	closedir(d);
 	return n;
+}
+
+/* ---- the shared main() and per-test directory ------------------------------------------------- */
+
+/*
+ * The run's directory, "$TMPDIR/<suite>.XXXXXX": made by tu_main() with TU_RUN_DIR, holds every
+ * test's directory, removed at exit with whatever a failed test left. Empty without TU_RUN_DIR.
+ */
+static char tu_run_dir[256] __attribute__((unused));
+/* This test's directory, fresh in tu_run_dir: made by tu_test_dir_setup(). */
+static char tu_test_dir[512] __attribute__((unused));
+
+/* A checked fixture: a new, empty tu_test_dir. Fails the test when it cannot be made. */
+static inline void tu_test_dir_setup(void)
+{
+	int ret = tu_mkdtemp_in(tu_test_dir, sizeof(tu_test_dir), tu_run_dir, "t");
+
+	ck_assert_msg(ret == 0, "mkdtemp in %s: %s", tu_run_dir, strerror(-ret));
+}
+
+/* The fixture's teardown: tu_test_dir and everything in it removed. */
+static inline void tu_test_dir_teardown(void)
+{
+	tu_rmtree(tu_test_dir);
+}
+
+#define TU_RUN_DIR (1u << 0)    /* make tu_run_dir before the tests, remove it after */
+#define TU_NEEDS_ROOT (1u << 1) /* refuse to run (exit 1, one line) unless root: FUSE mounts */
+
+/* What a suite's main() may add around the run; every field may be NULL. */
+struct tu_main_hooks {
+	const char *root_why;              /* TU_NEEDS_ROOT: what needs root, for the message */
+	int (*prepare)(SRunner *sr);       /* after the runner is made: add suites, print a line;
+					      non-zero ends the run with EXIT_FAILURE */
+	void (*cleanup)(const char *run_dir); /* after the run, before tu_run_dir is removed */
+};
+
+/*
+ * The Check suites' main(): run @suite (and what @hooks->prepare adds) with CK_NORMAL output.
+ * @name is the program's name for messages and the run directory's prefix; @flags TU_*. Returns
+ * EXIT_SUCCESS when every test passed, else EXIT_FAILURE (also when the run could not start).
+ */
+static inline int tu_main(const char *name, Suite *suite, unsigned flags, const struct tu_main_hooks *hooks)
+{
+	SRunner *sr;
+	int failed, ret;
+
+	if ((flags & TU_NEEDS_ROOT) && geteuid() != 0) {
+		fprintf(stderr, "%s: needs root (%s)\n", name, hooks && hooks->root_why ? hooks->root_why : "FUSE mounts");
+		return EXIT_FAILURE;
+	}
+	if (flags & TU_RUN_DIR) {
+		ret = tu_mkdtemp_in(tu_run_dir, sizeof(tu_run_dir), tu_tmpdir_base(), name);
+		if (ret) {
+			fprintf(stderr, "%s: mkdtemp under %s: %s\n", name, tu_tmpdir_base(), strerror(-ret));
+			return EXIT_FAILURE;
+		}
+	}
+	sr = srunner_create(suite);
+	if (hooks && hooks->prepare && hooks->prepare(sr) != 0) {
+		srunner_free(sr);
+		failed = 1;
+	} else {
+		srunner_run_all(sr, CK_NORMAL);
+		failed = srunner_ntests_failed(sr);
+		srunner_free(sr);
+	}
+	if (hooks && hooks->cleanup)
+		hooks->cleanup(tu_run_dir);
+	if (flags & TU_RUN_DIR)
+		tu_rmtree(tu_run_dir);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
 #endif
