@@ -165,6 +165,7 @@ struct wfs_fs {
 	struct wfs_map objects; /* (L) */
 	struct wfs_map checks;  /* (L) wfs_check entries */
 	atomic_bool passthrough; /* negotiated and still working */
+	bool direct_writes;      /* writable opens are direct I/O (set once by init, before any open) */
 	struct wfs_counters counters; /* (L) since this mount */
 	uint64_t retained;      /* (L) -o retain: unreferenced bytes, at least (table.c) */
 	struct wfs_handle *handles; /* (L) open handles: the kernel sends no release for those still

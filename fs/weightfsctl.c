@@ -112,7 +112,7 @@ static int mount_containing(const char *real, char *mnt, char *store)
 
 /* Totals of a subtree of a mount, read through the mount (stat and user.weightfs.digest). */
 struct subtree_stats {
-	uint64_t names, directories, symlinks, logical_bytes, unsealed_files;
+	uint64_t names, directories, symlinks, logical_bytes, unsealed_files, special_files;
 	uint64_t objects, object_bytes; /* distinct digests below it, and the size of each once */
 	struct digest_size {
 		char hex[33];
@@ -135,8 +135,10 @@ static void subtree_add(struct subtree_stats *t, const char *path, const struct 
 		t->symlinks++;
 		return;
 	}
-	if (!S_ISREG(st->st_mode))
+	if (!S_ISREG(st->st_mode)) {
+		t->special_files++; /* FIFO, socket, device node: a name, no bytes, no object */
 		return;
+	}
 	t->names++;
 	t->logical_bytes += (uint64_t)st->st_size;
 	n = lgetxattr(path, "user.weightfs.digest", hex, sizeof(hex) - 1);
@@ -225,11 +227,12 @@ static int stat_subtree(const char *arg, const char *real, const char *mnt, cons
 	if (json) {
 		printf("{\"store\": \"%s\", \"mountpoint\": \"%s\", \"subtree\": \"%s\", \"names\": %llu, "
 		       "\"directories\": %llu, \"symlinks\": %llu, \"logical_bytes\": %llu, \"objects\": %llu, "
-		       "\"object_bytes\": %llu, \"unsealed_files\": %llu, \"dedup_ratio\": %.4f}\n",
+		       "\"object_bytes\": %llu, \"unsealed_files\": %llu, \"special_files\": %llu, "
+		       "\"dedup_ratio\": %.4f}\n",
 		       store, mnt, real, (unsigned long long)t.names, (unsigned long long)t.directories,
 		       (unsigned long long)t.symlinks, (unsigned long long)t.logical_bytes,
 		       (unsigned long long)t.objects, (unsigned long long)t.object_bytes,
-		       (unsigned long long)t.unsealed_files, ratio);
+		       (unsigned long long)t.unsealed_files, (unsigned long long)t.special_files, ratio);
 		return 0;
 	}
 	printf("store:              %s (mounted on %s)\n", store, mnt);
@@ -237,6 +240,9 @@ static int stat_subtree(const char *arg, const char *real, const char *mnt, cons
 	       mnt);
 	printf("names:              %llu\n", (unsigned long long)t.names);
 	printf("directories:        %llu\n", (unsigned long long)t.directories);
+	if (t.special_files)
+		printf("special files:      %llu (FIFOs, sockets, device nodes)\n",
+		       (unsigned long long)t.special_files);
 	printf("logical bytes:      %llu (%.1f MiB)\n", (unsigned long long)t.logical_bytes,
 	       (double)t.logical_bytes / 1048576.0);
 	printf("objects:            %llu (distinct contents below it; shared with names elsewhere too)\n",
@@ -425,13 +431,14 @@ int wfs_cmd_stat(int argc, char **argv)
 		       "\"logical_bytes\": %llu, \"objects\": %llu, \"object_bytes\": %llu, "
 		       "\"objects_disk_bytes\": %llu, \"unreferenced_objects\": %llu, "
 		       "\"unreferenced_bytes\": %llu, \"quarantined_objects\": %llu, \"unsealed_files\": %llu, "
-		       "\"dedup_ratio\": %.4f, \"daemon\": %s}\n",
+		       "\"special_files\": %llu, \"dedup_ratio\": %.4f, \"daemon\": %s}\n",
 		       store, (unsigned long long)st.names, (unsigned long long)st.directories,
 		       (unsigned long long)st.symlinks, (unsigned long long)st.logical_bytes,
 		       (unsigned long long)st.objects, (unsigned long long)st.object_bytes,
 		       (unsigned long long)du, (unsigned long long)st.unreferenced_objects,
 		       (unsigned long long)st.unreferenced_bytes, (unsigned long long)st.quarantined_objects,
-		       (unsigned long long)st.unsealed_files, ratio, dtext ? dtext : "null");
+		       (unsigned long long)st.unsealed_files, (unsigned long long)st.special_files, ratio,
+		       dtext ? dtext : "null");
 		free(dtext);
 		json_decref(daemon);
 		return 0;
@@ -439,6 +446,9 @@ int wfs_cmd_stat(int argc, char **argv)
 	printf("store:              %s\n", store);
 	printf("names:              %llu\n", (unsigned long long)st.names);
 	printf("directories:        %llu\n", (unsigned long long)st.directories);
+	if (st.special_files)
+		printf("special files:      %llu (FIFOs, sockets, device nodes)\n",
+		       (unsigned long long)st.special_files);
 	printf("logical bytes:      %llu (%.1f MiB)\n", (unsigned long long)st.logical_bytes,
 	       (double)st.logical_bytes / 1048576.0);
 	printf("objects:            %llu\n", (unsigned long long)st.objects);

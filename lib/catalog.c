@@ -16,7 +16,8 @@
 #include "fault.h"
 #include "log.h"
 
-#define SCHEMA_VERSION 1
+/* 1: the first schema; 2: inodes.rdev (device number of a character or block device node). */
+#define SCHEMA_VERSION 2
 
 static const char schema_sql[] =
 	"CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"
@@ -25,7 +26,7 @@ static const char schema_sql[] =
 	"  mode INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL,"
 	"  nlink INTEGER NOT NULL, size INTEGER NOT NULL DEFAULT 0, parent INTEGER NOT NULL DEFAULT 0,"
 	"  atime INTEGER NOT NULL, mtime INTEGER NOT NULL, ctime INTEGER NOT NULL,"
-	"  digest BLOB, target TEXT);"
+	"  digest BLOB, target TEXT, rdev INTEGER NOT NULL DEFAULT 0);"
 	"CREATE INDEX IF NOT EXISTS inodes_nlink0 ON inodes(nlink) WHERE nlink = 0;"
 	"CREATE INDEX IF NOT EXISTS inodes_digest ON inodes(digest) WHERE digest IS NOT NULL;"
 	"CREATE TABLE IF NOT EXISTS dentries("
@@ -50,7 +51,8 @@ static const char schema_sql[] =
 	"  UPDATE objects SET refcount = refcount - 1, released = unixepoch() WHERE digest = OLD.digest;"
 	"  UPDATE objects SET refcount = refcount + 1 WHERE digest = NEW.digest; END;";
 
-#define ATTR_COLS "i.ino, i.mode, i.uid, i.gid, i.nlink, i.size, i.parent, i.atime, i.mtime, i.ctime, i.digest"
+#define ATTR_COLS                                                                                  \
+	"i.ino, i.mode, i.uid, i.gid, i.nlink, i.size, i.parent, i.atime, i.mtime, i.ctime, i.digest, i.rdev"
 
 enum stmt_id {
 	ST_GETATTR,
@@ -91,7 +93,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_LOOKUP] = "SELECT " ATTR_COLS " FROM dentries d JOIN inodes i ON i.ino = d.ino"
 		      " WHERE d.parent = ?1 AND d.name = ?2",
 	[ST_INSERT_INODE] = "INSERT INTO inodes(mode, uid, gid, nlink, size, parent, atime, mtime, ctime,"
-			    " target) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?7, ?8)",
+			    " target, rdev) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?7, ?8, ?9)",
 	[ST_INSERT_DENTRY] = "INSERT INTO dentries(parent, name, ino) VALUES(?1, ?2, ?3)",
 	[ST_DELETE_DENTRY] = "DELETE FROM dentries WHERE parent = ?1 AND name = ?2",
 	[ST_NLINK_ADD] = "UPDATE inodes SET nlink = nlink + ?2, ctime = ?3 WHERE ino = ?1",
@@ -240,6 +242,7 @@ static void row_to_attr(sqlite3_stmt *s, int col, struct wfs_attr *a)
 		a->sealed = true;
 		memcpy(a->digest.bytes, digest, WFS_DIGEST_BYTES);
 	}
+	a->rdev = (uint64_t)sqlite3_column_int64(s, col + 11);
 }
 
 /* Run a statement that yields at most one ATTR_COLS row. -ENOENT when none. */
@@ -358,6 +361,40 @@ static int create_schema(struct wfs_catalog *c, uint32_t uid, uint32_t gid)
 	return exec(c, "COMMIT");
 }
 
+/*
+ * Bring a catalog of schema 1 to SCHEMA_VERSION in one transaction: an added column, so a daemon of
+ * the old schema that still runs keeps working until it remounts. A read-only handle upgrades through
+ * a short read-write connection of its own, so inspection tools still open a store that no new daemon
+ * has mounted yet (where the catalog cannot be written, the version check then refuses it).
+ */
+static int migrate_schema(struct wfs_catalog *c, const char *path, int64_t *version)
+{
+	static const char sql[] = "BEGIN IMMEDIATE;"
+				  "ALTER TABLE inodes ADD COLUMN rdev INTEGER NOT NULL DEFAULT 0;"
+				  "UPDATE meta SET value = 2 WHERE key = 'schema_version';"
+				  "COMMIT;";
+	sqlite3 *db = c->db;
+	int rc;
+
+	if (*version != 1)
+		return 0;
+	if (c->readonly && sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL)) {
+		sqlite3_close(db);
+		return 0;
+	}
+	sqlite3_busy_timeout(db, 5000);
+	rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+	if (rc != SQLITE_OK && !sqlite3_get_autocommit(db))
+		sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+	if (db != c->db)
+		sqlite3_close(db);
+	if (rc != SQLITE_OK)
+		return c->readonly ? 0 : map_sqlite(c, rc);
+	*version = 2;
+	wfs_log(WFS_LOG_INFO, "catalog %s: schema 1 upgraded to 2 (device numbers)", path);
+	return 0;
+}
+
 int wfs_catalog_open(const char *path, unsigned flags, uint32_t root_uid, uint32_t root_gid,
 		     struct wfs_catalog **out)
 {
@@ -394,6 +431,8 @@ int wfs_catalog_open(const char *path, unsigned flags, uint32_t root_uid, uint32
 		if (ret == 0)
 			ret = get_schema_version(c, &version);
 	}
+	if (ret == 0 && version < SCHEMA_VERSION)
+		ret = migrate_schema(c, path, &version);
 	if (ret)
 		goto fail;
 	if (version != SCHEMA_VERSION) {
@@ -568,8 +607,21 @@ static int dir_is_empty(struct wfs_catalog *c, uint64_t ino, bool *empty)
 	return 0;
 }
 
+static bool is_special(uint32_t mode)
+{
+	return S_ISFIFO(mode) || S_ISSOCK(mode) || S_ISCHR(mode) || S_ISBLK(mode);
+}
+
 int wfs_catalog_create(struct wfs_catalog *c, uint64_t parent, const char *name, uint32_t mode,
 		       uint32_t uid, uint32_t gid, const char *target, struct wfs_attr *out)
+{
+	if (is_special(mode))
+		return -EINVAL; /* wfs_catalog_mknod() makes those */
+	return wfs_catalog_mknod(c, parent, name, mode, 0, uid, gid, target, out);
+}
+
+int wfs_catalog_mknod(struct wfs_catalog *c, uint64_t parent, const char *name, uint32_t mode,
+		      uint64_t rdev, uint32_t uid, uint32_t gid, const char *target, struct wfs_attr *out)
 {
 	bool is_dir = S_ISDIR(mode), is_link = S_ISLNK(mode);
 	struct wfs_attr dir;
@@ -578,9 +630,11 @@ int wfs_catalog_create(struct wfs_catalog *c, uint64_t parent, const char *name,
 	uint64_t ino;
 	int ret;
 
-	if (!S_ISREG(mode) && !is_dir && !is_link)
+	if (!S_ISREG(mode) && !is_dir && !is_link && !is_special(mode))
 		return -EINVAL;
 	if (is_link != (target != NULL))
+		return -EINVAL;
+	if (rdev && !S_ISCHR(mode) && !S_ISBLK(mode))
 		return -EINVAL;
 	ret = begin(c);
 	if (ret)
@@ -598,6 +652,7 @@ int wfs_catalog_create(struct wfs_catalog *c, uint64_t parent, const char *name,
 	sqlite3_bind_int64(s, 7, t);
 	if (is_link)
 		sqlite3_bind_text(s, 8, target, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 9, (int64_t)rdev);
 	ret = step_done(c, s);
 	if (ret)
 		goto out;
@@ -1539,6 +1594,12 @@ int wfs_catalog_stats(struct wfs_catalog *c, struct wfs_catalog_stats *out)
 		snprintf(sql, sizeof(sql), "SELECT count(*) FROM inodes WHERE digest IS NULL AND (mode & %u) = %u"
 			 " AND nlink > 0", (unsigned)S_IFMT, (unsigned)S_IFREG);
 		ret = query_u64(c, sql, &st.unsealed_files, NULL);
+	}
+	if (ret == 0) {
+		snprintf(sql, sizeof(sql), "SELECT count(*) FROM dentries d JOIN inodes i ON i.ino = d.ino"
+			 " WHERE (i.mode & %u) IN (%u, %u, %u, %u)", (unsigned)S_IFMT, (unsigned)S_IFIFO,
+			 (unsigned)S_IFSOCK, (unsigned)S_IFCHR, (unsigned)S_IFBLK);
+		ret = query_u64(c, sql, &st.special_files, NULL);
 	}
 	if (ret == 0)
 		*out = st;

@@ -57,6 +57,7 @@ struct wfs_attr {
 	struct timespec atime, mtime, ctime;
 	bool sealed;              /* regular file whose bytes are object @digest */
 	struct wfs_digest digest; /* valid when @sealed */
+	uint64_t rdev;            /* character or block device: its device number (makedev()); else 0 */
 };
 
 enum wfs_catalog_flags {
@@ -92,6 +93,16 @@ int wfs_catalog_lookup(struct wfs_catalog *c, uint64_t parent, const char *name,
  */
 int wfs_catalog_create(struct wfs_catalog *c, uint64_t parent, const char *name, uint32_t mode,
 		       uint32_t uid, uint32_t gid, const char *target, struct wfs_attr *out);
+/*
+ * wfs_catalog_create() for every file type (that one refuses the others with -EINVAL, as it always
+ * has): @mode may also be S_IFIFO, S_IFSOCK, S_IFCHR or S_IFBLK.
+ * These special files are names and attributes only — no object, no digest, size 0, never "unsealed"
+ * (recover, check and gc leave them be); the kernel gives them their semantics. @rdev is the device
+ * number of a character or block device (makedev()), 0 for every other type (else -EINVAL).
+ * Errors as wfs_catalog_create().
+ */
+int wfs_catalog_mknod(struct wfs_catalog *c, uint64_t parent, const char *name, uint32_t mode,
+		      uint64_t rdev, uint32_t uid, uint32_t gid, const char *target, struct wfs_attr *out);
 /* Hard link: new dentry @newparent/@newname → @ino (not a directory). -EEXIST, -EPERM, -ENOENT. */
 int wfs_catalog_link(struct wfs_catalog *c, uint64_t ino, uint64_t newparent, const char *newname,
 		     struct wfs_attr *out);
@@ -252,6 +263,7 @@ struct wfs_catalog_stats {
 	uint64_t unreferenced_bytes;
 	uint64_t quarantined_objects; /* state quarantined: their names fail with EIO until rewritten */
 	uint64_t unsealed_files;      /* regular files being written (or left by a crash) */
+	uint64_t special_files;       /* dentries naming FIFOs, sockets and device nodes */
 };
 int wfs_catalog_stats(struct wfs_catalog *c, struct wfs_catalog_stats *out);
 
