@@ -69,6 +69,7 @@ struct wfs_version {
 	bool has_base;             /* (V) started as a copy of object @base */
 	struct wfs_digest base;
 	bool frozen;               /* (V) being sealed: writes wait, then go to a new version */
+	bool reserved_past_eof;    /* (V) fallocate(KEEP_SIZE) beyond @size: trimmed before publishing */
 	unsigned writers;          /* (L) writable handles not yet flushed */
 };
 
@@ -257,6 +258,16 @@ ssize_t wfs_version_read(struct wfs_version *v, void *buf, size_t len, off_t off
 /* Set the size to @size bytes (zero-filled when growing). Returns 0, -EAGAIN, or -errno. */
 int wfs_version_truncate(struct wfs_fs *fs, struct wfs_version *v, uint64_t size);
 uint64_t wfs_version_size(struct wfs_version *v);
+/*
+ * fallocate(2) on the version: reserve bytes [@off, @off + @len) of its backing store, so that a
+ * full store fails here rather than at the seal. @mode 0 extends the size (zeros) when @off + @len
+ * is past it; FALLOC_FL_KEEP_SIZE reserves without changing it (the reservation past the end is
+ * trimmed before the object is published). Beyond 1 MiB the version moves to its tmp file first.
+ * Errors: -EOPNOTSUPP (any other mode bit: punch hole, zero/collapse/insert range), -EINVAL (@len 0
+ * or past the largest file), -ENOSPC, -EIO, -ENOMEM, -EAGAIN (being sealed: start over with
+ * wfs_version_writer()). Takes the version lock.
+ */
+int wfs_version_fallocate(struct wfs_fs *fs, struct wfs_version *v, int mode, uint64_t off, uint64_t len);
 /*
  * Seal in->writer (fs->lock held on entry and on return; dropped while hashing and publishing):
  * digest, publish the object, point the inode at it. On failure the version is discarded and the

@@ -1135,6 +1135,160 @@ static void wfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 		fuse_reply_write(req, (size_t)n);
 }
 
+/*
+ * fallocate(2) through a writable handle: space reserved in the version being written, so a full
+ * store fails here and not at close(2). A size change is held to dtype/shape now, as ftruncate(2)
+ * is. Modes other than 0 and FALLOC_FL_KEEP_SIZE: -EOPNOTSUPP (wfs_version_fallocate()).
+ */
+static int do_fallocate(struct wfs_fs *fs, fuse_req_t req, struct wfs_handle *h, int mode, off_t off,
+			off_t len)
+{
+	struct wfs_inode *in = h->inode;
+	struct wfs_version *v;
+	struct wfs_attr a;
+	uint64_t size;
+	int ret;
+
+	if (!h->writable)
+		return -EBADF;
+	if (mode & ~FALLOC_FL_KEEP_SIZE)
+		return -EOPNOTSUPP;
+	if (off < 0 || len <= 0)
+		return -EINVAL;
+	do {
+		pthread_mutex_lock(&fs->lock);
+		ret = 0;
+		if (!(mode & FALLOC_FL_KEEP_SIZE)) {
+			size = in->writer ? wfs_version_size(in->writer) : 0;
+			if (!in->writer && (ret = wfs_catalog_getattr(fs->catalog, in->ino, &a)) == 0)
+				size = a.size;
+			if (ret == 0 && (uint64_t)off + (uint64_t)len > size)
+				ret = wfs_tensor_fits(fs, in->ino, (uint64_t)off + (uint64_t)len, NULL, NULL, 0,
+						      "fallocate refused");
+		}
+		v = ret ? NULL : wfs_version_writer(fs, req, in, false, &ret);
+		if (v) {
+			start_writing(h, v); /* sealed at this handle's close */
+			h->writer_tid = fuse_req_ctx(req)->pid;
+		}
+		pthread_mutex_unlock(&fs->lock);
+		if (!v)
+			return ret;
+		ret = wfs_version_fallocate(fs, v, mode, (uint64_t)off, (uint64_t)len);
+		wfs_version_put(v);
+	} while (ret == -EAGAIN);
+	return ret;
+}
+
+static void wfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+			  struct fuse_file_info *fi)
+{
+	(void)ino;
+	fuse_reply_err(req, -do_fallocate(fs_of(req), req, handle_of(fi), mode, off, len));
+}
+
+/* The most one copy_file_range reply reports: its count travels in 32 bits. */
+#define COPY_RANGE_MAX ((size_t)1 << 30) /* bytes */
+
+/*
+ * copy_file_range(2) of a whole sealed file onto an empty one (what cp does): the destination
+ * claims the source's object, so no byte moves; each name keeps its own attributes and xattrs.
+ * The caller has the source open for reading, which is all a claim by digest would prove. Returns
+ * the bytes the destination now holds (> 0), or 0 when this is not such a copy. fs->lock held.
+ */
+static ssize_t copy_by_claim(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *src, off_t off_in,
+			     struct wfs_inode *dst, off_t off_out, size_t len)
+{
+	struct wfs_digest d = src->digest;
+	struct wfs_attr a;
+
+	if (off_in != 0 || off_out != 0 || !src->sealed || src->writer || src == dst ||
+	    wfs_catalog_getattr(fs->catalog, src->ino, &a) || a.size == 0 || len < a.size)
+		return 0;
+	if (no_passthrough_readers(fs, dst) || wfs_version_claim(fs, req, dst, &d))
+		return 0; /* not empty, being read, or the object did not check: copy the bytes */
+	return (ssize_t)a.size;
+}
+
+/*
+ * A range whose bytes the destination already holds: both sealed (nothing being written) as the
+ * same object, at the same offset. The rest of a claimed copy past COPY_RANGE_MAX lands here.
+ * Returns the bytes "copied" (> 0), or 0. fs->lock held.
+ */
+static ssize_t copy_same_object(struct wfs_fs *fs, struct wfs_inode *src, off_t off_in,
+				struct wfs_inode *dst, off_t off_out, size_t len)
+{
+	struct wfs_attr a;
+
+	if (off_in != off_out || !src->sealed || !dst->sealed || src->writer || dst->writer ||
+	    !wfs_digest_equal(&src->digest, &dst->digest) || wfs_catalog_getattr(fs->catalog, src->ino, &a) ||
+	    (uint64_t)off_in >= a.size)
+		return 0;
+	return (ssize_t)(len < a.size - (uint64_t)off_in ? len : a.size - (uint64_t)off_in);
+}
+
+static ssize_t do_copy_range(struct wfs_fs *fs, fuse_req_t req, struct wfs_handle *hin, off_t off_in,
+			     struct wfs_handle *hout, off_t off_out, size_t len)
+{
+	size_t chunk = 1u << 20, done = 0;
+	ssize_t n;
+	char *buf;
+
+	if (!hout->writable)
+		return -EBADF;
+	if (len > COPY_RANGE_MAX)
+		len = COPY_RANGE_MAX;
+	pthread_mutex_lock(&fs->lock);
+	n = copy_by_claim(fs, req, hin->inode, off_in, hout->inode, off_out, len);
+	if (n == 0)
+		n = copy_same_object(fs, hin->inode, off_in, hout->inode, off_out, len);
+	pthread_mutex_unlock(&fs->lock);
+	if (n > 0)
+		return n > (ssize_t)len ? (ssize_t)len : n;
+	/* Partial ranges, a destination with bytes: read and write through the version. */
+	buf = malloc(chunk);
+	if (!buf)
+		return -ENOMEM;
+	while (done < len) {
+		size_t want = len - done < chunk ? len - done : chunk;
+		ssize_t r = do_read(fs, req, hin, buf, want, off_in + (off_t)done), w = 0;
+
+		if (r <= 0) {
+			n = r;
+			break;
+		}
+		while (w < r) {
+			n = do_write(fs, req, hout, buf + w, (size_t)(r - w), off_out + (off_t)done + w);
+			if (n <= 0)
+				break;
+			w += n;
+		}
+		if (n < 0)
+			break;
+		done += (size_t)w;
+		if (r < (ssize_t)want)
+			break;
+	}
+	free(buf);
+	return done ? (ssize_t)done : n;
+}
+
+static void wfs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, struct fuse_file_info *fi_in,
+				fuse_ino_t ino_out, off_t off_out, struct fuse_file_info *fi_out, size_t len,
+				int flags)
+{
+	ssize_t n = flags ? -EINVAL
+			  : do_copy_range(fs_of(req), req, handle_of(fi_in), off_in, handle_of(fi_out), off_out,
+					  len);
+
+	(void)ino_in;
+	(void)ino_out;
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else
+		fuse_reply_write(req, (size_t)n);
+}
+
 /* close(2): the last writable handle's flush seals, and its errors come back from close(2). */
 static void wfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
@@ -1776,6 +1930,8 @@ const struct fuse_lowlevel_ops wfs_ops = {
 	.open = wfs_open,
 	.read = wfs_read,
 	.write = wfs_write,
+	.fallocate = wfs_fallocate,
+	.copy_file_range = wfs_copy_file_range,
 	.flush = wfs_flush,
 	.release = wfs_release,
 	.fsync = wfs_fsync,

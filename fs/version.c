@@ -13,6 +13,7 @@
  * filesystem's allocator is slowest at. A version that grows past it moves to a tmp file.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <linux/fs.h>
@@ -391,6 +392,51 @@ out:
 	return ret;
 }
 
+int wfs_version_fallocate(struct wfs_fs *fs, struct wfs_version *v, int mode, uint64_t off, uint64_t len)
+{
+	uint64_t end = off + len;
+	int ret = 0;
+
+	if (mode & ~FALLOC_FL_KEEP_SIZE)
+		return -EOPNOTSUPP;
+	if (len == 0 || end < off || end > (uint64_t)INT64_MAX)
+		return -EINVAL;
+	pthread_mutex_lock(&v->lock);
+	if (v->frozen || v->done) {
+		ret = -EAGAIN;
+		goto out;
+	}
+	if (v->tmp.fd < 0 && end > VERSION_MEM_MAX)
+		ret = spill(fs, v);
+	if (ret)
+		goto out;
+	if (v->tmp.fd < 0) {
+		/* Memory is the reservation: mem_resize() zero-fills from the old size up. */
+		size_t keep = (size_t)v->size;
+
+		ret = mem_resize(v, (size_t)end > keep ? (size_t)end : keep);
+		if (ret)
+			goto out;
+	} else if (fallocate(v->tmp.fd, mode, (off_t)off, (off_t)len) < 0) {
+		ret = -errno;
+		if (ret == -EOPNOTSUPP && mode == 0) /* a tmp filesystem without fallocate */
+			ret = -posix_fallocate(v->tmp.fd, (off_t)off, (off_t)len);
+		if (ret)
+			goto out;
+	}
+	if (end > v->size) {
+		if (mode & FALLOC_FL_KEEP_SIZE) {
+			v->reserved_past_eof = v->tmp.fd >= 0;
+		} else {
+			v->size = end; /* zeros: the hashed prefix stays, the seal hashes the rest */
+			v->modified = true;
+		}
+	}
+out:
+	pthread_mutex_unlock(&v->lock);
+	return ret;
+}
+
 uint64_t wfs_version_size(struct wfs_version *v)
 {
 	uint64_t size;
@@ -534,6 +580,9 @@ int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, bo
 			ret = compare_stored(fs, v, &d);
 	} else if (ret == 0 && v->tmp.fd < 0)
 		ret = spill(fs, v);
+	/* Blocks reserved past the end would stay with the object: ftruncate frees them. */
+	if (ret == 0 && !existed && v->reserved_past_eof && ftruncate(v->tmp.fd, (off_t)v->size) < 0)
+		ret = -errno;
 	if (ret == 0 && !existed)
 		ret = wfs_store_publish(fs->store, &v->tmp, &d, &existed);
 	wfs_store_tmp_discard(fs->store, &v->tmp);

@@ -1629,6 +1629,173 @@ START_TEST(big_file)
 }
 END_TEST
 
+/*
+ * fallocate(2): mode 0 and KEEP_SIZE reserve space in the version (ENOSPC at the call, not at close),
+ * in memory and past 1 MiB in the tmp file; other modes are EOPNOTSUPP; a size change through the
+ * descriptor is held to dtype/shape; a reservation past the end does not stay with the object.
+ */
+START_TEST(fallocate_reserves)
+{
+	size_t len = 2 << 20;
+	unsigned char *a = pattern(len, 131), *want = calloc(1, 3 << 20);
+	struct wfs_digest d;
+	struct stat st;
+	char cmd[300];
+	int fd;
+
+	/* In memory: mode 0 extends with zeros, KEEP_SIZE leaves the size. */
+	fd = open(path("s"), O_RDWR | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, a, 100), 100);
+	ck_assert_int_eq(fallocate(fd, 0, 0, 4096), 0);
+	ck_assert_int_eq(fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 8192), 0);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_int_eq(st.st_size, 4096);
+	ck_assert_int_eq(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096), -1);
+	ck_assert_int_eq(errno, EOPNOTSUPP);
+	ck_assert_int_eq(close(fd), 0);
+	memcpy(want, a, 100);
+	assert_file_equals(path("s"), want, 4096);
+
+	/* posix_fallocate past 1 MiB: the version spills, the bytes written keep their place. */
+	fd = open(path("p"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(posix_fallocate(fd, 0, 3 << 20), 0);
+	ck_assert_int_eq(pwrite(fd, a, 10, 1000), 10);
+	ck_assert_int_eq(close(fd), 0);
+	memset(want, 0, 3 << 20);
+	memcpy(want + 1000, a, 10);
+	assert_file_equals(path("p"), want, 3 << 20);
+
+	/* KEEP_SIZE past the end, then writes: the object holds the bytes written, not the reservation. */
+	fd = open(path("k"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 16 << 20), 0);
+	ck_assert_int_eq(write(fd, a, len), (ssize_t)len);
+	ck_assert_int_eq(close(fd), 0);
+	assert_file_equals(path("k"), a, len);
+	digest_xattr(path("k"), &d);
+	ck_assert_int_le(object_disk_bytes(&d), (long long)len + (1 << 20));
+
+	/* dtype/shape: growing past 1 MiB of F32 [262144] is refused at once; KEEP_SIZE is no change. */
+	fd = open(path("t"), O_RDWR | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.dtype", "F32", 3, 0), 0);
+	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.shape", "[262144]", 8, 0), 0);
+	ck_assert_int_eq(fallocate(fd, 0, 0, 2 << 20), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 2 << 20), 0);
+	ck_assert_int_eq(fallocate(fd, 0, 0, 1 << 20), 0);
+	ck_assert_int_eq(close(fd), 0);
+	ck_assert_int_eq(stat(path("t"), &st), 0);
+	ck_assert_int_eq(st.st_size, 1 << 20);
+	ck_assert_int_eq(log_count("fallocate refused"), 1);
+
+	/* A full store: ENOSPC from fallocate, not from close. */
+	daemon_stop();
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", M.store);
+	ck_assert_int_eq(system(cmd), 0);
+	ck_assert_int_eq(mkdir(M.store, 0755), 0);
+	ck_assert_msg(mount("tmpfs", M.store, "tmpfs", 0, "size=4m") == 0, "mount tmpfs: %s", strerror(errno));
+	daemon_start();
+	fd = open(path("big"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fallocate(fd, 0, 0, 8 << 20), -1);
+	ck_assert_int_eq(errno, ENOSPC);
+	ck_assert_int_eq(close(fd), 0);
+	ck_assert_int_eq(write_file(path("fits"), a, 1 << 20), 0); /* the failed reservation is gone */
+	free(a);
+	free(want);
+}
+END_TEST
+
+/*
+ * copy_file_range(2) of a whole sealed file onto a new one (cp on coreutils >= 9): the copy claims
+ * the source's object, no byte moves; each name keeps its own xattrs. Partial ranges copy bytes.
+ */
+START_TEST(copy_range_claims)
+{
+	size_t len = 3 << 20;
+	unsigned char *a = pattern(len, 141), *c = pattern(8192, 142);
+	struct wfs_digest da, db;
+	long long published, claims;
+	char note[8], cmd[600];
+	int src, dst;
+	ssize_t n;
+
+	ck_assert_int_eq(write_file(path("a"), a, len), 0);
+	ck_assert_int_eq(setxattr(path("a"), "user.note", "A", 1, 0), 0);
+	published = stat_counter("bytes_published");
+	claims = stat_counter("claims");
+	src = open(path("a"), O_RDONLY);
+	dst = open(path("b"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	ck_assert_int_ge(src, 0);
+	ck_assert_int_ge(dst, 0);
+	ck_assert_int_eq(fsetxattr(dst, "user.note", "B", 1, 0), 0);
+	ck_assert_int_eq(copy_file_range(src, NULL, dst, NULL, SSIZE_MAX, 0), (ssize_t)len);
+	ck_assert_int_eq(copy_file_range(src, NULL, dst, NULL, SSIZE_MAX, 0), 0);
+	ck_assert_int_eq(close(dst), 0);
+	assert_file_equals(path("b"), a, len);
+	digest_xattr(path("a"), &da);
+	digest_xattr(path("b"), &db);
+	ck_assert(wfs_digest_equal(&da, &db));
+	ck_assert_int_eq(stat_counter("bytes_published"), published); /* no byte moved */
+	ck_assert_int_eq(stat_counter("claims"), claims + 1);
+	ck_assert_int_eq(getxattr(path("b"), "user.note", note, sizeof(note)), 1);
+	ck_assert_int_eq(note[0], 'B');
+	ck_assert_int_eq(getxattr(path("a"), "user.note", note, sizeof(note)), 1);
+	ck_assert_int_eq(note[0], 'A');
+
+	/* A range the destination already holds as the same object: nothing to do, nothing written. */
+	dst = open(path("b"), O_WRONLY);
+	ck_assert_int_ge(dst, 0);
+	{
+		off_t in = 4096, out = 4096;
+
+		ck_assert_int_eq(copy_file_range(src, &in, dst, &out, 8192, 0), 8192);
+	}
+	ck_assert_int_eq(close(dst), 0);
+	ck_assert_int_eq(stat_counter("bytes_published"), published);
+	assert_file_equals(path("b"), a, len);
+
+	/* The copy is a name of its own: writing it leaves the source as it was. */
+	dst = open(path("b"), O_WRONLY);
+	ck_assert_int_ge(dst, 0);
+	ck_assert_int_eq(pwrite(dst, "X", 1, 0), 1);
+	ck_assert_int_eq(close(dst), 0);
+	assert_file_equals(path("a"), a, len);
+
+	/* Partial ranges onto a file with bytes: copied through the version. */
+	ck_assert_int_eq(write_file(path("c"), c, 8192), 0);
+	dst = open(path("c"), O_WRONLY);
+	ck_assert_int_ge(dst, 0);
+	{
+		off_t in = 1000, out = 2000;
+
+		n = copy_file_range(src, &in, dst, &out, 10000, 0);
+	}
+	ck_assert_int_eq(n, 10000);
+	ck_assert_int_eq(close(dst), 0);
+	{
+		unsigned char *want = malloc(12000);
+
+		memcpy(want, c, 2000);
+		memcpy(want + 2000, a + 1000, 10000);
+		assert_file_equals(path("c"), want, 12000);
+		free(want);
+	}
+
+	/* cp itself. */
+	close(src);
+	snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", path("a"), path("d"));
+	ck_assert_int_eq(system(cmd), 0);
+	assert_file_equals(path("d"), a, len);
+	ck_assert_int_eq(stat_counter("bytes_published"), published + (long long)len + 8192 + 12000); /* b; c twice */
+	free(a);
+	free(c);
+}
+END_TEST
+
 static Suite *mount_suite(void)
 {
 	Suite *s = suite_create("mount");
@@ -1670,6 +1837,8 @@ static Suite *mount_suite(void)
 		{"claim_after_restart", claim_after_restart, 60},
 		{"claim_other_user", claim_other_user, 30},
 		{"stats_xattr", stats_xattr, 30},
+		{"fallocate_reserves", fallocate_reserves, 60},
+		{"copy_range_claims", copy_range_claims, 60},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
