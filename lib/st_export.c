@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,20 +27,7 @@ struct export {
 };
 
 /* Report one failure through opt->error; returns @ret. */
-__attribute__((format(printf, 4, 5))) static int fail(const struct export *ex, int ret, const char *path,
-						      const char *fmt, ...)
-{
-	char msg[2 * PATH_MAX + 512];
-	va_list ap;
-
-	if (!ex->opt.error)
-		return ret;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	ex->opt.error(ex->opt.ctx, path, msg);
-	return ret;
-}
+#define fail(x, ret, path, ...) wfs_tf_report((x)->opt.error, (x)->opt.ctx, ret, path, __VA_ARGS__)
 
 static void progress(struct export *ex)
 {

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <mntent.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,20 +43,7 @@ struct wfs_st_import {
 };
 
 /* Report one failure through opt->error; returns @ret. */
-__attribute__((format(printf, 4, 5))) static int fail(const struct wfs_st_import *im, int ret, const char *path,
-						      const char *fmt, ...)
-{
-	char msg[2 * PATH_MAX + 512];
-	va_list ap;
-
-	if (!im->opt.error)
-		return ret;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	im->opt.error(im->opt.ctx, path, msg);
-	return ret;
-}
+#define fail(x, ret, path, ...) wfs_tf_report((x)->opt.error, (x)->opt.ctx, ret, path, __VA_ARGS__)
 
 /* @s for a message: at most 80 bytes, control characters as '?'. */
 static const char *printable(const char *s, char buf[96])

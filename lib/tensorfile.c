@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -10,6 +11,21 @@
 
 #include "dtype.h"
 #include "safetensors.h"
+
+int wfs_tf_report(void (*error)(void *ctx, const char *path, const char *message), void *ctx, int ret,
+		  const char *path, const char *fmt, ...)
+{
+	char msg[2 * PATH_MAX + 512];
+	va_list ap;
+
+	if (!error)
+		return ret;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	error(ctx, path, msg);
+	return ret;
+}
 
 int wfs_tf_path(char *out, const char *dir, const char *name)
 {

@@ -78,6 +78,14 @@ struct wfs_tf_progress {
 int wfs_tf_write(const char *dir, const char *name, const struct wfs_tf_spec *spec, struct wfs_copy *copy,
 		 struct wfs_tf_error *err);
 
+/*
+ * Format one error line (printf @fmt) and pass it with @path (may be NULL) to @error (may be NULL):
+ * how st_import and st_export report through their options' error callback. Returns @ret.
+ */
+__attribute__((format(printf, 5, 6))) int wfs_tf_report(void (*error)(void *ctx, const char *path,
+								       const char *message),
+							void *ctx, int ret, const char *path, const char *fmt, ...);
+
 /* "@dir/@name" into @out (PATH_MAX bytes; no '/' added when @dir ends with one or is empty).
  * Returns 0 or -ENAMETOOLONG. */
 int wfs_tf_path(char *out, const char *dir, const char *name);
