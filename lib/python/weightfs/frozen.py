@@ -30,9 +30,10 @@ import json
 import os
 import re
 import time
-from typing import NamedTuple
+from typing import Any, List, NamedTuple, Optional, Tuple
 
 from .stage import backload as _backload
+from .tensor import PathLike
 from .tensor import (DIGEST_XATTR, OffloadResult, WeightfsError, digest, digest_file, remove_stale_tmp,
                      dtype_name, load, offload, _torch_dtype)
 
@@ -48,7 +49,7 @@ class OffloadSummary(NamedTuple):
     tensors/bytes: all of them; written/claimed/skipped: how many took each path; written_bytes: bytes
     that went through write(2); seconds: wall time of the call."""
 
-    results: list
+    results: List[OffloadResult]
     tensors: int
     bytes: int
     written: int
@@ -58,7 +59,7 @@ class OffloadSummary(NamedTuple):
     seconds: float
 
 
-def file_name(param):
+def file_name(param: str) -> str:
     """The file name of parameter param under rank{N}/ (see the module comment)."""
     s = param.replace("%", "%25").replace("/", "%2F").replace("\0", "%00")
     if s.startswith("."):
@@ -81,7 +82,7 @@ def _frozen_params(params):
     return list(params)
 
 
-def fs_type(path):
+def fs_type(path: PathLike) -> Optional[str]:
     """The filesystem type of the mount holding path, from /proc/self/mountinfo ('fuse.weightfs',
     'ext4', ...), or None when it cannot be told."""
     real = os.path.realpath(path)
@@ -113,7 +114,7 @@ class FrozenOffload:
     does not parse (it is never silently replaced: remove it to start over), ValueError when root is
     None and SKYRL_FROZEN_OFFLOAD_DIR is not set."""
 
-    def __init__(self, root, rank, *, fsync=False):
+    def __init__(self, root: Optional[PathLike], rank: int, *, fsync: bool = False) -> None:
         if root is None:
             root = os.environ.get(ENV_DIR)
             if not root:
@@ -166,12 +167,12 @@ class FrozenOffload:
             raise
 
     # ---- names ----
-    def path(self, name):
+    def path(self, name: str) -> str:
         """The file of parameter name (whether or not it exists)."""
         e = self.entries.get(name)
         return os.path.join(self.dir, e["file"] if e else file_name(name))
 
-    def names(self):
+    def names(self) -> List[str]:
         """Parameter names in the manifest, sorted."""
         return sorted(self.entries)
 
@@ -204,7 +205,7 @@ class FrozenOffload:
             return entry.get("digest")
         return digest_file(path)
 
-    def offload(self, params, *, free=False, claim=True):
+    def offload(self, params: Any, *, free: bool = False, claim: bool = True) -> OffloadSummary:
         """Offload frozen parameters: params is an nn.Module (its parameters with requires_grad False),
         a mapping name -> tensor, or an iterable of (name, tensor); tensors on the CPU or a CUDA
         device, any dtype (see weightfs.offload).
@@ -259,14 +260,14 @@ class FrozenOffload:
         return r
 
     # ---- back ----
-    def load(self, name):
+    def load(self, name: str) -> Any:
         """Parameter name as a CPU tensor mapped from its file (weightfs.load: private read-only
         mapping, page cache shared on weightfs). Raises KeyError (not in the manifest), OSError,
         WeightfsError(EMSGSIZE) when the file does not match the manifest's size."""
         e = self._entry(name)
         return load(self.path(name), dtype=e["dtype"], shape=e["shape"])
 
-    def backload(self, name, tensor=None, device=None):
+    def backload(self, name: str, tensor: Any = None, device: Any = None) -> Any:
         """Copy parameter name's file into a contiguous CUDA tensor through the staging ring.
         tensor: the destination (numel x element size must equal the file's bytes); default a new
         torch.empty(shape, dtype, device=device or 'cuda'). Returns the tensor. Raises KeyError,
@@ -278,7 +279,7 @@ class FrozenOffload:
             tensor = torch.empty(e["shape"], dtype=_torch_dtype(e["dtype"]), device=device or "cuda")
         return _backload(self.path(name), tensor)
 
-    def restore(self, module):
+    def restore(self, module: Any) -> int:
         """Give back every parameter of module that is in the manifest and was freed (numel 0 where
         the manifest has more): CUDA parameters get a new tensor filled by backload, CPU parameters
         are pointed at the mapped file (load). Returns the number restored. Raises as load/backload."""
@@ -296,7 +297,7 @@ class FrozenOffload:
             n += 1
         return n
 
-    def verify(self):
+    def verify(self) -> List[Tuple[str, str]]:
         """Hash every file in the manifest from its bytes; return [(name, problem)] for files that are
         missing or differ (empty when all match)."""
         bad = []

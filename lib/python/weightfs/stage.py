@@ -16,7 +16,9 @@ import ctypes
 import os
 import sys
 import threading
-from typing import Iterator
+from typing import Any, Dict, Iterator, Optional, Union
+
+PathLike = Union[str, "os.PathLike[str]"]
 
 __all__ = ["Stager", "backload", "offload_tensor", "library"]
 
@@ -88,7 +90,7 @@ def _candidates() -> Iterator[str]:
     yield "libweightfs.so"
 
 
-def library():
+def library() -> ctypes.CDLL:
     """The loaded libweightfs (ctypes.CDLL), loading it on first use."""
     global _lib
     with _lib_lock:
@@ -137,7 +139,8 @@ class Stager:
     Thread-safe: several threads may load and offload through one Stager at once.
     """
 
-    def __init__(self, device=0, buffers=None, buffer_mib=None, threads=None, numa_node=-1, host=False):
+    def __init__(self, device: int = 0, buffers: Optional[int] = None, buffer_mib: Optional[int] = None,
+                 threads: Optional[int] = None, numa_node: int = -1, host: bool = False) -> None:
         lib = library()
         o = _Opts()
         lib.wfs_stage_opts_init(ctypes.byref(o))
@@ -157,7 +160,7 @@ class Stager:
             raise _error(rc, err)
         self._lib, self._h, self.device, self.host = lib, handle, int(device), bool(host)
 
-    def close(self):
+    def close(self) -> None:
         if getattr(self, "_h", None):
             self._lib.wfs_stage_free(self._h)
             self._h = None
@@ -176,7 +179,7 @@ class Stager:
             raise ValueError("stager is closed")
         return self._h
 
-    def load(self, path, ptr, nbytes, offset=0, exact=True):
+    def load(self, path: PathLike, ptr: int, nbytes: int, offset: int = 0, exact: bool = True) -> None:
         """Copy nbytes bytes of the file at path, from byte offset, to memory address ptr (device memory
         of this stager's GPU, or host memory for a host stager). exact: the file must end right there."""
         err = ctypes.create_string_buffer(_MSG_MAX)
@@ -185,7 +188,7 @@ class Stager:
         if rc < 0:
             raise _error(rc, err)
 
-    def offload(self, ptr, nbytes, path, fsync=False):
+    def offload(self, ptr: int, nbytes: int, path: PathLike, fsync: bool = False) -> None:
         """Write nbytes bytes at memory address ptr into a new file at path (no partial file on error)."""
         err = ctypes.create_string_buffer(_MSG_MAX)
         rc = self._lib.wfs_stage_offload(self._handle(), ptr, nbytes, os.fsencode(path),
@@ -193,7 +196,7 @@ class Stager:
         if rc < 0:
             raise _error(rc, err)
 
-    def stats(self):
+    def stats(self) -> Dict[str, Any]:
         s = _Stats()
         self._lib.wfs_stage_stats(self._handle(), ctypes.byref(s))
         out = {name: getattr(s, name) for name, _ in _Stats._fields_}
@@ -232,7 +235,8 @@ def _check_tensor(tensor, what):
     return tensor.numel() * tensor.element_size()
 
 
-def backload(path, tensor, offset=0, length=None, stager=None):
+def backload(path: PathLike, tensor: Any, offset: int = 0, length: Optional[int] = None,
+             stager: Optional[Stager] = None) -> Any:
     """Fill a contiguous CUDA tensor's storage with bytes from the file at path.
 
     The tensor's size in bytes (numel x dtype element size) must equal the file's size, or, when offset
@@ -248,7 +252,7 @@ def backload(path, tensor, offset=0, length=None, stager=None):
     return tensor
 
 
-def offload_tensor(tensor, path, fsync=False, stager=None):
+def offload_tensor(tensor: Any, path: PathLike, fsync: bool = False, stager: Optional[Stager] = None) -> None:
     """Write a contiguous CUDA tensor's bytes into a new file at path, chunk by chunk through the ring
     (never a full host copy). On weightfs the file is sealed at close; a seal error (ENOSPC, EIO) is
     raised as OSError and the file is removed."""

@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 import warnings
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .stage import library as _library
 from .stage import offload_tensor as _offload_tensor
@@ -43,6 +43,11 @@ from .names import CLAIM_XATTR, DIGEST_XATTR, DTYPE_XATTR, SHAPE_XATTR, TMP_PREF
 from .names import FALLBACK_DTYPE_BYTES as DTYPE_BYTES
 from .names import dtype_bytes as _dtype_bytes
 from .names import parse_shape as _parse_shape
+
+if TYPE_CHECKING:
+    from .stage import Stager
+
+PathLike = Union[str, "os.PathLike[str]"]
 
 __all__ = [
     "CLAIM_XATTR", "DIGEST_XATTR", "DTYPE_XATTR", "SHAPE_XATTR", "OffloadResult", "WeightfsError",
@@ -92,7 +97,7 @@ class OffloadResult(NamedTuple):
     skipped: bool = False
 
     @property
-    def written_bytes(self):
+    def written_bytes(self) -> int:
         return 0 if self.claimed or self.skipped else self.bytes
 
 
@@ -296,7 +301,7 @@ def _gpu_digest(t):
 
 # ---- digest ----------------------------------------------------------------------------------
 
-def digest(data):
+def digest(data: Any) -> str:
     """XXH3-128 of data's bytes as 32 lower-case hex characters: what `xxhsum -H2` prints for a file
     holding those bytes, and what `getfattr -n user.weightfs.digest` prints on weightfs.
 
@@ -336,7 +341,7 @@ def _contiguous_array(data):
     return data
 
 
-def digest_file(path):
+def digest_file(path: PathLike) -> str:
     """XXH3-128 hex of the whole file at path, read from its bytes (never from an xattr).
 
     Raises OSError (errno from open or read: ENOENT, EACCES, EIO, ...) naming path."""
@@ -355,7 +360,7 @@ def digest_file(path):
 
 # ---- dtype names -------------------------------------------------------------------------------
 
-def dtype_name(dtype):
+def dtype_name(dtype: Any) -> Optional[str]:
     """The safetensors name (BF16, F16, F32, F64, I8, U8, I16, I32, I64, BOOL, ...) of a torch dtype,
     a numpy dtype (or anything numpy.dtype() takes) or a safetensors name; None when it has none
     (complex, quantized, ...)."""
@@ -391,7 +396,7 @@ def _torch_dtype(name):
     return dt
 
 
-def shape_text(shape):
+def shape_text(shape: Sequence[int]) -> str:
     """The user.weightfs.shape spelling of a shape: '[4096,1024]', '[]' for a scalar."""
     return json.dumps([int(d) for d in shape], separators=(",", ":"))
 
@@ -518,7 +523,7 @@ def _tmp_name(path):
 STALE_TMP_SECONDS = 3600  # a temporary name this old whose process is gone is a leftover
 
 
-def remove_stale_tmp(directory, *, min_age=STALE_TMP_SECONDS):
+def remove_stale_tmp(directory: PathLike, *, min_age: float = STALE_TMP_SECONDS) -> int:
     """Remove temporary names offload() left in directory (not recursive) when its process was
     killed between creating and renaming them: `.wfs-tmp-<pid>-*` whose pid is not a live process
     here and whose mtime is at least min_age seconds old (a process in another PID namespace sharing
@@ -579,7 +584,8 @@ def _describe(obj):
     return "buffer", obj, "U8", (mv.nbytes,)
 
 
-def offload(data, path, *, claim=True, xattrs=True, fsync=False, stager=None, _digest=None):
+def offload(data: Any, path: PathLike, *, claim: bool = True, xattrs: bool = True, fsync: bool = False,
+            stager: Optional["Stager"] = None, _digest: Optional[str] = None) -> OffloadResult:
     """Write a tensor's bytes as a new sealed file at path: hash on the host, claim, write on a miss.
 
     data: a torch tensor on the CPU or a CUDA device (any dtype; non-contiguous ones are copied once
@@ -699,7 +705,7 @@ def _get_text_xattr(path, attr):
         raise _reraise(e, path, f"reading {attr} of {path}") from None
 
 
-def tensor_info(path):
+def tensor_info(path: PathLike) -> Tuple[Optional[str], Optional[Tuple[int, ...]]]:
     """(dtype name or None, shape tuple or None) from path's user.weightfs.dtype / .shape xattrs.
     Raises OSError (ENOENT, EACCES, ...) and WeightfsError(EINVAL) for an unparsable shape."""
     name = _get_text_xattr(path, DTYPE_XATTR)
@@ -714,7 +720,8 @@ def tensor_info(path):
     return (name.upper() if name else None), shape
 
 
-def load(path, dtype=None, shape=None, *, numpy=False):
+def load(path: PathLike, dtype: Any = None, shape: Optional[Sequence[int]] = None, *,
+         numpy: bool = False) -> Any:
     """Map the file at path as a read-only CPU tensor: torch.from_file(path, shared=False) viewed as
     dtype and shape, or, with numpy=True, a numpy.memmap(mode='r').
 
