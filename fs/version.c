@@ -538,7 +538,7 @@ int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, bo
 	struct wfs_attr old, now;
 	struct wfs_digest d;
 	struct timespec mtime;
-	bool existed = false;
+	bool existed = false, unwritten;
 	uint64_t size = 0;
 	int ret;
 
@@ -550,6 +550,7 @@ int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, bo
 	if (ret == 0)
 		ret = version_digest(v, &d);
 	size = v->size;
+	unwritten = size == 0 && !v->written;
 	v->frozen = true;
 	pthread_mutex_unlock(&v->lock);
 	wfs_crashpoint("seal.after-digest");
@@ -557,8 +558,9 @@ int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, bo
 	pthread_mutex_lock(&fs->lock);
 	/* A size that does not fit the dtype/shape attributes is refused where close(2) can say so,
 	 * before anything is published. At release nobody hears the error: refusing would lose the
-	 * bytes, so they are sealed and the mismatch is logged. */
-	if (ret == 0 && wfs_tensor_fits(fs, in->ino, size, NULL, NULL, 0,
+	 * bytes, so they are sealed and the mismatch is logged. Empty and never written is the state
+	 * before the bytes (a file created, its xattrs set, closed by a client that writes it next). */
+	if (ret == 0 && !unwritten && wfs_tensor_fits(fs, in->ino, size, NULL, NULL, 0,
 					reported ? "seal refused" : "sealed at release all the same") &&
 	    reported)
 		ret = -EINVAL;

@@ -1796,6 +1796,44 @@ START_TEST(copy_range_claims)
 }
 END_TEST
 
+/*
+ * A client's claim miss (Python offload()): a new file gets its dtype/shape, then its bytes through a
+ * second descriptor while the first stays open. Nothing is sealed before the bytes, and an empty,
+ * never-written file closed with dtype/shape set is no mismatch: empty is the state before the bytes.
+ */
+START_TEST(empty_tensor_file_unlogged)
+{
+	unsigned char *a = pattern(16, 151);
+	long long seals, published;
+	int fd, fd2;
+
+	fd = open(path("e"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.dtype", "F32", 3, 0), 0);
+	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.shape", "[4]", 3, 0), 0);
+	ck_assert_int_eq(close(fd), 0);
+	EVENTUALLY(getxattr(path("e"), "user.weightfs.digest", NULL, 0) == WFS_DIGEST_HEX_CHARS);
+
+	seals = stat_counter("seals");
+	published = stat_counter("objects_published");
+	fd = open(path("t"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.dtype", "F32", 3, 0), 0);
+	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.shape", "[4]", 3, 0), 0);
+	fd2 = open(path("t"), O_WRONLY | O_TRUNC);
+	ck_assert_int_ge(fd2, 0);
+	ck_assert_int_eq(write(fd2, a, 16), 16);
+	ck_assert_int_eq(close(fd2), 0);
+	ck_assert_int_eq(stat_counter("seals"), seals); /* the first descriptor is still open */
+	ck_assert_int_eq(close(fd), 0);
+	assert_file_equals(path("t"), a, 16);
+	ck_assert_int_eq(stat_counter("seals"), seals + 1);
+	ck_assert_int_eq(stat_counter("objects_published"), published + 1);
+	ck_assert_int_eq(log_count("does not make"), 0);
+	free(a);
+}
+END_TEST
+
 static Suite *mount_suite(void)
 {
 	Suite *s = suite_create("mount");
@@ -1839,6 +1877,7 @@ static Suite *mount_suite(void)
 		{"stats_xattr", stats_xattr, 30},
 		{"fallocate_reserves", fallocate_reserves, 60},
 		{"copy_range_claims", copy_range_claims, 60},
+		{"empty_tensor_file_unlogged", empty_tensor_file_unlogged, 30},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

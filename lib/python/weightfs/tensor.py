@@ -644,8 +644,8 @@ def offload(data: Any, path: PathLike, *, claim: bool = True, xattrs: bool = Tru
             claimed = _try_claim(fd, tmp, os.fstat(fd).st_dev, hexdigest, nbytes)
         if not claimed and nbytes > 0:
             if kind == "cuda" and _stage_has_cuda():
-                os.close(fd)  # never written: not sealed; the stager reopens it with O_TRUNC
-                fd = -1
+                # The stager writes through a descriptor of its own (O_TRUNC); this one stays open
+                # so that nothing is sealed before the bytes are in: the seal is at its close below.
                 _offload_tensor(keep, tmp, fsync=fsync, stager=stager)
             elif kind == "cuda":
                 for address, n in _gpu_chunks(keep):
