@@ -753,8 +753,10 @@ int wfs_version_claim(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, c
 		ret = wfs_tensor_fits(fs, in->ino, (uint64_t)st.st_size, NULL, NULL, 0, "claim refused");
 	if (ret == 0) {
 		clock_gettime(CLOCK_REALTIME, &mtime);
-		ret = wfs_catalog_set_content(fs->catalog, in->ino, d, (uint64_t)st.st_size, &mtime,
-					      fs->opt.sync, &old, &now);
+		/* Not synced: the object is durable already, and the claimed name becomes durable with
+		 * the next synced commit, like a rename (trainers claim a temp name, then rename it). */
+		ret = wfs_catalog_set_content(fs->catalog, in->ino, d, (uint64_t)st.st_size, &mtime, false,
+					      &old, &now);
 	}
 	if (ret == 0) {
 		if (in->writer)
