@@ -14,6 +14,7 @@
 #include "cmd.h"
 #include "fsck.h"
 #include "gc.h"
+#include "weightfs.h"
 
 struct fsck_ui {
 	char mnt[PATH_MAX]; /* where a daemon serves the store, or "" */
@@ -42,7 +43,7 @@ static void on_finding(void *ctx, enum wfs_fsck_kind kind, const char *what, con
 	if (kind == WFS_FSCK_CORRUPT && ui->mnt[0]) {
 		/* Online: the daemon may have checked this object before it was damaged and still
 		 * trust it. Have it check the bytes again, which quarantines them. */
-		int r = setxattr(ui->mnt, "user.weightfs.recheck", what, strlen(what), 0) == 0 ? 0 : errno;
+		int r = setxattr(ui->mnt, WFS_XATTR_RECHECK, what, strlen(what), 0) == 0 ? 0 : errno;
 
 		snprintf(note, sizeof(note), r == EIO ? " [the daemon quarantined it]"
 						     : r == 0 ? " [the daemon reads it intact now]" : "");

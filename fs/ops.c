@@ -17,11 +17,8 @@
 #include "daemon.h"
 #include "dtype.h"
 #include "log.h"
+#include "weightfs.h"
 
-#define DIGEST_XATTR "user.weightfs.digest" /* sealed files: the content's digest, read-only */
-#define CLAIM_XATTR "user.weightfs.claim"   /* set on an empty file: seal it as a stored object */
-#define STATS_XATTR "user.weightfs.stats"   /* the mount root: store and daemon statistics, JSON */
-#define RECHECK_XATTR "user.weightfs.recheck" /* set on the mount root: check an object's bytes now */
 #define BLKSIZE (1u << 20) /* st_blksize: large, so cp and friends write in big pieces */
 
 static atomic_bool warned_passthrough, warned_txtbsy, warned_unsealed;
@@ -1679,14 +1676,14 @@ static void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_
 		return;
 	}
 	pthread_mutex_lock(&fs->lock);
-	if (ino == FUSE_ROOT_ID && strcmp(name, STATS_XATTR) == 0) {
+	if (ino == FUSE_ROOT_ID && strcmp(name, WFS_XATTR_STATS) == 0) {
 		char *text = NULL;
 
 		ret = stats_json(fs, &text, &len);
 		if (ret == 0 && size >= len)
 			memcpy(buf, text, len);
 		free(text);
-	} else if (strcmp(name, DIGEST_XATTR) == 0) {
+	} else if (strcmp(name, WFS_XATTR_DIGEST) == 0) {
 		char hex[WFS_DIGEST_HEX_CHARS + 1];
 
 		wait_release_seal(fs, ino);
@@ -1716,7 +1713,7 @@ static void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_
 static int check_tensor_xattr(struct wfs_fs *fs, fuse_ino_t ino, const char *name, const char *value,
 			      size_t size)
 {
-	bool is_dtype = strcmp(name, DTYPE_XATTR) == 0;
+	bool is_dtype = strcmp(name, WFS_XATTR_DTYPE) == 0;
 	uint64_t elements;
 	struct wfs_attr a;
 	int ret;
@@ -1737,7 +1734,7 @@ static int check_tensor_xattr(struct wfs_fs *fs, fuse_ino_t ino, const char *nam
 	if (ret || !a.sealed || !S_ISREG(a.mode) || a.size == 0)
 		return ret;
 	return wfs_tensor_fits(fs, ino, a.size, name, value, size,
-			       is_dtype ? DTYPE_XATTR " refused" : SHAPE_XATTR " refused");
+			       is_dtype ? WFS_XATTR_DTYPE " refused" : WFS_XATTR_SHAPE " refused");
 }
 
 /*
@@ -1828,15 +1825,15 @@ static void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const
 
 	if (!is_user_xattr(name))
 		ret = -EOPNOTSUPP;
-	else if (strcmp(name, DIGEST_XATTR) == 0)
+	else if (strcmp(name, WFS_XATTR_DIGEST) == 0)
 		ret = digest_unchanged(fs, ino, value, size);
-	else if (strcmp(name, STATS_XATTR) == 0 || (ino != FUSE_ROOT_ID && strcmp(name, RECHECK_XATTR) == 0))
+	else if (strcmp(name, WFS_XATTR_STATS) == 0 || (ino != FUSE_ROOT_ID && strcmp(name, WFS_XATTR_RECHECK) == 0))
 		ret = -EPERM; /* computed, or a request only the mount root takes */
 	if (ret == 1) {
 		fuse_reply_err(req, 0);
 		return;
 	}
-	if (ret == 0 && ino == FUSE_ROOT_ID && strcmp(name, RECHECK_XATTR) == 0) {
+	if (ret == 0 && ino == FUSE_ROOT_ID && strcmp(name, WFS_XATTR_RECHECK) == 0) {
 		struct wfs_digest d;
 
 		ret = digest_request(req, value, size, &d);
@@ -1848,7 +1845,7 @@ static void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	if (ret == 0 && strcmp(name, CLAIM_XATTR) == 0) {
+	if (ret == 0 && strcmp(name, WFS_XATTR_CLAIM) == 0) {
 		ret = claim(fs, req, ino, value, size);
 		/* The kernel caches this inode's size as 0: drop its attributes before the caller can
 		 * read. Safe before the reply: the kernel takes no lock setxattr holds to do it. */
@@ -1859,7 +1856,7 @@ static void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const
 	}
 	if (ret == 0) {
 		pthread_mutex_lock(&fs->lock);
-		if (strcmp(name, DTYPE_XATTR) == 0 || strcmp(name, SHAPE_XATTR) == 0) {
+		if (strcmp(name, WFS_XATTR_DTYPE) == 0 || strcmp(name, WFS_XATTR_SHAPE) == 0) {
 			wait_release_seal(fs, ino); /* judge the file as close(2) left it */
 			ret = check_tensor_xattr(fs, ino, name, value, size);
 		}
@@ -1901,7 +1898,7 @@ static void wfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 
 	if (!is_user_xattr(name))
 		ret = -ENODATA;
-	else if (strcmp(name, DIGEST_XATTR) == 0 || strcmp(name, STATS_XATTR) == 0)
+	else if (strcmp(name, WFS_XATTR_DIGEST) == 0 || strcmp(name, WFS_XATTR_STATS) == 0)
 		ret = -EPERM;
 	if (ret == 0) {
 		pthread_mutex_lock(&fs->lock);

@@ -25,6 +25,7 @@
 #include "dtype.h"
 #include "fault.h"
 #include "log.h"
+#include "weightfs.h"
 
 #define VERSION_MEM_MAX (1u << 20) /* bytes; one FUSE write request */
 
@@ -645,17 +646,17 @@ int wfs_tensor_fits(struct wfs_fs *fs, uint64_t ino, uint64_t size, const char *
 	uint64_t elements;
 	int bytes;
 
-	if (name && strcmp(name, DTYPE_XATTR) == 0) {
+	if (name && strcmp(name, WFS_XATTR_DTYPE) == 0) {
 		dtype = value;
 		dtype_len = len;
-	} else if (wfs_catalog_xattr_get(fs->catalog, ino, DTYPE_XATTR, dtype_buf, sizeof(dtype_buf),
+	} else if (wfs_catalog_xattr_get(fs->catalog, ino, WFS_XATTR_DTYPE, dtype_buf, sizeof(dtype_buf),
 					 &dtype_len)) {
 		return 0; /* not set (or longer than any valid value): nothing to hold the size to */
 	}
-	if (name && strcmp(name, SHAPE_XATTR) == 0) {
+	if (name && strcmp(name, WFS_XATTR_SHAPE) == 0) {
 		shape = value;
 		shape_len = len;
-	} else if (wfs_catalog_xattr_get(fs->catalog, ino, SHAPE_XATTR, shape_buf, sizeof(shape_buf),
+	} else if (wfs_catalog_xattr_get(fs->catalog, ino, WFS_XATTR_SHAPE, shape_buf, sizeof(shape_buf),
 					 &shape_len)) {
 		return 0;
 	}

@@ -18,6 +18,7 @@
 #include "daemon.h"
 #include "gc.h"
 #include "log.h"
+#include "weightfs.h"
 
 #define WFS_VERSION "0.1.0"
 
@@ -187,7 +188,7 @@ static bool weightfs_mount_of(const char *store, char *mnt)
 /* Does directory @dir hold a store's catalog.db or objects/ (of which @found gets the name)? */
 static bool holds_store(const char *dir, const char **found)
 {
-	static const char *const marks[] = {"catalog.db", "objects"};
+	static const char *const marks[] = {WFS_STORE_CATALOG, WFS_STORE_OBJECTS};
 	char path[PATH_MAX + 16];
 
 	for (size_t i = 0; i < sizeof(marks) / sizeof(marks[0]); i++) {
@@ -338,7 +339,7 @@ static int open_catalog(struct wfs_fs *fs, bool recover)
 	struct wfs_recovery rec;
 	int ret;
 
-	snprintf(path, sizeof(path), "%s/catalog.db", fs->opt.store);
+	snprintf(path, sizeof(path), "%s/" WFS_STORE_CATALOG, fs->opt.store);
 	if (recover && access(path, F_OK) < 0 && errno == ENOENT && has_objects(fs->opt.store)) {
 		fprintf(stderr, "weightfs: %s is missing but %s/objects holds objects: refusing to start an "
 			"empty namespace over them (restore catalog.db, or move objects/ away)\n", path,
@@ -479,7 +480,7 @@ int main(int argc, char *argv[])
 		/* A daemon's stderr goes nowhere: keep its log next to the store (and in syslog). */
 		char logpath[PATH_MAX + 16];
 
-		snprintf(logpath, sizeof(logpath), "%s/weightfs.log", fs.opt.store);
+		snprintf(logpath, sizeof(logpath), "%s/" WFS_STORE_LOG, fs.opt.store);
 		wfs_log_open_file(logpath);
 	}
 	warn_if_open(fs.opt.store);

@@ -21,6 +21,7 @@
 #include "cmd.h"
 #include "log.h"
 #include "store.h"
+#include "weightfs.h"
 
 #define WFS_VERSION "0.1.0"
 
@@ -58,7 +59,7 @@ int wfs_cmd_resolve_store(const char *path, char *out)
 
 	if (!realpath(path, real))
 		return -errno;
-	snprintf(probe, sizeof(probe), "%s/catalog.db", real);
+	snprintf(probe, sizeof(probe), "%s/" WFS_STORE_CATALOG, real);
 	if (access(probe, F_OK) == 0) {
 		snprintf(out, PATH_MAX, "%s", real);
 		return 0;
@@ -141,7 +142,7 @@ static void subtree_add(struct subtree_stats *t, const char *path, const struct 
 	}
 	t->names++;
 	t->logical_bytes += (uint64_t)st->st_size;
-	n = lgetxattr(path, "user.weightfs.digest", hex, sizeof(hex) - 1);
+	n = lgetxattr(path, WFS_XATTR_DIGEST, hex, sizeof(hex) - 1);
 	if (n != 32) {
 		if (n < 0 && errno != ENODATA && !t->error)
 			t->error = -errno;
@@ -333,7 +334,7 @@ static json_t *daemon_stats(const char *store)
 
 	if (wfs_cmd_mount_of(store, mnt))
 		return NULL;
-	n = getxattr(mnt, "user.weightfs.stats", buf, sizeof(buf));
+	n = getxattr(mnt, WFS_XATTR_STATS, buf, sizeof(buf));
 	if (n <= 0)
 		return NULL;
 	return json_loadb(buf, (size_t)n, 0, NULL);
@@ -409,7 +410,7 @@ int wfs_cmd_stat(int argc, char **argv)
 		fprintf(stderr, "weightfsctl stat: %s: %s\n", argv[optind], wfs_cmd_store_error(ret));
 		return 1;
 	}
-	snprintf(db, sizeof(db), "%s/catalog.db", store);
+	snprintf(db, sizeof(db), "%s/" WFS_STORE_CATALOG, store);
 	ret = wfs_catalog_open(db, WFS_CATALOG_READONLY, 0, 0, &c);
 	if (ret == 0)
 		ret = wfs_catalog_stats(c, &st);
@@ -529,7 +530,7 @@ int wfs_cmd_init(int argc, char **argv)
 			"outside any mount of one\n", path, mnt, store);
 		return 1;
 	}
-	snprintf(db, sizeof(db), "%s/catalog.db", path);
+	snprintf(db, sizeof(db), "%s/" WFS_STORE_CATALOG, path);
 	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode) && access(db, F_OK) == 0) {
 		printf("init: %s: already a weightfs store; left as it is\n", path);
 		return 0;

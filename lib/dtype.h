@@ -17,10 +17,6 @@
 
 #include "weightfs.h"
 
-/* The extended attributes that carry them on a weightfs file (weightfs(8); names in weightfs.h). */
-#define DTYPE_XATTR WFS_XATTR_DTYPE
-#define SHAPE_XATTR WFS_XATTR_SHAPE
-
 /*
  * The one dtype table. Its order is the reference's Dtype enum ("MUST be in increasing alignment
  * order"), sub-byte dtypes included, so that a position is also the rank safetensors' writer lays

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "fault.h"
+#include "weightfs.h"
 
 struct wfs_store {
 	char *path;
@@ -106,7 +107,7 @@ static int classify_dir(int dir_fd)
 		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
 		    strcmp(e->d_name, "lost+found") == 0)
 			continue;
-		if (strcmp(e->d_name, "objects") == 0 || strcmp(e->d_name, "catalog.db") == 0) {
+		if (strcmp(e->d_name, WFS_STORE_OBJECTS) == 0 || strcmp(e->d_name, WFS_STORE_CATALOG) == 0) {
 			ret = 1;
 			break;
 		}
@@ -172,10 +173,10 @@ int wfs_store_open(const char *path, unsigned flags, struct wfs_store **out)
 		}
 	}
 	/* The layout first: a directory that is not a store must be left exactly as it was. */
-	ret = open_subdir(s->dir_fd, "objects", create && !readonly, &s->objects_fd);
+	ret = open_subdir(s->dir_fd, WFS_STORE_OBJECTS, create && !readonly, &s->objects_fd);
 	if (ret)
 		goto fail;
-	ret = open_subdir(s->dir_fd, "tmp", create && !readonly, &s->tmp_fd);
+	ret = open_subdir(s->dir_fd, WFS_STORE_TMP, create && !readonly, &s->tmp_fd);
 	if (ret)
 		goto fail;
 	if (!readonly) {
@@ -467,7 +468,7 @@ int wfs_store_object_quarantine(struct wfs_store *s, const struct wfs_digest *d)
 
 	if (s->flags & WFS_STORE_READONLY)
 		return -EROFS;
-	ret = open_subdir(s->dir_fd, "quarantine", true, &qfd);
+	ret = open_subdir(s->dir_fd, WFS_STORE_QUARANTINE, true, &qfd);
 	if (ret)
 		return ret;
 	wfs_store_object_name(d, name);

@@ -356,10 +356,10 @@ PY
 	expect "import over existing tensors: exit 1" 1 "" "exists \(--force replaces it\)"
 	run "$CTL" import --force --json "$FX/model.safetensors" "$SMNT/m"
 	expect_json "import --force: replaces the 12 tensors" replaced 12
-	if [ -z "$(find "$SMNT/m" -name '.wfs-import.*')" ]; then
+	if [ -z "$(find "$SMNT/m" -name '.wfs-tmp-*')" ]; then
 		ok "import: no temporary names left"
 	else
-		fail "import: temporary names left" "$(find "$SMNT/m" -name '.wfs-import.*')"
+		fail "import: temporary names left" "$(find "$SMNT/m" -name '.wfs-tmp-*')"
 	fi
 
 	for f in nometa empty; do
