@@ -101,7 +101,7 @@ $(B)/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c lib/safetensors.c lib/
 	$(FUZZ_CC) -g -O1 -std=c17 -D_GNU_SOURCE -Ilib -fsanitize=fuzzer,address,undefined \
 		-o $@ tests/fuzz/fuzz_safetensors.c lib/safetensors.c lib/dtype.c $(FUZZ_JANSSON)
 
-.PHONY: all check asan demo bench install uninstall clean fuzz
+.PHONY: all check asan demo bench install uninstall clean fuzz posix
 all: $(PROGS)
 
 # The suite: Check unit suites, mount tests against a real mount, a small real-weights check.
@@ -119,6 +119,10 @@ fuzz: $(B)/fuzz/fuzz_safetensors
 	@mkdir -p $(B)/fuzz/corpus $(B)/fuzz/artifacts
 	$(B)/fuzz/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -dict=tests/fuzz/safetensors.dict \
 		-artifact_prefix=$(B)/fuzz/artifacts/ $(B)/fuzz/corpus tests/fuzz/corpus
+
+# fsx, fsstress (+ fsck) and pjdfstest against a real mount (root; ../shared/peers; docs/posix.md).
+posix: $(PROGS)
+	@tests/posix/run-suites $(B)
 
 demo: $(PROGS)
 	@tests/demo/run-demo $(B)
