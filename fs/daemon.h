@@ -152,6 +152,7 @@ struct wfs_counters {
 				      * name moved to a new inode (ops.c, move_from_readers) */
 	uint64_t opens_passthrough; /* read-only opens served by the kernel from the object */
 	uint64_t opens_daemon;      /* opens served by the daemon (writable, or passthrough off) */
+	uint64_t opens_direct;      /* object descriptors handed out by the direct path (direct.c) */
 };
 
 struct wfs_fs {
@@ -171,6 +172,8 @@ struct wfs_fs {
 	uint64_t retained;      /* (L) -o retain: unreferenced bytes, at least (table.c) */
 	struct wfs_handle *handles; /* (L) open handles: the kernel sends no release for those still
 				     * open at unmount; freed at exit */
+	struct wfs_direct *direct;  /* the direct path's socket and threads (direct.c), or NULL; set
+				     * before the session loop starts, cleared after it ends */
 };
 
 /* map.c */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "direct.h"
 #include "dtype.h"
 #include "log.h"
 #include "weightfs.h"
@@ -1623,18 +1624,18 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		", \"dedup_ratio\": %.3f, \"retained_objects\": %" PRIu64 ", \"retained_bytes\": %" PRIu64
 		", \"objects_verified\": %" PRIu64 ", \"objects_unverified\": %" PRIu64
 		", \"objects_quarantined\": %" PRIu64 ", \"unsealed_files\": %" PRIu64
-		", \"special_files\": %" PRIu64 ", \"passthrough\": %s, \"verify\": \"%s\", \"since_mount\": {\"seals\": %" PRIu64
+		", \"special_files\": %" PRIu64 ", \"passthrough\": %s, \"direct\": %s, \"verify\": \"%s\", \"since_mount\": {\"seals\": %" PRIu64
 		", \"objects_published\": %" PRIu64 ", \"bytes_published\": %" PRIu64
 		", \"dedup_hits\": %" PRIu64 ", \"claims\": %" PRIu64 ", \"claim_misses\": %" PRIu64
-		", \"opens_passthrough\": %" PRIu64 ", \"opens_daemon\": %" PRIu64
+		", \"opens_passthrough\": %" PRIu64 ", \"opens_daemon\": %" PRIu64 ", \"opens_direct\": %" PRIu64
 		", \"moved_from_readers\": %" PRIu64 "}}\n",
 		st.names, st.directories, st.symlinks, st.logical_bytes, st.objects, st.object_bytes,
 		st.object_bytes ? (double)st.logical_bytes / (double)st.object_bytes : 1.0,
 		st.unreferenced_objects, st.unreferenced_bytes, verified, unverified, st.quarantined_objects,
 		st.unsealed_files, st.special_files, atomic_load(&fs->passthrough) ? "true" : "false",
-		fs->opt.verify ? "open" : "none", k->seals, k->objects_published, k->bytes_published,
+		wfs_direct_served(fs) ? "true" : "false", fs->opt.verify ? "open" : "none", k->seals, k->objects_published, k->bytes_published,
 		k->dedup_hits, k->claims, k->claim_misses, k->opens_passthrough, k->opens_daemon,
-		k->moved_from_readers);
+		k->opens_direct, k->moved_from_readers);
 	if (fclose(f)) {
 		free(*text);
 		*text = NULL;
@@ -1683,6 +1684,8 @@ static void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_
 		if (ret == 0 && size >= len)
 			memcpy(buf, text, len);
 		free(text);
+	} else if (strcmp(name, WFS_XATTR_DIRECT) == 0) {
+		ret = wfs_direct_xattr(fs, buf, size, &len); /* any file: where to ask for its object */
 	} else if (strcmp(name, WFS_XATTR_DIGEST) == 0) {
 		char hex[WFS_DIGEST_HEX_CHARS + 1];
 
@@ -1827,7 +1830,8 @@ static void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const
 		ret = -EOPNOTSUPP;
 	else if (strcmp(name, WFS_XATTR_DIGEST) == 0)
 		ret = digest_unchanged(fs, ino, value, size);
-	else if (strcmp(name, WFS_XATTR_STATS) == 0 || (ino != FUSE_ROOT_ID && strcmp(name, WFS_XATTR_RECHECK) == 0))
+	else if (strcmp(name, WFS_XATTR_STATS) == 0 || strcmp(name, WFS_XATTR_DIRECT) == 0 ||
+		 (ino != FUSE_ROOT_ID && strcmp(name, WFS_XATTR_RECHECK) == 0))
 		ret = -EPERM; /* computed, or a request only the mount root takes */
 	if (ret == 1) {
 		fuse_reply_err(req, 0);
@@ -1898,7 +1902,8 @@ static void wfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 
 	if (!is_user_xattr(name))
 		ret = -ENODATA;
-	else if (strcmp(name, WFS_XATTR_DIGEST) == 0 || strcmp(name, WFS_XATTR_STATS) == 0)
+	else if (strcmp(name, WFS_XATTR_DIGEST) == 0 || strcmp(name, WFS_XATTR_STATS) == 0 ||
+		 strcmp(name, WFS_XATTR_DIRECT) == 0)
 		ret = -EPERM;
 	if (ret == 0) {
 		pthread_mutex_lock(&fs->lock);

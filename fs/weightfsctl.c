@@ -356,6 +356,9 @@ static void print_daemon_stats(const json_t *d)
 	       (unsigned long long)json_u64(d, "objects_unverified"));
 	printf("passthrough:        %s\n", json_is_true(json_object_get(d, "passthrough"))
 						  ? "on (reads served by the kernel)" : "off (reads served by the daemon)");
+	printf("direct path:        %s\n", json_is_true(json_object_get(d, "direct"))
+						  ? "served (weightfs.open_object: the object file, any kernel)"
+						  : "not served (clients read the mounted files)");
 	printf("since mount:        %llu seals (%llu new objects, %llu bytes written; %llu dedup hits), "
 	       "%llu claims sealed, %llu missed\n",
 	       (unsigned long long)json_u64(k, "seals"), (unsigned long long)json_u64(k, "objects_published"),
@@ -364,6 +367,8 @@ static void print_daemon_stats(const json_t *d)
 	printf("opens since mount:  %llu read-only through passthrough, %llu by the daemon (writes, or reads "
 	       "without passthrough)\n",
 	       (unsigned long long)json_u64(k, "opens_passthrough"), (unsigned long long)json_u64(k, "opens_daemon"));
+	printf("direct since mount: %llu object descriptors handed out\n",
+	       (unsigned long long)json_u64(k, "opens_direct"));
 }
 
 int wfs_cmd_stat(int argc, char **argv)

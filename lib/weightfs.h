@@ -15,6 +15,7 @@
 #define WFS_XATTR_CLAIM "user.weightfs.claim"              /* set on an empty file: seal it as a stored object */
 #define WFS_XATTR_STATS "user.weightfs.stats"              /* mount root: store and daemon statistics, JSON */
 #define WFS_XATTR_RECHECK "user.weightfs.recheck"          /* set on the mount root: re-hash an object now */
+#define WFS_XATTR_DIRECT "user.weightfs.direct"            /* any file: the direct path's socket, read-only */
 #define WFS_XATTR_ST_META "user.weightfs.safetensors.metadata" /* import dir: the checkpoint's __metadata__ */
 #define WFS_XATTR_ST_INDEX "user.weightfs.safetensors.index"   /* import dir: a sharded index's "metadata" */
 
