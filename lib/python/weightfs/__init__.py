@@ -5,11 +5,13 @@
     r = weightfs.offload(tensor, path)          # claim by digest, write on a miss; r.claimed
     t = weightfs.load(path)                     # mmapped CPU tensor (dtype/shape from xattrs)
     weightfs.backload(path, cuda_tensor)        # file -> GPU through the pinned staging ring
+    fd = weightfs.open_object(path)             # read-only fd of the object behind the name
     fo = weightfs.FrozenOffload(root, rank)     # a rank's frozen parameters, manifest, restart skip
 
 Importing needs neither torch, numpy, CUDA nor libweightfs.so: each is loaded on first use.
 """
 
+from .direct import open_object
 from .frozen import FrozenOffload, OffloadSummary
 from .stage import Stager, backload, offload_tensor
 from .tensor import (OffloadResult, WeightfsError, WeightfsWarning, digest, digest_file, dtype_name,
@@ -17,4 +19,4 @@ from .tensor import (OffloadResult, WeightfsError, WeightfsWarning, digest, dige
 
 __all__ = ["FrozenOffload", "OffloadResult", "OffloadSummary", "Stager", "WeightfsError",
            "WeightfsWarning", "backload", "digest", "digest_file", "dtype_name", "load", "offload",
-           "offload_tensor", "remove_stale_tmp", "tensor_info"]
+           "offload_tensor", "open_object", "remove_stale_tmp", "tensor_info"]

@@ -248,7 +248,16 @@ def backload(path: PathLike, tensor: Any, offset: int = 0, length: Optional[int]
         raise ValueError(f"backload: {path}: length {length} != tensor bytes {nbytes} "
                          f"({tensor.numel()} x {tensor.element_size()}-byte {tensor.dtype})")
     whole = offset == 0 and length is None
-    _stager_for(tensor, stager).load(path, tensor.data_ptr(), nbytes, offset=int(offset), exact=whole)
+    from .direct import fd_path, object_fd
+
+    # The object behind the name when the daemon hands it out (docs/direct.md), else the file.
+    ofd = object_fd(os.fspath(path))
+    try:
+        src = fd_path(ofd) if ofd is not None else path
+        _stager_for(tensor, stager).load(src, tensor.data_ptr(), nbytes, offset=int(offset), exact=whole)
+    finally:
+        if ofd is not None:
+            os.close(ofd)
     return tensor
 
 

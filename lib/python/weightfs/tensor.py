@@ -37,6 +37,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Sequence, Tuple, Union
 
+from . import direct as _direct
 from .stage import library as _library
 from .stage import offload_tensor as _offload_tensor
 from .names import CLAIM_XATTR, DIGEST_XATTR, DTYPE_XATTR, SHAPE_XATTR, TMP_PREFIX
@@ -726,9 +727,10 @@ def load(path: PathLike, dtype: Any = None, shape: Optional[Sequence[int]] = Non
     dtype and shape, or, with numpy=True, a numpy.memmap(mode='r').
 
     The mapping is private (MAP_PRIVATE) to the returned object and reads the file's page cache: on
-    weightfs through passthrough that is the object's page cache, shared by every name and every
-    process mapping the same content, and reclaimable. Writes to the tensor (torch) stay private
-    to the process (copy-on-write). The file is not read here; pages fault in on first touch.
+    weightfs that is the object's page cache (through the direct path, open_object(), or kernel
+    passthrough), shared by every name and every process mapping the same content, and
+    reclaimable. Writes to the tensor (torch) stay private to the process (copy-on-write). The file
+    is not read here; pages fault in on first touch.
 
     dtype: a torch dtype, numpy dtype or safetensors name; default user.weightfs.dtype of the file, else
     U8. shape: a sequence of ints; default user.weightfs.shape, else [bytes / element size].
@@ -763,12 +765,28 @@ def load(path: PathLike, dtype: Any = None, shape: Optional[Sequence[int]] = Non
             raise ValueError(f"load: {path}: {name} has no numpy dtype; load it as torch, or as U8")
         if numel == 0:
             return np.empty(shape, dtype=_NUMPY_NAMES[name])
-        return np.memmap(path, dtype=_NUMPY_NAMES[name], mode="r", shape=shape)
-    import torch
+    else:
+        import torch
 
-    tdt = _torch_dtype(name)
+        tdt = _torch_dtype(name)
+    # The object behind the name when the daemon hands it out (one page-cache copy at native speed
+    # without passthrough), else the mounted file. The mapping keeps the file; the descriptor goes.
+    ofd = _direct.object_fd(path) if numel else None
     try:
-        t = torch.from_file(path, shared=False, size=numel, dtype=tdt)
-    except RuntimeError as e:
-        raise WeightfsError(errno.EIO, f"{path}: torch.from_file failed: {e}", path) from None
-    return t.view(shape)
+        if ofd is not None and os.fstat(ofd).st_size != st.st_size:
+            os.close(ofd)  # rewritten between the stat and the open: read the name as it is now
+            ofd = None
+        src = _direct.fd_path(ofd) if ofd is not None else path
+        if numpy:
+            m = np.memmap(src, dtype=_NUMPY_NAMES[name], mode="r", shape=shape)
+            if ofd is not None:
+                m.filename = path  # what the caller asked for, not /proc/self/fd/N
+            return m
+        try:
+            t = torch.from_file(src, shared=False, size=numel, dtype=tdt)
+        except RuntimeError as e:
+            raise WeightfsError(errno.EIO, f"{path}: torch.from_file failed: {e}", path) from None
+        return t.view(shape)
+    finally:
+        if ofd is not None:
+            os.close(ofd)
