@@ -6,6 +6,8 @@
 #ifndef WFS_CMD_H
 #define WFS_CMD_H
 
+#include <stdint.h>
+
 int wfs_cmd_init(int argc, char **argv);
 int wfs_cmd_stat(int argc, char **argv);
 int wfs_cmd_stage(int argc, char **argv);
@@ -13,6 +15,17 @@ int wfs_cmd_fsck(int argc, char **argv);
 int wfs_cmd_gc(int argc, char **argv);
 int wfs_cmd_import(int argc, char **argv); /* cmd_safetensors.c */
 int wfs_cmd_export(int argc, char **argv); /* cmd_safetensors.c */
+int wfs_cmd_cache(int argc, char **argv);  /* cmd_cache.c */
+
+struct wfs_catalog_stats;
+struct json_t;
+/*
+ * weightfsctl stat --prometheus (cmd_cache.c): store @store's catalog totals @st, the disk usage of
+ * its objects (@disk_bytes), the page cache of its object files (read here) and the daemon's JSON
+ * @daemon (NULL: none serves it) in the Prometheus text format on stdout. Returns the exit status.
+ */
+int wfs_cmd_stat_prometheus(const char *store, const struct wfs_catalog_stats *st, uint64_t disk_bytes,
+			    const struct json_t *daemon);
 
 /*
  * The store directory for @path: @path itself when it holds a catalog, or the store behind the

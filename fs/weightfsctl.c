@@ -39,6 +39,7 @@ static const struct subcommand subcommands[] = {
 	{"stage", wfs_cmd_stage, "copy files to a GPU through pinned buffers (and back), with a benchmark"},
 	{"import", wfs_cmd_import, "write a safetensors checkpoint (or sharded index) as tensor files"},
 	{"export", wfs_cmd_export, "write a directory of tensor files as one safetensors file"},
+	{"cache", wfs_cmd_cache, "drop, load (on a NUMA node) or measure the page cache of names"},
 };
 
 static void usage(FILE *out)
@@ -289,7 +290,7 @@ static uint64_t disk_usage(int dir_fd)
 
 static void stat_usage(FILE *out)
 {
-	fprintf(out, "usage: weightfsctl stat [--json] STORE|MOUNTPOINT|MOUNTPOINT/DIR\n\n"
+	fprintf(out, "usage: weightfsctl stat [--json|--prometheus] STORE|MOUNTPOINT|MOUNTPOINT/DIR\n\n"
 		     "Print the names, directories, logical bytes (the sum of file sizes, what ls and du\n"
 		     "of the mount show), objects, physical bytes (object bytes; disk usage of\n"
 		     "STORE/objects as du reports it) and the dedup ratio (logical / object bytes).\n"
@@ -298,7 +299,8 @@ static void stat_usage(FILE *out)
 		     "attribute): objects verified this run, passthrough on/off, claims, bytes written.\n"
 		     "Given a directory (or file) below a mount point, it prints the same totals for that\n"
 		     "subtree, read through the mount (stat and user.weightfs.digest of each name): its\n"
-		     "objects are the distinct contents below it.\n");
+		     "objects are the distinct contents below it. --prometheus prints a store's totals,\n"
+		     "its resident bytes and the daemon's counters for node_exporter's textfile collector.\n");
 }
 
 int wfs_cmd_mount_of(const char *store, char *out)
@@ -375,9 +377,11 @@ int wfs_cmd_stat(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{"json", no_argument, NULL, 'j'},
+		{"prometheus", no_argument, NULL, 'p'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
+	bool prometheus = false;
 	struct wfs_catalog_stats st;
 	struct wfs_catalog *c = NULL;
 	json_t *daemon;
@@ -391,6 +395,9 @@ int wfs_cmd_stat(int argc, char **argv)
 		switch (opt) {
 		case 'j':
 			json = true;
+			break;
+		case 'p':
+			prometheus = true;
 			break;
 		case 'h':
 			stat_usage(stdout);
@@ -408,7 +415,7 @@ int wfs_cmd_stat(int argc, char **argv)
 	if (ret == -EMEDIUMTYPE) {
 		char real[PATH_MAX], mnt[PATH_MAX];
 
-		if (realpath(argv[optind], real) && mount_containing(real, mnt, store) == 0)
+		if (!prometheus && realpath(argv[optind], real) && mount_containing(real, mnt, store) == 0)
 			return stat_subtree(argv[optind], real, mnt, store, json);
 	}
 	if (ret) {
@@ -430,6 +437,11 @@ int wfs_cmd_stat(int argc, char **argv)
 		du = disk_usage(fd);
 	ratio = st.object_bytes ? (double)st.logical_bytes / (double)st.object_bytes : 1.0;
 	daemon = daemon_stats(store);
+	if (prometheus) {
+		ret = wfs_cmd_stat_prometheus(store, &st, du, daemon);
+		json_decref(daemon);
+		return ret;
+	}
 	if (json) {
 		char *dtext = daemon ? json_dumps(daemon, JSON_COMPACT) : NULL;
 
