@@ -122,6 +122,7 @@ struct wfs_handle {
 	bool writable;               /* opened for writing: daemon-served, may start versions */
 	bool passthrough;            /* reads and mmaps go to @object's backing file in the kernel */
 	bool closed;                 /* (L) a flush (close(2) of a descriptor) has been seen */
+	bool privs_dropped;          /* (L) set-user/group-ID bits checked at this handle's first write */
 	struct wfs_handle *prev, *next; /* (L) on fs->handles */
 };
 

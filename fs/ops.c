@@ -1096,15 +1096,45 @@ static void wfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, str
 	free(buf);
 }
 
+/*
+ * A write by an unprivileged user clears the set-user-ID bit, and the set-group-ID bit of a
+ * group-executable file, as every local filesystem does (should_remove_suid()). Writable opens are
+ * direct I/O, where the kernel leaves that to the daemon, and libfuse does not pass the kernel's
+ * FUSE_WRITE_KILL_SUIDGID: uid 0 stands for CAP_FSETID. Once per handle, at its first write.
+ * fs->lock held. Returns true when the mode changed (the kernel's cached attributes are stale).
+ */
+static bool drop_privs(struct wfs_fs *fs, fuse_req_t req, struct wfs_handle *h)
+{
+	struct wfs_attr a, set = {0}, out;
+	uint32_t kill;
+
+	if (h->privs_dropped)
+		return false;
+	h->privs_dropped = true;
+	if (fuse_req_ctx(req)->uid == 0 || wfs_catalog_getattr(fs->catalog, h->inode->ino, &a))
+		return false;
+	kill = (a.mode & S_ISUID) | ((a.mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP) ? S_ISGID : 0);
+	if (!kill)
+		return false;
+	set.mode = a.mode & ~kill;
+	return wfs_catalog_setattr(fs->catalog, h->inode->ino, &set, WFS_ATTR_MODE, &out) == 0;
+}
+
 static ssize_t do_write(struct wfs_fs *fs, fuse_req_t req, struct wfs_handle *h, const char *buf, size_t size,
 		       off_t off)
 {
 	struct wfs_version *v;
+	bool inval = false;
 	ssize_t n;
 	int ret;
 
 	if (!h->writable)
 		return -EBADF;
+	pthread_mutex_lock(&fs->lock);
+	inval = drop_privs(fs, req, h);
+	pthread_mutex_unlock(&fs->lock);
+	if (inval)
+		fuse_lowlevel_notify_inval_inode(fs->se, h->inode->ino, -1, 0); /* attributes only */
 	do {
 		pthread_mutex_lock(&fs->lock);
 		v = wfs_version_writer(fs, req, h->inode, false, &ret);
