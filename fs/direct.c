@@ -29,6 +29,7 @@
 
 #define DIRECT_THREADS 4
 #define DIRECT_BACKLOG 64
+#define DIRECT_MAX_FDS 2      /* one is expected; room for a second shows a request with more */
 #define DIRECT_IO_TIMEOUT_S 2 /* a client has this long to send its request and take the reply */
 
 struct wfs_direct {
@@ -174,7 +175,7 @@ static void serve_one(struct wfs_direct *d, int c)
 	socklen_t clen = sizeof(cred);
 	char req_buf[sizeof(struct wfs_direct_request) + 1]; /* one more: a longer message is refused */
 	union {
-		char buf[CMSG_SPACE(sizeof(int))];
+		char buf[CMSG_SPACE(DIRECT_MAX_FDS * sizeof(int))];
 		struct cmsghdr align;
 	} u;
 	struct iovec iov = {.iov_base = req_buf, .iov_len = sizeof(req_buf)};
@@ -182,7 +183,7 @@ static void serve_one(struct wfs_direct *d, int c)
 			     .msg_controllen = sizeof(u.buf)};
 	struct wfs_direct_request req;
 	struct wfs_direct_reply rep = {.magic = WFS_DIRECT_MAGIC};
-	int fd = -1, obj_fd = -1, ret;
+	int fds[DIRECT_MAX_FDS], nfds = 0, fd = -1, obj_fd = -1, ret;
 	ssize_t n;
 
 	(void)setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -191,12 +192,15 @@ static void serve_one(struct wfs_direct *d, int c)
 	n = recvmsg(c, &msg, MSG_CMSG_CLOEXEC);
 	if (n < 0)
 		return;
+	/* Every descriptor that came is ours to close; the kernel dropped those that did not fit. */
 	for (struct cmsghdr *h = CMSG_FIRSTHDR(&msg); h; h = CMSG_NXTHDR(&msg, h))
-		if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS &&
-		    h->cmsg_len == CMSG_LEN(sizeof(int)) && fd < 0)
-			memcpy(&fd, CMSG_DATA(h), sizeof(int));
+		if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS)
+			for (size_t i = 0; i < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int) && nfds < DIRECT_MAX_FDS; i++)
+				memcpy(&fds[nfds++], CMSG_DATA(h) + i * sizeof(int), sizeof(int));
+	if (nfds == 1)
+		fd = fds[0];
 	memcpy(&req, req_buf, sizeof(req));
-	if (n != (ssize_t)sizeof(req) || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
+	if (n != (ssize_t)sizeof(req) || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || nfds > 1 ||
 	    req.magic != WFS_DIRECT_MAGIC)
 		ret = -EPROTO;
 	else if (req.op != WFS_DIRECT_OP_OPEN)
@@ -235,8 +239,8 @@ static void serve_one(struct wfs_direct *d, int c)
 	}
 	if (obj_fd >= 0)
 		close(obj_fd);
-	if (fd >= 0)
-		close(fd); /* last: its open handle pinned the object while we used it */
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]); /* last: the open handle of fds[0] pinned the object while we used it */
 }
 
 static void *serve(void *arg)
