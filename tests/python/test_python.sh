@@ -5,6 +5,7 @@
 #   test_python.sh BUILD_DIR package [-o MOUNT_OPTS]     unit tests: test_names.py (no mount: names,
 #                                                       tables, pip install), test_package.py around a remount
 #   test_python.sh BUILD_DIR multirank [-o MOUNT_OPTS]   4 ranks on real weights: test_multirank.py
+#   test_python.sh BUILD_DIR direct [-o MOUNT_OPTS]      the direct path: test_direct.py (mounts itself)
 #
 # Each mounts a fresh store, runs the script's --phase first, unmounts, mounts the same store again (a
 # new daemon, as after a trainer restart) and runs the second phase (package: remount; multirank:
@@ -19,7 +20,7 @@
 set -euo pipefail
 
 prog=${0##*/}
-usage() { echo "usage: $prog BUILD_DIR package|multirank [-o MOUNT_OPTS]" >&2; exit 2; }
+usage() { echo "usage: $prog BUILD_DIR package|multirank|direct [-o MOUNT_OPTS]" >&2; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
 tests=$(dirname "$here")
 repo=$(dirname "$tests")
@@ -30,7 +31,7 @@ repo=$(dirname "$tests")
 build=$1
 what=$2
 shift 2
-case $what in package | multirank) ;; *) usage ;; esac
+case $what in package | multirank | direct) ;; *) usage ;; esac
 opts=()
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -83,6 +84,14 @@ fi
 export WEIGHTFS_LIB=$lib
 export PYTHONPATH=$repo/lib/python${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONDONTWRITEBYTECODE=1
+
+if [ "$what" = direct ]; then # mounts and remounts by itself (allow_other, nobody, damage)
+	out=$(mktemp)
+	"$py" "$here/test_direct.py" --build "$build" "${opts[@]}" 2>&1 | tee "$out" || true
+	count "$out" "test_direct.py"
+	rm -f "$out"
+	finish
+fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/wfs-$label.XXXXXX")
 store=$work/store
