@@ -24,6 +24,7 @@
 #include <cuda_runtime.h>
 #endif
 
+#include "direct.h"
 #include "stage.h"
 #include "weightfs.h"
 
@@ -230,7 +231,7 @@ struct walk {
 	bool names; /* keep mounted names (no passthrough) */
 	char *err;
 	size_t errlen;
-	size_t first_new; /* objects at and after this index were added by this walk */
+	int direct_error; /* wfs_direct_open()'s answer when the store refused us */
 };
 
 static int add_file(struct walk *w, const char *path, const struct stat *st)
@@ -262,14 +263,24 @@ static int add_file(struct walk *w, const char *path, const struct stat *st)
 		fd = open(obj, O_RDONLY | O_CLOEXEC | O_NOATIME);
 		if (fd < 0 && errno == EPERM) /* O_NOATIME needs ownership */
 			fd = open(obj, O_RDONLY | O_CLOEXEC);
+		if (fd < 0 && errno == EACCES) {
+			/* Another user: the daemon hands out the object through the direct path, if it can. */
+			int d = wfs_direct_open(path);
+
+			if (d >= 0)
+				fd = d;
+			else
+				errno = EACCES, w->direct_error = d;
+		}
 		if (fd < 0) {
 			int ret = -errno;
 
 			if (ret == -EACCES)
 				snprintf(w->err, w->errlen,
 					 "%s: cannot open its object file in store %s: permission denied (the store is "
-					 "private to the user who mounted it: run this as that user or as root)",
-					 path, w->store);
+					 "private to the user who mounted it: run this as that user or as root), and "
+					 "the daemon's direct path did not hand it out: %s",
+					 path, w->store, strerror(-w->direct_error));
 			else
 				snprintf(w->err, w->errlen, "%s: object %s: %s", path, obj, strerror(-ret));
 			return ret == -EACCES ? WFS_CACHE_ESTORE : ret;

@@ -13,7 +13,9 @@
  * is added; the set owns those descriptors until wfs_cache_set_free().
  *
  * Access. The store is mode 0700: only its owner (the mounting user) and root open object files.
- * Another user gets WFS_CACHE_ESTORE (-EACCES) from wfs_cache_set_add() with a message that says so.
+ * For another user each object comes through the daemon's direct path (lib/direct.h: the caller opens
+ * the name under the mount's permissions, the daemon hands back the object's descriptor); when that
+ * fails too, wfs_cache_set_add() gives WFS_CACHE_ESTORE (-EACCES) with a message that says why.
  *
  * Rules of the kernel this module cannot change:
  *  1. Pages mapped by some process (a torch.from_file tensor, an mmap) are not dropped by DONTNEED;

@@ -7,16 +7,18 @@
     weightfs.backload(path, cuda_tensor)        # file -> GPU through the pinned staging ring
     fd = weightfs.open_object(path)             # read-only fd of the object behind the name
     fo = weightfs.FrozenOffload(root, rank)     # a rank's frozen parameters, manifest, restart skip
+    weightfs.evict(paths); h = weightfs.prefetch(paths, numa_node=0); h.wait()   # host page cache
 
 Importing needs neither torch, numpy, CUDA nor libweightfs.so: each is loaded on first use.
 """
 
 from .direct import open_object
+from .cache import EvictResult, Prefetch, evict, prefetch, residency
 from .frozen import FrozenOffload, OffloadSummary
 from .stage import Stager, backload, offload_tensor
 from .tensor import (OffloadResult, WeightfsError, WeightfsWarning, digest, digest_file, dtype_name,
                      load, offload, remove_stale_tmp, tensor_info)
 
-__all__ = ["FrozenOffload", "OffloadResult", "OffloadSummary", "Stager", "WeightfsError",
+__all__ = ["EvictResult", "Prefetch", "evict", "prefetch", "residency", "FrozenOffload", "OffloadResult", "OffloadSummary", "Stager", "WeightfsError",
            "WeightfsWarning", "backload", "digest", "digest_file", "dtype_name", "load", "offload",
            "offload_tensor", "open_object", "remove_stale_tmp", "tensor_info"]

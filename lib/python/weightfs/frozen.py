@@ -297,6 +297,22 @@ class FrozenOffload:
             n += 1
         return n
 
+    def evict(self) -> Any:
+        """Free the host page cache of this rank's files (weightfs.evict of the rank directory): after
+        backload, before a colocated inference engine wakes. Shared content is one copy: the other
+        ranks' names of it lose their cache too. Returns weightfs.EvictResult; raises as evict."""
+        from .cache import evict
+
+        return evict([self.dir])
+
+    def prefetch(self, numa_node: Optional[int] = None, device: Optional[int] = None) -> Any:
+        """Start reading this rank's files into the page cache (weightfs.prefetch of the rank
+        directory), on numa_node, or the node of CUDA device `device`; returns a Prefetch handle
+        (.wait(), .done()) at once: while the engine generates, ahead of the next backload."""
+        from .cache import prefetch
+
+        return prefetch([self.dir], numa_node, device=device)
+
     def verify(self) -> List[Tuple[str, str]]:
         """Hash every file in the manifest from its bytes; return [(name, problem)] for files that are
         missing or differ (empty when all match)."""
