@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <sqlite3.h>
 #include <stdatomic.h>
@@ -142,6 +143,9 @@ struct wfs_catalog {
 	sqlite3_stmt *stmt[ST_COUNT];
 	bool readonly;
 	int reserve_fd;    /* catalog.db-reserve, -1 when read-only or it could not be created */
+	char *wal_path;    /* catalog.db-wal */
+	pthread_mutex_t wal_lock; /* wal_fd is opened once, by the first wfs_catalog_wal_sync() */
+	int wal_fd;        /* read-only descriptor of the WAL, for fdatasync; -1 until needed */
 	bool reserve_used; /* released (or never allocated): allocate again when there is room */
 };
 
@@ -411,6 +415,13 @@ int wfs_catalog_open(const char *path, unsigned flags, uint32_t root_uid, uint32
 		return -ENOMEM;
 	c->readonly = readonly;
 	c->reserve_fd = -1;
+	c->wal_fd = -1;
+	pthread_mutex_init(&c->wal_lock, NULL);
+	if (asprintf(&c->wal_path, "%s-wal", path) < 0) {
+		c->wal_path = NULL;
+		ret = -ENOMEM;
+		goto fail;
+	}
 	ret = sqlite3_open_v2(path, &c->db, oflags, NULL);
 	if (ret != SQLITE_OK) {
 		ret = map_sqlite(c, ret);
@@ -477,7 +488,30 @@ void wfs_catalog_close(struct wfs_catalog *c)
 	sqlite3_close(c->db);
 	if (c->reserve_fd >= 0)
 		close(c->reserve_fd);
+	if (c->wal_fd >= 0)
+		close(c->wal_fd);
+	pthread_mutex_destroy(&c->wal_lock);
+	free(c->wal_path);
 	free(c);
+}
+
+int wfs_catalog_wal_sync(struct wfs_catalog *c)
+{
+	int fd, ret = 0;
+
+	if (c->readonly)
+		return 0;
+	pthread_mutex_lock(&c->wal_lock);
+	if (c->wal_fd < 0) {
+		c->wal_fd = open(c->wal_path, O_RDONLY | O_CLOEXEC);
+		if (c->wal_fd < 0 && errno != ENOENT)
+			ret = -errno;
+	}
+	fd = c->wal_fd;
+	pthread_mutex_unlock(&c->wal_lock);
+	if (ret == 0 && fd >= 0 && fdatasync(fd) < 0)
+		ret = -errno;
+	return ret; /* no WAL yet: nothing was committed to it */
 }
 
 int wfs_catalog_recover(struct wfs_catalog *c, struct wfs_recovery *report)
