@@ -162,11 +162,11 @@ class Mount:
         for _ in range(100):
             if not os.path.ismount(self.mnt):
                 break
-            if subprocess.run(["fusermount3", "-u", self.mnt], stderr=subprocess.DEVNULL).returncode == 0:
+            if unmount(self.mnt):
                 break
             time.sleep(0.1)
         else:
-            subprocess.run(["fusermount3", "-u", "-z", self.mnt], stderr=subprocess.DEVNULL)
+            unmount(self.mnt, lazy=True)
         try:
             rc = self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -174,6 +174,17 @@ class Mount:
             rc = self.proc.wait()
         self.proc = None
         return rc
+
+
+def unmount(mnt, lazy=False):
+    """fusermount3 -u, or umount(8) where fuse3's tools are not installed (the GPU machine)."""
+    for argv in (["fusermount3", "-u"] + (["-z"] if lazy else []), ["umount"] + (["-l"] if lazy else [])):
+        try:
+            if subprocess.run(argv + [mnt], stderr=subprocess.DEVNULL).returncode == 0:
+                return True
+        except FileNotFoundError:
+            continue
+    return False
 
 
 # ---- writing and reading ----------------------------------------------------------------------
@@ -862,7 +873,7 @@ def main():
 
     for d in (os.path.join(ctx.work, "mnt-sync"), os.path.join(ctx.work, "mnt-nosync")):
         if os.path.ismount(d):
-            subprocess.run(["fusermount3", "-u", d], check=False)
+            unmount(d)
     rm_tree(ctx.work)
     ctx.native_dir = os.path.join(ctx.work, "native")
     os.makedirs(ctx.native_dir)
