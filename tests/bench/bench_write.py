@@ -842,8 +842,16 @@ def main():
     ap.add_argument("--doc", help="markdown file whose bench-write block to rewrite")
     ap.add_argument("--chart", help="PNG to draw (default: bench-write.png next to --doc)")
     ap.add_argument("--no-chart", action="store_true")
+    ap.add_argument("--chart-data", help="also write the chart's numbers here (JSON), to draw elsewhere")
+    ap.add_argument("--chart-from", help="only draw --chart from numbers saved by --chart-data, and exit")
     ap.add_argument("--command", help="command line to record in the report")
     args = ap.parse_args()
+    if args.chart_from:
+        with open(args.chart_from) as f:
+            saved = json.load(f)
+        chart = {k: tuple(v) for k, v in saved["chart"].items()}
+        where = argparse.Namespace(rounds=saved["rounds"], quick=saved["quick"])
+        return 0 if draw_chart(where, chart, args.chart or "bench-write.png") else 1
     q = args.quick
     ctx = argparse.Namespace(
         build=args.build, work=os.path.abspath(args.work), rounds=args.rounds, quick=q,
@@ -932,6 +940,9 @@ def main():
     block, chart = summarize(ctx, results)
     print()
     print(block)
+    if args.chart_data:
+        with open(args.chart_data, "w") as f:
+            json.dump({"rounds": ctx.rounds, "quick": ctx.quick, "chart": chart}, f)
     if args.doc:
         if not args.no_chart:
             png = args.chart or os.path.join(os.path.dirname(os.path.abspath(args.doc)), "bench-write.png")
