@@ -80,26 +80,8 @@ GOALS = {"ingest-nosync": 0.9, "ingest-sync": 0.9, "writers": 0.9, "small": 0.5,
          "ls": 0.5, "unlink": 0.5, "restart": 0.1}
 med = statistics.median
 
-
-def parse_size(s):
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    low = s.strip().lower().removesuffix("ib").removesuffix("b")
-    if low and low[-1] in units:
-        return int(float(low[:-1]) * units[low[-1]])
-    return int(low)
-
-
-def human(n):
-    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= div and n % div == 0:
-            return f"{n // div} {unit}"
-    return f"{n:,} bytes"
-
-
-def drop_caches():
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import drop_caches, human, parse_size  # noqa: E402  (one copy of each, in bench.py)
 
 
 def tree_blocks(top):
