@@ -61,6 +61,8 @@ struct wfs_version {
 	uint64_t size;             /* (V) bytes */
 	struct wfs_hasher hasher;  /* (V) digest of bytes [0, hashed) when @in_order */
 	bool in_order;             /* (V) every write so far extended the hashed prefix */
+	bool hash_only;            /* (V) the store filled up: bytes hashed, not kept; sealed only if
+				    * their content is already stored (version.c, keep_hashing) */
 	int error;                 /* (V) first write error (-errno); sealing fails with it */
 	bool modified;             /* (V) changed since it was started */
 	bool written;              /* (V) data written (not only created or truncated) */

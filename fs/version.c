@@ -305,6 +305,26 @@ static ssize_t write_locked(struct wfs_fs *fs, struct wfs_version *v, const void
 	return (ssize_t)len;
 }
 
+/*
+ * A full store filesystem need not stop a write whose content is already stored (a restart writing
+ * the same weights again, another rank): when a write that extends the hashed prefix of a version
+ * with no base fails with ENOSPC, the bytes so far are dropped and later writes, in order, are only
+ * hashed. At the seal the digest is known: stored already, the name gets that object (no space was
+ * needed); otherwise close(2) fails with ENOSPC and nothing is left. Reads of such a version fail
+ * with EIO (its bytes are gone). Version lock held. Returns true when @v now keeps hashing.
+ */
+static bool keep_hashing(struct wfs_fs *fs, struct wfs_version *v, ssize_t err, off_t off)
+{
+	if ((err != -ENOSPC && err != -EDQUOT) || !v->in_order || v->has_base || (uint64_t)off != v->hasher.bytes)
+		return false;
+	wfs_store_tmp_discard(fs->store, &v->tmp); /* give the space back: these bytes are not needed */
+	free(v->mem);
+	v->mem = NULL;
+	v->mem_cap = 0;
+	v->hash_only = true;
+	return true;
+}
+
 ssize_t wfs_version_write(struct wfs_fs *fs, struct wfs_version *v, const void *buf, size_t len,
 			  off_t off)
 {
@@ -315,7 +335,12 @@ ssize_t wfs_version_write(struct wfs_fs *fs, struct wfs_version *v, const void *
 		ret = -EAGAIN;
 		goto out;
 	}
-	ret = write_locked(fs, v, buf, len, off);
+	if (v->hash_only)
+		ret = v->in_order && (uint64_t)off == v->hasher.bytes ? (ssize_t)len : -ENOSPC;
+	else
+		ret = write_locked(fs, v, buf, len, off);
+	if (ret < 0 && keep_hashing(fs, v, ret, off))
+		ret = (ssize_t)len;
 	if (ret < 0) {
 		if (!v->error)
 			v->error = (int)ret;
@@ -343,6 +368,8 @@ ssize_t wfs_version_read(struct wfs_version *v, void *buf, size_t len, off_t off
 	pthread_mutex_lock(&v->lock);
 	if (v->done) {
 		ret = -EAGAIN;
+	} else if (v->hash_only) {
+		ret = -EIO; /* the store filled up: only the digest of these bytes was kept */
 	} else if ((uint64_t)off >= v->size) {
 		ret = 0;
 	} else {
@@ -368,6 +395,10 @@ int wfs_version_truncate(struct wfs_fs *fs, struct wfs_version *v, uint64_t size
 	pthread_mutex_lock(&v->lock);
 	if (v->frozen || v->done) {
 		ret = -EAGAIN;
+		goto out;
+	}
+	if (v->hash_only) {
+		ret = -ENOSPC; /* its bytes are gone: only writes in order can go on (keep_hashing) */
 		goto out;
 	}
 	if (v->tmp.fd < 0 && size > VERSION_MEM_MAX)
@@ -405,6 +436,10 @@ int wfs_version_fallocate(struct wfs_fs *fs, struct wfs_version *v, int mode, ui
 	pthread_mutex_lock(&v->lock);
 	if (v->frozen || v->done) {
 		ret = -EAGAIN;
+		goto out;
+	}
+	if (v->hash_only) {
+		ret = -ENOSPC; /* its bytes are gone: only writes in order can go on (keep_hashing) */
 		goto out;
 	}
 	if (v->tmp.fd < 0 && end > VERSION_MEM_MAX)
@@ -580,7 +615,9 @@ int wfs_version_seal(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in, bo
 	if (ret == 0 && ((v->has_base && !v->modified) || wfs_store_object_exists(fs->store, &d))) {
 		existed = true; /* already stored: this copy is not needed */
 		if (fs->opt.dedup_verify && !(v->has_base && !v->modified))
-			ret = compare_stored(fs, v, &d);
+			ret = v->hash_only ? -ENOSPC : compare_stored(fs, v, &d);
+	} else if (ret == 0 && v->hash_only) {
+		ret = -ENOSPC; /* new content, and no room was left to keep it */
 	} else if (ret == 0 && v->tmp.fd < 0)
 		ret = spill(fs, v);
 	/* Blocks reserved past the end would stay with the object: ftruncate frees them. */

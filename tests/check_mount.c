@@ -597,6 +597,54 @@ START_TEST(full_store_rm_mv)
 END_TEST
 
 /*
+ * Content that is already stored needs no room for its bytes to be written again: on a store
+ * filesystem with 512 KiB free (room for the catalog, not for a copy), a 3 MiB tensor whose bytes
+ * are stored seals (they are hashed as they arrive and dropped); new content fails close(2) with
+ * ENOSPC and leaves nothing.
+ */
+START_TEST(full_store_dedup)
+{
+	size_t len = 3 << 20;
+	unsigned char *a = pattern(len, 97), *b = pattern(len, 98);
+	struct wfs_digest d1, d2;
+	struct statvfs sv;
+	char cmd[800];
+
+	daemon_stop();
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", M.store);
+	ck_assert_int_eq(system(cmd), 0);
+	ck_assert_int_eq(mkdir(M.store, 0700), 0);
+	ck_assert_msg(mount("tmpfs", M.store, "tmpfs", 0, "size=32m") == 0, "mount tmpfs: %s", strerror(errno));
+	daemon_start();
+	ck_assert_int_eq(write_file(path("first"), a, len), 0);
+	ck_assert_int_eq(statvfs(M.store, &sv), 0);
+	{
+		/* Beside the store's own files: all but 512 KiB of what is left. */
+		off_t fill = (off_t)sv.f_bavail * (off_t)sv.f_frsize - (512 << 10);
+		int fd;
+
+		snprintf(cmd, sizeof(cmd), "%s/filler", M.store);
+		fd = open(cmd, O_WRONLY | O_CREAT, 0600);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(posix_fallocate(fd, 0, fill), 0);
+		close(fd);
+	}
+	ck_assert_int_eq(statvfs(M.store, &sv), 0);
+	ck_assert_uint_lt((uint64_t)sv.f_bavail * sv.f_frsize, len);
+	ck_assert_int_eq(write_file(path("again"), a, len), 0);
+	digest_xattr(path("first"), &d1);
+	digest_xattr(path("again"), &d2);
+	ck_assert(wfs_digest_equal(&d1, &d2));
+	assert_file_equals(path("again"), a, len);
+	ck_assert_int_eq(write_file(path("new"), b, len), -ENOSPC);
+	ck_assert_int_eq(access(path("new"), F_OK), -1);
+	ck_assert_int_eq(count_objects(), 1);
+	free(a);
+	free(b);
+}
+END_TEST
+
+/*
  * A writer killed (kill -9, the OOM killer) after writing and before close: a new name is gone at
  * once, and a rewritten name shows its sealed content again, size included, so that a restarted
  * trainer checking "exists with the right size" neither reuses a broken name nor sees a wrong size.
@@ -800,7 +848,7 @@ START_TEST(io_faults)
 		{"publish.fdatasync=EIO:0", EIO, false},
 		{"publish.link=ENOSPC:0", ENOSPC, false},
 		{"catalog.set-content=EIO:0", EIO, false},
-		{"tmp.create=ENOSPC:0", ENOSPC, true},
+		{"tmp.create=ENOSPC:0", ENOSPC, false}, /* written in order: hashed on, refused at close */
 		{"version.pwrite=EIO:0", EIO, true},
 	};
 	size_t len = 2 << 20; /* beyond the in-memory size: the tmp file is written */
@@ -1858,6 +1906,7 @@ static Suite *mount_suite(void)
 		{"shared_writable_mapping_after_close", shared_writable_mapping_after_close, 30},
 		{"enospc", enospc, 60},
 		{"full_store_rm_mv", full_store_rm_mv, 60},
+		{"full_store_dedup", full_store_dedup, 60},
 		{"killed_writer_restart", killed_writer_restart, 30},
 		{"ftruncate_held_to_shape", ftruncate_held_to_shape, 30},
 		{"replace_races", replace_races, 120},
