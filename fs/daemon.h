@@ -175,6 +175,11 @@ struct wfs_fs {
 	uint64_t retained;      /* (L) -o retain: unreferenced bytes, at least (table.c) */
 	struct wfs_handle *handles; /* (L) open handles: the kernel sends no release for those still
 				     * open at unmount; freed at exit */
+	struct wfs_moved {          /* (L) inodes a name just moved to for a writer (ops.c,
+				     * move_from_readers): its retried open is on its way */
+		uint64_t ino;
+		struct timespec until; /* CLOCK_MONOTONIC */
+	} moved[16];
 	struct wfs_direct *direct;  /* the direct path's socket and threads (direct.c), or NULL; set
 				     * before the session loop starts, cleared after it ends */
 };

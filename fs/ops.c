@@ -354,11 +354,67 @@ static void writer_gone(struct wfs_fs *fs, struct wfs_inode *in, struct kernel_n
  * does a file that already has writers or is being written. fs->lock held; @nlink is the inode's,
  * from the catalog. Returns 1 (moved: reply ESTALE, then send @news), 0 (go on) or -errno.
  */
+/*
+ * The writer's retry after a move must not be moved again, or it gets ESTALE (the VFS retries once):
+ * a reader may open the new inode between the retry's LOOKUP and its OPEN. So the new inode is noted
+ * for a second; its next writable open goes ahead in place (moved_take), and a reader that comes
+ * first is daemon-served (moved_pending), which a writer may join, instead of taking a passthrough
+ * backing file that would refuse it. fs->lock held.
+ */
+static void moved_note(struct wfs_fs *fs, uint64_t ino)
+{
+	struct wfs_moved *slot = &fs->moved[0];
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	for (size_t i = 0; i < sizeof(fs->moved) / sizeof(fs->moved[0]); i++) {
+		struct wfs_moved *m = &fs->moved[i];
+
+		if (m->until.tv_sec < slot->until.tv_sec ||
+		    (m->until.tv_sec == slot->until.tv_sec && m->until.tv_nsec < slot->until.tv_nsec))
+			slot = m; /* the oldest (or an empty one) */
+	}
+	slot->ino = ino;
+	slot->until = now;
+	slot->until.tv_sec += 1;
+}
+
+static struct wfs_moved *moved_find(struct wfs_fs *fs, uint64_t ino)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	for (size_t i = 0; i < sizeof(fs->moved) / sizeof(fs->moved[0]); i++) {
+		struct wfs_moved *m = &fs->moved[i];
+
+		if (m->ino == ino && (m->until.tv_sec > now.tv_sec ||
+				      (m->until.tv_sec == now.tv_sec && m->until.tv_nsec > now.tv_nsec)))
+			return m;
+	}
+	return NULL;
+}
+
+static bool moved_pending(struct wfs_fs *fs, uint64_t ino)
+{
+	return moved_find(fs, ino) != NULL;
+}
+
+static bool moved_take(struct wfs_fs *fs, uint64_t ino)
+{
+	struct wfs_moved *m = moved_find(fs, ino);
+
+	if (m)
+		*m = (struct wfs_moved){0};
+	return m != NULL;
+}
+
 static int move_from_readers(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, struct kernel_news *news)
 {
 	struct wfs_attr fresh;
 	int ret;
 
+	if (moved_take(fs, in->ino))
+		return 0; /* the writer's retry: readers that came first are daemon-served, join them */
 	if (!in->sealed || in->writer || in->nwritable > 0 || in->nopen == 0 || nlink != 1)
 		return 0;
 	ret = wfs_catalog_inode_replace(fs->catalog, in->ino, news_name, news, &fresh);
@@ -367,6 +423,7 @@ static int move_from_readers(struct wfs_fs *fs, struct wfs_inode *in, uint32_t n
 	in->replaced = true;
 	news->ino = in->ino;
 	news->moved = true;
+	moved_note(fs, fresh.ino);
 	fs->counters.moved_from_readers++;
 	wfs_log(WFS_LOG_DEBUG, "inode %llu: opened for writing while %u readers hold it: name moved to inode "
 		"%llu", (unsigned long long)in->ino, in->nopen, (unsigned long long)fresh.ino);
@@ -889,7 +946,7 @@ static int open_read_only(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *i
 	}
 	h->object = o;
 	if (o && (in->npassthrough > 0 ||
-		  (atomic_load(&fs->passthrough) && !in->writer && in->ncached == 0))) {
+		  (atomic_load(&fs->passthrough) && !in->writer && in->ncached == 0 && !moved_pending(fs, in->ino)))) {
 		ret = object_backing(fs, req, o);
 		if (ret == 0) {
 			h->passthrough = true;
@@ -935,8 +992,10 @@ static int do_open(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, struct fus
 	in = wfs_inode_get(fs, &a);
 	if (!in)
 		return -ENOMEM;
-	if (in->replaced)
-		return -ESTALE; /* a stale name: the kernel looks it up again */
+	/* A writer must reach the name's new inode: the kernel looks the name up again. A reader that
+	 * looked the name up before it moved opens what it found, as an open racing a rename does. */
+	if (in->replaced && writable)
+		return -ESTALE;
 	if (writable) {
 		ret = move_from_readers(fs, in, a.nlink, news);
 		if (ret == 1)

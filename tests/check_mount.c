@@ -475,6 +475,63 @@ START_TEST(writer_beside_readers)
 END_TEST
 
 /*
+ * A writer rewriting a name over and over (O_TRUNC) while readers keep opening and reading it: every
+ * open of the writer and of the readers succeeds (a retry after a move is never moved again, and a
+ * reader that found the old inode opens it: no ESTALE reaches anyone), and no read fails. What a
+ * reader that opened during a rewrite reads is the bytes as they are written (in place, as on ext4).
+ */
+START_TEST(rewrites_beside_reopening_readers)
+{
+	enum { READERS = 2, LEN = 256 * 1024 };
+	pid_t kids[READERS];
+	struct timespec t0, t;
+	unsigned char *buf = malloc(LEN);
+	int rounds = 0, status;
+
+	ck_assert_int_eq(write_file(path("hot"), (memset(buf, 'a', LEN), buf), LEN), 0);
+	for (int r = 0; r < READERS; r++) {
+		kids[r] = fork();
+		ck_assert_int_ge(kids[r], 0);
+		if (kids[r] == 0) {
+			unsigned char got[LEN];
+
+			for (;;) {
+				int fd = open(path("hot"), O_RDONLY);
+				ssize_t n;
+
+				if (fd < 0)
+					_exit(100 + errno); /* the reader's own open failed */
+				n = pread(fd, got, LEN, 0);
+				close(fd);
+				if (n < 0)
+					_exit(200);
+			}
+		}
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		int fd = open(path("hot"), O_WRONLY | O_TRUNC);
+
+		ck_assert_msg(fd >= 0, "rewrite %d: open: %s", rounds, strerror(errno));
+		memset(buf, 'a' + rounds % 26, LEN);
+		ck_assert_int_eq(write(fd, buf, LEN), LEN);
+		ck_assert_int_eq(close(fd), 0);
+		rounds++;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while (t.tv_sec - t0.tv_sec < 3);
+	for (int r = 0; r < READERS; r++) {
+		pid_t w = waitpid(kids[r], &status, WNOHANG);
+
+		ck_assert_msg(w == 0, "reader %d stopped: exit %d", r, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+		kill(kids[r], SIGKILL);
+		waitpid(kids[r], &status, 0);
+	}
+	ck_assert_int_gt(rounds, 10);
+	free(buf);
+}
+END_TEST
+
+/*
  * A writable shared mapping that outlives close(2) can change the name (a new version, sealed when
  * the mapping goes), never the object published at close.
  */
@@ -1903,6 +1960,7 @@ static Suite *mount_suite(void)
 		{"rewrite_sealed", rewrite_sealed, 30},
 		{"writer_beside_readers", writer_beside_readers, 30},
 		{"sparse_rewrite", sparse_rewrite, 60},
+		{"rewrites_beside_reopening_readers", rewrites_beside_reopening_readers, 60},
 		{"shared_writable_mapping_after_close", shared_writable_mapping_after_close, 30},
 		{"enospc", enospc, 60},
 		{"full_store_rm_mv", full_store_rm_mv, 60},
