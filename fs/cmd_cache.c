@@ -110,6 +110,14 @@ static int do_status(struct wfs_cache_set *set, bool json)
 		const struct wfs_cache_group *g = wfs_cache_set_group(set, i);
 		int e = wfs_cache_status(set, i, true, &r);
 
+		if (e == -EACCES) {
+			fprintf(stderr, "weightfsctl cache status: %s: residency cannot be measured as this user (the "
+				"kernel shows another user's files as all resident); ask as the mounting user or "
+				"root\n", g->path);
+			if (arr)
+				json_decref(arr);
+			return 1;
+		}
 		ret = ret ? ret : e;
 		if (json) {
 			json_t *o = residency_json(&r);
@@ -158,10 +166,21 @@ static int do_drop(struct wfs_cache_set *set, bool json)
 		fprintf(stderr, "weightfsctl cache drop: posix_fadvise: %s\n", strerror(-ret));
 		return 1;
 	}
+	if (json && after == WFS_CACHE_UNKNOWN) {
+		printf("{\"objects\": %zu, \"resident_bytes_before\": null, \"resident_bytes_after\": null, "
+		       "\"seconds\": %.3f}\n", wfs_cache_set_objects(set), dt);
+		return 0;
+	}
 	if (json) {
 		printf("{\"objects\": %zu, \"resident_bytes_before\": %llu, \"resident_bytes_after\": %llu, "
 		       "\"seconds\": %.3f}\n",
 		       wfs_cache_set_objects(set), (unsigned long long)before, (unsigned long long)after, dt);
+		return 0;
+	}
+	if (after == WFS_CACHE_UNKNOWN) {
+		printf("drop: %zu objects dropped (%.3f s); how much was resident cannot be measured as this user "
+		       "(the kernel shows another user's files as all resident: ask as the mounting user)\n",
+		       wfs_cache_set_objects(set), dt);
 		return 0;
 	}
 	human(a, sizeof(a), before);

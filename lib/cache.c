@@ -432,7 +432,24 @@ static uint64_t page_bytes(const struct object *o, size_t i, size_t page)
 	return o->bytes - start < page ? o->bytes - start : page;
 }
 
-/* Add object @o's residency to @r. */
+/*
+ * Does mincore(2) tell this process the truth about @fd's pages? Since Linux 5.0 it reports every
+ * page as resident to a caller that neither owns the file nor may write it (a side channel closed),
+ * and touching those "resident" pages for move_pages would read the whole file in. Objects belong
+ * to the mounting user: another user, through the direct path, cannot measure them.
+ */
+static bool mincore_truthful(int fd)
+{
+	char proc[40];
+	struct stat st;
+
+	if (geteuid() == 0 || (fstat(fd, &st) == 0 && st.st_uid == geteuid()))
+		return true;
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	return faccessat(AT_FDCWD, proc, W_OK, AT_EACCESS) == 0;
+}
+
+/* Add object @o's residency to @r. -EACCES: not measurable by this user (mincore_truthful()). */
 static int object_residency(const struct object *o, bool per_node, struct wfs_cache_residency *r)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE), npages, done = 0;
@@ -445,6 +462,8 @@ static int object_residency(const struct object *o, bool per_node, struct wfs_ca
 	r->bytes += o->bytes;
 	if (o->bytes == 0)
 		return 0;
+	if (!mincore_truthful(o->fd))
+		return -EACCES;
 	npages = (size_t)((o->bytes + page - 1) / page);
 	map = mmap(NULL, (size_t)o->bytes, PROT_READ, MAP_SHARED, o->fd, 0);
 	if (map == MAP_FAILED)
@@ -549,13 +568,21 @@ int wfs_cache_residency_fd(int fd, uint64_t bytes, bool per_node, struct wfs_cac
 
 /* ---- drop ---------------------------------------------------------------------------------------- */
 
+/* Resident bytes of @o, or WFS_CACHE_UNKNOWN when this user cannot measure them. */
 static uint64_t resident_of(const struct object *o)
 {
 	struct wfs_cache_residency r;
 
 	memset(&r, 0, sizeof(r));
-	object_residency(o, false, &r);
+	if (object_residency(o, false, &r) == -EACCES)
+		return WFS_CACHE_UNKNOWN;
 	return r.resident_bytes;
+}
+
+/* @a + @b, where either may be WFS_CACHE_UNKNOWN (then so is the sum). */
+static uint64_t add_known(uint64_t a, uint64_t b)
+{
+	return a == WFS_CACHE_UNKNOWN || b == WFS_CACHE_UNKNOWN ? WFS_CACHE_UNKNOWN : a + b;
 }
 
 int wfs_cache_drop(const struct wfs_cache_set *set, uint64_t *before, uint64_t *after)
@@ -569,17 +596,17 @@ int wfs_cache_drop(const struct wfs_cache_set *set, uint64_t *before, uint64_t *
 		int e;
 
 		if (before)
-			b += resident_of(o);
+			b = add_known(b, resident_of(o));
 		e = posix_fadvise(o->fd, 0, 0, POSIX_FADV_DONTNEED);
 		left = resident_of(o);
-		if (e == 0 && left) {
+		if (e == 0 && left && left != WFS_CACHE_UNKNOWN) {
 			/* Dirty pages (a -o nosync mount's new objects) are written back first, then dropped. */
 			fdatasync(o->fd);
 			e = posix_fadvise(o->fd, 0, 0, POSIX_FADV_DONTNEED);
 			left = resident_of(o);
 		}
 		ret = ret ? ret : -e;
-		a += left;
+		a = add_known(a, left);
 	}
 	for (size_t i = 0; i < set->nnames; i++) {
 		int fd = open(set->names[i], O_RDONLY | O_CLOEXEC);

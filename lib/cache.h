@@ -79,8 +79,9 @@ size_t wfs_cache_set_objects(const struct wfs_cache_set *set);
 /*
  * Residency of group @group (or, for @group == SIZE_MAX, of the whole set: each object once) into
  * *@out, with per-node bytes when @per_node (maps each object and touches its resident pages to
- * ask their node: no I/O for pages that are resident, readahead is off). Returns 0 or -errno of
- * mmap/mincore (the first; that object is counted as not resident).
+ * ask their node: no I/O for pages that are resident, readahead is off). Returns 0, -EACCES (this user
+ * neither owns nor may write an object: mincore would report all its pages resident, so it is not
+ * measured), or -errno of mmap/mincore (the first; that object is counted as not resident).
  */
 int wfs_cache_status(const struct wfs_cache_set *set, size_t group, bool per_node,
 		     struct wfs_cache_residency *out);
@@ -92,10 +93,15 @@ int wfs_cache_status(const struct wfs_cache_set *set, size_t group, bool per_nod
  */
 int wfs_cache_residency_fd(int fd, uint64_t bytes, bool per_node, struct wfs_cache_residency *r);
 
+/* A resident byte count this user cannot know (mincore lies to it: wfs_cache_status's -EACCES). */
+#define WFS_CACHE_UNKNOWN UINT64_MAX
+
 /*
  * Drop the page cache of every object of the set (and of the mounted names themselves, for a mount
  * without passthrough). Mapped pages stay (rule 1). @before/@after (either may be NULL) get the
- * resident bytes before and after. Returns 0 or the first -errno of fadvise.
+ * resident bytes before and after, or WFS_CACHE_UNKNOWN when this user cannot measure them (objects
+ * of the mounting user reached through the direct path: mincore reports their pages as all resident
+ * to others). Returns 0 or the first -errno of fadvise.
  */
 int wfs_cache_drop(const struct wfs_cache_set *set, uint64_t *before, uint64_t *after);
 

@@ -133,6 +133,16 @@ if id nobody >/dev/null 2>&1; then
 	[ "$rc" -eq 0 ] && run "$CTL" cache status "$MNT/rank0" --json
 	expect "another user, direct path: the daemon hands out the objects and the drop works" 0 \
 		'"total":\{"bytes":[0-9]+,"resident_bytes":0,'
+	# What mincore tells another user is not true (all resident): no counts are made up, and a
+	# status reads nothing in (root's status after it still shows 0 resident).
+	out=$(runuser -u nobody -- "$work/ctl" cache drop "$MNT/rank0" 2>&1)
+	rc=$? err=$out
+	expect "another user, drop: no made-up counts (not measurable as this user)" 0 "" "cannot be measured as this user"
+	out=$(runuser -u nobody -- "$work/ctl" cache status "$MNT/rank0" 2>&1)
+	rc=$? err=$out
+	expect "another user, status: refused with the reason, exit 1" 1 "" "cannot be measured as this user"
+	run "$CTL" cache status "$MNT/rank0" --json
+	expect "another user's status read nothing in" 0 '"total":\{"bytes":[0-9]+,"resident_bytes":0,'
 else
 	skip "another user: no user nobody"
 fi

@@ -15,6 +15,7 @@ names the path.
 """
 
 import ctypes
+import errno
 import os
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Union
 
@@ -113,14 +114,18 @@ def residency(paths: Union[PathLike, Iterable[PathLike]]) -> Dict[str, Any]:
     """Resident page cache of paths (files or directories on a weightfs mount). Returns
     {"paths": [{"path", "files", "objects", "bytes", "resident_bytes", "node_resident_bytes": {node:
     bytes}, ...} per path], "total": {... over distinct objects: shared content counts once}}.
-    Raises OSError (PermissionError when the store is not readable by this user)."""
+    Raises OSError (PermissionError when the store is not readable by this user, or when its objects
+    cannot be measured by this user: the kernel reports another user's files as all resident)."""
     s = _Set(paths)
     try:
         out: List[Dict[str, Any]] = []
         r = _Residency()
         for i in range(s._lib.wfs_cache_set_groups(s._p)):
             g = s._lib.wfs_cache_set_group(s._p, i).contents
-            s._lib.wfs_cache_status(s._p, i, True, ctypes.byref(r))
+            rc = s._lib.wfs_cache_status(s._p, i, True, ctypes.byref(r))
+            if rc == -errno.EACCES:
+                raise PermissionError(errno.EACCES, "residency cannot be measured as this user (the kernel "
+                                      "reports another user's files as all resident)", g.path.decode())
             d = _residency_dict(r)
             d.update(path=g.path.decode(), files=int(g.files), unsealed_files=int(g.unsealed),
                      objects=int(g.objects))
@@ -135,8 +140,8 @@ def residency(paths: Union[PathLike, Iterable[PathLike]]) -> Dict[str, Any]:
 
 class EvictResult(NamedTuple):
     objects: int                 # distinct objects below the paths
-    resident_bytes_before: int
-    resident_bytes_after: int    # what stayed: pages some process has mapped
+    resident_bytes_before: Optional[int]  # None: not measurable as this user (another user's objects)
+    resident_bytes_after: Optional[int]   # what stayed: pages some process has mapped; None as above
 
 
 def evict(paths: Union[PathLike, Iterable[PathLike]]) -> EvictResult:
@@ -150,7 +155,10 @@ def evict(paths: Union[PathLike, Iterable[PathLike]]) -> EvictResult:
         rc = s._lib.wfs_cache_drop(s._p, ctypes.byref(before), ctypes.byref(after))
         if rc:
             raise OSError(-rc, "evict: posix_fadvise: " + os.strerror(-rc))
-        return EvictResult(int(s._lib.wfs_cache_set_objects(s._p)), before.value, after.value)
+        unknown = (1 << 64) - 1  # WFS_CACHE_UNKNOWN
+        return EvictResult(int(s._lib.wfs_cache_set_objects(s._p)),
+                           None if before.value == unknown else before.value,
+                           None if after.value == unknown else after.value)
     finally:
         s.close()
 
