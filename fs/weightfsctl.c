@@ -386,7 +386,7 @@ int wfs_cmd_stat(int argc, char **argv)
 	struct wfs_catalog *c = NULL;
 	json_t *daemon;
 	char store[PATH_MAX], db[PATH_MAX + 16];
-	bool json = false;
+	bool json = false, from_daemon = false;
 	uint64_t du = 0;
 	double ratio;
 	int opt, ret, fd;
@@ -427,8 +427,27 @@ int wfs_cmd_stat(int argc, char **argv)
 	if (ret == 0)
 		ret = wfs_catalog_stats(c, &st);
 	wfs_catalog_close(c);
+	if (ret && access(db, R_OK) < 0)
+		ret = -errno; /* SQLite says only "cannot open" for a store this user cannot enter */
+	daemon = daemon_stats(store);
+	if (ret && daemon) {
+		/* Another user of a mount: the store is private, but the daemon tells its totals. */
+		from_daemon = true;
+		st = (struct wfs_catalog_stats){
+			.names = json_u64(daemon, "names"), .directories = json_u64(daemon, "directories"),
+			.symlinks = json_u64(daemon, "symlinks"), .logical_bytes = json_u64(daemon, "logical_bytes"),
+			.objects = json_u64(daemon, "objects"), .object_bytes = json_u64(daemon, "physical_bytes"),
+			.unreferenced_objects = json_u64(daemon, "retained_objects"),
+			.unreferenced_bytes = json_u64(daemon, "retained_bytes"),
+			.quarantined_objects = json_u64(daemon, "objects_quarantined"),
+			.unsealed_files = json_u64(daemon, "unsealed_files"),
+			.special_files = json_u64(daemon, "special_files"),
+		};
+		ret = 0;
+	}
 	if (ret) {
 		fprintf(stderr, "weightfsctl stat: %s: cannot read catalog: %s\n", db, strerror(-ret));
+		json_decref(daemon);
 		return 1;
 	}
 	snprintf(db, sizeof(db), "%s/objects", store);
@@ -436,7 +455,6 @@ int wfs_cmd_stat(int argc, char **argv)
 	if (fd >= 0)
 		du = disk_usage(fd);
 	ratio = st.object_bytes ? (double)st.logical_bytes / (double)st.object_bytes : 1.0;
-	daemon = daemon_stats(store);
 	if (prometheus) {
 		ret = wfs_cmd_stat_prometheus(store, &st, du, daemon);
 		json_decref(daemon);
@@ -461,7 +479,8 @@ int wfs_cmd_stat(int argc, char **argv)
 		json_decref(daemon);
 		return 0;
 	}
-	printf("store:              %s\n", store);
+	printf("store:              %s%s\n", store,
+	       from_daemon ? " (private to the mounting user: totals from the daemon, disk use unknown)" : "");
 	printf("names:              %llu\n", (unsigned long long)st.names);
 	printf("directories:        %llu\n", (unsigned long long)st.directories);
 	if (st.special_files)

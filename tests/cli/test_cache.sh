@@ -143,6 +143,10 @@ if id nobody >/dev/null 2>&1; then
 	expect "another user, status: refused with the reason, exit 1" 1 "" "cannot be measured as this user"
 	run "$CTL" cache status "$MNT/rank0" --json
 	expect "another user's status read nothing in" 0 '"total":\{"bytes":[0-9]+,"resident_bytes":0,'
+	out=$(runuser -u nobody -- "$work/ctl" stat "$MNT" 2>&1)
+	rc=$?
+	expect "another user, stat MNT: the daemon's totals (the store is private)" 0 \
+		"private to the mounting user: totals from the daemon"
 else
 	skip "another user: no user nobody"
 fi
