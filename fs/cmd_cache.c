@@ -4,6 +4,7 @@
  * bytes the same way.
  */
 #include <errno.h>
+#include <numa.h>
 #include <getopt.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -202,10 +203,14 @@ static int do_load(struct wfs_cache_set *set, int node, enum wfs_cache_policy po
 	int ret;
 
 	ret = wfs_cache_load_start(set, node, policy, threads, &l);
+	if (ret == -EINVAL) {
+		fprintf(stderr, "weightfsctl cache load: no NUMA node %d here (nodes 0-%d)\n", node,
+			numa_available() < 0 ? 0 : numa_max_node());
+		return 1;
+	}
 	if (ret) {
 		fprintf(stderr, "weightfsctl cache load: %s\n",
-			ret == -EINVAL ? "no such NUMA node" : ret == -ENOSYS ? "NUMA is not available here"
-									   : strerror(-ret));
+			ret == -ENOSYS ? "NUMA is not available here" : strerror(-ret));
 		return 1;
 	}
 	while (!wfs_cache_load_poll(l, &done, &total)) {

@@ -99,6 +99,8 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 			opt->store = strdup(arg);
 			return 0;
 		}
+		if (!opt->mountpoint)
+			opt->mountpoint = strdup(arg); /* to name it if it is missing */
 		return 1; /* the mount point: fuse_parse_cmdline takes it */
 	case KEY_HELP:
 		opt->show_help = 1;
@@ -219,7 +221,8 @@ static int check_paths(const char *store, const char *mountpoint)
 	if (stat(mountpoint, &sb) < 0) {
 		if (errno == ENOTCONN)
 			fprintf(stderr, "weightfs: %s: a dead mount (its daemon is gone: %s); clear it with: "
-				"fusermount3 -u %s\n", mountpoint, strerror(errno), mountpoint);
+				"fusermount3 -u %s (busy: a process still has a file open there; fusermount3 -uz detaches "
+				"it now)\n", mountpoint, strerror(errno), mountpoint);
 		else
 			fprintf(stderr, "weightfs: %s: %s\n", mountpoint, strerror(errno));
 		return -1;
@@ -237,7 +240,8 @@ static int check_paths(const char *store, const char *mountpoint)
 		 * always sent to the daemon, and fails with ENOTCONN once it is gone. */
 		if (statfs(mnt, &sf) < 0 && errno == ENOTCONN)
 			fprintf(stderr, "weightfs: %s: a dead mount (its daemon is gone: %s); clear it with: "
-				"fusermount3 -u %s\n", mountpoint, strerror(ENOTCONN), mountpoint);
+				"fusermount3 -u %s (busy: a process still has a file open there; fusermount3 -uz detaches "
+				"it now)\n", mountpoint, strerror(ENOTCONN), mountpoint);
 		else
 			fprintf(stderr, "weightfs: %s: already a weightfs mount (of %s); unmount it first: "
 				"fusermount3 -u %s\n", mountpoint, other, mountpoint);
@@ -428,6 +432,16 @@ int main(int argc, char *argv[])
 		ret = 0;
 		goto out;
 	}
+	{
+		struct stat sb;
+
+		/* libfuse would say "bad mount point" and we would exit as for a usage error. */
+		if (fs.opt.mountpoint && stat(fs.opt.mountpoint, &sb) < 0 && errno == ENOENT) {
+			fprintf(stderr, "weightfs: %s: mount point: %s\n", fs.opt.mountpoint, strerror(errno));
+			ret = 1;
+			goto out;
+		}
+	}
 	if (fuse_parse_cmdline(&args, &cmd) != 0) {
 		ret = 2;
 		goto out;
@@ -548,6 +562,7 @@ out:
 	wfs_store_close(fs.store);
 	free(cmd.mountpoint);
 	free(fs.opt.store);
+	free(fs.opt.mountpoint);
 	free(fs.opt.retain_text);
 	fuse_opt_free_args(&args);
 	return ret;
