@@ -99,7 +99,7 @@ else
 	fail "status: node 0 after load" "stdout: $out"
 fi
 run "$CTL" cache load "$MNT/rank0" --numa-node 99
-expect "load --numa-node 99: refused" 1 "" "no such NUMA node|NUMA is not available"
+expect "load --numa-node 99: refused, naming the nodes there are" 1 "" "no NUMA node 99 here \(nodes 0-[0-9]+\)|NUMA is not available"
 
 # ---- mapped pages stay ------------------------------------------------------------------------------
 py=$(command -v python3 || command -v /usr/bin/python3)
