@@ -1,8 +1,10 @@
 #include "digest.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -55,13 +57,29 @@ void wfs_digest_buf(const void *buf, size_t len, struct wfs_digest *out)
 	memcpy(out->bytes, c.digest, WFS_DIGEST_BYTES);
 }
 
+/* Hash @len zero bytes (a hole) from a zero buffer of DIGEST_READ_BYTES: no read, no page cache. */
+static void hash_zeros(struct wfs_hasher *h, const char *zeros, uint64_t len)
+{
+	while (len > 0) {
+		size_t n = len < DIGEST_READ_BYTES ? (size_t)len : DIGEST_READ_BYTES;
+
+		wfs_hasher_update(h, zeros, n);
+		len -= n;
+	}
+}
+
 int wfs_digest_fd(int fd, struct wfs_digest *out, uint64_t *bytes)
 {
 	struct wfs_hasher h;
-	char *buf;
-	off_t off = 0;
+	char *buf, *zeros = NULL;
+	off_t off = 0, data_end = 0; /* [off, data_end): known data; beyond: ask SEEK_DATA */
+	bool holes = true;           /* the filesystem answers SEEK_DATA/SEEK_HOLE */
+	off_t pos = lseek(fd, 0, SEEK_CUR); /* SEEK_DATA moves the offset: the caller's is put back */
+	struct stat st;
 	int ret;
 
+	if (fstat(fd, &st) < 0)
+		return -errno;
 	buf = malloc(DIGEST_READ_BYTES);
 	if (!buf)
 		return -ENOMEM;
@@ -69,8 +87,34 @@ int wfs_digest_fd(int fd, struct wfs_digest *out, uint64_t *bytes)
 	if (ret)
 		goto out;
 	for (;;) {
-		ssize_t n = pread(fd, buf, DIGEST_READ_BYTES, off);
+		ssize_t n;
 
+		/* Holes hash as the zeros they read as, without reading them: a sparse 1 TiB tensor
+		 * costs its data, not a terabyte of reads. */
+		if (holes && off >= data_end && off < st.st_size) {
+			off_t data = lseek(fd, off, SEEK_DATA);
+			off_t hole = data >= 0 ? lseek(fd, data, SEEK_HOLE) : -1;
+
+			if (data < 0 && errno == ENXIO)
+				data = st.st_size; /* nothing but a hole to the end */
+			if (data < 0 || (data < st.st_size && hole < 0)) {
+				holes = false; /* not answered here: read everything */
+			} else {
+				if (data > off) {
+					if (!zeros && !(zeros = calloc(1, DIGEST_READ_BYTES))) {
+						ret = -ENOMEM;
+						goto out;
+					}
+					hash_zeros(&h, zeros, (uint64_t)(data - off));
+					off = data;
+				}
+				data_end = data < st.st_size ? hole : st.st_size;
+				if (off >= st.st_size)
+					break;
+			}
+		}
+		n = pread(fd, buf, holes && data_end - off < DIGEST_READ_BYTES ? (size_t)(data_end - off)
+									  : DIGEST_READ_BYTES, off);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -86,7 +130,10 @@ int wfs_digest_fd(int fd, struct wfs_digest *out, uint64_t *bytes)
 	if (bytes)
 		*bytes = (uint64_t)off;
 out:
+	if (pos >= 0)
+		lseek(fd, pos, SEEK_SET);
 	wfs_hasher_release(&h);
+	free(zeros);
 	free(buf);
 	return ret;
 }

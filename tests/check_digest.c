@@ -280,6 +280,39 @@ START_TEST(test_fd_offset_untouched)
 }
 END_TEST
 
+/*
+ * A sparse file hashes as the zeros its holes read as (without reading them): data at the start, in
+ * the middle and before a trailing hole, the same digest as the whole buffer.
+ */
+START_TEST(test_fd_sparse)
+{
+	enum { SIZE = 64 << 20 };
+	unsigned char *buf = calloc(1, SIZE);
+	struct wfs_digest d, want;
+	uint64_t bytes = 0;
+	char path[300];
+	int fd;
+
+	ck_assert_ptr_nonnull(buf);
+	tu_path(path, sizeof(path), tu_test_dir, "sparse");
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	memcpy(buf, "head", 4);
+	memcpy(buf + (SIZE / 2) + 123, "middle", 6);
+	memcpy(buf + SIZE - (8 << 20), "tail", 4); /* then an 8 MiB hole to the end */
+	ck_assert_int_eq(pwrite(fd, buf, 4, 0), 4);
+	ck_assert_int_eq(pwrite(fd, buf + (SIZE / 2) + 123, 6, (SIZE / 2) + 123), 6);
+	ck_assert_int_eq(pwrite(fd, buf + SIZE - (8 << 20), 4, SIZE - (8 << 20)), 4);
+	ck_assert_int_eq(ftruncate(fd, SIZE), 0);
+	ck_assert_int_eq(wfs_digest_fd(fd, &d, &bytes), 0);
+	ck_assert_uint_eq(bytes, SIZE);
+	wfs_digest_buf(buf, SIZE, &want);
+	ck_assert(wfs_digest_equal(&d, &want));
+	close(fd);
+	free(buf);
+}
+END_TEST
+
 /* Read errors come back as -errno and leave the out parameters alone. */
 START_TEST(test_fd_errors)
 {
@@ -410,6 +443,7 @@ static Suite *digest_suite(void)
 	tcase_add_test(tc, test_fd_equals_buf);
 	tcase_add_test(tc, test_fd_golden_mib);
 	tcase_add_test(tc, test_fd_offset_untouched);
+	tcase_add_test(tc, test_fd_sparse);
 	tcase_add_test(tc, test_fd_errors);
 	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);
