@@ -18,6 +18,7 @@
 #include "direct.h"
 #include "dtype.h"
 #include "log.h"
+#include "writer.h"
 #include "weightfs.h"
 
 #define BLKSIZE (1u << 20) /* st_blksize: large, so cp and friends write in big pieces */
@@ -187,90 +188,6 @@ static void wfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		fuse_reply_err(req, -ret);
 	else
 		fuse_reply_attr(req, &st, fs->opt.timeout);
-}
-
-/* Read /proc/@pid/@file into @buf (NUL-terminated). Returns the length, or -1 when it is gone. */
-static ssize_t read_proc(pid_t pid, const char *file, char *buf, size_t size)
-{
-	char path[64];
-	ssize_t n;
-	int fd;
-
-	if (pid <= 0)
-		return -1;
-	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	n = read(fd, buf, size - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
-	return n;
-}
-
-/*
- * Signal that killed the process closing a file, or 0. A process killed mid-write still closes its
- * files (and so flushes them) on the way out; its bytes are not a finished tensor and must not be
- * sealed under the name. The kernel sets the exit code before it closes files (do_exit), and marks
- * the task exiting: /proc/PID/stat fields 9 (flags, PF_EXITING) and 52 (exit code).
- */
-static int killed_by_signal(fuse_req_t req)
-{
-	char buf[1024], *p;
-	unsigned long flags = 0;
-	long code = 0;
-
-	if (read_proc(fuse_req_ctx(req)->pid, "stat", buf, sizeof(buf)) < 0)
-		return 0;
-	p = strrchr(buf, ')'); /* the command name may contain spaces and parentheses */
-	/* After ")": field 3 (state) onwards; flags is field 9, exit_code field 52. */
-	for (int field = 3; field <= 52 && p; field++) {
-		p = strchr(p + 1, ' ');
-		if (p && field == 9)
-			flags = strtoul(p + 1, NULL, 10);
-		if (p && field == 52)
-			code = strtol(p + 1, NULL, 10);
-	}
-	return (flags & 0x4 /* PF_EXITING */) ? (int)(code & 0x7f) : 0;
-}
-
-/* Thread group (process) of thread @tid, or 0 when it is gone. */
-static pid_t tgid_of(pid_t tid)
-{
-	char buf[512], *p;
-
-	if (read_proc(tid, "status", buf, sizeof(buf)) < 0)
-		return 0;
-	p = strstr(buf, "\nTgid:");
-	return p ? (pid_t)strtol(p + 6, NULL, 10) : 0;
-}
-
-/*
- * Is this flush (close(2) of one descriptor) the end of @h's writing? The kernel sends a flush for
- * every close, so a close that is not the writer's must not seal: a forked child exiting with an
- * inherited descriptor, or a descriptor closed before any data was written (a shell's dup2 + close
- * of a redirection, dd's O_TRUNC open, numpy.memmap closing its file while its mapping is filled):
- * sealing there would replace a name's content with nothing before the writer wrote. Those versions
- * are sealed by a later flush of the writer, or at release.
- */
-static bool flush_ends_writing(fuse_req_t req, struct wfs_handle *h)
-{
-	struct wfs_version *v = h->writing;
-	pid_t tid = fuse_req_ctx(req)->pid, a, b;
-	bool written;
-
-	pthread_mutex_lock(&v->lock);
-	written = v->written;
-	pthread_mutex_unlock(&v->lock);
-	if (!written)
-		return false;
-	if (!h->writer_tid || tid == h->writer_tid)
-		return true;
-	a = tgid_of(tid);
-	b = tgid_of(h->writer_tid);
-	return !a || !b || a == b; /* unknown: seal, as close(2) promises */
 }
 
 /*
@@ -445,7 +362,7 @@ static int finish_writing(struct wfs_fs *fs, fuse_req_t req, struct wfs_handle *
 		return 0;
 	h->writing = NULL;
 	if (--v->writers == 0 && in->writer == v) {
-		sig = killed_by_signal(req);
+		sig = wfs_writer_killed_by(fuse_req_ctx(req)->pid);
 		if (sig) {
 			wfs_log(WFS_LOG_WARN, "inode %llu: writer killed by signal %d before it finished: "
 				"nothing sealed%s", (unsigned long long)in->ino, sig,
@@ -1390,7 +1307,7 @@ static void wfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		h->closed = true;
 		h->inode->ncached_closed++;
 	}
-	if (h->writing && flush_ends_writing(req, h))
+	if (h->writing && wfs_writer_flush_ends(h->writing, h->writer_tid, fuse_req_ctx(req)->pid))
 		ret = finish_writing(fs, req, h, false, &news);
 	pthread_mutex_unlock(&fs->lock);
 	/* Before the reply: once a killed writer's exit is seen, its name is gone from the kernel. */

@@ -1,0 +1,37 @@
+/*
+ * writer — whose close(2) ends the writing of a version. The kernel sends a FLUSH for every close,
+ * so the daemon asks here, from the closing thread's id, whether that close is the writer's end:
+ *   - a close that is not the writer's must not seal: a forked child exiting with an inherited
+ *     descriptor, or a descriptor closed before any data was written (a shell's dup2 + close of a
+ *     redirection, dd's O_TRUNC open, numpy.memmap closing its file while its mapping is filled);
+ *     sealing there would replace a name's content with nothing before the writer wrote. Those
+ *     versions are sealed by a later flush of the writer, or at release;
+ *   - a process killed mid-write still closes its files on the way out; its bytes are not a
+ *     finished tensor and must not be sealed under the name.
+ * Thread ids are the kernel's (fuse_req_ctx()->pid); /proc is read, nothing is cached. Thread-safe.
+ */
+#ifndef WFS_WRITER_H
+#define WFS_WRITER_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+struct wfs_version;
+
+/*
+ * The signal that killed the process of thread @tid, if it is exiting because of one (it closes its
+ * files on the way out); 0 otherwise, or when @tid is gone or 0. The kernel sets the exit code before
+ * it closes files (do_exit) and marks the task exiting: /proc/TID/stat fields 9 (flags, PF_EXITING)
+ * and 52 (exit code).
+ */
+int wfs_writer_killed_by(pid_t tid);
+/* Thread group (process) of thread @tid, or 0 when it is gone. */
+pid_t wfs_writer_tgid(pid_t tid);
+/*
+ * Does a flush by thread @flusher_tid end the writing of version @v, last written by thread
+ * @writer_tid (0: not known)? Only when bytes were written, and the flusher is the writer or of its
+ * process (when either is gone: yes, as close(2) promises). Takes @v's lock.
+ */
+bool wfs_writer_flush_ends(struct wfs_version *v, pid_t writer_tid, pid_t flusher_tid);
+
+#endif
