@@ -388,19 +388,25 @@ ssize_t wfs_version_read(struct wfs_version *v, void *buf, size_t len, off_t off
 	return ret;
 }
 
+/*
+ * May @v's size change now (version lock held)? 0, -EAGAIN (being sealed or done: start over from
+ * the inode), or -ENOSPC (only its digest is kept, keep_hashing(): only writes in order go on).
+ */
+static int changeable(const struct wfs_version *v)
+{
+	if (v->frozen || v->done)
+		return -EAGAIN;
+	return v->hash_only ? -ENOSPC : 0;
+}
+
 int wfs_version_truncate(struct wfs_fs *fs, struct wfs_version *v, uint64_t size)
 {
 	int ret = 0;
 
 	pthread_mutex_lock(&v->lock);
-	if (v->frozen || v->done) {
-		ret = -EAGAIN;
+	ret = changeable(v);
+	if (ret)
 		goto out;
-	}
-	if (v->hash_only) {
-		ret = -ENOSPC; /* its bytes are gone: only writes in order can go on (keep_hashing) */
-		goto out;
-	}
 	if (v->tmp.fd < 0 && size > VERSION_MEM_MAX)
 		ret = spill(fs, v);
 	if (ret)
@@ -434,14 +440,9 @@ int wfs_version_fallocate(struct wfs_fs *fs, struct wfs_version *v, int mode, ui
 	if (len == 0 || end < off || end > (uint64_t)INT64_MAX)
 		return -EINVAL;
 	pthread_mutex_lock(&v->lock);
-	if (v->frozen || v->done) {
-		ret = -EAGAIN;
+	ret = changeable(v);
+	if (ret)
 		goto out;
-	}
-	if (v->hash_only) {
-		ret = -ENOSPC; /* its bytes are gone: only writes in order can go on (keep_hashing) */
-		goto out;
-	}
 	if (v->tmp.fd < 0 && end > VERSION_MEM_MAX)
 		ret = spill(fs, v);
 	if (ret)
