@@ -170,6 +170,7 @@ struct wfs_fs {
 	struct wfs_map objects; /* (L) */
 	struct wfs_map checks;  /* (L) wfs_check entries */
 	atomic_bool passthrough; /* negotiated and still working */
+	atomic_uint_fast64_t checks_placed; /* object checks read on the opener's NUMA node (verify.c) */
 	bool direct_writes;      /* writable opens are direct I/O (set once by init, before any open) */
 	struct wfs_counters counters; /* (L) since this mount */
 	uint64_t retained;      /* (L) -o retain: unreferenced bytes, at least (table.c) */
@@ -221,6 +222,12 @@ void wfs_tables_release(struct wfs_fs *fs);
  * same content is written again. Returns 0, -EIO, or another -errno.
  */
 int wfs_verify_object(struct wfs_fs *fs, struct wfs_object *o);
+/*
+ * The same for a name that thread @tid is opening: a check that reads the object reads it on @tid's
+ * NUMA node (its memory policy preferred there while reading), so the page cache it fills lands
+ * where the opener will map it. @tid 0: anywhere. Same returns.
+ */
+int wfs_verify_object_for(struct wfs_fs *fs, struct wfs_object *o, pid_t tid);
 /*
  * Is pinned object @o (whose file @st describes) plausibly intact, without reading it? Yes when its
  * size is the cataloged one and no check this run found it damaged; otherwise it is checked now, as

@@ -91,12 +91,12 @@ static int mount_dev(struct wfs_direct *d, dev_t *dev)
 }
 
 /*
- * The object behind @fd, a descriptor the client passed: into *@obj_fd (O_RDONLY, ours to send) and
- * *@bytes. Returns 0 or -errno: -EACCES (not open for reading, or O_PATH), -EISDIR/-EINVAL (not a
+ * The object behind @fd, a descriptor process @pid passed (its check reads on @pid's NUMA node): into
+ * *@obj_fd (O_RDONLY, ours to send) and *@bytes. Returns 0 or -errno: -EACCES (not open for reading, or O_PATH), -EISDIR/-EINVAL (not a
  * regular file), -EXDEV (not a file of this mount), -ESTALE (no open inode of ours), -EBUSY (being
  * written), -EIO (damaged or missing object), -ENOMEM, -EMFILE.
  */
-static int direct_object(struct wfs_direct *d, int fd, int *obj_fd, uint64_t *bytes)
+static int direct_object(struct wfs_direct *d, int fd, pid_t pid, int *obj_fd, uint64_t *bytes)
 {
 	struct wfs_fs *fs = d->fs;
 	struct wfs_object *o = NULL;
@@ -132,7 +132,7 @@ static int direct_object(struct wfs_direct *d, int fd, int *obj_fd, uint64_t *by
 	else if (!(o = wfs_object_pin(fs, &in->digest)))
 		ret = -ENOMEM;
 	else
-		ret = wfs_verify_object(fs, o); /* may drop fs->lock; @in stays: @fd keeps it open */
+		ret = wfs_verify_object_for(fs, o, pid); /* may drop fs->lock; @in stays: @fd keeps it open */
 	if (ret == 0 && (in->writer || !in->sealed || !wfs_digest_equal(&in->digest, &o->digest)))
 		ret = -EBUSY; /* rewritten while the object was checked */
 	if (o)
@@ -208,7 +208,7 @@ static void serve_one(struct wfs_direct *d, int c)
 	else if (fd < 0)
 		ret = -EBADF;
 	else
-		ret = direct_object(d, fd, &obj_fd, &rep.bytes);
+		ret = direct_object(d, fd, cred.pid, &obj_fd, &rep.bytes);
 	if (ret == -EACCES || ret == -EXDEV || ret == -ESTALE || ret == -EPROTO)
 		wfs_log_once(&warned_refused, WFS_LOG_WARN, "direct path: refused a request of pid %d (uid %u): "
 			     "%s (logged once)", (int)cred.pid, (unsigned)cred.uid, strerror(-ret));

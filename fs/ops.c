@@ -849,7 +849,7 @@ static int open_read_only(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *i
 		o = wfs_object_pin(fs, &in->digest);
 		if (!o)
 			return -ENOMEM;
-		ret = wfs_verify_object(fs, o); /* may drop fs->lock */
+		ret = wfs_verify_object_for(fs, o, fuse_req_ctx(req)->pid); /* may drop fs->lock */
 		if (ret) {
 			wfs_object_unpin(fs, req, o);
 			return ret;
@@ -1000,7 +1000,8 @@ static int read_source(struct wfs_fs *fs, fuse_req_t req, struct wfs_handle *h, 
 		o = wfs_object_pin(fs, &in->digest);
 		if (!o)
 			return -ENOMEM;
-		ret = wfs_verify_object(fs, o); /* may drop fs->lock: the caller retries on -EAGAIN */
+		ret = wfs_verify_object_for(fs, o, fuse_req_ctx(req)->pid); /* may drop fs->lock: the caller
+									   * retries on -EAGAIN */
 		if (ret == 0 && (in->writer || !wfs_digest_equal(&in->digest, &o->digest)))
 			ret = -EAGAIN;
 		if (ret) {
@@ -1633,14 +1634,14 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		", \"objects_published\": %" PRIu64 ", \"bytes_published\": %" PRIu64
 		", \"dedup_hits\": %" PRIu64 ", \"claims\": %" PRIu64 ", \"claim_misses\": %" PRIu64
 		", \"opens_passthrough\": %" PRIu64 ", \"opens_daemon\": %" PRIu64 ", \"opens_direct\": %" PRIu64
-		", \"moved_from_readers\": %" PRIu64 "}}\n",
+		", \"moved_from_readers\": %" PRIu64 ", \"checks_on_opener_node\": %" PRIu64 "}}\n",
 		st.names, st.directories, st.symlinks, st.logical_bytes, st.objects, st.object_bytes,
 		st.object_bytes ? (double)st.logical_bytes / (double)st.object_bytes : 1.0,
 		st.unreferenced_objects, st.unreferenced_bytes, verified, unverified, st.quarantined_objects,
 		st.unsealed_files, st.special_files, atomic_load(&fs->passthrough) ? "true" : "false",
 		wfs_direct_served(fs) ? "true" : "false", fs->opt.verify ? "open" : "none", k->seals, k->objects_published, k->bytes_published,
 		k->dedup_hits, k->claims, k->claim_misses, k->opens_passthrough, k->opens_daemon,
-		k->opens_direct, k->moved_from_readers);
+		k->opens_direct, k->moved_from_readers, (uint64_t)atomic_load(&fs->checks_placed));
 	if (fclose(f)) {
 		free(*text);
 		*text = NULL;

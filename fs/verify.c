@@ -12,10 +12,14 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <numaif.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon.h"
+#include "cache.h"
 #include "log.h"
 
 static uint64_t digest_key(const struct wfs_digest *d)
@@ -85,19 +89,35 @@ void wfs_verify_mark_good(struct wfs_fs *fs, const struct wfs_digest *d)
 		record(c, &st);
 }
 
-/* Read object @d through a descriptor of our own and compare. fs->lock not held. */
-static int check_bytes(struct wfs_fs *fs, const struct wfs_digest *d, struct stat *st)
+/*
+ * Read object @d through a descriptor of our own and compare. The read fills the page cache that the
+ * process opening the name is about to map: with @node >= 0 (the opener's NUMA node), this thread
+ * prefers that node while it reads, so the pages land where the opener runs, not where the daemon
+ * thread happens to (the kernel places page-cache pages by the reading task's policy). fs->lock not
+ * held.
+ */
+static int check_bytes(struct wfs_fs *fs, const struct wfs_digest *d, struct stat *st, int node)
 {
 	struct wfs_digest got;
 	uint64_t bytes;
+	bool placed = false;
 	int fd, ret;
 
 	fd = wfs_store_object_open(fs->store, d, 0);
 	if (fd < 0)
 		return fd;
 	ret = fstat(fd, st) < 0 ? -errno : 0;
+	if (ret == 0 && node >= 0 && node < (int)(8 * sizeof(unsigned long))) {
+		unsigned long mask = 1ul << node;
+
+		placed = set_mempolicy(MPOL_PREFERRED, &mask, 8 * sizeof(mask)) == 0;
+		if (placed)
+			atomic_fetch_add(&fs->checks_placed, 1);
+	}
 	if (ret == 0)
 		ret = wfs_digest_fd(fd, &got, &bytes);
+	if (placed)
+		set_mempolicy(MPOL_DEFAULT, NULL, 0); /* daemon threads run with the default policy */
 	if (ret == 0 && (!wfs_digest_equal(&got, d) || bytes != (uint64_t)st->st_size))
 		ret = -EBADMSG;
 	close(fd);
@@ -117,8 +137,11 @@ static void quarantine(struct wfs_fs *fs, const struct wfs_digest *d)
 		ret == 0 ? "moved to quarantine/" : "could not move it to quarantine/");
 }
 
-/* Check @o's bytes, or trust an earlier check of the same file unless @force. fs->lock held. */
-static int verify(struct wfs_fs *fs, struct wfs_object *o, bool force)
+/*
+ * Check @o's bytes, or trust an earlier check of the same file unless @force; a read is placed on
+ * thread @for_tid's NUMA node (0: none, check_bytes()). fs->lock held.
+ */
+static int verify(struct wfs_fs *fs, struct wfs_object *o, bool force, pid_t for_tid)
 {
 	struct wfs_check *c;
 	struct stat st;
@@ -148,7 +171,7 @@ static int verify(struct wfs_fs *fs, struct wfs_object *o, bool force)
 
 	o->verifying = true;
 	pthread_mutex_unlock(&fs->lock);
-	ret = check_bytes(fs, &o->digest, &st);
+	ret = check_bytes(fs, &o->digest, &st, for_tid ? wfs_cache_node_of_task(for_tid) : -1);
 	pthread_mutex_lock(&fs->lock);
 	o->verifying = false;
 	pthread_cond_broadcast(&fs->sealed);
@@ -200,7 +223,12 @@ int wfs_verify_count(struct wfs_fs *fs, uint64_t *verified, uint64_t *unverified
 
 int wfs_verify_object(struct wfs_fs *fs, struct wfs_object *o)
 {
-	return fs->opt.verify ? verify(fs, o, false) : 0;
+	return wfs_verify_object_for(fs, o, 0);
+}
+
+int wfs_verify_object_for(struct wfs_fs *fs, struct wfs_object *o, pid_t tid)
+{
+	return fs->opt.verify ? verify(fs, o, false, tid) : 0;
 }
 
 int wfs_verify_plausible(struct wfs_fs *fs, struct wfs_object *o, const struct stat *st)
@@ -227,7 +255,7 @@ int wfs_verify_recheck(struct wfs_fs *fs, fuse_req_t req, const struct wfs_diges
 	o = wfs_object_pin(fs, d);
 	if (!o)
 		return -ENOMEM;
-	ret = verify(fs, o, true); /* read now, even with -o verify=none: asked for */
+	ret = verify(fs, o, true, 0); /* read now, even with -o verify=none: asked for */
 	wfs_object_unpin(fs, req, o);
 	return ret;
 }

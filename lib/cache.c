@@ -419,6 +419,33 @@ int wfs_cache_set_add(struct wfs_cache_set *set, const char *path, char *err, si
 
 /* ---- residency ------------------------------------------------------------------------------------ */
 
+int wfs_cache_node_of_task(pid_t tid)
+{
+	char path[64], buf[1024], *p;
+	long cpu = -1;
+	ssize_t n;
+	int fd;
+
+	if (tid <= 0 || numa_available() < 0)
+		return -1;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	p = strrchr(buf, ')'); /* the command name may hold spaces */
+	for (int field = 3; field <= 39 && p; field++) {
+		p = strchr(p + 1, ' ');
+		if (p && field == 39)
+			cpu = strtol(p + 1, NULL, 10);
+	}
+	return cpu < 0 ? -1 : numa_node_of_cpu((int)cpu);
+}
+
 int wfs_cache_max_node(void)
 {
 	return numa_available() < 0 ? 0 : numa_max_node();

@@ -34,6 +34,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define WFS_CACHE_MAX_NODES 64
 #define WFS_CACHE_ESTORE (-13) /* -EACCES: the store's object files cannot be opened by this user */
@@ -142,6 +143,12 @@ void wfs_cache_load_free(struct wfs_cache_load *load);
  * CUDA).
  */
 int wfs_cache_numa_node_of_device(int device);
+
+/*
+ * The NUMA node of the CPU thread @tid last ran on (/proc/TID/stat field 39 and numa_node_of_cpu()):
+ * where a process's page faults allocate by default. -1 when NUMA is not available, or @tid is gone.
+ */
+int wfs_cache_node_of_task(pid_t tid);
 
 /* Highest NUMA node of this machine (0 when NUMA is not available). */
 int wfs_cache_max_node(void);

@@ -119,6 +119,24 @@ START_TEST(test_set_outside_mount)
 }
 END_TEST
 
+/* The node a task runs on: this process's is the node of its CPU (node 0 on a one-node machine). */
+START_TEST(test_node_of_task)
+{
+	int node = wfs_cache_node_of_task(getpid());
+
+	if (numa_available() < 0) {
+		ck_assert_int_eq(node, -1);
+		return;
+	}
+	ck_assert_int_ge(node, 0);
+	ck_assert_int_le(node, numa_max_node());
+	if (numa_max_node() == 0)
+		ck_assert_int_eq(node, 0);
+	ck_assert_int_eq(wfs_cache_node_of_task(0), -1);
+	ck_assert_int_eq(wfs_cache_node_of_task(999999999), -1); /* no such task */
+}
+END_TEST
+
 static Suite *cache_suite(void)
 {
 	Suite *s = suite_create("cache");
@@ -129,6 +147,7 @@ static Suite *cache_suite(void)
 	tcase_add_test(tc, test_read_bind);
 	tcase_add_test(tc, test_read_unbound_and_errors);
 	tcase_add_test(tc, test_set_outside_mount);
+	tcase_add_test(tc, test_node_of_task);
 	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);
 	return s;

@@ -5,6 +5,7 @@
  * WFS_TEST_BIG=1 adds the > 4 GiB round trip.
  */
 #include <sys/socket.h>
+#include <numa.h>
 #include <sys/statvfs.h>
 #include <sys/un.h>
 
@@ -1676,7 +1677,13 @@ START_TEST(stats_xattr)
 	daemon_start();
 	ck_assert_int_eq(stat_counter("objects_verified"), 0);
 	ck_assert_int_eq(stat_counter("objects_unverified"), 1);
+	ck_assert_int_eq(stat_counter("checks_on_opener_node"), 0);
 	fd = open(path("x"), O_RDONLY);
+	/* The check read the object with the daemon thread preferring this process's NUMA node (the
+	 * kernel places page cache by the reader's policy); with NUMA support set_mempolicy works. */
+	if (numa_available() >= 0) {
+		ck_assert_int_eq(stat_counter("checks_on_opener_node"), 1);
+	}
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(stat_counter("objects_verified"), 1); /* checked at the first open */
 	ck_assert_int_eq(stat_counter(passthrough_mode() ? "opens_passthrough" : "opens_daemon"), 1);
