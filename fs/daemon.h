@@ -151,6 +151,7 @@ struct wfs_counters {
 	uint64_t dedup_hits;        /* seals whose content was already stored: copy dropped */
 	uint64_t claims;            /* user.weightfs.claim that sealed a name with no bytes sent */
 	uint64_t claim_misses;      /* claims refused with ENODATA: the object is not stored */
+	uint64_t verify_failures;   /* objects whose bytes did not match their digest (quarantined) */
 	uint64_t moved_from_readers; /* writable opens and truncates of a file readers held: its
 				      * name moved to a new inode (ops.c, move_from_readers) */
 	uint64_t opens_passthrough; /* read-only opens served by the kernel from the object */

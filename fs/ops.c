@@ -1634,14 +1634,16 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		", \"objects_published\": %" PRIu64 ", \"bytes_published\": %" PRIu64
 		", \"dedup_hits\": %" PRIu64 ", \"claims\": %" PRIu64 ", \"claim_misses\": %" PRIu64
 		", \"opens_passthrough\": %" PRIu64 ", \"opens_daemon\": %" PRIu64 ", \"opens_direct\": %" PRIu64
-		", \"moved_from_readers\": %" PRIu64 ", \"checks_on_opener_node\": %" PRIu64 "}}\n",
+		", \"moved_from_readers\": %" PRIu64 ", \"checks_on_opener_node\": %" PRIu64
+		", \"verify_failures\": %" PRIu64 "}}\n",
 		st.names, st.directories, st.symlinks, st.logical_bytes, st.objects, st.object_bytes,
 		st.object_bytes ? (double)st.logical_bytes / (double)st.object_bytes : 1.0,
 		st.unreferenced_objects, st.unreferenced_bytes, verified, unverified, st.quarantined_objects,
 		st.unsealed_files, st.special_files, atomic_load(&fs->passthrough) ? "true" : "false",
 		wfs_direct_served(fs) ? "true" : "false", fs->opt.verify ? "open" : "none", k->seals, k->objects_published, k->bytes_published,
 		k->dedup_hits, k->claims, k->claim_misses, k->opens_passthrough, k->opens_daemon,
-		k->opens_direct, k->moved_from_readers, (uint64_t)atomic_load(&fs->checks_placed));
+		k->opens_direct, k->moved_from_readers, (uint64_t)atomic_load(&fs->checks_placed),
+		k->verify_failures);
 	if (fclose(f)) {
 		free(*text);
 		*text = NULL;

@@ -130,6 +130,7 @@ static void quarantine(struct wfs_fs *fs, const struct wfs_digest *d)
 	int ret;
 
 	wfs_digest_to_hex(d, hex);
+	fs->counters.verify_failures++;
 	ret = wfs_store_object_quarantine(fs->store, d);
 	wfs_catalog_object_set_state(fs->catalog, d, WFS_OBJECT_QUARANTINED);
 	wfs_log(WFS_LOG_ERR, "object %s: bytes do not match the digest; %s; its names fail with EIO "
