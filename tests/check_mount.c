@@ -580,15 +580,9 @@ START_TEST(enospc)
 {
 	size_t len = 6 << 20;
 	unsigned char *a = pattern(len, 9), *small = pattern(4096, 10);
-	char cmd[300];
 	int ret;
 
-	daemon_stop();
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", M.store);
-	ck_assert_int_eq(system(cmd), 0);
-	ck_assert_int_eq(mkdir(M.store, 0755), 0);
-	ck_assert_msg(mount("tmpfs", M.store, "tmpfs", 0, "size=4m") == 0, "mount tmpfs: %s", strerror(errno));
-	daemon_start();
+	tmpfs_store("4m");
 	ck_assert_int_eq(write_file(path("small"), small, 4096), 0);
 	ret = write_file(path("big"), a, len);
 	ck_assert_int_eq(ret, -ENOSPC);
@@ -615,12 +609,7 @@ START_TEST(full_store_rm_mv)
 	char cmd[800];
 	int written = 0;
 
-	daemon_stop();
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", M.store);
-	ck_assert_int_eq(system(cmd), 0);
-	ck_assert_int_eq(mkdir(M.store, 0700), 0);
-	ck_assert_msg(mount("tmpfs", M.store, "tmpfs", 0, "size=48m") == 0, "mount tmpfs: %s", strerror(errno));
-	daemon_start();
+	tmpfs_store("48m");
 	ck_assert_int_eq(mkdir(path("d"), 0755), 0);
 	for (int i = 0; i < 64; i++) {
 		char name[16];
@@ -668,12 +657,7 @@ START_TEST(full_store_dedup)
 	struct statvfs sv;
 	char cmd[800];
 
-	daemon_stop();
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", M.store);
-	ck_assert_int_eq(system(cmd), 0);
-	ck_assert_int_eq(mkdir(M.store, 0700), 0);
-	ck_assert_msg(mount("tmpfs", M.store, "tmpfs", 0, "size=32m") == 0, "mount tmpfs: %s", strerror(errno));
-	daemon_start();
+	tmpfs_store("32m");
 	ck_assert_int_eq(write_file(path("first"), a, len), 0);
 	ck_assert_int_eq(statvfs(M.store, &sv), 0);
 	{
@@ -1753,7 +1737,6 @@ START_TEST(fallocate_reserves)
 	unsigned char *a = pattern(len, 131), *want = calloc(1, 3 << 20);
 	struct wfs_digest d;
 	struct stat st;
-	char cmd[300];
 	int fd;
 
 	/* In memory: mode 0 extends with zeros, KEEP_SIZE leaves the size. */
@@ -1805,12 +1788,7 @@ START_TEST(fallocate_reserves)
 	ck_assert_int_eq(log_count("fallocate refused"), 1);
 
 	/* A full store: ENOSPC from fallocate, not from close. */
-	daemon_stop();
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", M.store);
-	ck_assert_int_eq(system(cmd), 0);
-	ck_assert_int_eq(mkdir(M.store, 0755), 0);
-	ck_assert_msg(mount("tmpfs", M.store, "tmpfs", 0, "size=4m") == 0, "mount tmpfs: %s", strerror(errno));
-	daemon_start();
+	tmpfs_store("4m");
 	fd = open(path("big"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(fallocate(fd, 0, 0, 8 << 20), -1);

@@ -171,6 +171,23 @@ static inline void teardown(void)
 		fprintf(stderr, "cannot remove %s\n", M.dir);
 }
 
+/*
+ * Restart the daemon on a fresh store on a tmpfs of @size (mount(8)'s size=, e.g. "4m"): a store
+ * filesystem that fills up. teardown() unmounts it.
+ */
+static inline void tmpfs_store(const char *size)
+{
+	char cmd[300], opts[64];
+
+	daemon_stop();
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", M.store);
+	ck_assert_int_eq(system(cmd), 0);
+	ck_assert_int_eq(mkdir(M.store, 0700), 0);
+	snprintf(opts, sizeof(opts), "size=%s", size);
+	ck_assert_msg(mount("tmpfs", M.store, "tmpfs", 0, opts) == 0, "mount tmpfs: %s", strerror(errno));
+	daemon_start();
+}
+
 /* Write @len bytes to @p (create/truncate) and close; returns close(2)'s result as -errno or 0. */
 static inline int write_file(const char *p, const void *buf, size_t len)
 {
