@@ -21,8 +21,10 @@ struct wfs_catalog_stats;
 struct json_t;
 /*
  * weightfsctl stat --prometheus (cmd_cache.c): store @store's catalog totals @st, the disk usage of
- * its objects (@disk_bytes), the page cache of its object files (read here) and the daemon's JSON
- * @daemon (NULL: none serves it) in the Prometheus text format on stdout. Returns the exit status.
+ * its objects (@disk_bytes; WFS_CACHE_UNKNOWN: not measurable by this user, left out), the page cache
+ * of its object files (read here; left out when this user cannot measure it, never reported as 0)
+ * and the daemon's JSON @daemon (NULL: none serves it) in the Prometheus text format on stdout.
+ * Returns the exit status.
  */
 int wfs_cmd_stat_prometheus(const char *store, const struct wfs_catalog_stats *st, uint64_t disk_bytes,
 			    const struct json_t *daemon);

@@ -367,15 +367,20 @@ int wfs_cmd_cache(int argc, char **argv)
 
 /* ---- weightfsctl stat --prometheus -------------------------------------------------------------- */
 
-/* Resident bytes of every object file below @dir (STORE/objects), per node, into @r. */
-static void store_residency(const char *dir, struct wfs_cache_residency *r)
+/*
+ * Resident bytes of every object file below @dir (STORE/objects), per node, into @r. Returns false
+ * when this user cannot measure them (the store is private to the mounting user, or mincore would
+ * not tell it the truth): then no resident numbers are reported rather than zeros.
+ */
+static bool store_residency(const char *dir, struct wfs_cache_residency *r)
 {
 	char path[PATH_MAX + 64];
 	struct dirent *e, *f;
 	DIR *d = opendir(dir), *sub;
+	bool known = true;
 
 	if (!d)
-		return;
+		return false;
 	while ((e = readdir(d)) != NULL) {
 		if (strlen(e->d_name) != 2)
 			continue;
@@ -392,13 +397,15 @@ static void store_residency(const char *dir, struct wfs_cache_residency *r)
 			fd = openat(dirfd(sub), f->d_name, O_RDONLY | O_CLOEXEC);
 			if (fd < 0)
 				continue;
-			if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
-				wfs_cache_residency_fd(fd, (uint64_t)st.st_size, true, r);
+			if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+			    wfs_cache_residency_fd(fd, (uint64_t)st.st_size, true, r) == -EACCES)
+				known = false;
 			close(fd);
 		}
 		closedir(sub);
 	}
 	closedir(d);
+	return known;
 }
 
 /* One metric line; @labels is the label set without braces (the store). */
@@ -420,12 +427,13 @@ int wfs_cmd_stat_prometheus(const char *store, const struct wfs_catalog_stats *s
 {
 	struct wfs_cache_residency r;
 	char labels[PATH_MAX + 16], objects[PATH_MAX + 16];
+	bool resident_known;
 	const char *key;
 	json_t *v, *since;
 
 	memset(&r, 0, sizeof(r));
 	snprintf(objects, sizeof(objects), "%s/objects", store);
-	store_residency(objects, &r);
+	resident_known = store_residency(objects, &r);
 	/* Label values escape \ and " (the exposition format); a store path rarely has either. */
 	{
 		size_t k = 0;
@@ -444,7 +452,8 @@ int wfs_cmd_stat_prometheus(const char *store, const struct wfs_catalog_stats *s
 	metric("objects", "Referenced objects (distinct contents).", "gauge", labels, (double)st->objects);
 	metric("physical_bytes", "Sum of the sizes of referenced objects.", "gauge", labels,
 	       (double)st->object_bytes);
-	metric("objects_disk_bytes", "Disk usage of STORE/objects.", "gauge", labels, (double)disk_bytes);
+	if (disk_bytes != WFS_CACHE_UNKNOWN) /* another user of a private store: not measured, not 0 */
+		metric("objects_disk_bytes", "Disk usage of STORE/objects.", "gauge", labels, (double)disk_bytes);
 	metric("dedup_ratio", "Logical bytes / physical bytes.", "gauge", labels,
 	       st->object_bytes ? (double)st->logical_bytes / (double)st->object_bytes : 1.0);
 	metric("unreferenced_objects", "Objects no name uses (kept by -o retain).", "gauge", labels,
@@ -452,13 +461,15 @@ int wfs_cmd_stat_prometheus(const char *store, const struct wfs_catalog_stats *s
 	metric("quarantined_objects", "Objects that failed verification (their names fail with EIO).", "gauge",
 	       labels, (double)st->quarantined_objects);
 	metric("unsealed_files", "Files being written or never sealed.", "gauge", labels, (double)st->unsealed_files);
-	metric("resident_bytes", "Page cache of the store's object files (mincore).", "gauge", labels,
-	       (double)r.resident_bytes);
-	printf("# HELP weightfs_node_resident_bytes Page cache of the store's object files per NUMA node.\n"
-	       "# TYPE weightfs_node_resident_bytes gauge\n");
-	for (int n = 0; n <= wfs_cache_max_node() && n < WFS_CACHE_MAX_NODES; n++)
-		printf("weightfs_node_resident_bytes{%s,node=\"%d\"} %llu\n", labels, n,
-		       (unsigned long long)r.node_bytes[n]);
+	if (resident_known) {
+		metric("resident_bytes", "Page cache of the store's object files (mincore).", "gauge", labels,
+		       (double)r.resident_bytes);
+		printf("# HELP weightfs_node_resident_bytes Page cache of the store's object files per NUMA node.\n"
+		       "# TYPE weightfs_node_resident_bytes gauge\n");
+		for (int n = 0; n <= wfs_cache_max_node() && n < WFS_CACHE_MAX_NODES; n++)
+			printf("weightfs_node_resident_bytes{%s,node=\"%d\"} %llu\n", labels, n,
+			       (unsigned long long)r.node_bytes[n]);
+	}
 	metric("daemon_up", "1 when a daemon serves the store (its user.weightfs.stats answered).", "gauge",
 	       labels, daemon ? 1 : 0);
 	if (!daemon)

@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "cache.h"
 #include "catalog.h"
 #include "cmd.h"
 #include "log.h"
@@ -456,7 +457,7 @@ int wfs_cmd_stat(int argc, char **argv)
 		du = disk_usage(fd);
 	ratio = st.object_bytes ? (double)st.logical_bytes / (double)st.object_bytes : 1.0;
 	if (prometheus) {
-		ret = wfs_cmd_stat_prometheus(store, &st, du, daemon);
+		ret = wfs_cmd_stat_prometheus(store, &st, from_daemon ? WFS_CACHE_UNKNOWN : du, daemon);
 		json_decref(daemon);
 		return ret;
 	}

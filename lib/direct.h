@@ -64,7 +64,10 @@ struct wfs_direct_reply {
  */
 int wfs_direct_open_fd(int fd);
 
-/* The same for the file at @path, opened O_RDONLY here first (its -errno when that fails). */
+/*
+ * The same for the file at @path, opened O_RDONLY here first (its -errno when that fails; a FIFO is
+ * not waited on): -EISDIR for a directory, -EINVAL for anything else that is not a regular file.
+ */
 int wfs_direct_open(const char *path);
 
 #endif

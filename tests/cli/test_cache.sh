@@ -147,6 +147,14 @@ if id nobody >/dev/null 2>&1; then
 	rc=$?
 	expect "another user, stat MNT: the daemon's totals (the store is private)" 0 \
 		"private to the mounting user: totals from the daemon"
+	out=$(runuser -u nobody -- "$work/ctl" stat --prometheus "$MNT" 2>&1)
+	rc=$?
+	if [ "$rc" -eq 0 ] && grep -q '^weightfs_names{' <<<"$out" &&
+		! grep -Eq '^weightfs_(resident_bytes|node_resident_bytes|objects_disk_bytes)\{' <<<"$out"; then
+		ok "another user, stat --prometheus: what it cannot measure is left out, not 0"
+	else
+		fail "another user, stat --prometheus: what it cannot measure is left out, not 0" "rc $rc" "$out"
+	fi
 else
 	skip "another user: no user nobody"
 fi

@@ -201,6 +201,20 @@ def main():
                 else:
                     raise AssertionError("allowed")
 
+        @T.check("a FIFO in the mount: open_object refuses at once (EINVAL), never waits for a writer")
+        def _():
+            fifo = os.path.join(mnt, "fifo")
+            os.mkfifo(fifo)
+            t0 = time.monotonic()
+            try:
+                weightfs.open_object(fifo)
+            except OSError as e:
+                assert e.errno == errno.EINVAL, e
+            else:
+                raise AssertionError("a FIFO gave an object")
+            assert time.monotonic() - t0 < 5
+            os.unlink(fifo)
+
         @T.check("being written: EBUSY; load() reads the mounted file with one warning")
         def _():
             p = os.path.join(mnt, "busy")

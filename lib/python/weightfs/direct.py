@@ -16,6 +16,7 @@ that are not on weightfs. WEIGHTFS_DIRECT=0 in the environment turns it off.
 import ctypes
 import errno
 import os
+import stat
 from typing import Optional, Union
 
 from .stage import library
@@ -45,6 +46,19 @@ def _object_of(fd: int) -> int:
     return lib.wfs_direct_open_fd(fd)
 
 
+def _open_regular(path: str) -> int:
+    """path opened O_RDONLY, or OSError: a FIFO is opened without waiting for a writer and refused
+    (only regular files have objects), like a directory or a device."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        e = errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL
+        raise OSError(e, f"direct path: not a regular file ({os.strerror(e)})", path)
+    os.set_blocking(fd, True)
+    return fd
+
+
 def open_object(path: PathLike) -> int:
     """A read-only descriptor of the object file behind path, a sealed file under a weightfs mount.
 
@@ -52,9 +66,9 @@ def open_object(path: PathLike) -> int:
     descriptor (O_CLOEXEC) the caller closes. Raises OSError naming path: the open's own error
     (ENOENT, EACCES, EIO for a damaged object, ...); ENOTSUP not a weightfs file; ENOPROTOOPT a
     daemon without the direct path; EBUSY the file is being written; EIO damaged object; or the
-    socket's error (ECONNREFUSED, ...)."""
+    socket's error (ECONNREFUSED, ...); EISDIR/EINVAL not a regular file (a FIFO is not waited on)."""
     path = os.fspath(path)
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = _open_regular(path)
     try:
         rc = _object_of(fd)
     finally:
@@ -77,7 +91,7 @@ def object_fd(path: str) -> Optional[int]:
 
     if not os.path.isdir(_PROC_FD):
         return None  # callers reach the object through /proc/self/fd/N
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = _open_regular(path)
     try:
         rc = _object_of(fd)
     finally:
