@@ -489,7 +489,8 @@ START_TEST(rewrites_beside_reopening_readers)
 	unsigned char *buf = malloc(LEN);
 	int rounds = 0, status;
 
-	ck_assert_int_eq(write_file(path("hot"), (memset(buf, 'a', LEN), buf), LEN), 0);
+	memset(buf, 'a', LEN);
+	ck_assert_int_eq(write_file(path("hot"), buf, LEN), 0);
 	for (int r = 0; r < READERS; r++) {
 		kids[r] = fork();
 		ck_assert_int_ge(kids[r], 0);

@@ -66,6 +66,27 @@ def human(n):
     return f"{n} bytes"
 
 
+def write_doc_block(doc, block, begin, end, who):
+    """Replace the text between the markers @begin and @end in markdown file @doc with @block (the
+    file and the markers are created when missing; the text around them is kept). Written to a
+    temporary file and renamed over @doc. Shared by every benchmark script here."""
+    try:
+        with open(doc) as f:
+            text = f.read()
+    except FileNotFoundError:
+        text = "# weightfs benchmarks\n"
+    if begin in text and end in text and text.index(begin) < text.index(end):
+        head = text[: text.index(begin)]
+        tail = text[text.index(end) + len(end):]
+    else:
+        head, tail = text.rstrip("\n") + "\n\n", "\n"
+    tmp = doc + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(f"{head}{begin}\n{block}\n{end}{tail}")
+    os.replace(tmp, doc)
+    print(f"\n{who}: wrote the results into {doc}")
+
+
 class DropError(Exception):
     pass
 
@@ -326,21 +347,7 @@ def main():
     print(block)
 
     if args.doc:
-        try:
-            with open(args.doc) as f:
-                text = f.read()
-        except FileNotFoundError:
-            text = f"# weightfs benchmarks\n\n{BEGIN}\n{END}\n"
-        if BEGIN in text and END in text and text.index(BEGIN) < text.index(END):
-            head = text[: text.index(BEGIN)]
-            tail = text[text.index(END) + len(END):]
-        else:
-            head, tail = text.rstrip("\n") + "\n\n", "\n"
-        tmp = args.doc + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(f"{head}{BEGIN}\n{block}\n{END}{tail}")
-        os.replace(tmp, args.doc)
-        print(f"\nbench: wrote the results into {args.doc}")
+        write_doc_block(args.doc, block, BEGIN, END, "bench")
     return 0
 
 

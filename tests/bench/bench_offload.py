@@ -278,16 +278,10 @@ def main():
     print()
     print(block)
     if args.doc:
-        with open(args.doc) as f:
-            text = f.read()
-        if BEGIN in text and END in text and text.index(BEGIN) < text.index(END):
-            text = text[: text.index(BEGIN)] + f"{BEGIN}\n{block}\n{END}" + text[text.index(END) + len(END):]
-        else:
-            text = text.rstrip("\n") + f"\n\n{BEGIN}\n{block}\n{END}\n"
-        with open(args.doc + ".tmp", "w") as f:
-            f.write(text)
-        os.replace(args.doc + ".tmp", args.doc)
-        print(f"\nbench_offload: wrote the results into {args.doc}")
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from bench import write_doc_block  # one copy, in bench.py
+
+        write_doc_block(args.doc, block, BEGIN, END, "bench_offload")
     return 0
 
 

@@ -81,7 +81,7 @@ GOALS = {"ingest-nosync": 0.9, "ingest-sync": 0.9, "writers": 0.9, "small": 0.5,
 med = statistics.median
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import drop_caches, human, parse_size  # noqa: E402  (one copy of each, in bench.py)
+from bench import drop_caches, human, parse_size, write_doc_block  # noqa: E402  (one copy each)
 
 
 def tree_blocks(top):
@@ -774,24 +774,6 @@ def draw_chart(ctx, chart, path):
     return True
 
 
-def write_doc(doc, block):
-    try:
-        with open(doc) as f:
-            text = f.read()
-    except FileNotFoundError:
-        text = f"# weightfs benchmarks\n\n{BEGIN}\n{END}\n"
-    if BEGIN in text and END in text and text.index(BEGIN) < text.index(END):
-        head = text[: text.index(BEGIN)]
-        tail = text[text.index(END) + len(END):]
-    else:
-        head, tail = text.rstrip("\n") + "\n\n", "\n"
-    tmp = doc + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(f"{head}{BEGIN}\n{block}\n{END}{tail}")
-    os.replace(tmp, doc)
-    print(f"\nbench_write: wrote the results into {doc}")
-
-
 # ---- main ----------------------------------------------------------------------------------------
 
 def round_line(r, rounds, res):
@@ -929,7 +911,7 @@ def main():
         if not args.no_chart:
             png = args.chart or os.path.join(os.path.dirname(os.path.abspath(args.doc)), "bench-write.png")
             draw_chart(ctx, chart, png)
-        write_doc(args.doc, block)
+        write_doc_block(args.doc, block, BEGIN, END, "bench_write")
     elif args.chart and not args.no_chart:
         draw_chart(ctx, chart, args.chart)
     if os.environ.get("WFS_BENCH_KEEP", "0") != "1":
