@@ -24,21 +24,21 @@ static int daemon_status = -1;
 /* Has the daemon exited? Its status goes to daemon_status. */
 static bool daemon_gone(void)
 {
-	return daemon_status != -1 || waitpid(M.daemon, &daemon_status, WNOHANG) == M.daemon;
+	return daemon_status != -1 || waitpid(mu.daemon, &daemon_status, WNOHANG) == mu.daemon;
 }
 
 static void crash_restart(void)
 {
 	/* The daemon is gone: the mount answers ENOTCONN until lazily unmounted. */
 	if (daemon_status == -1)
-		waitpid(M.daemon, &daemon_status, 0);
+		waitpid(mu.daemon, &daemon_status, 0);
 	ck_assert_msg(WIFSIGNALED(daemon_status) && WTERMSIG(daemon_status) == SIGKILL,
 		      "daemon did not die by SIGKILL");
 	daemon_status = -1;
-	M.daemon = 0;
-	ck_assert_int_eq(umount2(M.mnt, MNT_DETACH), 0);
-	M.crash_at[0] = '\0';
-	daemon_start();
+	mu.daemon = 0;
+	ck_assert_int_eq(umount2(mu.mnt, MNT_DETACH), 0);
+	mu.crash_at[0] = '\0';
+	mu_daemon_start();
 }
 
 /* fsck of the (unmounted) store: nothing corrupt, missing or inconsistent; tmp empty. */
@@ -47,14 +47,14 @@ static void assert_store_consistent(void)
 	struct wfs_fsck_options opt = {0};
 	struct wfs_fsck_report r;
 
-	daemon_stop();
-	ck_assert_int_eq(wfs_fsck(M.store, &opt, &r), 0);
+	mu_daemon_stop();
+	ck_assert_int_eq(wfs_fsck(mu.store, &opt, &r), 0);
 	ck_assert_msg(r.found[WFS_FSCK_CORRUPT] == 0, "corrupt objects after crash");
 	ck_assert_msg(r.found[WFS_FSCK_MISSING] == 0, "names point at missing objects after crash");
 	ck_assert_msg(r.found[WFS_FSCK_CATALOG] == 0, "catalog inconsistent after crash");
 	ck_assert_msg(r.found[WFS_FSCK_STRAY] == 0 && r.found[WFS_FSCK_MODE] == 0, "stray or writable object");
 	ck_assert_msg(r.found[WFS_FSCK_TMP] == 0, "tmp leftovers after remount");
-	daemon_start();
+	mu_daemon_start();
 }
 
 /* Either absent or exactly @want. */
@@ -64,7 +64,7 @@ static void assert_absent_or(const char *p, const unsigned char *want, size_t le
 		ck_assert_int_eq(errno, ENOENT);
 		return;
 	}
-	assert_file_equals(p, want, len);
+	mu_assert_file_equals(p, want, len);
 }
 
 /* Exactly @a or exactly @b. */
@@ -90,33 +90,33 @@ static void assert_one_of(const char *p, const unsigned char *a, const unsigned 
 START_TEST(daemon_killed_at_crash_point)
 {
 	size_t len = 3 << 20; /* larger than what versions keep in memory: the tmp file is used */
-	unsigned char *keep = pattern(len, 20), *old = pattern(len, 21), *new = pattern(len, 22),
-		      *gone = pattern(len, 23);
+	unsigned char *keep = mu_pattern(len, 20), *old = mu_pattern(len, 21), *new = mu_pattern(len, 22),
+		      *gone = mu_pattern(len, 23);
 	const char *point = points[_i];
 
-	ck_assert_int_eq(write_file(path("keep"), keep, len), 0);
-	ck_assert_int_eq(write_file(path("target"), old, len), 0);
-	ck_assert_int_eq(write_file(path("gone"), gone, len), 0);
-	daemon_stop();
-	snprintf(M.crash_at, sizeof(M.crash_at), "%s", point);
-	daemon_start();
+	ck_assert_int_eq(mu_write_file(mu_path("keep"), keep, len), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("target"), old, len), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("gone"), gone, len), 0);
+	mu_daemon_stop();
+	snprintf(mu.crash_at, sizeof(mu.crash_at), "%s", point);
+	mu_daemon_start();
 
 	/* Each step may fail with ENOTCONN once the daemon has died. */
-	write_file(path("fresh"), new, len);
-	write_file(path("target"), new, len);
-	unlink(path("gone"));
+	mu_write_file(mu_path("fresh"), new, len);
+	mu_write_file(mu_path("target"), new, len);
+	unlink(mu_path("gone"));
 	/* An unlinked object goes when the kernel forgets the inode, which may come a little later. */
-	EVENTUALLY(daemon_gone());
+	MU_EVENTUALLY(daemon_gone());
 	crash_restart();
 
-	assert_file_equals(path("keep"), keep, len);
-	assert_absent_or(path("fresh"), new, len);
-	assert_one_of(path("target"), old, new, len);
-	assert_absent_or(path("gone"), gone, len);
+	mu_assert_file_equals(mu_path("keep"), keep, len);
+	assert_absent_or(mu_path("fresh"), new, len);
+	assert_one_of(mu_path("target"), old, new, len);
+	assert_absent_or(mu_path("gone"), gone, len);
 	assert_store_consistent();
 	/* The store works normally afterwards. */
-	ck_assert_int_eq(write_file(path("after"), old, len), 0);
-	assert_file_equals(path("after"), old, len);
+	ck_assert_int_eq(mu_write_file(mu_path("after"), old, len), 0);
+	mu_assert_file_equals(mu_path("after"), old, len);
 	free(keep);
 	free(old);
 	free(new);
@@ -128,24 +128,24 @@ END_TEST
 START_TEST(daemon_killed_mid_write)
 {
 	size_t chunk = 1 << 20, len = 64 << 20;
-	unsigned char *keep = pattern(chunk, 30), *big = pattern(len, 31);
+	unsigned char *keep = mu_pattern(chunk, 30), *big = mu_pattern(len, 31);
 	unsigned seed = (unsigned)time(NULL);
 
-	ck_assert_int_eq(write_file(path("keep"), keep, chunk), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("keep"), keep, chunk), 0);
 	for (int round = 0; round < 4; round++) {
 		pid_t writer = fork();
 
 		ck_assert_int_ge(writer, 0);
 		if (writer == 0) {
-			_exit(write_file(path("big"), big, len) == 0 ? 0 : 1);
+			_exit(mu_write_file(mu_path("big"), big, len) == 0 ? 0 : 1);
 		}
 		usleep(1000 * (useconds_t)(rand_r(&seed) % 300));
-		kill(M.daemon, SIGKILL);
+		kill(mu.daemon, SIGKILL);
 		waitpid(writer, NULL, 0);
 		crash_restart();
-		assert_file_equals(path("keep"), keep, chunk);
-		assert_absent_or(path("big"), big, len);
-		unlink(path("big"));
+		mu_assert_file_equals(mu_path("keep"), keep, chunk);
+		assert_absent_or(mu_path("big"), big, len);
+		unlink(mu_path("big"));
 	}
 	assert_store_consistent();
 	free(keep);
@@ -157,15 +157,15 @@ END_TEST
 START_TEST(writer_killed)
 {
 	size_t len = 2 << 20;
-	unsigned char *old = pattern(len, 40), *new = pattern(len, 41);
+	unsigned char *old = mu_pattern(len, 40), *new = mu_pattern(len, 41);
 
-	ck_assert_int_eq(write_file(path("existing"), old, len), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("existing"), old, len), 0);
 	for (int i = 0; i < 2; i++) {
 		pid_t writer = fork();
 
 		ck_assert_int_ge(writer, 0);
 		if (writer == 0) {
-			int fd = open(path(i ? "existing" : "new"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+			int fd = open(mu_path(i ? "existing" : "new"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
 
 			if (fd < 0 || write(fd, new, len / 2) != (ssize_t)(len / 2))
 				_exit(1);
@@ -173,15 +173,15 @@ START_TEST(writer_killed)
 		}
 		waitpid(writer, NULL, 0);
 	}
-	ck_assert_int_eq(open(path("new"), O_RDONLY), -1);
+	ck_assert_int_eq(open(mu_path("new"), O_RDONLY), -1);
 	ck_assert_int_eq(errno, ENOENT);
-	assert_file_equals(path("existing"), old, len);
+	mu_assert_file_equals(mu_path("existing"), old, len);
 	/* And after a remount; rewriting works. */
-	daemon_stop();
-	daemon_start();
-	ck_assert_int_eq(access(path("new"), F_OK), -1);
-	ck_assert_int_eq(write_file(path("new"), new, len), 0);
-	assert_file_equals(path("new"), new, len);
+	mu_daemon_stop();
+	mu_daemon_start();
+	ck_assert_int_eq(access(mu_path("new"), F_OK), -1);
+	ck_assert_int_eq(mu_write_file(mu_path("new"), new, len), 0);
+	mu_assert_file_equals(mu_path("new"), new, len);
 	free(old);
 	free(new);
 }
@@ -193,19 +193,19 @@ static Suite *crash_suite(void)
 	TCase *tc;
 
 	tc = tcase_create("daemon_killed_at_crash_point");
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_checked_fixture(tc, mu_setup, mu_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, daemon_killed_at_crash_point, 0, NPOINTS);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("daemon_killed_mid_write");
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_checked_fixture(tc, mu_setup, mu_teardown);
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, daemon_killed_mid_write);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("writer_killed");
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_checked_fixture(tc, mu_setup, mu_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, writer_killed);
 	suite_add_tcase(s, tc);
@@ -215,7 +215,7 @@ static Suite *crash_suite(void)
 static int announce(SRunner *sr)
 {
 	(void)sr;
-	printf("check_crash: passthrough=%s, %d crash points\n", mode(), NPOINTS);
+	printf("check_crash: passthrough=%s, %d crash points\n", mu_mode(), NPOINTS);
 	return 0;
 }
 

@@ -14,12 +14,12 @@
 START_TEST(write_then_mmap)
 {
 	size_t len = 3 * 1024 * 1024 + 123;
-	unsigned char *buf = pattern(len, 1);
+	unsigned char *buf = mu_pattern(len, 1);
 	struct wfs_digest want, got;
 	int fd;
 
-	ck_assert_int_eq(write_file(path("t"), buf, len), 0);
-	fd = open(path("t"), O_RDONLY);
+	ck_assert_int_eq(mu_write_file(mu_path("t"), buf, len), 0);
+	fd = open(mu_path("t"), O_RDONLY);
 	ck_assert_int_ge(fd, 0);
 	for (int shared = 0; shared < 2; shared++) {
 		void *m = mmap(NULL, len, PROT_READ, shared ? MAP_SHARED : MAP_PRIVATE, fd, 0);
@@ -30,21 +30,21 @@ START_TEST(write_then_mmap)
 	}
 	close(fd);
 	wfs_digest_buf(buf, len, &want);
-	digest_xattr(path("t"), &got);
+	mu_digest_xattr(mu_path("t"), &got);
 	ck_assert(wfs_digest_equal(&want, &got));
-	ck_assert(object_exists(&want));
+	ck_assert(mu_object_exists(&want));
 	free(buf);
 }
 END_TEST
 
 START_TEST(stat_fields)
 {
-	unsigned char *buf = pattern(1000, 2);
+	unsigned char *buf = mu_pattern(1000, 2);
 	struct stat st;
 	ino_t ino;
 
-	ck_assert_int_eq(write_file(path("s"), buf, 1000), 0);
-	ck_assert_int_eq(stat(path("s"), &st), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("s"), buf, 1000), 0);
+	ck_assert_int_eq(stat(mu_path("s"), &st), 0);
 	ck_assert_int_eq(st.st_size, 1000);
 	ck_assert_int_eq(st.st_blocks, 2); /* logical: ceil(1000 / 512) */
 	ck_assert_int_eq(st.st_blksize, 1 << 20);
@@ -52,11 +52,11 @@ START_TEST(stat_fields)
 	ck_assert_int_eq(st.st_mode & 07777, 0644);
 	ino = st.st_ino;
 	/* Inode numbers are stable across remounts. */
-	daemon_stop();
-	daemon_start();
-	ck_assert_int_eq(stat(path("s"), &st), 0);
+	mu_daemon_stop();
+	mu_daemon_start();
+	ck_assert_int_eq(stat(mu_path("s"), &st), 0);
 	ck_assert_int_eq(st.st_ino, ino);
-	assert_file_equals(path("s"), buf, 1000);
+	mu_assert_file_equals(mu_path("s"), buf, 1000);
 	free(buf);
 }
 END_TEST
@@ -64,28 +64,28 @@ END_TEST
 START_TEST(rename_over_while_mapped)
 {
 	size_t len = 1 << 20;
-	unsigned char *a = pattern(len, 3), *b = pattern(len, 4);
+	unsigned char *a = mu_pattern(len, 3), *b = mu_pattern(len, 4);
 	struct wfs_digest da, db;
 	void *m;
 	int fd;
 
-	ck_assert_int_eq(write_file(path("w"), a, len), 0);
-	digest_xattr(path("w"), &da);
-	fd = open(path("w"), O_RDONLY);
+	ck_assert_int_eq(mu_write_file(mu_path("w"), a, len), 0);
+	mu_digest_xattr(mu_path("w"), &da);
+	fd = open(mu_path("w"), O_RDONLY);
 	ck_assert_int_ge(fd, 0);
 	m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
 	ck_assert_ptr_ne(m, MAP_FAILED);
 	close(fd);
 	/* The trainer pattern: write a tmp name, rename it over the old one. */
-	ck_assert_int_eq(write_file(path(".w.tmp"), b, len), 0);
-	ck_assert_int_eq(rename(path(".w.tmp"), path("w")), 0);
+	ck_assert_int_eq(mu_write_file(mu_path(".w.tmp"), b, len), 0);
+	ck_assert_int_eq(rename(mu_path(".w.tmp"), mu_path("w")), 0);
 	ck_assert_msg(memcmp(m, a, len) == 0, "old mapping changed after rename");
-	assert_file_equals(path("w"), b, len);
-	digest_xattr(path("w"), &db);
-	ck_assert(object_exists(&da));
+	mu_assert_file_equals(mu_path("w"), b, len);
+	mu_digest_xattr(mu_path("w"), &db);
+	ck_assert(mu_object_exists(&da));
 	munmap(m, len);
-	EVENTUALLY(!object_exists(&da)); /* no name, no mapping: the old object goes */
-	ck_assert(object_exists(&db));
+	MU_EVENTUALLY(!mu_object_exists(&da)); /* no name, no mapping: the old object goes */
+	ck_assert(mu_object_exists(&db));
 	free(a);
 	free(b);
 }
@@ -94,18 +94,18 @@ END_TEST
 START_TEST(unlink_while_mapped)
 {
 	size_t len = 256 * 1024;
-	unsigned char *a = pattern(len, 5);
+	unsigned char *a = mu_pattern(len, 5);
 	struct wfs_digest da;
 	void *m;
 	int fd;
 
-	ck_assert_int_eq(write_file(path("u"), a, len), 0);
-	digest_xattr(path("u"), &da);
-	fd = open(path("u"), O_RDONLY);
+	ck_assert_int_eq(mu_write_file(mu_path("u"), a, len), 0);
+	mu_digest_xattr(mu_path("u"), &da);
+	fd = open(mu_path("u"), O_RDONLY);
 	m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
 	ck_assert_ptr_ne(m, MAP_FAILED);
-	ck_assert_int_eq(unlink(path("u")), 0);
-	ck_assert_int_eq(access(path("u"), F_OK), -1);
+	ck_assert_int_eq(unlink(mu_path("u")), 0);
+	ck_assert_int_eq(access(mu_path("u"), F_OK), -1);
 	ck_assert(memcmp(m, a, len) == 0);
 	{
 		unsigned char *back = malloc(len);
@@ -116,7 +116,7 @@ START_TEST(unlink_while_mapped)
 	}
 	close(fd);
 	munmap(m, len);
-	EVENTUALLY(!object_exists(&da));
+	MU_EVENTUALLY(!mu_object_exists(&da));
 	free(a);
 }
 END_TEST
@@ -124,20 +124,20 @@ END_TEST
 START_TEST(identical_content_stored_once)
 {
 	size_t len = 64 * 1024;
-	unsigned char *a = pattern(len, 6);
+	unsigned char *a = mu_pattern(len, 6);
 	char name[32];
 	struct stat st;
 
-	ck_assert_int_eq(mkdir(path("many"), 0755), 0);
+	ck_assert_int_eq(mkdir(mu_path("many"), 0755), 0);
 	for (int i = 0; i < 100; i++) {
 		snprintf(name, sizeof(name), "many/n%03d", i);
-		ck_assert_int_eq(write_file(path(name), a, len), 0);
+		ck_assert_int_eq(mu_write_file(mu_path(name), a, len), 0);
 	}
-	ck_assert_int_eq(count_objects(), 1);
+	ck_assert_int_eq(mu_count_objects(), 1);
 	for (int i = 0; i < 100; i += 17) {
 		snprintf(name, sizeof(name), "many/n%03d", i);
-		assert_file_equals(path(name), a, len);
-		ck_assert_int_eq(stat(path(name), &st), 0);
+		mu_assert_file_equals(mu_path(name), a, len);
+		ck_assert_int_eq(stat(mu_path(name), &st), 0);
 		ck_assert_int_eq(st.st_blocks, (blkcnt_t)(len / 512)); /* each name shows its logical size */
 	}
 	free(a);
@@ -149,51 +149,51 @@ START_TEST(xattr_protocol)
 	char buf[256];
 	ssize_t n;
 
-	ck_assert_int_eq(write_file(path("x"), "abc", 3), 0);
-	ck_assert_int_eq(setxattr(path("x"), "user.dtype", "F32", 3, 0), 0);
-	n = getxattr(path("x"), "user.dtype", NULL, 0); /* size probe */
+	ck_assert_int_eq(mu_write_file(mu_path("x"), "abc", 3), 0);
+	ck_assert_int_eq(setxattr(mu_path("x"), "user.dtype", "F32", 3, 0), 0);
+	n = getxattr(mu_path("x"), "user.dtype", NULL, 0); /* size probe */
 	ck_assert_int_eq(n, 3);
-	ck_assert_int_eq(getxattr(path("x"), "user.dtype", buf, 2), -1);
+	ck_assert_int_eq(getxattr(mu_path("x"), "user.dtype", buf, 2), -1);
 	ck_assert_int_eq(errno, ERANGE);
-	n = getxattr(path("x"), "user.dtype", buf, sizeof(buf));
+	n = getxattr(mu_path("x"), "user.dtype", buf, sizeof(buf));
 	ck_assert_int_eq(n, 3);
 	ck_assert(memcmp(buf, "F32", 3) == 0);
-	ck_assert_int_eq(setxattr(path("x"), "user.dtype", "F16", 3, XATTR_CREATE), -1);
+	ck_assert_int_eq(setxattr(mu_path("x"), "user.dtype", "F16", 3, XATTR_CREATE), -1);
 	ck_assert_int_eq(errno, EEXIST);
-	ck_assert_int_eq(setxattr(path("x"), "user.none", "1", 1, XATTR_REPLACE), -1);
+	ck_assert_int_eq(setxattr(mu_path("x"), "user.none", "1", 1, XATTR_REPLACE), -1);
 	ck_assert_int_eq(errno, ENODATA);
 	/* list: the stored names only, NUL-separated; probe then fetch. The computed digest is read
 	 * by name and not listed, so cp -a, rsync -X and tar do not copy it as a plain attribute. */
-	ck_assert_int_eq(setxattr(path("x"), "user.b", "2", 1, 0), 0);
-	n = listxattr(path("x"), NULL, 0);
+	ck_assert_int_eq(setxattr(mu_path("x"), "user.b", "2", 1, 0), 0);
+	n = listxattr(mu_path("x"), NULL, 0);
 	ck_assert_int_eq(n, (ssize_t)(sizeof("user.b") + sizeof("user.dtype")));
-	ck_assert_int_eq(listxattr(path("x"), buf, (size_t)n), n);
+	ck_assert_int_eq(listxattr(mu_path("x"), buf, (size_t)n), n);
 	ck_assert_str_eq(buf, "user.b");
 	ck_assert_str_eq(buf + sizeof("user.b"), "user.dtype");
-	ck_assert_int_eq(listxattr(path("x"), buf, 4), -1);
+	ck_assert_int_eq(listxattr(mu_path("x"), buf, 4), -1);
 	ck_assert_int_eq(errno, ERANGE);
-	ck_assert_int_eq(getxattr(path("x"), "user.weightfs.digest", NULL, 0), WFS_DIGEST_HEX_CHARS);
+	ck_assert_int_eq(getxattr(mu_path("x"), "user.weightfs.digest", NULL, 0), WFS_DIGEST_HEX_CHARS);
 	/* The digest is read-only: setting its own value back (a copy made by an older weightfs,
 	 * restored by tar) changes nothing and succeeds; any other value is refused. */
 	{
 		char hex[WFS_DIGEST_HEX_CHARS + 1] = {0};
 
-		ck_assert_int_eq(getxattr(path("x"), "user.weightfs.digest", hex, WFS_DIGEST_HEX_CHARS),
+		ck_assert_int_eq(getxattr(mu_path("x"), "user.weightfs.digest", hex, WFS_DIGEST_HEX_CHARS),
 				 WFS_DIGEST_HEX_CHARS);
-		ck_assert_int_eq(setxattr(path("x"), "user.weightfs.digest", hex, WFS_DIGEST_HEX_CHARS, 0), 0);
+		ck_assert_int_eq(setxattr(mu_path("x"), "user.weightfs.digest", hex, WFS_DIGEST_HEX_CHARS, 0), 0);
 		hex[0] = hex[0] == '0' ? '1' : '0';
-		ck_assert_int_eq(setxattr(path("x"), "user.weightfs.digest", hex, WFS_DIGEST_HEX_CHARS, 0), -1);
+		ck_assert_int_eq(setxattr(mu_path("x"), "user.weightfs.digest", hex, WFS_DIGEST_HEX_CHARS, 0), -1);
 		ck_assert_int_eq(errno, EPERM);
-		ck_assert_int_eq(listxattr(path("x"), NULL, 0), n);
+		ck_assert_int_eq(listxattr(mu_path("x"), NULL, 0), n);
 	}
-	ck_assert_int_eq(setxattr(path("x"), "user.weightfs.digest", "0", 1, 0), -1);
+	ck_assert_int_eq(setxattr(mu_path("x"), "user.weightfs.digest", "0", 1, 0), -1);
 	ck_assert_int_eq(errno, EPERM);
-	ck_assert_int_eq(removexattr(path("x"), "user.weightfs.digest"), -1);
+	ck_assert_int_eq(removexattr(mu_path("x"), "user.weightfs.digest"), -1);
 	ck_assert_int_eq(errno, EPERM);
-	ck_assert_int_eq(removexattr(path("x"), "user.dtype"), 0);
-	ck_assert_int_eq(getxattr(path("x"), "user.dtype", buf, sizeof(buf)), -1);
+	ck_assert_int_eq(removexattr(mu_path("x"), "user.dtype"), 0);
+	ck_assert_int_eq(getxattr(mu_path("x"), "user.dtype", buf, sizeof(buf)), -1);
 	ck_assert_int_eq(errno, ENODATA);
-	ck_assert_int_eq(setxattr(path("x"), "trusted.x", "1", 1, 0), -1);
+	ck_assert_int_eq(setxattr(mu_path("x"), "trusted.x", "1", 1, 0), -1);
 	ck_assert_int_eq(errno, EOPNOTSUPP);
 }
 END_TEST
@@ -207,16 +207,16 @@ START_TEST(readdir_10k)
 	DIR *d;
 	int n = 0, dots = 0;
 
-	ck_assert_int_eq(mkdir(path("big"), 0755), 0);
+	ck_assert_int_eq(mkdir(mu_path("big"), 0755), 0);
 	for (int i = 0; i < N; i++) {
 		int fd;
 
 		snprintf(name, sizeof(name), "big/f%05d", i);
-		fd = open(path(name), O_WRONLY | O_CREAT | O_EXCL, 0644);
+		fd = open(mu_path(name), O_WRONLY | O_CREAT | O_EXCL, 0644);
 		ck_assert_int_ge(fd, 0);
 		ck_assert_int_eq(close(fd), 0);
 	}
-	d = opendir(path("big"));
+	d = opendir(mu_path("big"));
 	ck_assert_ptr_nonnull(d);
 	while ((e = readdir(d)) != NULL) {
 		int i;
@@ -238,17 +238,17 @@ END_TEST
 
 START_TEST(rename_flags)
 {
-	ck_assert_int_eq(write_file(path("a"), "A", 1), 0);
-	ck_assert_int_eq(write_file(path("b"), "B", 1), 0);
-	ck_assert_int_eq(renameat2(AT_FDCWD, path("a"), AT_FDCWD, path("b"), RENAME_NOREPLACE), -1);
+	ck_assert_int_eq(mu_write_file(mu_path("a"), "A", 1), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("b"), "B", 1), 0);
+	ck_assert_int_eq(renameat2(AT_FDCWD, mu_path("a"), AT_FDCWD, mu_path("b"), RENAME_NOREPLACE), -1);
 	ck_assert_int_eq(errno, EEXIST);
-	ck_assert_int_eq(renameat2(AT_FDCWD, path("a"), AT_FDCWD, path("b"), RENAME_EXCHANGE), 0);
-	assert_file_equals(path("a"), (const unsigned char *)"B", 1);
-	assert_file_equals(path("b"), (const unsigned char *)"A", 1);
-	ck_assert_int_eq(renameat2(AT_FDCWD, path("a"), AT_FDCWD, path("c"), RENAME_WHITEOUT), -1);
+	ck_assert_int_eq(renameat2(AT_FDCWD, mu_path("a"), AT_FDCWD, mu_path("b"), RENAME_EXCHANGE), 0);
+	mu_assert_file_equals(mu_path("a"), (const unsigned char *)"B", 1);
+	mu_assert_file_equals(mu_path("b"), (const unsigned char *)"A", 1);
+	ck_assert_int_eq(renameat2(AT_FDCWD, mu_path("a"), AT_FDCWD, mu_path("c"), RENAME_WHITEOUT), -1);
 	ck_assert_int_eq(errno, EINVAL);
-	ck_assert_int_eq(mkdir(path("d"), 0755), 0);
-	ck_assert_int_eq(rename(path("d"), path("d/sub")), -1);
+	ck_assert_int_eq(mkdir(mu_path("d"), 0755), 0);
+	ck_assert_int_eq(rename(mu_path("d"), mu_path("d/sub")), -1);
 	ck_assert_int_eq(errno, EINVAL);
 }
 END_TEST
@@ -257,16 +257,16 @@ START_TEST(special_files)
 {
 	char target[64];
 
-	ck_assert_int_eq(mknod(path("reg"), S_IFREG | 0600, 0), 0);
-	assert_file_equals(path("reg"), (const unsigned char *)"", 0);
-	ck_assert_int_eq(symlink("reg", path("ln")), 0);
-	ck_assert_int_eq(readlink(path("ln"), target, sizeof(target)), 3);
-	ck_assert_int_eq(link(path("reg"), path("hard")), 0);
+	ck_assert_int_eq(mknod(mu_path("reg"), S_IFREG | 0600, 0), 0);
+	mu_assert_file_equals(mu_path("reg"), (const unsigned char *)"", 0);
+	ck_assert_int_eq(symlink("reg", mu_path("ln")), 0);
+	ck_assert_int_eq(readlink(mu_path("ln"), target, sizeof(target)), 3);
+	ck_assert_int_eq(link(mu_path("reg"), mu_path("hard")), 0);
 	{
 		struct stat a, b;
 
-		ck_assert_int_eq(stat(path("reg"), &a), 0);
-		ck_assert_int_eq(stat(path("hard"), &b), 0);
+		ck_assert_int_eq(stat(mu_path("reg"), &a), 0);
+		ck_assert_int_eq(stat(mu_path("hard"), &b), 0);
 		ck_assert_int_eq(a.st_ino, b.st_ino);
 		ck_assert_int_eq(a.st_nlink, 2);
 	}
@@ -283,32 +283,32 @@ START_TEST(every_file_type)
 	struct stat st;
 	int fd, sk;
 
-	ck_assert_int_eq(mkfifo(path("fifo"), 0640), 0);
-	ck_assert_int_eq(mknod(path("null"), S_IFCHR | 0666, makedev(1, 3)), 0);
-	ck_assert_int_eq(mknod(path("loop"), S_IFBLK | 0600, makedev(7, 0)), 0);
+	ck_assert_int_eq(mkfifo(mu_path("fifo"), 0640), 0);
+	ck_assert_int_eq(mknod(mu_path("null"), S_IFCHR | 0666, makedev(1, 3)), 0);
+	ck_assert_int_eq(mknod(mu_path("loop"), S_IFBLK | 0600, makedev(7, 0)), 0);
 	sk = socket(AF_UNIX, SOCK_STREAM, 0);
 	ck_assert_int_ge(sk, 0);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path("sock"));
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", mu_path("sock"));
 	ck_assert_int_eq(bind(sk, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	ck_assert_int_eq(listen(sk, 1), 0);
 
-	ck_assert_int_eq(lstat(path("fifo"), &st), 0);
+	ck_assert_int_eq(lstat(mu_path("fifo"), &st), 0);
 	ck_assert(S_ISFIFO(st.st_mode));
 	ck_assert_int_eq(st.st_mode & 07777, 0640);
 	ck_assert_int_eq(st.st_size, 0);
-	ck_assert_int_eq(lstat(path("null"), &st), 0);
+	ck_assert_int_eq(lstat(mu_path("null"), &st), 0);
 	ck_assert(S_ISCHR(st.st_mode));
 	ck_assert_uint_eq(st.st_rdev, makedev(1, 3));
-	ck_assert_int_eq(lstat(path("loop"), &st), 0);
+	ck_assert_int_eq(lstat(mu_path("loop"), &st), 0);
 	ck_assert(S_ISBLK(st.st_mode));
 	ck_assert_uint_eq(st.st_rdev, makedev(7, 0));
-	ck_assert_int_eq(lstat(path("sock"), &st), 0);
+	ck_assert_int_eq(lstat(mu_path("sock"), &st), 0);
 	ck_assert(S_ISSOCK(st.st_mode));
-	ck_assert_int_eq(mknod(path("fifo"), S_IFIFO | 0600, 0), -1);
+	ck_assert_int_eq(mknod(mu_path("fifo"), S_IFIFO | 0600, 0), -1);
 	ck_assert_int_eq(errno, EEXIST);
 
 	/* The kernel serves the FIFO's pipe and the socket; device nodes follow the mount's nodev. */
-	fd = open(path("fifo"), O_RDWR);
+	fd = open(mu_path("fifo"), O_RDWR);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(write(fd, "pipe", 4), 4);
 	ck_assert_int_eq(read(fd, buf, sizeof(buf)), 4);
@@ -321,41 +321,41 @@ START_TEST(every_file_type)
 		close(c);
 	}
 	close(sk);
-	ck_assert_int_eq(open(path("null"), O_RDONLY), -1);
+	ck_assert_int_eq(open(mu_path("null"), O_RDONLY), -1);
 	ck_assert_int_eq(errno, EACCES); /* nodev */
 
 	/* chmod, chown, link, rename, unlink as on any name. */
-	ck_assert_int_eq(chmod(path("fifo"), 0600), 0);
-	ck_assert_int_eq(chown(path("null"), 1, 2), 0);
-	ck_assert_int_eq(link(path("fifo"), path("fifo2")), 0);
-	ck_assert_int_eq(rename(path("fifo2"), path("fifo3")), 0);
-	ck_assert_int_eq(lstat(path("fifo3"), &st), 0);
+	ck_assert_int_eq(chmod(mu_path("fifo"), 0600), 0);
+	ck_assert_int_eq(chown(mu_path("null"), 1, 2), 0);
+	ck_assert_int_eq(link(mu_path("fifo"), mu_path("fifo2")), 0);
+	ck_assert_int_eq(rename(mu_path("fifo2"), mu_path("fifo3")), 0);
+	ck_assert_int_eq(lstat(mu_path("fifo3"), &st), 0);
 	ck_assert_int_eq(st.st_nlink, 2);
 	ck_assert_int_eq(st.st_mode & 07777, 0600);
-	ck_assert_int_eq(unlink(path("sock")), 0);
-	ck_assert_int_eq(write_file(path("reg"), "x", 1), 0);
+	ck_assert_int_eq(unlink(mu_path("sock")), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("reg"), "x", 1), 0);
 
 	/* A remount keeps them (no object, never "unsealed") and fsck finds nothing. */
-	daemon_stop();
+	mu_daemon_stop();
 	snprintf(cmd, sizeof(cmd), "%s/weightfsctl fsck '%s' >/dev/null 2>&1",
-		 getenv("WFS_BUILD") ? getenv("WFS_BUILD") : "build", M.store);
+		 getenv("WFS_BUILD") ? getenv("WFS_BUILD") : "build", mu.store);
 	ck_assert_int_eq(system(cmd), 0);
-	daemon_start();
-	ck_assert_int_eq(lstat(path("fifo3"), &st), 0);
+	mu_daemon_start();
+	ck_assert_int_eq(lstat(mu_path("fifo3"), &st), 0);
 	ck_assert(S_ISFIFO(st.st_mode));
 	ck_assert_int_eq(st.st_nlink, 2);
-	ck_assert_int_eq(lstat(path("null"), &st), 0);
+	ck_assert_int_eq(lstat(mu_path("null"), &st), 0);
 	ck_assert_uint_eq(st.st_rdev, makedev(1, 3));
 	ck_assert_int_eq(st.st_uid, 1);
 	ck_assert_int_eq(st.st_gid, 2);
-	ck_assert_int_eq(lstat(path("loop"), &st), 0);
+	ck_assert_int_eq(lstat(mu_path("loop"), &st), 0);
 	ck_assert_uint_eq(st.st_rdev, makedev(7, 0));
 	ck_assert_int_eq(stat_counter("unsealed_files"), 0);
 	ck_assert_int_eq(stat_counter("special_files"), 4); /* fifo, fifo3, null, loop */
-	ck_assert_int_eq(unlink(path("fifo")), 0);
-	ck_assert_int_eq(unlink(path("fifo3")), 0);
-	ck_assert_int_eq(unlink(path("loop")), 0);
-	ck_assert_int_eq(lstat(path("loop"), &st), -1);
+	ck_assert_int_eq(unlink(mu_path("fifo")), 0);
+	ck_assert_int_eq(unlink(mu_path("fifo3")), 0);
+	ck_assert_int_eq(unlink(mu_path("loop")), 0);
+	ck_assert_int_eq(lstat(mu_path("loop"), &st), -1);
 }
 END_TEST
 
@@ -363,27 +363,27 @@ END_TEST
 START_TEST(rewrite_sealed)
 {
 	size_t len = 100000;
-	unsigned char *a = pattern(len, 7);
+	unsigned char *a = mu_pattern(len, 7);
 	struct wfs_digest d1, d2;
 	int fd;
 
-	ck_assert_int_eq(write_file(path("r"), a, len), 0);
-	digest_xattr(path("r"), &d1);
-	fd = open(path("r"), O_WRONLY);
+	ck_assert_int_eq(mu_write_file(mu_path("r"), a, len), 0);
+	mu_digest_xattr(mu_path("r"), &d1);
+	fd = open(mu_path("r"), O_WRONLY);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(pwrite(fd, "Z", 1, 5000), 1);
 	ck_assert_int_eq(close(fd), 0);
 	a[5000] = 'Z';
-	assert_file_equals(path("r"), a, len);
-	digest_xattr(path("r"), &d2);
+	mu_assert_file_equals(mu_path("r"), a, len);
+	mu_digest_xattr(mu_path("r"), &d2);
 	ck_assert(!wfs_digest_equal(&d1, &d2));
-	EVENTUALLY(!object_exists(&d1));
-	ck_assert_int_eq(truncate(path("r"), 10), 0);
-	assert_file_equals(path("r"), a, 10);
-	fd = open(path("r"), O_WRONLY | O_TRUNC);
+	MU_EVENTUALLY(!mu_object_exists(&d1));
+	ck_assert_int_eq(truncate(mu_path("r"), 10), 0);
+	mu_assert_file_equals(mu_path("r"), a, 10);
+	fd = open(mu_path("r"), O_WRONLY | O_TRUNC);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(close(fd), 0);
-	assert_file_equals(path("r"), a, 0);
+	mu_assert_file_equals(mu_path("r"), a, 0);
 	free(a);
 }
 END_TEST
@@ -398,41 +398,41 @@ static long long stat_counter(const char *key);
 START_TEST(writer_beside_readers)
 {
 	size_t len = 200000;
-	unsigned char *a = pattern(len, 95), *b = pattern(len, 96), got[16];
+	unsigned char *a = mu_pattern(len, 95), *b = mu_pattern(len, 96), got[16];
 	struct stat before, after;
 	struct wfs_digest da;
 	unsigned char *m;
 	int r, w;
 
-	ck_assert_int_eq(write_file(path("p"), a, len), 0);
-	digest_xattr(path("p"), &da);
-	ck_assert_int_eq(setxattr(path("p"), "user.note", "kept", 4, 0), 0);
-	ck_assert_int_eq(stat(path("p"), &before), 0);
-	r = open(path("p"), O_RDONLY);
+	ck_assert_int_eq(mu_write_file(mu_path("p"), a, len), 0);
+	mu_digest_xattr(mu_path("p"), &da);
+	ck_assert_int_eq(setxattr(mu_path("p"), "user.note", "kept", 4, 0), 0);
+	ck_assert_int_eq(stat(mu_path("p"), &before), 0);
+	r = open(mu_path("p"), O_RDONLY);
 	ck_assert_int_ge(r, 0);
 	m = mmap(NULL, len, PROT_READ, MAP_SHARED, r, 0);
 	ck_assert_ptr_ne(m, MAP_FAILED);
 	ck_assert(memcmp(m, a, len) == 0);
 	/* O_TRUNC, as `: > p` and `cp new p` open it. */
-	w = open(path("p"), O_WRONLY | O_TRUNC);
+	w = open(mu_path("p"), O_WRONLY | O_TRUNC);
 	ck_assert_msg(w >= 0, "open O_TRUNC beside a reader: %s", strerror(errno));
 	ck_assert_int_eq(write(w, b, len), (ssize_t)len);
 	ck_assert_int_eq(close(w), 0);
-	assert_file_equals(path("p"), b, len);
+	mu_assert_file_equals(mu_path("p"), b, len);
 	ck_assert(memcmp(m, a, len) == 0);              /* the mapping keeps the old bytes */
 	ck_assert_int_eq(pread(r, got, sizeof(got), 0), (ssize_t)sizeof(got));
 	ck_assert(memcmp(got, a, sizeof(got)) == 0);    /* and so does the descriptor */
-	ck_assert_int_eq(stat(path("p"), &after), 0);
+	ck_assert_int_eq(stat(mu_path("p"), &after), 0);
 	ck_assert_uint_ne(after.st_ino, before.st_ino);  /* a new inode for the name... */
 	ck_assert_int_eq(after.st_mode, before.st_mode); /* ...with the same attributes */
-	ck_assert_int_eq(getxattr(path("p"), "user.note", got, sizeof(got)), 4);
+	ck_assert_int_eq(getxattr(mu_path("p"), "user.note", got, sizeof(got)), 4);
 	ck_assert_int_eq(stat_counter("moved_from_readers"), 1);
-	ck_assert(object_exists(&da));                   /* the reader still uses it */
+	ck_assert(mu_object_exists(&da));                   /* the reader still uses it */
 	/* O_RDWR rewrite in place of a part, and truncate(2), beside the same reader. */
-	w = open(path("p"), O_RDONLY);
+	w = open(mu_path("p"), O_RDONLY);
 	ck_assert_int_ge(w, 0); /* a second reader, of the new inode */
 	{
-		int rw = open(path("p"), O_RDWR);
+		int rw = open(mu_path("p"), O_RDWR);
 
 		ck_assert_msg(rw >= 0, "open O_RDWR beside a reader: %s", strerror(errno));
 		ck_assert_int_eq(pwrite(rw, "Z", 1, 10), 1);
@@ -441,25 +441,25 @@ START_TEST(writer_beside_readers)
 	ck_assert_int_eq(pread(w, got, 11, 0), 11);
 	ck_assert(memcmp(got, b, 11) == 0); /* the second reader keeps its bytes too */
 	b[10] = 'Z';
-	assert_file_equals(path("p"), b, len);
+	mu_assert_file_equals(mu_path("p"), b, len);
 	close(w);
-	w = open(path("p"), O_RDONLY);
+	w = open(mu_path("p"), O_RDONLY);
 	ck_assert_int_ge(w, 0); /* a reader of the current inode */
-	ck_assert_int_eq(truncate(path("p"), 100), 0);
-	assert_file_equals(path("p"), b, 100);
+	ck_assert_int_eq(truncate(mu_path("p"), 100), 0);
+	mu_assert_file_equals(mu_path("p"), b, 100);
 	ck_assert_int_eq(pread(w, got, sizeof(got), len - sizeof(got)), (ssize_t)sizeof(got));
 	ck_assert(memcmp(got, b + len - sizeof(got), sizeof(got)) == 0);
 	ck_assert_int_eq(stat_counter("moved_from_readers"), 3);
 	close(w);
 	munmap(m, len);
 	close(r);
-	EVENTUALLY(!object_exists(&da)); /* the old inode goes with its last reader */
+	MU_EVENTUALLY(!mu_object_exists(&da)); /* the old inode goes with its last reader */
 	/* Hard links share an inode: in passthrough mode a writer must rename instead. */
-	ck_assert_int_eq(link(path("p"), path("p2")), 0);
-	r = open(path("p"), O_RDONLY);
+	ck_assert_int_eq(link(mu_path("p"), mu_path("p2")), 0);
+	r = open(mu_path("p"), O_RDONLY);
 	ck_assert_int_ge(r, 0);
-	w = open(path("p2"), O_WRONLY);
-	if (passthrough_mode()) {
+	w = open(mu_path("p2"), O_WRONLY);
+	if (mu_passthrough_mode()) {
 		ck_assert_int_eq(w, -1);
 		ck_assert_int_eq(errno, ETXTBSY);
 	} else {
@@ -467,7 +467,7 @@ START_TEST(writer_beside_readers)
 		ck_assert_int_eq(pwrite(w, "X", 1, 0), 1);
 		ck_assert_int_eq(close(w), 0);
 		b[0] = 'X';
-		assert_file_equals(path("p"), b, 100);
+		mu_assert_file_equals(mu_path("p"), b, 100);
 	}
 	close(r);
 	free(a);
@@ -490,7 +490,7 @@ START_TEST(rewrites_beside_reopening_readers)
 	int rounds = 0, status;
 
 	memset(buf, 'a', LEN);
-	ck_assert_int_eq(write_file(path("hot"), buf, LEN), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("hot"), buf, LEN), 0);
 	for (int r = 0; r < READERS; r++) {
 		kids[r] = fork();
 		ck_assert_int_ge(kids[r], 0);
@@ -498,7 +498,7 @@ START_TEST(rewrites_beside_reopening_readers)
 			unsigned char got[LEN];
 
 			for (;;) {
-				int fd = open(path("hot"), O_RDONLY);
+				int fd = open(mu_path("hot"), O_RDONLY);
 				ssize_t n;
 
 				if (fd < 0)
@@ -512,7 +512,7 @@ START_TEST(rewrites_beside_reopening_readers)
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	do {
-		int fd = open(path("hot"), O_WRONLY | O_TRUNC);
+		int fd = open(mu_path("hot"), O_WRONLY | O_TRUNC);
 
 		ck_assert_msg(fd >= 0, "rewrite %d: open: %s", rounds, strerror(errno));
 		memset(buf, 'a' + rounds % 26, LEN);
@@ -540,38 +540,38 @@ END_TEST
 START_TEST(shared_writable_mapping_after_close)
 {
 	size_t len = 64 * 1024;
-	unsigned char *a = pattern(len, 8);
+	unsigned char *a = mu_pattern(len, 8);
 	struct wfs_digest da, now, check;
 	char name[34], op[400];
 	unsigned char *m;
 	uint64_t bytes;
 	int fd, ofd;
 
-	ck_assert_int_eq(write_file(path("keep"), a, len), 0); /* a second name keeps object A alive */
-	fd = open(path("m"), O_RDWR | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_eq(mu_write_file(mu_path("keep"), a, len), 0); /* a second name keeps object A alive */
+	fd = open(mu_path("m"), O_RDWR | O_CREAT | O_TRUNC, 0644);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(write(fd, a, len), (ssize_t)len);
 	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	ck_assert_ptr_ne(m, MAP_FAILED);
 	ck_assert_int_eq(close(fd), 0); /* seals object A */
-	digest_xattr(path("m"), &da);
+	mu_digest_xattr(mu_path("m"), &da);
 	m[10] ^= 0xff;
 	ck_assert_int_eq(msync(m, len, MS_SYNC), 0);
 	ck_assert_int_eq(munmap(m, len), 0);
 	/* Object A still holds exactly A's bytes. */
 	wfs_store_object_name(&da, name);
-	snprintf(op, sizeof(op), "%s/objects/%s", M.store, name);
+	snprintf(op, sizeof(op), "%s/objects/%s", mu.store, name);
 	ofd = open(op, O_RDONLY);
 	ck_assert_int_ge(ofd, 0);
 	ck_assert_int_eq(wfs_digest_fd(ofd, &check, &bytes), 0);
 	close(ofd);
 	ck_assert(wfs_digest_equal(&check, &da));
 	ck_assert_int_eq(bytes, len);
-	assert_file_equals(path("keep"), a, len);
+	mu_assert_file_equals(mu_path("keep"), a, len);
 	/* The name got the mapping's bytes as a new version. */
 	a[10] ^= 0xff;
-	EVENTUALLY((digest_xattr(path("m"), &now), !wfs_digest_equal(&now, &da)));
-	assert_file_equals(path("m"), a, len);
+	MU_EVENTUALLY((mu_digest_xattr(mu_path("m"), &now), !wfs_digest_equal(&now, &da)));
+	mu_assert_file_equals(mu_path("m"), a, len);
 	free(a);
 }
 END_TEST
@@ -580,19 +580,19 @@ END_TEST
 START_TEST(enospc)
 {
 	size_t len = 6 << 20;
-	unsigned char *a = pattern(len, 9), *small = pattern(4096, 10);
+	unsigned char *a = mu_pattern(len, 9), *small = mu_pattern(4096, 10);
 	int ret;
 
-	tmpfs_store("4m");
-	ck_assert_int_eq(write_file(path("small"), small, 4096), 0);
-	ret = write_file(path("big"), a, len);
+	mu_tmpfs_store("4m");
+	ck_assert_int_eq(mu_write_file(mu_path("small"), small, 4096), 0);
+	ret = mu_write_file(mu_path("big"), a, len);
 	ck_assert_int_eq(ret, -ENOSPC);
 	/* The new name never sealed and its writer is done with it: it is gone, not an EIO trap. */
-	ck_assert_int_eq(open(path("big"), O_RDONLY), -1);
+	ck_assert_int_eq(open(mu_path("big"), O_RDONLY), -1);
 	ck_assert_int_eq(errno, ENOENT);
-	assert_file_equals(path("small"), small, 4096);
-	ck_assert_int_eq(write_file(path("again"), a, 1 << 20), 0); /* space is back */
-	assert_file_equals(path("again"), a, 1 << 20);
+	mu_assert_file_equals(mu_path("small"), small, 4096);
+	ck_assert_int_eq(mu_write_file(mu_path("again"), a, 1 << 20), 0); /* space is back */
+	mu_assert_file_equals(mu_path("again"), a, 1 << 20);
 	free(a);
 	free(small);
 }
@@ -605,41 +605,41 @@ END_TEST
 START_TEST(full_store_rm_mv)
 {
 	size_t len = 1 << 20;
-	unsigned char *a = pattern(len, 91);
+	unsigned char *a = mu_pattern(len, 91);
 	struct statvfs sv;
 	char cmd[800];
 	int written = 0;
 
-	tmpfs_store("48m");
-	ck_assert_int_eq(mkdir(path("d"), 0755), 0);
+	mu_tmpfs_store("48m");
+	ck_assert_int_eq(mkdir(mu_path("d"), 0755), 0);
 	for (int i = 0; i < 64; i++) {
 		char name[16];
 
 		snprintf(name, sizeof(name), "f%d", i);
 		a[0] = (unsigned char)i; /* distinct content: one object each */
-		if (write_file(path(name), a, len) != 0)
+		if (mu_write_file(mu_path(name), a, len) != 0)
 			break;
 		written++;
 	}
 	ck_assert_int_ge(written, 4);
 	/* Whatever is left, taken by a file beside the store's own. */
 	snprintf(cmd, sizeof(cmd), "dd if=/dev/zero of='%s/filler' bs=64k 2>/dev/null; "
-		 "dd if=/dev/zero of='%s/filler2' bs=1 2>/dev/null; true", M.store, M.store);
+		 "dd if=/dev/zero of='%s/filler2' bs=1 2>/dev/null; true", mu.store, mu.store);
 	ck_assert_int_eq(system(cmd), 0);
-	ck_assert_int_eq(statvfs(M.store, &sv), 0);
+	ck_assert_int_eq(statvfs(mu.store, &sv), 0);
 	ck_assert_int_eq(sv.f_bavail, 0);
-	ck_assert_int_eq(rename(path("f0"), path("d/g0")), 0);
-	ck_assert_int_eq(rename(path("f1"), path("f2")), 0); /* replaces f2 */
-	ck_assert_int_eq(unlink(path("f3")), 0);
-	ck_assert_int_eq(unlink(path("d/g0")), 0);
-	ck_assert_int_eq(rmdir(path("d")), 0);
-	ck_assert_int_eq(access(path("f0"), F_OK), -1);
-	ck_assert_int_eq(access(path("f3"), F_OK), -1);
+	ck_assert_int_eq(rename(mu_path("f0"), mu_path("d/g0")), 0);
+	ck_assert_int_eq(rename(mu_path("f1"), mu_path("f2")), 0); /* replaces f2 */
+	ck_assert_int_eq(unlink(mu_path("f3")), 0);
+	ck_assert_int_eq(unlink(mu_path("d/g0")), 0);
+	ck_assert_int_eq(rmdir(mu_path("d")), 0);
+	ck_assert_int_eq(access(mu_path("f0"), F_OK), -1);
+	ck_assert_int_eq(access(mu_path("f3"), F_OK), -1);
 	a[0] = 1; /* f1's content, now under f2 */
-	assert_file_equals(path("f2"), a, len);
-	ck_assert_int_eq(statvfs(M.store, &sv), 0);
+	mu_assert_file_equals(mu_path("f2"), a, len);
+	ck_assert_int_eq(statvfs(mu.store, &sv), 0);
 	ck_assert_uint_ge((uint64_t)sv.f_bavail * sv.f_frsize, 2 * len); /* objects f0, f2, f3 went */
-	ck_assert_int_eq(log_count("catalog reserve"), 1);
+	ck_assert_int_eq(mu_log_count("catalog reserve"), 1);
 	free(a);
 }
 END_TEST
@@ -653,35 +653,35 @@ END_TEST
 START_TEST(full_store_dedup)
 {
 	size_t len = 3 << 20;
-	unsigned char *a = pattern(len, 97), *b = pattern(len, 98);
+	unsigned char *a = mu_pattern(len, 97), *b = mu_pattern(len, 98);
 	struct wfs_digest d1, d2;
 	struct statvfs sv;
 	char cmd[800];
 
-	tmpfs_store("32m");
-	ck_assert_int_eq(write_file(path("first"), a, len), 0);
-	ck_assert_int_eq(statvfs(M.store, &sv), 0);
+	mu_tmpfs_store("32m");
+	ck_assert_int_eq(mu_write_file(mu_path("first"), a, len), 0);
+	ck_assert_int_eq(statvfs(mu.store, &sv), 0);
 	{
 		/* Beside the store's own files: all but 512 KiB of what is left. */
 		off_t fill = (off_t)sv.f_bavail * (off_t)sv.f_frsize - (512 << 10);
 		int fd;
 
-		snprintf(cmd, sizeof(cmd), "%s/filler", M.store);
+		snprintf(cmd, sizeof(cmd), "%s/filler", mu.store);
 		fd = open(cmd, O_WRONLY | O_CREAT, 0600);
 		ck_assert_int_ge(fd, 0);
 		ck_assert_int_eq(posix_fallocate(fd, 0, fill), 0);
 		close(fd);
 	}
-	ck_assert_int_eq(statvfs(M.store, &sv), 0);
+	ck_assert_int_eq(statvfs(mu.store, &sv), 0);
 	ck_assert_uint_lt((uint64_t)sv.f_bavail * sv.f_frsize, len);
-	ck_assert_int_eq(write_file(path("again"), a, len), 0);
-	digest_xattr(path("first"), &d1);
-	digest_xattr(path("again"), &d2);
+	ck_assert_int_eq(mu_write_file(mu_path("again"), a, len), 0);
+	mu_digest_xattr(mu_path("first"), &d1);
+	mu_digest_xattr(mu_path("again"), &d2);
 	ck_assert(wfs_digest_equal(&d1, &d2));
-	assert_file_equals(path("again"), a, len);
-	ck_assert_int_eq(write_file(path("new"), b, len), -ENOSPC);
-	ck_assert_int_eq(access(path("new"), F_OK), -1);
-	ck_assert_int_eq(count_objects(), 1);
+	mu_assert_file_equals(mu_path("again"), a, len);
+	ck_assert_int_eq(mu_write_file(mu_path("new"), b, len), -ENOSPC);
+	ck_assert_int_eq(access(mu_path("new"), F_OK), -1);
+	ck_assert_int_eq(mu_count_objects(), 1);
 	free(a);
 	free(b);
 }
@@ -695,19 +695,19 @@ END_TEST
 START_TEST(killed_writer_restart)
 {
 	size_t len = 1 << 20;
-	unsigned char *a = pattern(len, 92), *b = pattern(len + 4096, 93);
+	unsigned char *a = mu_pattern(len, 92), *b = mu_pattern(len + 4096, 93);
 	int ready[2], status;
 	struct stat st;
 	pid_t child;
 	char c;
 
-	ck_assert_int_eq(write_file(path("old"), a, len), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("old"), a, len), 0);
 	ck_assert_int_eq(pipe(ready), 0);
 	child = fork();
 	ck_assert_int_ge(child, 0);
 	if (child == 0) {
-		int fd = open(path("new"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		int fd2 = open(path("old"), O_WRONLY);
+		int fd = open(mu_path("new"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		int fd2 = open(mu_path("old"), O_WRONLY);
 
 		if (fd < 0 || fd2 < 0 || write(fd, b, len) != (ssize_t)len ||
 		    write(fd2, b, len + 4096) != (ssize_t)(len + 4096) || write(ready[1], "r", 1) != 1)
@@ -718,23 +718,23 @@ START_TEST(killed_writer_restart)
 	close(ready[1]);
 	ck_assert_int_eq(read(ready[0], &c, 1), 1);
 	close(ready[0]);
-	ck_assert_int_eq(stat(path("new"), &st), 0);
+	ck_assert_int_eq(stat(mu_path("new"), &st), 0);
 	ck_assert_int_eq(st.st_size, (off_t)len);
-	ck_assert_int_eq(stat(path("old"), &st), 0);
+	ck_assert_int_eq(stat(mu_path("old"), &st), 0);
 	ck_assert_int_eq(st.st_size, (off_t)(len + 4096)); /* in place: the new bytes show as written */
 	ck_assert_int_eq(kill(child, SIGKILL), 0);
 	ck_assert_int_eq(waitpid(child, &status, 0), child);
 	/* The restart, right away: its flush was answered before the writer's exit completed. */
-	ck_assert_int_eq(stat(path("new"), &st), -1);
+	ck_assert_int_eq(stat(mu_path("new"), &st), -1);
 	ck_assert_int_eq(errno, ENOENT);
-	ck_assert_int_eq(open(path("new"), O_RDONLY), -1);
+	ck_assert_int_eq(open(mu_path("new"), O_RDONLY), -1);
 	ck_assert_int_eq(errno, ENOENT);
-	ck_assert_int_eq(stat(path("old"), &st), 0);
+	ck_assert_int_eq(stat(mu_path("old"), &st), 0);
 	ck_assert_int_eq(st.st_size, (off_t)len);
-	assert_file_equals(path("old"), a, len);
+	mu_assert_file_equals(mu_path("old"), a, len);
 	{
 		/* What a restarted trainer maps: the old bytes, through the kernel's view. */
-		int fd = open(path("old"), O_RDONLY);
+		int fd = open(mu_path("old"), O_RDONLY);
 		unsigned char *m;
 
 		ck_assert_int_ge(fd, 0);
@@ -744,10 +744,10 @@ START_TEST(killed_writer_restart)
 		munmap(m, len);
 		close(fd);
 	}
-	ck_assert_int_eq(log_count("name removed"), 1);
+	ck_assert_int_eq(mu_log_count("name removed"), 1);
 	/* The restart writes the name again. */
-	ck_assert_int_eq(write_file(path("new"), b, len), 0);
-	assert_file_equals(path("new"), b, len);
+	ck_assert_int_eq(mu_write_file(mu_path("new"), b, len), 0);
+	mu_assert_file_equals(mu_path("new"), b, len);
 	free(a);
 	free(b);
 }
@@ -760,14 +760,14 @@ END_TEST
 START_TEST(ftruncate_held_to_shape)
 {
 	size_t len = 1 << 20;
-	unsigned char *a = pattern(len, 94);
+	unsigned char *a = mu_pattern(len, 94);
 	struct stat st;
 	int fd;
 
-	ck_assert_int_eq(write_file(path("t"), a, len), 0);
-	ck_assert_int_eq(setxattr(path("t"), "user.weightfs.dtype", "F32", 3, 0), 0);
-	ck_assert_int_eq(setxattr(path("t"), "user.weightfs.shape", "[262144]", 8, 0), 0);
-	fd = open(path("t"), O_RDWR);
+	ck_assert_int_eq(mu_write_file(mu_path("t"), a, len), 0);
+	ck_assert_int_eq(setxattr(mu_path("t"), "user.weightfs.dtype", "F32", 3, 0), 0);
+	ck_assert_int_eq(setxattr(mu_path("t"), "user.weightfs.shape", "[262144]", 8, 0), 0);
+	fd = open(mu_path("t"), O_RDWR);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(ftruncate(fd, 2 << 20), -1); /* grows past its shape */
 	ck_assert_int_eq(errno, EINVAL);
@@ -776,19 +776,19 @@ START_TEST(ftruncate_held_to_shape)
 	ck_assert_int_eq(fstat(fd, &st), 0);
 	ck_assert_int_eq(st.st_size, (off_t)len);
 	ck_assert_int_eq(close(fd), 0);
-	ck_assert_int_eq(stat(path("t"), &st), 0);
+	ck_assert_int_eq(stat(mu_path("t"), &st), 0);
 	ck_assert_int_eq(st.st_size, (off_t)len);
-	assert_file_equals(path("t"), a, len);
-	ck_assert_int_eq(log_count("ftruncate refused"), 2);
+	mu_assert_file_equals(mu_path("t"), a, len);
+	ck_assert_int_eq(mu_log_count("ftruncate refused"), 2);
 	/* A size that fits is taken: zeros, sealed when the descriptor is done. */
-	fd = open(path("t"), O_RDWR | O_TRUNC);
+	fd = open(mu_path("t"), O_RDWR | O_TRUNC);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(ftruncate(fd, (off_t)len), 0);
 	ck_assert_int_eq(close(fd), 0);
-	EVENTUALLY(stat(path("t"), &st) == 0 && st.st_size == (off_t)len &&
-		   getxattr(path("t"), "user.weightfs.digest", NULL, 0) == WFS_DIGEST_HEX_CHARS);
+	MU_EVENTUALLY(stat(mu_path("t"), &st) == 0 && st.st_size == (off_t)len &&
+		      getxattr(mu_path("t"), "user.weightfs.digest", NULL, 0) == WFS_DIGEST_HEX_CHARS);
 	memset(a, 0, len);
-	assert_file_equals(path("t"), a, len);
+	mu_assert_file_equals(mu_path("t"), a, len);
 	free(a);
 }
 END_TEST
@@ -800,7 +800,7 @@ static long long object_disk_bytes(const struct wfs_digest *d)
 	struct stat st;
 
 	wfs_store_object_name(d, name);
-	snprintf(p, sizeof(p), "%s/objects/%s", M.store, name);
+	snprintf(p, sizeof(p), "%s/objects/%s", mu.store, name);
 	ck_assert_int_eq(stat(p, &st), 0);
 	return (long long)st.st_blocks * 512;
 }
@@ -817,23 +817,23 @@ START_TEST(sparse_rewrite)
 	char got[4];
 	int fd;
 
-	fd = open(path("s"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	fd = open(mu_path("s"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(pwrite(fd, "head", 4, 0), 4);
 	ck_assert_int_eq(pwrite(fd, "tail", 4, size - 4), 4);
 	ck_assert_int_eq(close(fd), 0);
-	digest_xattr(path("s"), &d1);
+	mu_digest_xattr(mu_path("s"), &d1);
 	ck_assert_int_lt(object_disk_bytes(&d1), 1 << 20);
-	fd = open(path("s"), O_WRONLY);
+	fd = open(mu_path("s"), O_WRONLY);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(pwrite(fd, "X", 1, 4096), 1);
 	ck_assert_int_eq(close(fd), 0);
-	digest_xattr(path("s"), &d2);
+	mu_digest_xattr(mu_path("s"), &d2);
 	ck_assert(!wfs_digest_equal(&d1, &d2));
 	ck_assert_int_lt(object_disk_bytes(&d2), 1 << 20);
-	ck_assert_int_eq(stat(path("s"), &st), 0);
+	ck_assert_int_eq(stat(mu_path("s"), &st), 0);
 	ck_assert_int_eq(st.st_size, size);
-	fd = open(path("s"), O_RDONLY);
+	fd = open(mu_path("s"), O_RDONLY);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(pread(fd, got, 4, 0), 4);
 	ck_assert(memcmp(got, "head", 4) == 0);
@@ -852,30 +852,30 @@ START_TEST(corrupt_object)
 {
 	static const char *const what[] = {"bytes do not match", "bytes do not match", "missing from objects/"};
 	size_t len = 200000;
-	unsigned char *a = pattern(len, 12);
+	unsigned char *a = mu_pattern(len, 12);
 	struct wfs_digest d;
 	char hex[WFS_DIGEST_HEX_CHARS + 1], q[400];
 	int how = _i;
 
-	ck_assert_int_eq(write_file(path("c1"), a, len), 0);
-	ck_assert_int_eq(write_file(path("c2"), a, len), 0);
-	digest_xattr(path("c1"), &d);
-	daemon_stop();
-	damage_object(&d, how);
-	daemon_start();
+	ck_assert_int_eq(mu_write_file(mu_path("c1"), a, len), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("c2"), a, len), 0);
+	mu_digest_xattr(mu_path("c1"), &d);
+	mu_daemon_stop();
+	mu_damage_object(&d, how);
+	mu_daemon_start();
 	for (int i = 0; i < 3; i++) {
-		ck_assert_int_eq(open(path(i % 2 ? "c2" : "c1"), O_RDONLY), -1);
+		ck_assert_int_eq(open(mu_path(i % 2 ? "c2" : "c1"), O_RDONLY), -1);
 		ck_assert_int_eq(errno, EIO);
 	}
-	ck_assert_int_eq(log_count(what[how]), 1); /* once per object, not once per open */
+	ck_assert_int_eq(mu_log_count(what[how]), 1); /* once per object, not once per open */
 	ck_assert_int_eq(stat_counter("verify_failures"), how == 2 ? 0 : 1); /* a missing one is not a mismatch */
 	wfs_digest_to_hex(&d, hex);
-	snprintf(q, sizeof(q), "%s/quarantine/%s", M.store, hex);
+	snprintf(q, sizeof(q), "%s/quarantine/%s", mu.store, hex);
 	ck_assert_int_eq(access(q, F_OK), how == 2 ? -1 : 0);
 	/* Writing the same content again stores a good copy; every name works again. */
-	ck_assert_int_eq(write_file(path("c3"), a, len), 0);
-	assert_file_equals(path("c1"), a, len);
-	assert_file_equals(path("c2"), a, len);
+	ck_assert_int_eq(mu_write_file(mu_path("c3"), a, len), 0);
+	mu_assert_file_equals(mu_path("c1"), a, len);
+	mu_assert_file_equals(mu_path("c2"), a, len);
 	free(a);
 }
 END_TEST
@@ -896,18 +896,18 @@ START_TEST(io_faults)
 		{"version.pwrite=EIO:0", EIO, true},
 	};
 	size_t len = 2 << 20; /* beyond the in-memory size: the tmp file is written */
-	unsigned char *a = pattern(len, 50), *b = pattern(len, 51);
+	unsigned char *a = mu_pattern(len, 50), *b = mu_pattern(len, 51);
 	int i = _i, fd;
 	ssize_t n;
 
-	ck_assert_int_eq(write_file(path("old"), a, len), 0);
-	daemon_stop();
-	snprintf(M.fault, sizeof(M.fault), "%s", cases[i].fault);
-	M.opts[0] = '\0';
-	snprintf(M.opts, sizeof(M.opts), "sync");
-	daemon_start();
+	ck_assert_int_eq(mu_write_file(mu_path("old"), a, len), 0);
+	mu_daemon_stop();
+	snprintf(mu.fault, sizeof(mu.fault), "%s", cases[i].fault);
+	mu.opts[0] = '\0';
+	snprintf(mu.opts, sizeof(mu.opts), "sync");
+	mu_daemon_start();
 	/* Rewrite an existing name: it must keep its old bytes. */
-	fd = open(path("old"), O_WRONLY | O_TRUNC);
+	fd = open(mu_path("old"), O_WRONLY | O_TRUNC);
 	ck_assert_int_ge(fd, 0);
 	if (cases[i].at_write) {
 		size_t done = 0;
@@ -924,14 +924,14 @@ START_TEST(io_faults)
 		ck_assert_int_eq(close(fd), -1);
 		ck_assert_int_eq(errno, cases[i].err);
 	}
-	assert_file_equals(path("old"), a, len);
-	ck_assert_int_eq(count_objects(), 1);
+	mu_assert_file_equals(mu_path("old"), a, len);
+	ck_assert_int_eq(mu_count_objects(), 1);
 	/* Without the fault, the same write works. */
-	daemon_stop();
-	M.fault[0] = '\0';
-	daemon_start();
-	ck_assert_int_eq(write_file(path("old"), b, len), 0);
-	assert_file_equals(path("old"), b, len);
+	mu_daemon_stop();
+	mu.fault[0] = '\0';
+	mu_daemon_start();
+	ck_assert_int_eq(mu_write_file(mu_path("old"), b, len), 0);
+	mu_assert_file_equals(mu_path("old"), b, len);
 	free(a);
 	free(b);
 }
@@ -946,9 +946,9 @@ START_TEST(replace_races)
 	int status, failures = 0;
 
 	{
-		unsigned char *first = pattern(len, 100);
+		unsigned char *first = mu_pattern(len, 100);
 
-		ck_assert_int_eq(write_file(path("hot"), first, len), 0);
+		ck_assert_int_eq(mu_write_file(mu_path("hot"), first, len), 0);
 		free(first);
 	}
 	for (int p = 0; p < WRITERS + READERS; p++) {
@@ -957,12 +957,12 @@ START_TEST(replace_races)
 		if (pids[p] != 0)
 			continue;
 		if (p < WRITERS) {
-			unsigned char *mine = pattern(len, 101 + (uint32_t)p);
+			unsigned char *mine = mu_pattern(len, 101 + (uint32_t)p);
 			char tmp[32];
 
 			snprintf(tmp, sizeof(tmp), ".hot.%d", p);
 			for (int r = 0; r < ROUNDS; r++)
-				if (write_file(path(tmp), mine, len) || rename(path(tmp), path("hot")))
+				if (mu_write_file(mu_path(tmp), mine, len) || rename(mu_path(tmp), mu_path("hot")))
 					_exit(1);
 			_exit(0);
 		}
@@ -970,9 +970,9 @@ START_TEST(replace_races)
 		unsigned char *known[WRITERS + 1];
 
 		for (int k = 0; k <= WRITERS; k++)
-			known[k] = pattern(len, 100 + (uint32_t)k);
+			known[k] = mu_pattern(len, 100 + (uint32_t)k);
 		for (int r = 0; r < ROUNDS * 4; r++) {
-			int fd = open(path("hot"), O_RDONLY);
+			int fd = open(mu_path("hot"), O_RDONLY);
 			unsigned char *m;
 			bool match = false;
 
@@ -1000,7 +1000,7 @@ START_TEST(replace_races)
 	}
 	ck_assert_int_eq(failures, 0);
 	/* Exactly the last writer's content is left, and only its object. */
-	EVENTUALLY(count_objects() == 1);
+	MU_EVENTUALLY(mu_count_objects() == 1);
 }
 END_TEST
 
@@ -1010,9 +1010,9 @@ START_TEST(other_users)
 	pid_t pid;
 	int status;
 
-	ck_assert_int_eq(write_file(path("private"), "secret", 6), 0);
-	ck_assert_int_eq(chmod(path("private"), 0600), 0);
-	ck_assert_int_eq(chmod(M.dir, 0755), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("private"), "secret", 6), 0);
+	ck_assert_int_eq(chmod(mu_path("private"), 0600), 0);
+	ck_assert_int_eq(chmod(mu.dir, 0755), 0);
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
@@ -1021,7 +1021,7 @@ START_TEST(other_users)
 		if (setgid(65534) || setuid(65534))
 			_exit(10);
 		/* FUSE refuses every other user at the door (without allow_other). */
-		if (stat(path("private"), &st) == 0 || errno != EACCES)
+		if (stat(mu_path("private"), &st) == 0 || errno != EACCES)
 			_exit(11);
 		_exit(0);
 	}
@@ -1030,12 +1030,12 @@ START_TEST(other_users)
 		      WEXITSTATUS(status));
 
 	/* With allow_other, the kernel checks mode bits (default_permissions is always on). */
-	daemon_stop();
-	snprintf(M.opts, sizeof(M.opts), "allow_other");
-	daemon_start();
-	ck_assert_int_eq(write_file(path("public"), "hello", 5), 0);
-	ck_assert_int_eq(chmod(path("public"), 0644), 0);
-	ck_assert_int_eq(chmod(M.mnt, 0755), 0);
+	mu_daemon_stop();
+	snprintf(mu.opts, sizeof(mu.opts), "allow_other");
+	mu_daemon_start();
+	ck_assert_int_eq(mu_write_file(mu_path("public"), "hello", 5), 0);
+	ck_assert_int_eq(chmod(mu_path("public"), 0644), 0);
+	ck_assert_int_eq(chmod(mu.mnt, 0755), 0);
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
@@ -1044,17 +1044,17 @@ START_TEST(other_users)
 
 		if (setgid(65534) || setuid(65534))
 			_exit(10);
-		fd = open(path("public"), O_RDONLY);
+		fd = open(mu_path("public"), O_RDONLY);
 		if (fd < 0 || read(fd, buf, sizeof(buf)) != 5)
 			_exit(12);
 		close(fd);
-		if (open(path("private"), O_RDONLY) != -1 || errno != EACCES)
+		if (open(mu_path("private"), O_RDONLY) != -1 || errno != EACCES)
 			_exit(13);
-		if (open(path("public"), O_WRONLY) != -1 || errno != EACCES)
+		if (open(mu_path("public"), O_WRONLY) != -1 || errno != EACCES)
 			_exit(14);
-		if (open(path("newfile"), O_WRONLY | O_CREAT, 0644) != -1 || errno != EACCES)
+		if (open(mu_path("newfile"), O_WRONLY | O_CREAT, 0644) != -1 || errno != EACCES)
 			_exit(15);
-		if (setxattr(path("public"), "user.x", "1", 1, 0) != -1 || errno != EACCES)
+		if (setxattr(mu_path("public"), "user.x", "1", 1, 0) != -1 || errno != EACCES)
 			_exit(16);
 		_exit(0);
 	}
@@ -1068,26 +1068,26 @@ END_TEST
 START_TEST(retain_budget)
 {
 	size_t len = 1 << 20;
-	unsigned char *a = pattern(len, 60), *b = pattern(len, 61);
+	unsigned char *a = mu_pattern(len, 60), *b = mu_pattern(len, 61);
 	struct wfs_digest da, db;
 
-	daemon_stop();
-	snprintf(M.opts, sizeof(M.opts), "retain=1M");
-	daemon_start();
-	ck_assert_int_eq(write_file(path("a"), a, len), 0);
-	ck_assert_int_eq(write_file(path("b"), b, len), 0);
-	digest_xattr(path("a"), &da);
-	digest_xattr(path("b"), &db);
-	ck_assert_int_eq(unlink(path("a")), 0);
-	EVENTUALLY(count_objects() == 2 && object_exists(&da)); /* within the 1 MiB budget: kept */
+	mu_daemon_stop();
+	snprintf(mu.opts, sizeof(mu.opts), "retain=1M");
+	mu_daemon_start();
+	ck_assert_int_eq(mu_write_file(mu_path("a"), a, len), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("b"), b, len), 0);
+	mu_digest_xattr(mu_path("a"), &da);
+	mu_digest_xattr(mu_path("b"), &db);
+	ck_assert_int_eq(unlink(mu_path("a")), 0);
+	MU_EVENTUALLY(mu_count_objects() == 2 && mu_object_exists(&da)); /* within the 1 MiB budget: kept */
 	sleep(1); /* release times have one-second resolution */
-	ck_assert_int_eq(unlink(path("b")), 0);
-	EVENTUALLY(!object_exists(&da)); /* over budget: the older release goes */
-	ck_assert(object_exists(&db));
+	ck_assert_int_eq(unlink(mu_path("b")), 0);
+	MU_EVENTUALLY(!mu_object_exists(&da)); /* over budget: the older release goes */
+	ck_assert(mu_object_exists(&db));
 	/* The kept object serves a rewrite of the same bytes with no new object file. */
-	ck_assert_int_eq(write_file(path("b2"), b, len), 0);
-	ck_assert_int_eq(count_objects(), 1);
-	assert_file_equals(path("b2"), b, len);
+	ck_assert_int_eq(mu_write_file(mu_path("b2"), b, len), 0);
+	ck_assert_int_eq(mu_count_objects(), 1);
+	mu_assert_file_equals(mu_path("b2"), b, len);
 	free(a);
 	free(b);
 }
@@ -1098,13 +1098,13 @@ END_TEST
 START_TEST(seal_at_writers_close)
 {
 	size_t len = 256 * 1024;
-	unsigned char *a = pattern(len, 70);
+	unsigned char *a = mu_pattern(len, 70);
 	struct wfs_digest want, got;
 	pid_t child;
 	int fd, status;
 
 	/* A child that inherited the descriptor exits halfway through the parent's write. */
-	fd = open(path("forked"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	fd = open(mu_path("forked"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(write(fd, a, len / 2), (ssize_t)(len / 2));
 	child = fork();
@@ -1112,15 +1112,15 @@ START_TEST(seal_at_writers_close)
 	if (child == 0)
 		_exit(0);
 	waitpid(child, &status, 0);
-	ck_assert_int_eq(getxattr(path("forked"), "user.weightfs.digest", NULL, 0), -1); /* not sealed */
+	ck_assert_int_eq(getxattr(mu_path("forked"), "user.weightfs.digest", NULL, 0), -1); /* not sealed */
 	ck_assert_int_eq(write(fd, a + len / 2, len - len / 2), (ssize_t)(len - len / 2));
 	ck_assert_int_eq(close(fd), 0);
 	wfs_digest_buf(a, len, &want);
-	digest_xattr(path("forked"), &got);
+	mu_digest_xattr(mu_path("forked"), &got);
 	ck_assert(wfs_digest_equal(&want, &got));
 
 	/* numpy.memmap(mode='w+'): size the file, map it, close the descriptor, then fill the map. */
-	fd = open(path("memmap"), O_RDWR | O_CREAT | O_TRUNC, 0644);
+	fd = open(mu_path("memmap"), O_RDWR | O_CREAT | O_TRUNC, 0644);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(ftruncate(fd, (off_t)len), 0);
 	{
@@ -1128,12 +1128,12 @@ START_TEST(seal_at_writers_close)
 
 		ck_assert_ptr_ne(m, MAP_FAILED);
 		ck_assert_int_eq(close(fd), 0);
-		ck_assert_int_eq(getxattr(path("memmap"), "user.weightfs.digest", NULL, 0), -1);
+		ck_assert_int_eq(getxattr(mu_path("memmap"), "user.weightfs.digest", NULL, 0), -1);
 		memcpy(m, a, len);
 		ck_assert_int_eq(munmap(m, len), 0);
 	}
-	EVENTUALLY(getxattr(path("memmap"), "user.weightfs.digest", NULL, 0) == WFS_DIGEST_HEX_CHARS);
-	assert_file_equals(path("memmap"), a, len);
+	MU_EVENTUALLY(getxattr(mu_path("memmap"), "user.weightfs.digest", NULL, 0) == WFS_DIGEST_HEX_CHARS);
+	mu_assert_file_equals(mu_path("memmap"), a, len);
 	free(a);
 }
 END_TEST
@@ -1146,17 +1146,17 @@ END_TEST
 START_TEST(truncate_dup_close)
 {
 	size_t len = 300000;
-	unsigned char *a = pattern(len, 71), *b = pattern(len, 72);
+	unsigned char *a = mu_pattern(len, 71), *b = mu_pattern(len, 72);
 	struct wfs_digest da, got;
 	pid_t child;
 	int status;
 
-	ck_assert_int_eq(write_file(path("r"), a, len), 0);
-	digest_xattr(path("r"), &da);
+	ck_assert_int_eq(mu_write_file(mu_path("r"), a, len), 0);
+	mu_digest_xattr(mu_path("r"), &da);
 	child = fork();
 	ck_assert_int_ge(child, 0);
 	if (child == 0) {
-		int fd = open(path("r"), O_WRONLY | O_TRUNC), fd2;
+		int fd = open(mu_path("r"), O_WRONLY | O_TRUNC), fd2;
 
 		if (fd < 0)
 			_exit(10);
@@ -1168,13 +1168,13 @@ START_TEST(truncate_dup_close)
 		_exit(12);
 	}
 	usleep(300000);
-	digest_xattr(path("r"), &got);
+	mu_digest_xattr(mu_path("r"), &got);
 	ck_assert_msg(wfs_digest_equal(&got, &da), "the name changed before its writer finished");
 	kill(child, SIGKILL);
 	waitpid(child, &status, 0);
-	EVENTUALLY(log_count("writer killed by signal 9") == 1);
-	assert_file_equals(path("r"), a, len);
-	digest_xattr(path("r"), &got);
+	MU_EVENTUALLY(mu_log_count("writer killed by signal 9") == 1);
+	mu_assert_file_equals(mu_path("r"), a, len);
+	mu_digest_xattr(mu_path("r"), &got);
 	ck_assert(wfs_digest_equal(&got, &da));
 
 	/* Created and closed with nothing written: sealed empty by the time its digest is asked for. */
@@ -1183,10 +1183,10 @@ START_TEST(truncate_dup_close)
 		int fd;
 
 		snprintf(name, sizeof(name), "empty%d", i);
-		fd = open(path(name), O_WRONLY | O_CREAT | O_EXCL, 0644);
+		fd = open(mu_path(name), O_WRONLY | O_CREAT | O_EXCL, 0644);
 		ck_assert_int_ge(fd, 0);
 		ck_assert_int_eq(close(fd), 0);
-		digest_xattr(path(name), &got);
+		mu_digest_xattr(mu_path(name), &got);
 	}
 	free(a);
 	free(b);
@@ -1200,7 +1200,7 @@ END_TEST
 START_TEST(damaged_after_check)
 {
 	size_t len = 200000;
-	unsigned char *a = pattern(len, 73), *b = pattern(len, 74);
+	unsigned char *a = mu_pattern(len, 73), *b = mu_pattern(len, 74);
 	const char *build = getenv("WFS_BUILD") ? getenv("WFS_BUILD") : "build";
 	char name[34], op[400], cmd[1200], out[4096];
 	struct wfs_digest da, db;
@@ -1210,42 +1210,42 @@ START_TEST(damaged_after_check)
 	size_t n;
 	int fd;
 
-	ck_assert_int_eq(write_file(path("a"), a, len), 0);
-	ck_assert_int_eq(write_file(path("b"), b, len), 0);
-	digest_xattr(path("a"), &da);
-	digest_xattr(path("b"), &db);
-	assert_file_equals(path("a"), a, len); /* checked by this run (published by it, too) */
+	ck_assert_int_eq(mu_write_file(mu_path("a"), a, len), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("b"), b, len), 0);
+	mu_digest_xattr(mu_path("a"), &da);
+	mu_digest_xattr(mu_path("b"), &db);
+	mu_assert_file_equals(mu_path("a"), a, len); /* checked by this run (published by it, too) */
 	wfs_store_object_name(&da, name);
-	snprintf(op, sizeof(op), "%s/objects/%s", M.store, name);
+	snprintf(op, sizeof(op), "%s/objects/%s", mu.store, name);
 	ck_assert_int_eq(stat(op, &st), 0);
-	damage_object(&da, 0);
+	mu_damage_object(&da, 0);
 	times[0] = st.st_atim;
 	times[1] = st.st_mtim;
 	ck_assert_int_eq(utimensat(AT_FDCWD, op, times, 0), 0); /* mtime as it was */
-	ck_assert_int_eq(open(path("a"), O_RDONLY), -1);
+	ck_assert_int_eq(open(mu_path("a"), O_RDONLY), -1);
 	ck_assert_int_eq(errno, EIO);
-	ck_assert_int_eq(log_count("bytes do not match"), 1);
+	ck_assert_int_eq(mu_log_count("bytes do not match"), 1);
 
 	/* Online fsck: b is damaged; the daemon is told and quarantines it. */
-	damage_object(&db, 0);
-	snprintf(cmd, sizeof(cmd), "%s/weightfsctl fsck %s 2>&1", build, M.mnt);
+	mu_damage_object(&db, 0);
+	snprintf(cmd, sizeof(cmd), "%s/weightfsctl fsck %s 2>&1", build, mu.mnt);
 	p = popen(cmd, "r");
 	ck_assert_ptr_nonnull(p);
 	n = fread(out, 1, sizeof(out) - 1, p);
 	out[n] = '\0';
 	ck_assert_int_eq(WEXITSTATUS(pclose(p)), 1);
 	ck_assert_msg(strstr(out, "[the daemon quarantined it]") != NULL, "fsck said: %s", out);
-	ck_assert_int_eq(setxattr(M.mnt, "user.weightfs.recheck", "00000000000000000000000000000000", 32, 0), -1);
+	ck_assert_int_eq(setxattr(mu.mnt, "user.weightfs.recheck", "00000000000000000000000000000000", 32, 0), -1);
 	ck_assert_int_eq(errno, ENODATA); /* not stored: nothing to check, nothing logged */
-	ck_assert_int_eq(log_count("bytes do not match"), 2);
-	ck_assert_int_eq(open(path("b"), O_RDONLY), -1);
+	ck_assert_int_eq(mu_log_count("bytes do not match"), 2);
+	ck_assert_int_eq(open(mu_path("b"), O_RDONLY), -1);
 	ck_assert_int_eq(errno, EIO);
 	/* Writing the content again heals both names' content. */
-	ck_assert_int_eq(write_file(path("a2"), a, len), 0);
-	ck_assert_int_eq(write_file(path("b2"), b, len), 0);
-	assert_file_equals(path("a"), a, len);
-	assert_file_equals(path("b"), b, len);
-	fd = open(path("b"), O_RDONLY);
+	ck_assert_int_eq(mu_write_file(mu_path("a2"), a, len), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("b2"), b, len), 0);
+	mu_assert_file_equals(mu_path("a"), a, len);
+	mu_assert_file_equals(mu_path("b"), b, len);
+	fd = open(mu_path("b"), O_RDONLY);
 	ck_assert_int_ge(fd, 0);
 	close(fd);
 	free(a);
@@ -1260,14 +1260,14 @@ START_TEST(times_set_before_close)
 	struct stat st;
 	int fd;
 
-	fd = open(path("old"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	fd = open(mu_path("old"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(write(fd, "abc", 3), 3);
 	ck_assert_int_eq(futimens(fd, ts), 0);
 	ck_assert_int_eq(close(fd), 0);
-	daemon_stop();
-	daemon_start();
-	ck_assert_int_eq(stat(path("old"), &st), 0);
+	mu_daemon_stop();
+	mu_daemon_start();
+	ck_assert_int_eq(stat(mu_path("old"), &st), 0);
 	ck_assert_int_eq(st.st_mtim.tv_sec, 978307200);
 }
 END_TEST
@@ -1276,18 +1276,18 @@ END_TEST
 START_TEST(dedup_onto_damaged_object)
 {
 	size_t len = 300000;
-	unsigned char *a = pattern(len, 80);
+	unsigned char *a = mu_pattern(len, 80);
 	struct wfs_digest d;
 
-	ck_assert_int_eq(write_file(path("first"), a, len), 0);
-	digest_xattr(path("first"), &d);
-	daemon_stop();
-	damage_object(&d, 0);
-	daemon_start();
-	ck_assert_int_eq(write_file(path("second"), a, len), 0);
-	assert_file_equals(path("second"), a, len);
-	assert_file_equals(path("first"), a, len);
-	ck_assert_int_eq(log_count("bytes do not match"), 1);
+	ck_assert_int_eq(mu_write_file(mu_path("first"), a, len), 0);
+	mu_digest_xattr(mu_path("first"), &d);
+	mu_daemon_stop();
+	mu_damage_object(&d, 0);
+	mu_daemon_start();
+	ck_assert_int_eq(mu_write_file(mu_path("second"), a, len), 0);
+	mu_assert_file_equals(mu_path("second"), a, len);
+	mu_assert_file_equals(mu_path("first"), a, len);
+	ck_assert_int_eq(mu_log_count("bytes do not match"), 1);
 	free(a);
 }
 END_TEST
@@ -1297,19 +1297,19 @@ END_TEST
 START_TEST(dedup_verify_bytes)
 {
 	size_t len = 300000;
-	unsigned char *a = pattern(len, 81);
+	unsigned char *a = mu_pattern(len, 81);
 	struct wfs_digest d;
 
-	ck_assert_int_eq(write_file(path("first"), a, len), 0);
-	digest_xattr(path("first"), &d);
-	daemon_stop();
-	damage_object(&d, 0); /* stands in for a collision: verify=none will not notice it */
-	snprintf(M.opts, sizeof(M.opts), "verify=none,dedup_verify=bytes");
-	daemon_start();
-	ck_assert_int_eq(write_file(path("second"), a, len), -EIO);
-	ck_assert_int_eq(log_count("same digest, different bytes"), 1);
-	ck_assert_int_eq(getxattr(path("second"), "user.weightfs.digest", NULL, 0), -1);
-	ck_assert_int_eq(write_file(path("third"), "other", 5), 0); /* everything else works */
+	ck_assert_int_eq(mu_write_file(mu_path("first"), a, len), 0);
+	mu_digest_xattr(mu_path("first"), &d);
+	mu_daemon_stop();
+	mu_damage_object(&d, 0); /* stands in for a collision: verify=none will not notice it */
+	snprintf(mu.opts, sizeof(mu.opts), "verify=none,dedup_verify=bytes");
+	mu_daemon_start();
+	ck_assert_int_eq(mu_write_file(mu_path("second"), a, len), -EIO);
+	ck_assert_int_eq(mu_log_count("same digest, different bytes"), 1);
+	ck_assert_int_eq(getxattr(mu_path("second"), "user.weightfs.digest", NULL, 0), -1);
+	ck_assert_int_eq(mu_write_file(mu_path("third"), "other", 5), 0); /* everything else works */
 	free(a);
 }
 END_TEST
@@ -1321,47 +1321,47 @@ START_TEST(tensor_xattrs)
 	char buf[64], longshape[1200];
 	int objects;
 
-	daemon_stop();
-	snprintf(M.opts, sizeof(M.opts), "retain=1G"); /* a refused seal must leave no object behind */
-	daemon_start();
-	ck_assert_int_eq(write_file(path("w"), "0123456789abcdef", 16), 0);
-	ck_assert_int_eq(setxattr(path("w"), "user.weightfs.dtype", "F99", 3, 0), -1);
+	mu_daemon_stop();
+	snprintf(mu.opts, sizeof(mu.opts), "retain=1G"); /* a refused seal must leave no object behind */
+	mu_daemon_start();
+	ck_assert_int_eq(mu_write_file(mu_path("w"), "0123456789abcdef", 16), 0);
+	ck_assert_int_eq(setxattr(mu_path("w"), "user.weightfs.dtype", "F99", 3, 0), -1);
 	ck_assert_int_eq(errno, EINVAL);
-	ck_assert_int_eq(setxattr(path("w"), "user.weightfs.shape", "[2,", 3, 0), -1);
+	ck_assert_int_eq(setxattr(mu_path("w"), "user.weightfs.shape", "[2,", 3, 0), -1);
 	ck_assert_int_eq(errno, EINVAL);
-	ck_assert_int_eq(setxattr(path("w"), "user.weightfs.dtype", "F32", 3, 0), 0);
-	ck_assert_int_eq(setxattr(path("w"), "user.weightfs.shape", "[2,3]", 5, 0), -1); /* 24 bytes */
+	ck_assert_int_eq(setxattr(mu_path("w"), "user.weightfs.dtype", "F32", 3, 0), 0);
+	ck_assert_int_eq(setxattr(mu_path("w"), "user.weightfs.shape", "[2,3]", 5, 0), -1); /* 24 bytes */
 	ck_assert_int_eq(errno, EINVAL);
-	ck_assert_int_eq(setxattr(path("w"), "user.weightfs.shape", "[2,2]", 5, 0), 0);
-	ck_assert_int_eq(setxattr(path("w"), "user.weightfs.dtype", "BF16", 4, 0), -1); /* 8 bytes */
+	ck_assert_int_eq(setxattr(mu_path("w"), "user.weightfs.shape", "[2,2]", 5, 0), 0);
+	ck_assert_int_eq(setxattr(mu_path("w"), "user.weightfs.dtype", "BF16", 4, 0), -1); /* 8 bytes */
 	ck_assert_int_eq(errno, EINVAL);
-	ck_assert_int_eq(getxattr(path("w"), "user.weightfs.shape", buf, sizeof(buf)), 5);
+	ck_assert_int_eq(getxattr(mu_path("w"), "user.weightfs.shape", buf, sizeof(buf)), 5);
 	ck_assert(memcmp(buf, "[2,2]", 5) == 0);
-	ck_assert_int_eq(getxattr(path("w"), "user.weightfs.dtype", buf, sizeof(buf)), 3);
+	ck_assert_int_eq(getxattr(mu_path("w"), "user.weightfs.dtype", buf, sizeof(buf)), 3);
 	ck_assert(memcmp(buf, "F32", 3) == 0);
-	ck_assert_int_eq(log_count("does not make the file's 16 bytes"), 2);
+	ck_assert_int_eq(mu_log_count("does not make the file's 16 bytes"), 2);
 	/* Other user.* names are stored as given. */
-	ck_assert_int_eq(setxattr(path("w"), "user.note", "[2,", 3, 0), 0);
+	ck_assert_int_eq(setxattr(mu_path("w"), "user.note", "[2,", 3, 0), 0);
 	/* A valid shape longer than any the seal reads back (1 KiB) is refused up front. */
 	memset(longshape, ' ', sizeof(longshape));
 	memcpy(longshape, "[2,", 3);
 	memcpy(longshape + sizeof(longshape) - 2, "2]", 2);
-	ck_assert_int_eq(setxattr(path("w"), "user.weightfs.shape", longshape, sizeof(longshape), 0), -1);
+	ck_assert_int_eq(setxattr(mu_path("w"), "user.weightfs.shape", longshape, sizeof(longshape), 0), -1);
 	ck_assert_int_eq(errno, EINVAL);
 	/* Rewritten in place, the file is held to its attributes: close fails, the bytes stay, and
 	 * nothing was published for them. */
-	objects = count_objects();
-	ck_assert_int_eq(write_file(path("w"), "0123456789abcdefXXXX", 20), -EINVAL);
-	assert_file_equals(path("w"), (const unsigned char *)"0123456789abcdef", 16);
-	ck_assert_int_eq(count_objects(), objects);
-	ck_assert_int_eq(log_count("seal refused: shape [2,2] x F32 (4 bytes) does not make the file's 20"), 1);
-	ck_assert_int_eq(write_file(path("w"), "fedcba9876543210", 16), 0);
-	assert_file_equals(path("w"), (const unsigned char *)"fedcba9876543210", 16);
+	objects = mu_count_objects();
+	ck_assert_int_eq(mu_write_file(mu_path("w"), "0123456789abcdefXXXX", 20), -EINVAL);
+	mu_assert_file_equals(mu_path("w"), (const unsigned char *)"0123456789abcdef", 16);
+	ck_assert_int_eq(mu_count_objects(), objects);
+	ck_assert_int_eq(mu_log_count("seal refused: shape [2,2] x F32 (4 bytes) does not make the file's 20"), 1);
+	ck_assert_int_eq(mu_write_file(mu_path("w"), "fedcba9876543210", 16), 0);
+	mu_assert_file_equals(mu_path("w"), (const unsigned char *)"fedcba9876543210", 16);
 	/* Set while a new file is being written: checked when it is sealed. */
 	{
 		char hex[WFS_DIGEST_HEX_CHARS + 1];
 		struct wfs_digest d;
-		int fd = open(path("n"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+		int fd = open(mu_path("n"), O_WRONLY | O_CREAT | O_EXCL, 0644);
 
 		ck_assert_int_ge(fd, 0);
 		ck_assert_int_eq(fsetxattr(fd, "user.weightfs.dtype", "F16", 3, 0), 0);
@@ -1369,9 +1369,9 @@ START_TEST(tensor_xattrs)
 		ck_assert_int_eq(write(fd, "abcdef", 6), 6);
 		ck_assert_int_eq(close(fd), 0);
 		/* A claim is held to them too. */
-		digest_xattr(path("w"), &d);
+		mu_digest_xattr(mu_path("w"), &d);
 		wfs_digest_to_hex(&d, hex);
-		fd = open(path("n2"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+		fd = open(mu_path("n2"), O_WRONLY | O_CREAT | O_EXCL, 0644);
 		ck_assert_int_ge(fd, 0);
 		ck_assert_int_eq(fsetxattr(fd, "user.weightfs.dtype", "F16", 3, 0), 0);
 		ck_assert_int_eq(fsetxattr(fd, "user.weightfs.shape", "[3]", 3, 0), 0);
@@ -1380,7 +1380,7 @@ START_TEST(tensor_xattrs)
 		ck_assert_int_eq(fsetxattr(fd, "user.weightfs.shape", "[8]", 3, 0), 0);
 		ck_assert_int_eq(fsetxattr(fd, "user.weightfs.claim", hex, WFS_DIGEST_HEX_CHARS, 0), 0);
 		ck_assert_int_eq(close(fd), 0);
-		assert_file_equals(path("n2"), (const unsigned char *)"fedcba9876543210", 16);
+		mu_assert_file_equals(mu_path("n2"), (const unsigned char *)"fedcba9876543210", 16);
 	}
 }
 END_TEST
@@ -1395,7 +1395,7 @@ START_TEST(delete_races_writers)
 {
 	enum { CHURN = 2, KEEP = 2, ROUNDS = 40 };
 	size_t len = 200000;
-	unsigned char *x = pattern(len, 90);
+	unsigned char *x = mu_pattern(len, 90);
 	pid_t pids[CHURN + KEEP];
 	int status, failures = 0;
 	char name[32];
@@ -1407,9 +1407,9 @@ START_TEST(delete_races_writers)
 			continue;
 		for (int r = 0; r < ROUNDS; r++) {
 			snprintf(name, sizeof(name), "%s%d.%d", p < CHURN ? "churn" : "keep", p, r);
-			if (write_file(path(name), x, len))
+			if (mu_write_file(mu_path(name), x, len))
 				_exit(1);
-			if (p < CHURN && unlink(path(name)))
+			if (p < CHURN && unlink(mu_path(name)))
 				_exit(2);
 		}
 		_exit(0);
@@ -1423,9 +1423,9 @@ START_TEST(delete_races_writers)
 	for (int p = CHURN; p < CHURN + KEEP; p++)
 		for (int r = 0; r < ROUNDS; r += 7) {
 			snprintf(name, sizeof(name), "keep%d.%d", p, r);
-			assert_file_equals(path(name), x, len);
+			mu_assert_file_equals(mu_path(name), x, len);
 		}
-	ck_assert_int_eq(count_objects(), 1);
+	ck_assert_int_eq(mu_count_objects(), 1);
 	free(x);
 }
 END_TEST
@@ -1440,7 +1440,7 @@ static int claim_path(const char *p, const char *hex, size_t len)
 static long long stat_counter(const char *key)
 {
 	char buf[4096], needle[64], *at;
-	ssize_t n = getxattr(M.mnt, "user.weightfs.stats", buf, sizeof(buf) - 1);
+	ssize_t n = getxattr(mu.mnt, "user.weightfs.stats", buf, sizeof(buf) - 1);
 
 	ck_assert_msg(n > 0, "getxattr stats: %s", strerror(errno));
 	buf[n] = '\0';
@@ -1454,95 +1454,95 @@ static long long stat_counter(const char *key)
 START_TEST(digest_claim)
 {
 	size_t len = (2u << 20) + 77; /* bigger than one in-memory version */
-	unsigned char *a = pattern(len, 80), *b = pattern(4096, 81);
+	unsigned char *a = mu_pattern(len, 80), *b = mu_pattern(4096, 81);
 	char hex[WFS_DIGEST_HEX_CHARS + 2], other[WFS_DIGEST_HEX_CHARS + 1];
 	struct wfs_digest d, got;
 	long long published;
 	struct stat st;
 	int fd;
 
-	ck_assert_int_eq(write_file(path("a"), a, len), 0);
-	ck_assert_int_eq(write_file(path("t"), b, 4096), 0);
-	digest_xattr(path("a"), &d);
+	ck_assert_int_eq(mu_write_file(mu_path("a"), a, len), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("t"), b, 4096), 0);
+	mu_digest_xattr(mu_path("a"), &d);
 	wfs_digest_to_hex(&d, hex);
 	published = stat_counter("bytes_published");
 
 	/* Created, still open for writing: the claim seals it; close changes nothing. */
-	fd = open(path("b"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+	fd = open(mu_path("b"), O_WRONLY | O_CREAT | O_EXCL, 0644);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.claim", hex, WFS_DIGEST_HEX_CHARS, 0), 0);
 	ck_assert_int_eq(fstat(fd, &st), 0);
 	ck_assert_int_eq(st.st_size, (off_t)len);
 	ck_assert_int_eq(close(fd), 0);
-	assert_file_equals(path("b"), a, len);
-	digest_xattr(path("b"), &got);
+	mu_assert_file_equals(mu_path("b"), a, len);
+	mu_digest_xattr(mu_path("b"), &got);
 	ck_assert(wfs_digest_equal(&got, &d));
 
 	/* An empty sealed file, by path, value with a trailing newline (setfattr -v "$(...)"). */
-	ck_assert_int_eq(write_file(path("c"), "", 0), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("c"), "", 0), 0);
 	hex[WFS_DIGEST_HEX_CHARS] = '\n';
-	ck_assert_int_eq(claim_path(path("c"), hex, WFS_DIGEST_HEX_CHARS + 1), 0);
+	ck_assert_int_eq(claim_path(mu_path("c"), hex, WFS_DIGEST_HEX_CHARS + 1), 0);
 	hex[WFS_DIGEST_HEX_CHARS] = '\0';
-	assert_file_equals(path("c"), a, len);
+	mu_assert_file_equals(mu_path("c"), a, len);
 	/* Opened with O_TRUNC: the file is empty now, whatever it held. */
-	fd = open(path("t"), O_WRONLY | O_TRUNC);
+	fd = open(mu_path("t"), O_WRONLY | O_TRUNC);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.claim", hex, WFS_DIGEST_HEX_CHARS, 0), 0);
 	ck_assert_int_eq(close(fd), 0);
-	assert_file_equals(path("t"), a, len);
+	mu_assert_file_equals(mu_path("t"), a, len);
 	ck_assert_int_eq(stat_counter("bytes_published"), published); /* no object bytes written */
 	ck_assert_int_eq(stat_counter("claims"), 3);
-	EVENTUALLY(count_objects() == 1); /* the empty object and b's 4 KiB went with their names */
+	MU_EVENTUALLY(mu_count_objects() == 1); /* the empty object and b's 4 KiB went with their names */
 
 	/* Refusals: the name keeps what it had. */
-	ck_assert_int_eq(claim_path(path("a"), hex, WFS_DIGEST_HEX_CHARS), EEXIST); /* has content */
-	fd = open(path("w"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+	ck_assert_int_eq(claim_path(mu_path("a"), hex, WFS_DIGEST_HEX_CHARS), EEXIST); /* has content */
+	fd = open(mu_path("w"), O_WRONLY | O_CREAT | O_EXCL, 0644);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(write(fd, b, 10), 10);
 	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.claim", hex, WFS_DIGEST_HEX_CHARS, 0), -1);
 	ck_assert_int_eq(errno, EEXIST); /* bytes written */
 	ck_assert_int_eq(close(fd), 0);
-	assert_file_equals(path("w"), b, 10);
+	mu_assert_file_equals(mu_path("w"), b, 10);
 	tu_fill(other, WFS_DIGEST_HEX_CHARS, 82);
 	for (int i = 0; i < WFS_DIGEST_HEX_CHARS; i++)
 		other[i] = "0123456789abcdef"[(unsigned char)other[i] % 16];
 	other[WFS_DIGEST_HEX_CHARS] = '\0';
-	fd = open(path("m"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+	fd = open(mu_path("m"), O_WRONLY | O_CREAT | O_EXCL, 0644);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.claim", other, WFS_DIGEST_HEX_CHARS, 0), -1);
 	ck_assert_int_eq(errno, ENODATA); /* not stored: the client writes the bytes */
 	ck_assert_int_eq(write(fd, b, 4096), 4096);
 	ck_assert_int_eq(close(fd), 0);
-	assert_file_equals(path("m"), b, 4096);
+	mu_assert_file_equals(mu_path("m"), b, 4096);
 	ck_assert_int_eq(stat_counter("claim_misses"), 1);
-	ck_assert_int_eq(write_file(path("e"), "", 0), 0);
-	ck_assert_int_eq(claim_path(path("e"), "xyz", 3), EINVAL);
-	ck_assert_int_eq(claim_path(path("e"), "0123456789abcdef0123456789abcdeg", 32), EINVAL);
-	ck_assert_int_eq(claim_path(path("e"), hex, WFS_DIGEST_HEX_CHARS - 1), EINVAL);
-	ck_assert_int_eq(mkdir(path("dir"), 0755), 0);
-	ck_assert_int_eq(claim_path(path("dir"), hex, WFS_DIGEST_HEX_CHARS), EINVAL);
-	ck_assert_int_eq(getxattr(path("e"), "user.weightfs.claim", other, sizeof(other)), -1);
+	ck_assert_int_eq(mu_write_file(mu_path("e"), "", 0), 0);
+	ck_assert_int_eq(claim_path(mu_path("e"), "xyz", 3), EINVAL);
+	ck_assert_int_eq(claim_path(mu_path("e"), "0123456789abcdef0123456789abcdeg", 32), EINVAL);
+	ck_assert_int_eq(claim_path(mu_path("e"), hex, WFS_DIGEST_HEX_CHARS - 1), EINVAL);
+	ck_assert_int_eq(mkdir(mu_path("dir"), 0755), 0);
+	ck_assert_int_eq(claim_path(mu_path("dir"), hex, WFS_DIGEST_HEX_CHARS), EINVAL);
+	ck_assert_int_eq(getxattr(mu_path("e"), "user.weightfs.claim", other, sizeof(other)), -1);
 	ck_assert_int_eq(errno, ENODATA); /* a request, not an attribute */
-	ck_assert_int_eq(setxattr(path("e"), "user.weightfs.recheck", hex, WFS_DIGEST_HEX_CHARS, 0), -1);
+	ck_assert_int_eq(setxattr(mu_path("e"), "user.weightfs.recheck", hex, WFS_DIGEST_HEX_CHARS, 0), -1);
 	ck_assert_int_eq(errno, EPERM); /* the mount root's request, not a file's attribute */
-	if (passthrough_mode()) {
+	if (mu_passthrough_mode()) {
 		/* An empty file open read-only through passthrough keeps its backing file: no claim.
 		 * (Sealed first: a reader of a file still being written is daemon-served.) */
 		int rfd;
 
-		EVENTUALLY(getxattr(path("e"), "user.weightfs.digest", NULL, 0) == WFS_DIGEST_HEX_CHARS);
-		rfd = open(path("e"), O_RDONLY);
+		MU_EVENTUALLY(getxattr(mu_path("e"), "user.weightfs.digest", NULL, 0) == WFS_DIGEST_HEX_CHARS);
+		rfd = open(mu_path("e"), O_RDONLY);
 
 		ck_assert_int_ge(rfd, 0);
-		ck_assert_int_eq(claim_path(path("e"), hex, WFS_DIGEST_HEX_CHARS), ETXTBSY);
+		ck_assert_int_eq(claim_path(mu_path("e"), hex, WFS_DIGEST_HEX_CHARS), ETXTBSY);
 		close(rfd);
 		/* the claim waits for the reader's release, as a writable open does */
-		ck_assert_int_eq(claim_path(path("e"), hex, WFS_DIGEST_HEX_CHARS), 0);
-		assert_file_equals(path("e"), a, len);
-		ck_assert_int_eq(unlink(path("e")), 0);
-		ck_assert_int_eq(write_file(path("e"), "", 0), 0);
+		ck_assert_int_eq(claim_path(mu_path("e"), hex, WFS_DIGEST_HEX_CHARS), 0);
+		mu_assert_file_equals(mu_path("e"), a, len);
+		ck_assert_int_eq(unlink(mu_path("e")), 0);
+		ck_assert_int_eq(mu_write_file(mu_path("e"), "", 0), 0);
 	}
-	ck_assert_int_eq(stat(path("e"), &st), 0);
+	ck_assert_int_eq(stat(mu_path("e"), &st), 0);
 	ck_assert_int_eq(st.st_size, 0);
 	free(a);
 	free(b);
@@ -1557,48 +1557,48 @@ END_TEST
 START_TEST(claim_after_restart)
 {
 	size_t len = 300000;
-	unsigned char *a = pattern(len, 83), *c = pattern(len, 84);
+	unsigned char *a = mu_pattern(len, 83), *c = mu_pattern(len, 84);
 	char hex[WFS_DIGEST_HEX_CHARS + 1], hexc[WFS_DIGEST_HEX_CHARS + 1];
 	struct wfs_digest d, dc;
 
-	daemon_stop();
-	snprintf(M.opts, sizeof(M.opts), "retain=1G");
-	daemon_start();
-	ck_assert_int_eq(write_file(path("a"), a, len), 0);
-	ck_assert_int_eq(write_file(path("c"), c, len), 0);
-	digest_xattr(path("a"), &d);
-	digest_xattr(path("c"), &dc);
+	mu_daemon_stop();
+	snprintf(mu.opts, sizeof(mu.opts), "retain=1G");
+	mu_daemon_start();
+	ck_assert_int_eq(mu_write_file(mu_path("a"), a, len), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("c"), c, len), 0);
+	mu_digest_xattr(mu_path("a"), &d);
+	mu_digest_xattr(mu_path("c"), &dc);
 	wfs_digest_to_hex(&d, hex);
 	wfs_digest_to_hex(&dc, hexc);
-	ck_assert_int_eq(unlink(path("a")), 0); /* the last run's names are gone; the bytes retained */
-	daemon_stop();
-	damage_object(&dc, 1); /* truncated */
-	daemon_start();
-	ck_assert_int_eq(write_file(path("a2"), "", 0), 0);
-	ck_assert_int_eq(claim_path(path("a2"), hex, WFS_DIGEST_HEX_CHARS), 0);
+	ck_assert_int_eq(unlink(mu_path("a")), 0); /* the last run's names are gone; the bytes retained */
+	mu_daemon_stop();
+	mu_damage_object(&dc, 1); /* truncated */
+	mu_daemon_start();
+	ck_assert_int_eq(mu_write_file(mu_path("a2"), "", 0), 0);
+	ck_assert_int_eq(claim_path(mu_path("a2"), hex, WFS_DIGEST_HEX_CHARS), 0);
 	ck_assert_int_eq(stat_counter("objects_verified"), 0); /* claimed without reading it */
-	assert_file_equals(path("a2"), a, len);                 /* the open checked it */
+	mu_assert_file_equals(mu_path("a2"), a, len);                 /* the open checked it */
 	ck_assert_int_eq(stat_counter("objects_verified"), 1);
-	ck_assert_int_eq(write_file(path("c2"), "", 0), 0);
-	ck_assert_int_eq(claim_path(path("c2"), hexc, WFS_DIGEST_HEX_CHARS), ENODATA);
-	ck_assert_int_eq(log_count("bytes do not match"), 1);
-	ck_assert_int_eq(write_file(path("c2"), c, len), 0); /* the fallback write stores a good copy */
-	assert_file_equals(path("c"), c, len);
-	assert_file_equals(path("c2"), c, len);
+	ck_assert_int_eq(mu_write_file(mu_path("c2"), "", 0), 0);
+	ck_assert_int_eq(claim_path(mu_path("c2"), hexc, WFS_DIGEST_HEX_CHARS), ENODATA);
+	ck_assert_int_eq(mu_log_count("bytes do not match"), 1);
+	ck_assert_int_eq(mu_write_file(mu_path("c2"), c, len), 0); /* the fallback write stores a good copy */
+	mu_assert_file_equals(mu_path("c"), c, len);
+	mu_assert_file_equals(mu_path("c2"), c, len);
 	ck_assert_int_eq(stat_counter("claims"), 1);
 	ck_assert_int_eq(stat_counter("bytes_published"), (long long)len);
 	/* A flipped byte keeps the size: the claim takes it, the first open finds it. */
-	ck_assert_int_eq(unlink(path("c")), 0);
-	ck_assert_int_eq(unlink(path("c2")), 0);
-	daemon_stop();
-	damage_object(&dc, 0);
-	daemon_start();
-	ck_assert_int_eq(write_file(path("c3"), "", 0), 0);
-	ck_assert_int_eq(claim_path(path("c3"), hexc, WFS_DIGEST_HEX_CHARS), 0);
-	ck_assert_int_eq(open(path("c3"), O_RDONLY), -1);
+	ck_assert_int_eq(unlink(mu_path("c")), 0);
+	ck_assert_int_eq(unlink(mu_path("c2")), 0);
+	mu_daemon_stop();
+	mu_damage_object(&dc, 0);
+	mu_daemon_start();
+	ck_assert_int_eq(mu_write_file(mu_path("c3"), "", 0), 0);
+	ck_assert_int_eq(claim_path(mu_path("c3"), hexc, WFS_DIGEST_HEX_CHARS), 0);
+	ck_assert_int_eq(open(mu_path("c3"), O_RDONLY), -1);
 	ck_assert_int_eq(errno, EIO);
-	ck_assert_int_eq(write_file(path("c3"), c, len), 0); /* the client's rewrite heals it */
-	assert_file_equals(path("c3"), c, len);
+	ck_assert_int_eq(mu_write_file(mu_path("c3"), c, len), 0); /* the client's rewrite heals it */
+	mu_assert_file_equals(mu_path("c3"), c, len);
 	free(a);
 	free(c);
 }
@@ -1612,15 +1612,15 @@ START_TEST(claim_other_user)
 	pid_t pid;
 	int status;
 
-	daemon_stop();
-	snprintf(M.opts, sizeof(M.opts), "allow_other");
-	daemon_start();
-	ck_assert_int_eq(write_file(path("secret"), "secret bytes", 12), 0);
-	ck_assert_int_eq(chmod(path("secret"), 0600), 0);
-	digest_xattr(path("secret"), &d);
+	mu_daemon_stop();
+	snprintf(mu.opts, sizeof(mu.opts), "allow_other");
+	mu_daemon_start();
+	ck_assert_int_eq(mu_write_file(mu_path("secret"), "secret bytes", 12), 0);
+	ck_assert_int_eq(chmod(mu_path("secret"), 0600), 0);
+	mu_digest_xattr(mu_path("secret"), &d);
 	wfs_digest_to_hex(&d, hex);
-	ck_assert_int_eq(chmod(M.dir, 0755), 0);
-	ck_assert_int_eq(chmod(M.mnt, 01777), 0);
+	ck_assert_int_eq(chmod(mu.dir, 0755), 0);
+	ck_assert_int_eq(chmod(mu.mnt, 01777), 0);
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
@@ -1628,7 +1628,7 @@ START_TEST(claim_other_user)
 
 		if (setgid(65534) || setuid(65534))
 			_exit(10);
-		fd = open(path("mine"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+		fd = open(mu_path("mine"), O_WRONLY | O_CREAT | O_EXCL, 0644);
 		if (fd < 0)
 			_exit(11);
 		if (fsetxattr(fd, "user.weightfs.claim", hex, WFS_DIGEST_HEX_CHARS, 0) != -1 || errno != EPERM)
@@ -1638,33 +1638,33 @@ START_TEST(claim_other_user)
 	}
 	waitpid(pid, &status, 0);
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", WEXITSTATUS(status));
-	ck_assert_int_eq(claim_path(path("mine"), hex, WFS_DIGEST_HEX_CHARS), 0); /* root may */
+	ck_assert_int_eq(claim_path(mu_path("mine"), hex, WFS_DIGEST_HEX_CHARS), 0); /* root may */
 }
 END_TEST
 
 /* The mount root's user.weightfs.stats: totals and what only the running daemon knows. */
 START_TEST(stats_xattr)
 {
-	unsigned char *a = pattern(100000, 85);
+	unsigned char *a = mu_pattern(100000, 85);
 	char names[256], buf[4096];
 	ssize_t n;
 	int fd;
 
-	ck_assert_int_eq(write_file(path("x"), a, 100000), 0);
-	ck_assert_int_eq(write_file(path("y"), a, 100000), 0);
-	ck_assert_int_eq(mkdir(path("d"), 0755), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("x"), a, 100000), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("y"), a, 100000), 0);
+	ck_assert_int_eq(mkdir(mu_path("d"), 0755), 0);
 	ck_assert_int_eq(stat_counter("names"), 2);
 	ck_assert_int_eq(stat_counter("directories"), 2);
 	ck_assert_int_eq(stat_counter("logical_bytes"), 200000);
 	ck_assert_int_eq(stat_counter("physical_bytes"), 100000);
 	ck_assert_int_eq(stat_counter("objects_verified"), 1); /* published by this run: its bytes hashed */
 	ck_assert_int_eq(stat_counter("dedup_hits"), 1);
-	daemon_stop();
-	daemon_start();
+	mu_daemon_stop();
+	mu_daemon_start();
 	ck_assert_int_eq(stat_counter("objects_verified"), 0);
 	ck_assert_int_eq(stat_counter("objects_unverified"), 1);
 	ck_assert_int_eq(stat_counter("checks_on_opener_node"), 0);
-	fd = open(path("x"), O_RDONLY);
+	fd = open(mu_path("x"), O_RDONLY);
 	/* The check read the object with the daemon thread preferring this process's NUMA node (the
 	 * kernel places page cache by the reader's policy); with NUMA support set_mempolicy works. */
 	if (numa_available() >= 0) {
@@ -1672,17 +1672,17 @@ START_TEST(stats_xattr)
 	}
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(stat_counter("objects_verified"), 1); /* checked at the first open */
-	ck_assert_int_eq(stat_counter(passthrough_mode() ? "opens_passthrough" : "opens_daemon"), 1);
+	ck_assert_int_eq(stat_counter(mu_passthrough_mode() ? "opens_passthrough" : "opens_daemon"), 1);
 	close(fd);
-	n = getxattr(M.mnt, "user.weightfs.stats", buf, sizeof(buf) - 1);
+	n = getxattr(mu.mnt, "user.weightfs.stats", buf, sizeof(buf) - 1);
 	ck_assert_int_gt(n, 0);
 	buf[n] = '\0';
-	ck_assert_ptr_nonnull(strstr(buf, passthrough_mode() ? "\"passthrough\": true" : "\"passthrough\": false"));
-	n = listxattr(M.mnt, names, sizeof(names));
+	ck_assert_ptr_nonnull(strstr(buf, mu_passthrough_mode() ? "\"passthrough\": true" : "\"passthrough\": false"));
+	n = listxattr(mu.mnt, names, sizeof(names));
 	ck_assert_int_eq(n, 0); /* computed: read by name, not listed */
-	ck_assert_int_eq(setxattr(M.mnt, "user.weightfs.stats", "{}", 2, 0), -1);
+	ck_assert_int_eq(setxattr(mu.mnt, "user.weightfs.stats", "{}", 2, 0), -1);
 	ck_assert_int_eq(errno, EPERM);
-	ck_assert_int_eq(getxattr(path("d"), "user.weightfs.stats", buf, sizeof(buf)), -1);
+	ck_assert_int_eq(getxattr(mu_path("d"), "user.weightfs.stats", buf, sizeof(buf)), -1);
 	ck_assert_int_eq(errno, ENODATA); /* only the root has it */
 	free(a);
 }
@@ -1693,12 +1693,12 @@ START_TEST(big_file)
 {
 	const uint64_t len = (4ULL << 30) + 12345;
 	size_t chunk = 16 << 20;
-	unsigned char *buf = pattern(chunk, 11);
+	unsigned char *buf = mu_pattern(chunk, 11);
 	struct stat st;
 	uint64_t off;
 	int fd;
 
-	fd = open(path("big"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	fd = open(mu_path("big"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	ck_assert_int_ge(fd, 0);
 	for (off = 0; off < len; off += chunk) {
 		size_t n = len - off < chunk ? (size_t)(len - off) : chunk;
@@ -1707,9 +1707,9 @@ START_TEST(big_file)
 		ck_assert_int_eq(pwrite(fd, buf, n, (off_t)off), (ssize_t)n);
 	}
 	ck_assert_int_eq(close(fd), 0);
-	ck_assert_int_eq(stat(path("big"), &st), 0);
+	ck_assert_int_eq(stat(mu_path("big"), &st), 0);
 	ck_assert_int_eq((uint64_t)st.st_size, len);
-	fd = open(path("big"), O_RDONLY);
+	fd = open(mu_path("big"), O_RDONLY);
 	{
 		unsigned char tail[12345];
 		unsigned char *m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -1735,13 +1735,13 @@ END_TEST
 START_TEST(fallocate_reserves)
 {
 	size_t len = 2 << 20;
-	unsigned char *a = pattern(len, 131), *want = calloc(1, 3 << 20);
+	unsigned char *a = mu_pattern(len, 131), *want = calloc(1, 3 << 20);
 	struct wfs_digest d;
 	struct stat st;
 	int fd;
 
 	/* In memory: mode 0 extends with zeros, KEEP_SIZE leaves the size. */
-	fd = open(path("s"), O_RDWR | O_CREAT | O_TRUNC, 0644);
+	fd = open(mu_path("s"), O_RDWR | O_CREAT | O_TRUNC, 0644);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(write(fd, a, 100), 100);
 	ck_assert_int_eq(fallocate(fd, 0, 0, 4096), 0);
@@ -1752,30 +1752,30 @@ START_TEST(fallocate_reserves)
 	ck_assert_int_eq(errno, EOPNOTSUPP);
 	ck_assert_int_eq(close(fd), 0);
 	memcpy(want, a, 100);
-	assert_file_equals(path("s"), want, 4096);
+	mu_assert_file_equals(mu_path("s"), want, 4096);
 
 	/* posix_fallocate past 1 MiB: the version spills, the bytes written keep their place. */
-	fd = open(path("p"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	fd = open(mu_path("p"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(posix_fallocate(fd, 0, 3 << 20), 0);
 	ck_assert_int_eq(pwrite(fd, a, 10, 1000), 10);
 	ck_assert_int_eq(close(fd), 0);
 	memset(want, 0, 3 << 20);
 	memcpy(want + 1000, a, 10);
-	assert_file_equals(path("p"), want, 3 << 20);
+	mu_assert_file_equals(mu_path("p"), want, 3 << 20);
 
 	/* KEEP_SIZE past the end, then writes: the object holds the bytes written, not the reservation. */
-	fd = open(path("k"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	fd = open(mu_path("k"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 16 << 20), 0);
 	ck_assert_int_eq(write(fd, a, len), (ssize_t)len);
 	ck_assert_int_eq(close(fd), 0);
-	assert_file_equals(path("k"), a, len);
-	digest_xattr(path("k"), &d);
+	mu_assert_file_equals(mu_path("k"), a, len);
+	mu_digest_xattr(mu_path("k"), &d);
 	ck_assert_int_le(object_disk_bytes(&d), (long long)len + (1 << 20));
 
 	/* dtype/shape: growing past 1 MiB of F32 [262144] is refused at once; KEEP_SIZE is no change. */
-	fd = open(path("t"), O_RDWR | O_CREAT | O_TRUNC, 0644);
+	fd = open(mu_path("t"), O_RDWR | O_CREAT | O_TRUNC, 0644);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.dtype", "F32", 3, 0), 0);
 	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.shape", "[262144]", 8, 0), 0);
@@ -1784,18 +1784,18 @@ START_TEST(fallocate_reserves)
 	ck_assert_int_eq(fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 2 << 20), 0);
 	ck_assert_int_eq(fallocate(fd, 0, 0, 1 << 20), 0);
 	ck_assert_int_eq(close(fd), 0);
-	ck_assert_int_eq(stat(path("t"), &st), 0);
+	ck_assert_int_eq(stat(mu_path("t"), &st), 0);
 	ck_assert_int_eq(st.st_size, 1 << 20);
-	ck_assert_int_eq(log_count("fallocate refused"), 1);
+	ck_assert_int_eq(mu_log_count("fallocate refused"), 1);
 
 	/* A full store: ENOSPC from fallocate, not from close. */
-	tmpfs_store("4m");
-	fd = open(path("big"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	mu_tmpfs_store("4m");
+	fd = open(mu_path("big"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(fallocate(fd, 0, 0, 8 << 20), -1);
 	ck_assert_int_eq(errno, ENOSPC);
 	ck_assert_int_eq(close(fd), 0);
-	ck_assert_int_eq(write_file(path("fits"), a, 1 << 20), 0); /* the failed reservation is gone */
+	ck_assert_int_eq(mu_write_file(mu_path("fits"), a, 1 << 20), 0); /* the failed reservation is gone */
 	free(a);
 	free(want);
 }
@@ -1808,38 +1808,38 @@ END_TEST
 START_TEST(copy_range_claims)
 {
 	size_t len = 3 << 20;
-	unsigned char *a = pattern(len, 141), *c = pattern(8192, 142);
+	unsigned char *a = mu_pattern(len, 141), *c = mu_pattern(8192, 142);
 	struct wfs_digest da, db;
 	long long published, claims;
 	char note[8], cmd[600];
 	int src, dst;
 	ssize_t n;
 
-	ck_assert_int_eq(write_file(path("a"), a, len), 0);
-	ck_assert_int_eq(setxattr(path("a"), "user.note", "A", 1, 0), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("a"), a, len), 0);
+	ck_assert_int_eq(setxattr(mu_path("a"), "user.note", "A", 1, 0), 0);
 	published = stat_counter("bytes_published");
 	claims = stat_counter("claims");
-	src = open(path("a"), O_RDONLY);
-	dst = open(path("b"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	src = open(mu_path("a"), O_RDONLY);
+	dst = open(mu_path("b"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
 	ck_assert_int_ge(src, 0);
 	ck_assert_int_ge(dst, 0);
 	ck_assert_int_eq(fsetxattr(dst, "user.note", "B", 1, 0), 0);
 	ck_assert_int_eq(copy_file_range(src, NULL, dst, NULL, SSIZE_MAX, 0), (ssize_t)len);
 	ck_assert_int_eq(copy_file_range(src, NULL, dst, NULL, SSIZE_MAX, 0), 0);
 	ck_assert_int_eq(close(dst), 0);
-	assert_file_equals(path("b"), a, len);
-	digest_xattr(path("a"), &da);
-	digest_xattr(path("b"), &db);
+	mu_assert_file_equals(mu_path("b"), a, len);
+	mu_digest_xattr(mu_path("a"), &da);
+	mu_digest_xattr(mu_path("b"), &db);
 	ck_assert(wfs_digest_equal(&da, &db));
 	ck_assert_int_eq(stat_counter("bytes_published"), published); /* no byte moved */
 	ck_assert_int_eq(stat_counter("claims"), claims + 1);
-	ck_assert_int_eq(getxattr(path("b"), "user.note", note, sizeof(note)), 1);
+	ck_assert_int_eq(getxattr(mu_path("b"), "user.note", note, sizeof(note)), 1);
 	ck_assert_int_eq(note[0], 'B');
-	ck_assert_int_eq(getxattr(path("a"), "user.note", note, sizeof(note)), 1);
+	ck_assert_int_eq(getxattr(mu_path("a"), "user.note", note, sizeof(note)), 1);
 	ck_assert_int_eq(note[0], 'A');
 
 	/* A range the destination already holds as the same object: nothing to do, nothing written. */
-	dst = open(path("b"), O_WRONLY);
+	dst = open(mu_path("b"), O_WRONLY);
 	ck_assert_int_ge(dst, 0);
 	{
 		off_t in = 4096, out = 4096;
@@ -1848,18 +1848,18 @@ START_TEST(copy_range_claims)
 	}
 	ck_assert_int_eq(close(dst), 0);
 	ck_assert_int_eq(stat_counter("bytes_published"), published);
-	assert_file_equals(path("b"), a, len);
+	mu_assert_file_equals(mu_path("b"), a, len);
 
 	/* The copy is a name of its own: writing it leaves the source as it was. */
-	dst = open(path("b"), O_WRONLY);
+	dst = open(mu_path("b"), O_WRONLY);
 	ck_assert_int_ge(dst, 0);
 	ck_assert_int_eq(pwrite(dst, "X", 1, 0), 1);
 	ck_assert_int_eq(close(dst), 0);
-	assert_file_equals(path("a"), a, len);
+	mu_assert_file_equals(mu_path("a"), a, len);
 
 	/* Partial ranges onto a file with bytes: copied through the version. */
-	ck_assert_int_eq(write_file(path("c"), c, 8192), 0);
-	dst = open(path("c"), O_WRONLY);
+	ck_assert_int_eq(mu_write_file(mu_path("c"), c, 8192), 0);
+	dst = open(mu_path("c"), O_WRONLY);
 	ck_assert_int_ge(dst, 0);
 	{
 		off_t in = 1000, out = 2000;
@@ -1873,15 +1873,15 @@ START_TEST(copy_range_claims)
 
 		memcpy(want, c, 2000);
 		memcpy(want + 2000, a + 1000, 10000);
-		assert_file_equals(path("c"), want, 12000);
+		mu_assert_file_equals(mu_path("c"), want, 12000);
 		free(want);
 	}
 
 	/* cp itself. */
 	close(src);
-	snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", path("a"), path("d"));
+	snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", mu_path("a"), mu_path("d"));
 	ck_assert_int_eq(system(cmd), 0);
-	assert_file_equals(path("d"), a, len);
+	mu_assert_file_equals(mu_path("d"), a, len);
 	ck_assert_int_eq(stat_counter("bytes_published"), published + (long long)len + 8192 + 12000); /* b; c twice */
 	free(a);
 	free(c);
@@ -1895,33 +1895,33 @@ END_TEST
  */
 START_TEST(empty_tensor_file_unlogged)
 {
-	unsigned char *a = pattern(16, 151);
+	unsigned char *a = mu_pattern(16, 151);
 	long long seals, published;
 	int fd, fd2;
 
-	fd = open(path("e"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+	fd = open(mu_path("e"), O_WRONLY | O_CREAT | O_EXCL, 0644);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.dtype", "F32", 3, 0), 0);
 	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.shape", "[4]", 3, 0), 0);
 	ck_assert_int_eq(close(fd), 0);
-	EVENTUALLY(getxattr(path("e"), "user.weightfs.digest", NULL, 0) == WFS_DIGEST_HEX_CHARS);
+	MU_EVENTUALLY(getxattr(mu_path("e"), "user.weightfs.digest", NULL, 0) == WFS_DIGEST_HEX_CHARS);
 
 	seals = stat_counter("seals");
 	published = stat_counter("objects_published");
-	fd = open(path("t"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+	fd = open(mu_path("t"), O_WRONLY | O_CREAT | O_EXCL, 0644);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.dtype", "F32", 3, 0), 0);
 	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.shape", "[4]", 3, 0), 0);
-	fd2 = open(path("t"), O_WRONLY | O_TRUNC);
+	fd2 = open(mu_path("t"), O_WRONLY | O_TRUNC);
 	ck_assert_int_ge(fd2, 0);
 	ck_assert_int_eq(write(fd2, a, 16), 16);
 	ck_assert_int_eq(close(fd2), 0);
 	ck_assert_int_eq(stat_counter("seals"), seals); /* the first descriptor is still open */
 	ck_assert_int_eq(close(fd), 0);
-	assert_file_equals(path("t"), a, 16);
+	mu_assert_file_equals(mu_path("t"), a, 16);
 	ck_assert_int_eq(stat_counter("seals"), seals + 1);
 	ck_assert_int_eq(stat_counter("objects_published"), published + 1);
-	ck_assert_int_eq(log_count("does not make"), 0);
+	ck_assert_int_eq(mu_log_count("does not make"), 0);
 	free(a);
 }
 END_TEST
@@ -1977,7 +1977,7 @@ static Suite *mount_suite(void)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		TCase *tc = tcase_create(cases[i].name);
 
-		tcase_add_checked_fixture(tc, setup, teardown);
+		tcase_add_checked_fixture(tc, mu_setup, mu_teardown);
 		tcase_set_timeout(tc, cases[i].timeout);
 		tcase_add_test(tc, cases[i].test);
 		suite_add_tcase(s, tc);
@@ -1985,12 +1985,12 @@ static Suite *mount_suite(void)
 	{
 		TCase *tc = tcase_create("corrupt_object");
 
-		tcase_add_checked_fixture(tc, setup, teardown);
+		tcase_add_checked_fixture(tc, mu_setup, mu_teardown);
 		tcase_set_timeout(tc, 30);
 		tcase_add_loop_test(tc, corrupt_object, 0, 3); /* flipped byte, truncated, deleted */
 		suite_add_tcase(s, tc);
 		tc = tcase_create("io_faults");
-		tcase_add_checked_fixture(tc, setup, teardown);
+		tcase_add_checked_fixture(tc, mu_setup, mu_teardown);
 		tcase_set_timeout(tc, 30);
 		tcase_add_loop_test(tc, io_faults, 0, 5);
 		suite_add_tcase(s, tc);
@@ -1998,7 +1998,7 @@ static Suite *mount_suite(void)
 	if (getenv("WFS_TEST_BIG") && strcmp(getenv("WFS_TEST_BIG"), "1") == 0) {
 		TCase *tc = tcase_create("big_file");
 
-		tcase_add_checked_fixture(tc, setup, teardown);
+		tcase_add_checked_fixture(tc, mu_setup, mu_teardown);
 		tcase_set_timeout(tc, 900);
 		tcase_add_test(tc, big_file);
 		suite_add_tcase(s, tc);
@@ -2015,7 +2015,7 @@ int main(void)
 		fprintf(stderr, "check_mount: needs root (FUSE mounts, tmpfs for ENOSPC)\n");
 		return 1;
 	}
-	printf("check_mount: passthrough=%s\n", mode());
+	printf("check_mount: passthrough=%s\n", mu_mode());
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

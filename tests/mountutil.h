@@ -1,7 +1,31 @@
 /*
- * Helpers for tests that run a real weightfs daemon: one store, mount point and daemon per test
- * (started from $WFS_BUILD, default build/), in the passthrough mode named by $WFS_TEST_PASSTHROUGH
- * (auto or off). The daemon's stderr goes to DIR/daemon.log. Header-only: each suite is one file.
+ * The mount harness: helpers for the Check suites that run a real weightfs daemon (check_mount,
+ * check_crash). Root only: it mounts FUSE and tmpfs and unmounts with umount2(2).
+ *
+ * Each test gets its own daemon on its own temporary store. mu_setup(), installed as a checked
+ * fixture (tcase_add_checked_fixture(tc, mu_setup, mu_teardown), so it runs in the test's forked
+ * process), makes $TMPDIR/wfs-mount-XXXXXX (TMPDIR unset: /tmp) and starts
+ * "$WFS_BUILD/weightfs DIR/store DIR/mnt -f -o passthrough=MODE,nosync" ($WFS_BUILD unset: build);
+ * the daemon makes the store on that first mount. MODE is $WFS_TEST_PASSTHROUGH, auto (the default)
+ * or off (mu_mode(), mu_passthrough_mode()); tests/run-tests runs check_mount once per mode.
+ * mu_daemon_start() returns once DIR/mnt is mounted and fails the test if the daemon exits first
+ * or has not mounted after 5 s. The daemon's stderr goes to DIR/daemon.log (mu_log_count()); it runs
+ * in a process group of its own with SIGTERM as its parent-death signal, so a failing test (which
+ * Check ends with _exit()) takes it down and it unmounts instead of leaving a dead mount.
+ *
+ * All state is in the static struct mu_mount mu: the paths, the daemon's pid, and what the next
+ * mu_daemon_start() passes on: mu.crash_at and mu.fault become WFS_CRASH_AT and WFS_FAULT
+ * (lib/fault.h; both removed from its environment when empty), mu.opts extra -o options ("sync"
+ * there replaces the default nosync). mu_setup() clears those three; a test sets them and restarts
+ * the daemon (mu_daemon_stop(), mu_daemon_start()). mu_tmpfs_store() restarts it on a fresh store on
+ * a small tmpfs, for ENOSPC.
+ *
+ * mu_teardown() stops the daemon (unmount, up to 5 s for it to exit, then SIGKILL), lazily detaches
+ * a mount whose daemon died and a tmpfs store, and removes DIR. It asserts nothing, neither the
+ * daemon's exit status nor its log: a test checks what it needs before it returns.
+ *
+ * Names are prefixed mu_ (macros MU_) so they never collide with a suite's own statics or with
+ * testutil.h's tu_. All are static inline; header-only, each suite is one file.
  */
 #ifndef WFS_MOUNTUTIL_H
 #define WFS_MOUNTUTIL_H
@@ -29,41 +53,41 @@
 #include "testutil.h"
 
 
-struct mnt {
+struct mu_mount {
 	char dir[200];   /* test directory */
 	char store[256];
 	char mnt[256];
 	pid_t daemon;
-	char crash_at[96]; /* WFS_CRASH_AT for the next daemon_start(), or "" */
-	char fault[96];    /* WFS_FAULT for the next daemon_start(), or "" */
-	char opts[96];     /* extra -o options for the next daemon_start(), or "" */
+	char crash_at[96]; /* WFS_CRASH_AT for the next mu_daemon_start(), or "" */
+	char fault[96];    /* WFS_FAULT for the next mu_daemon_start(), or "" */
+	char opts[96];     /* extra -o options for the next mu_daemon_start(), or "" */
 };
 
-static struct mnt M;
+static struct mu_mount mu;
 
-static inline const char *mode(void)
+static inline const char *mu_mode(void)
 {
 	const char *m = getenv("WFS_TEST_PASSTHROUGH");
 
 	return m ? m : "auto";
 }
 
-static inline bool passthrough_mode(void)
+static inline bool mu_passthrough_mode(void)
 {
-	return strcmp(mode(), "off") != 0;
+	return strcmp(mu_mode(), "off") != 0;
 }
 
-static inline char *path(const char *name)
+static inline char *mu_path(const char *name)
 {
 	static char buf[4][PATH_MAX];
 	static int i;
 	char *p = buf[i++ % 4];
 
-	snprintf(p, PATH_MAX, "%s/%s", M.mnt, name);
+	snprintf(p, PATH_MAX, "%s/%s", mu.mnt, name);
 	return p;
 }
 
-static inline bool is_mounted(const char *dir)
+static inline bool mu_is_mounted(const char *dir)
 {
 	struct stat a, b;
 	char parent[PATH_MAX + 4];
@@ -72,23 +96,23 @@ static inline bool is_mounted(const char *dir)
 	return stat(dir, &a) == 0 && stat(parent, &b) == 0 && a.st_dev != b.st_dev;
 }
 
-static inline void daemon_start(void)
+static inline void mu_daemon_start(void)
 {
 	const char *build = getenv("WFS_BUILD") ? getenv("WFS_BUILD") : "build";
 	char bin[PATH_MAX], opts[256];
 
 	snprintf(bin, sizeof(bin), "%s/weightfs", build);
-	char list[sizeof(M.opts) + 2];
+	char list[sizeof(mu.opts) + 2];
 	bool sync;
 
 	/* nosync unless the test asks for sync: the daemon refuses both at once. */
-	snprintf(list, sizeof(list), ",%s,", M.opts);
+	snprintf(list, sizeof(list), ",%s,", mu.opts);
 	sync = strstr(list, ",sync,") != NULL;
-	snprintf(opts, sizeof(opts), "passthrough=%s%s%s%s", mode(), sync ? "" : ",nosync", M.opts[0] ? "," : "",
-		 M.opts);
-	M.daemon = fork();
-	ck_assert_int_ge(M.daemon, 0);
-	if (M.daemon == 0) {
+	snprintf(opts, sizeof(opts), "passthrough=%s%s%s%s", mu_mode(), sync ? "" : ",nosync", mu.opts[0] ? "," : "",
+		 mu.opts);
+	mu.daemon = fork();
+	ck_assert_int_ge(mu.daemon, 0);
+	if (mu.daemon == 0) {
 		char log[300];
 		int fd;
 
@@ -100,96 +124,96 @@ static inline void daemon_start(void)
 		if (getppid() == 1)
 			_exit(1); /* the test died before prctl */
 
-		snprintf(log, sizeof(log), "%s/daemon.log", M.dir);
+		snprintf(log, sizeof(log), "%s/daemon.log", mu.dir);
 		fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
 		if (fd >= 0)
 			dup2(fd, STDERR_FILENO);
-		if (M.crash_at[0])
-			setenv("WFS_CRASH_AT", M.crash_at, 1);
+		if (mu.crash_at[0])
+			setenv("WFS_CRASH_AT", mu.crash_at, 1);
 		else
 			unsetenv("WFS_CRASH_AT");
-		if (M.fault[0])
-			setenv("WFS_FAULT", M.fault, 1);
+		if (mu.fault[0])
+			setenv("WFS_FAULT", mu.fault, 1);
 		else
 			unsetenv("WFS_FAULT");
-		execl(bin, "weightfs", M.store, M.mnt, "-f", "-o", opts, (char *)NULL);
+		execl(bin, "weightfs", mu.store, mu.mnt, "-f", "-o", opts, (char *)NULL);
 		perror(bin);
 		_exit(127);
 	}
-	for (int i = 0; i < 500 && !is_mounted(M.mnt); i++) {
+	for (int i = 0; i < 500 && !mu_is_mounted(mu.mnt); i++) {
 		int st;
 
-		if (waitpid(M.daemon, &st, WNOHANG) == M.daemon)
+		if (waitpid(mu.daemon, &st, WNOHANG) == mu.daemon)
 			ck_abort_msg("weightfs exited before mounting (status %d)", st);
 		usleep(10000);
 	}
-	ck_assert_msg(is_mounted(M.mnt), "%s not mounted after 5 s", M.mnt);
+	ck_assert_msg(mu_is_mounted(mu.mnt), "%s not mounted after 5 s", mu.mnt);
 }
 
-static inline void daemon_stop(void)
+static inline void mu_daemon_stop(void)
 {
 	int st;
 
-	if (M.daemon <= 0)
+	if (mu.daemon <= 0)
 		return;
-	if (umount2(M.mnt, 0) < 0)
-		umount2(M.mnt, MNT_DETACH);
+	if (umount2(mu.mnt, 0) < 0)
+		umount2(mu.mnt, MNT_DETACH);
 	for (int i = 0; i < 500; i++) {
-		if (waitpid(M.daemon, &st, WNOHANG) == M.daemon) {
-			M.daemon = 0;
+		if (waitpid(mu.daemon, &st, WNOHANG) == mu.daemon) {
+			mu.daemon = 0;
 			return;
 		}
 		usleep(10000);
 	}
-	kill(M.daemon, SIGKILL);
-	waitpid(M.daemon, &st, 0);
-	M.daemon = 0;
+	kill(mu.daemon, SIGKILL);
+	waitpid(mu.daemon, &st, 0);
+	mu.daemon = 0;
 }
 
-static inline void setup(void)
+static inline void mu_setup(void)
 {
-	M.crash_at[0] = M.fault[0] = M.opts[0] = '\0';
+	mu.crash_at[0] = mu.fault[0] = mu.opts[0] = '\0';
 	const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
 
-	snprintf(M.dir, sizeof(M.dir), "%s/wfs-mount-XXXXXX", tmp);
-	ck_assert_ptr_nonnull(mkdtemp(M.dir));
-	snprintf(M.store, sizeof(M.store), "%s/store", M.dir);
-	snprintf(M.mnt, sizeof(M.mnt), "%s/mnt", M.dir);
-	ck_assert_int_eq(mkdir(M.mnt, 0755), 0);
-	daemon_start();
+	snprintf(mu.dir, sizeof(mu.dir), "%s/wfs-mount-XXXXXX", tmp);
+	ck_assert_ptr_nonnull(mkdtemp(mu.dir));
+	snprintf(mu.store, sizeof(mu.store), "%s/store", mu.dir);
+	snprintf(mu.mnt, sizeof(mu.mnt), "%s/mnt", mu.dir);
+	ck_assert_int_eq(mkdir(mu.mnt, 0755), 0);
+	mu_daemon_start();
 }
 
-static inline void teardown(void)
+static inline void mu_teardown(void)
 {
 	char cmd[256 + 32];
 
-	daemon_stop();
-	umount2(M.mnt, MNT_DETACH);   /* a mount whose daemon died */
-	umount2(M.store, MNT_DETACH); /* tmpfs stores */
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", M.dir);
+	mu_daemon_stop();
+	umount2(mu.mnt, MNT_DETACH);   /* a mount whose daemon died */
+	umount2(mu.store, MNT_DETACH); /* tmpfs stores */
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", mu.dir);
 	if (system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", M.dir);
+		fprintf(stderr, "cannot remove %s\n", mu.dir);
 }
 
 /*
  * Restart the daemon on a fresh store on a tmpfs of @size (mount(8)'s size=, e.g. "4m"): a store
- * filesystem that fills up. teardown() unmounts it.
+ * filesystem that fills up. mu_teardown() unmounts it.
  */
-static inline void tmpfs_store(const char *size)
+static inline void mu_tmpfs_store(const char *size)
 {
 	char cmd[300], opts[64];
 
-	daemon_stop();
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", M.store);
+	mu_daemon_stop();
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", mu.store);
 	ck_assert_int_eq(system(cmd), 0);
-	ck_assert_int_eq(mkdir(M.store, 0700), 0);
+	ck_assert_int_eq(mkdir(mu.store, 0700), 0);
 	snprintf(opts, sizeof(opts), "size=%s", size);
-	ck_assert_msg(mount("tmpfs", M.store, "tmpfs", 0, opts) == 0, "mount tmpfs: %s", strerror(errno));
-	daemon_start();
+	ck_assert_msg(mount("tmpfs", mu.store, "tmpfs", 0, opts) == 0, "mount tmpfs: %s", strerror(errno));
+	mu_daemon_start();
 }
 
 /* Write @len bytes to @p (create/truncate) and close; returns close(2)'s result as -errno or 0. */
-static inline int write_file(const char *p, const void *buf, size_t len)
+static inline int mu_write_file(const char *p, const void *buf, size_t len)
 {
 	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	size_t done = 0;
@@ -211,7 +235,7 @@ static inline int write_file(const char *p, const void *buf, size_t len)
 	return ret;
 }
 
-static inline unsigned char *pattern(size_t len, uint32_t seed)
+static inline unsigned char *mu_pattern(size_t len, uint32_t seed)
 {
 	unsigned char *buf = malloc(len ? len : 1);
 
@@ -220,7 +244,7 @@ static inline unsigned char *pattern(size_t len, uint32_t seed)
 	return buf;
 }
 
-static inline void assert_file_equals(const char *p, const unsigned char *want, size_t len)
+static inline void mu_assert_file_equals(const char *p, const unsigned char *want, size_t len)
 {
 	int fd = open(p, O_RDONLY);
 	unsigned char *got = malloc(len + 1);
@@ -234,7 +258,7 @@ static inline void assert_file_equals(const char *p, const unsigned char *want, 
 	free(got);
 }
 
-static inline void digest_xattr(const char *p, struct wfs_digest *d)
+static inline void mu_digest_xattr(const char *p, struct wfs_digest *d)
 {
 	char hex[WFS_DIGEST_HEX_CHARS + 1] = {0};
 	ssize_t n = getxattr(p, "user.weightfs.digest", hex, sizeof(hex) - 1);
@@ -243,23 +267,23 @@ static inline void digest_xattr(const char *p, struct wfs_digest *d)
 	ck_assert_int_eq(wfs_digest_from_hex(hex, d), 0);
 }
 
-static inline bool object_exists(const struct wfs_digest *d)
+static inline bool mu_object_exists(const struct wfs_digest *d)
 {
 	char name[34], p[400];
 
 	wfs_store_object_name(d, name);
-	snprintf(p, sizeof(p), "%s/objects/%s", M.store, name);
+	snprintf(p, sizeof(p), "%s/objects/%s", mu.store, name);
 	return access(p, F_OK) == 0;
 }
 
-static inline int count_objects(void)
+static inline int mu_count_objects(void)
 {
 	char p[300];
 	DIR *top, *sub;
 	struct dirent *e, *f;
 	int n = 0;
 
-	snprintf(p, sizeof(p), "%s/objects", M.store);
+	snprintf(p, sizeof(p), "%s/objects", mu.store);
 	top = opendir(p);
 	ck_assert_ptr_nonnull(top);
 	while ((e = readdir(top)) != NULL) {
@@ -280,7 +304,7 @@ static inline int count_objects(void)
 }
 
 /* Poll @cond for up to 3 s: forget and release reach the daemon asynchronously. */
-#define EVENTUALLY(cond)                                          \
+#define MU_EVENTUALLY(cond)                                       \
 	do {                                                      \
 		for (int _i = 0; _i < 300 && !(cond); _i++)       \
 			usleep(10000);                            \
@@ -288,13 +312,13 @@ static inline int count_objects(void)
 	} while (0)
 
 /* Lines of the daemon's log containing @needle. */
-static inline int log_count(const char *needle)
+static inline int mu_log_count(const char *needle)
 {
 	char p[300], line[1024];
 	FILE *f;
 	int n = 0;
 
-	snprintf(p, sizeof(p), "%s/daemon.log", M.dir);
+	snprintf(p, sizeof(p), "%s/daemon.log", mu.dir);
 	f = fopen(p, "r");
 	if (!f)
 		return 0;
@@ -305,13 +329,13 @@ static inline int log_count(const char *needle)
 }
 
 /* Change object @d's bytes behind the daemon's back (@how: 0 flip a byte, 1 truncate, 2 delete). */
-static inline void damage_object(const struct wfs_digest *d, int how)
+static inline void mu_damage_object(const struct wfs_digest *d, int how)
 {
 	char name[34], op[400];
 	int fd;
 
 	wfs_store_object_name(d, name);
-	snprintf(op, sizeof(op), "%s/objects/%s", M.store, name);
+	snprintf(op, sizeof(op), "%s/objects/%s", mu.store, name);
 	if (how == 2) {
 		ck_assert_int_eq(unlink(op), 0);
 		return;
