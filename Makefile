@@ -57,13 +57,22 @@ ALL_LIBS = $(B)/libweightfs.a $(LIB_LIBS) $(CUDA_LIBS) $(NUMA_LIBS) -lm
 # ---- fs/: the daemon and the admin command -----------------------------------------------------
 CTL_SRCS    := fs/weightfsctl.c $(wildcard fs/cmd_*.c)
 CTL_OBJS    := $(CTL_SRCS:%.c=$(B)/%.o)
+# fs/core/: the daemon's state machines. Compiled without libfuse's headers, which keeps it FUSE-free;
+# libwfscore.a links into the daemon and into tests/check_core.
+CORE_SRCS   := $(wildcard fs/core/*.c)
+CORE_OBJS   := $(CORE_SRCS:%.c=$(B)/%.o)
+$(CORE_OBJS): $(B)/fs/core/%.o: fs/core/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LIB_CFLAGS) -iquote fs/core -c -o $@ $<
+$(B)/libwfscore.a: $(CORE_OBJS)
+	$(AR) rcs $@ $^
 DAEMON_SRCS := $(filter-out $(CTL_SRCS),$(wildcard fs/*.c))
 DAEMON_OBJS := $(DAEMON_SRCS:%.c=$(B)/%.o)
-$(B)/fs/%.o: fs/%.c $(B)/fuse.mk
+$(DAEMON_OBJS): $(B)/fs/%.o: fs/%.c $(B)/fuse.mk
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LIB_CFLAGS) $(FUSE_CFLAGS) -Ifs -c -o $@ $<
-$(B)/weightfs: $(DAEMON_OBJS) $(B)/libweightfs.a
-	$(CC) $(LDFLAGS) -o $@ $(DAEMON_OBJS) $(ALL_LIBS) $(FUSE_LIBS)
+	$(CC) $(CFLAGS) $(LIB_CFLAGS) $(FUSE_CFLAGS) -Ifs -iquote fs/core -c -o $@ $<
+$(B)/weightfs: $(DAEMON_OBJS) $(B)/libwfscore.a $(B)/libweightfs.a
+	$(CC) $(LDFLAGS) -o $@ $(DAEMON_OBJS) $(B)/libwfscore.a $(ALL_LIBS) $(FUSE_LIBS)
 $(CTL_OBJS): $(B)/fs/%.o: fs/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LIB_CFLAGS) $(CUDA_CFLAGS) -Ifs -c -o $@ $<
@@ -82,6 +91,10 @@ TEST_BINS := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
 $(B)/tests/%: tests/%.c tests/testutil.h tests/mountutil.h $(B)/libweightfs.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LIB_CFLAGS) $(CUDA_CFLAGS) $(CHECK_CFLAGS) -Itests -o $@ $< $(ALL_LIBS) $(CHECK_LIBS)
+# The daemon core's suite links the core, not libfuse.
+$(B)/tests/check_core: tests/check_core.c tests/testutil.h $(B)/libwfscore.a $(B)/libweightfs.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LIB_CFLAGS) $(CHECK_CFLAGS) -Itests -iquote fs/core -o $@ $< $(B)/libwfscore.a $(ALL_LIBS) $(CHECK_LIBS)
 
 # The safetensors header parser's fuzz target: replayed over its corpus by `make check` (built with
 # $(CC)); `make fuzz` runs it under libFuzzer (clang) for FUZZ_SECONDS, new inputs in $(B)/fuzz/.

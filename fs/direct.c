@@ -22,7 +22,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "daemon.h"
+#include "inode.h"
+#include "object.h"
 #include "direct.h"
 #include "../lib/direct.h"
 #include "log.h"
@@ -125,18 +128,18 @@ static int direct_object(struct wfs_direct *d, int fd, pid_t pid, int *obj_fd, u
 
 	pthread_mutex_lock(&fs->lock);
 	in = wfs_inode_find(fs, (uint64_t)st.st_ino);
-	if (!in || in->nopen == 0)
+	if (!in || in->io.nopen == 0)
 		ret = -ESTALE;
 	else if (in->writer || !in->sealed)
 		ret = -EBUSY;
 	else if (!(o = wfs_object_pin(fs, &in->digest)))
 		ret = -ENOMEM;
 	else
-		ret = wfs_verify_object_for(fs, o, pid); /* may drop fs->lock; @in stays: @fd keeps it open */
-	if (ret == 0 && (in->writer || !in->sealed || !wfs_digest_equal(&in->digest, &o->digest)))
+		ret = wfs_check_object(fs, o, pid); /* may drop fs->lock; @in stays: @fd keeps it open */
+	if (ret == 0 && (in->writer || !in->sealed || !wfs_digest_equal(&in->digest, wfs_object_digest(o))))
 		ret = -EBUSY; /* rewritten while the object was checked */
 	if (o)
-		digest = o->digest;
+		digest = *wfs_object_digest(o);
 	pthread_mutex_unlock(&fs->lock);
 
 	/* Pinned: the object file stays while we open it, without fs->lock. */
@@ -154,13 +157,10 @@ static int direct_object(struct wfs_direct *d, int fd, pid_t pid, int *obj_fd, u
 	}
 
 	pthread_mutex_lock(&fs->lock);
-	/*
-	 * Not the last pin while @fd is open: its handle pins the object it read at open, which is this
-	 * one unless the name was rewritten in between (then an unpin without a request leaves the
-	 * passthrough backing id of the new content registered until unmount, at worst).
-	 */
+	/* Usually not the last pin (@fd's handle pins the object it read at open); if the name was
+	 * rewritten in between, this last unpin releases a backing id like any other (kernel.h). */
 	if (o)
-		wfs_object_unpin(fs, NULL, o);
+		wfs_object_unpin(fs, o);
 	if (ret == 0)
 		fs->counters.opens_direct++;
 	pthread_mutex_unlock(&fs->lock);

@@ -19,6 +19,7 @@
 #include "direct.h"
 #include "gc.h"
 #include "log.h"
+#include "ops.h"
 #include "weightfs.h"
 
 #define WFS_VERSION "0.1.0"
@@ -509,16 +510,13 @@ int main(int argc, char *argv[])
 
 	snprintf(fsname, sizeof(fsname), "-ofsname=%s,subtype=weightfs,default_permissions", fs.opt.store);
 	fuse_opt_add_arg(&args, fsname);
-	pthread_mutex_init(&fs.lock, NULL);
-	pthread_cond_init(&fs.sealed, NULL);
-	wfs_map_init(&fs.inodes);
-	wfs_map_init(&fs.objects);
-	wfs_map_init(&fs.checks);
+	wfs_fs_init(&fs);
 
 	fs.se = fuse_session_new(&args, &wfs_ops, sizeof(wfs_ops), &fs);
 	ret = 1;
 	if (!fs.se)
 		goto out;
+	fs.kernel = wfs_ops_kernel(fs.se); /* passthrough backing files, on the session's device */
 	if (fuse_set_signal_handlers(fs.se) != 0)
 		goto out_session;
 	if (fuse_session_mount(fs.se, cmd.mountpoint) != 0)
@@ -556,7 +554,7 @@ out_signals:
 out_session:
 	fuse_session_destroy(fs.se);
 out:
-	wfs_tables_release(&fs);
+	wfs_fs_release(&fs);
 	fuse_loop_cfg_destroy(loop);
 	wfs_catalog_close(fs.catalog);
 	wfs_store_close(fs.store);

@@ -1,7 +1,11 @@
+/* map.h: a chained hash table keyed on uint64. */
+#include <assert.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "daemon.h"
+#include "map.h"
 
 static size_t bucket(const struct wfs_map *m, uint64_t key)
 {
@@ -97,6 +101,7 @@ void wfs_map_remove(struct wfs_map *m, struct wfs_map_node *n)
 			return;
 		}
 	}
+	assert(!"wfs_map_remove: not in the map");
 }
 
 struct wfs_map_node *wfs_map_any(const struct wfs_map *m)
@@ -105,4 +110,12 @@ struct wfs_map_node *wfs_map_any(const struct wfs_map *m)
 		if (m->buckets[i])
 			return m->buckets[i];
 	return NULL;
+}
+
+uint64_t wfs_map_digest_key(const struct wfs_digest *d)
+{
+	uint64_t k;
+
+	memcpy(&k, d->bytes, sizeof(k));
+	return k;
 }

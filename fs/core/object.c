@@ -1,7 +1,7 @@
-/*
- * In-memory inode and object tables (daemon.h). Every function here runs with fs->lock held.
- */
+/* object.h: objects in use by open handles and seals. Every function runs with fs->lock held. */
+#include <assert.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -10,71 +10,21 @@
 #include "fault.h"
 #include "gc.h"
 #include "log.h"
+#include "object.h"
 
-static uint64_t digest_key(const struct wfs_digest *d)
-{
-	uint64_t k;
+struct wfs_object {
+	struct wfs_map_node node; /* key: wfs_map_digest_key() */
+	struct wfs_digest digest;
+	unsigned pins;  /* (L) open handles using it + seals publishing it + checks and claims */
+	int fd;         /* (L) O_RDONLY, for daemon-served reads; -1 until needed */
+	int backing_id; /* (L) passthrough backing id, 0 when not registered */
+};
 
-	memcpy(&k, d->bytes, sizeof(k));
-	return k;
-}
-
-struct wfs_inode *wfs_inode_find(struct wfs_fs *fs, uint64_t ino)
-{
-	struct wfs_map_node *n = wfs_map_first(&fs->inodes, ino);
-
-	return n ? (struct wfs_inode *)n : NULL;
-}
-
-struct wfs_inode *wfs_inode_get(struct wfs_fs *fs, const struct wfs_attr *attr)
-{
-	struct wfs_inode *in = wfs_inode_find(fs, attr->ino);
-
-	if (in)
-		return in;
-	in = calloc(1, sizeof(*in));
-	if (!in)
-		return NULL;
-	in->ino = attr->ino;
-	in->node.key = attr->ino;
-	in->sealed = attr->sealed;
-	in->digest = attr->digest;
-	if (wfs_map_insert(&fs->inodes, &in->node)) {
-		free(in);
-		return NULL;
-	}
-	return in;
-}
-
-void wfs_inode_maybe_drop(struct wfs_fs *fs, fuse_req_t req, uint64_t ino)
-{
-	struct wfs_attr a, old;
-
-	(void)req;
-	if (wfs_inode_find(fs, ino))
-		return; /* the kernel or a handle still refers to it */
-	if (wfs_catalog_getattr(fs->catalog, ino, &a) || a.nlink != 0)
-		return;
-	if (wfs_catalog_inode_drop(fs->catalog, ino, &old))
-		return; /* left for wfs_catalog_recover() at next mount */
-	if (old.sealed)
-		wfs_object_maybe_delete(fs, &old.digest);
-}
-
-void wfs_inode_maybe_free(struct wfs_fs *fs, fuse_req_t req, struct wfs_inode *in)
-{
-	uint64_t ino = in->ino;
-
-	if (in->nlookup || in->nopen || in->writer)
-		return;
-	wfs_map_remove(&fs->inodes, &in->node);
-	free(in);
-	wfs_inode_maybe_drop(fs, req, ino);
-}
+static atomic_bool warned_passthrough;
 
 static struct wfs_object *object_find(struct wfs_fs *fs, const struct wfs_digest *d)
 {
-	uint64_t key = digest_key(d);
+	uint64_t key = wfs_map_digest_key(d);
 
 	for (struct wfs_map_node *n = wfs_map_first(&fs->objects, key); n; n = wfs_map_next(n, key)) {
 		struct wfs_object *o = (struct wfs_object *)n;
@@ -95,7 +45,7 @@ struct wfs_object *wfs_object_pin(struct wfs_fs *fs, const struct wfs_digest *d)
 			return NULL;
 		o->digest = *d;
 		o->fd = -1;
-		o->node.key = digest_key(d);
+		o->node.key = wfs_map_digest_key(d);
 		if (wfs_map_insert(&fs->objects, &o->node)) {
 			free(o);
 			return NULL;
@@ -105,14 +55,26 @@ struct wfs_object *wfs_object_pin(struct wfs_fs *fs, const struct wfs_digest *d)
 	return o;
 }
 
-void wfs_object_unpin(struct wfs_fs *fs, fuse_req_t req, struct wfs_object *o)
+void wfs_object_repin(struct wfs_object *o)
+{
+	assert(o->pins > 0);
+	o->pins++;
+}
+
+const struct wfs_digest *wfs_object_digest(const struct wfs_object *o)
+{
+	return &o->digest;
+}
+
+void wfs_object_unpin(struct wfs_fs *fs, struct wfs_object *o)
 {
 	struct wfs_digest d = o->digest;
 
+	assert(o->pins > 0);
 	if (--o->pins)
 		return;
-	if (o->backing_id && req)
-		fuse_passthrough_close(req, o->backing_id);
+	if (o->backing_id && fs->kernel.backing_close)
+		fs->kernel.backing_close(fs->kernel.ctx, o->backing_id);
 	if (o->fd >= 0)
 		close(o->fd);
 	wfs_map_remove(&fs->objects, &o->node);
@@ -120,9 +82,14 @@ void wfs_object_unpin(struct wfs_fs *fs, fuse_req_t req, struct wfs_object *o)
 	wfs_object_maybe_delete(fs, &d);
 }
 
+bool wfs_object_in_use(struct wfs_fs *fs, const struct wfs_digest *d)
+{
+	return object_find(fs, d) != NULL;
+}
+
 static bool object_in_use(void *ctx, const struct wfs_digest *d)
 {
-	return object_find(ctx, d) != NULL;
+	return wfs_object_in_use(ctx, d);
 }
 
 void wfs_object_maybe_delete(struct wfs_fs *fs, const struct wfs_digest *d)
@@ -167,12 +134,12 @@ void wfs_object_maybe_delete(struct wfs_fs *fs, const struct wfs_digest *d)
 	}
 }
 
-int wfs_object_open_fd(struct wfs_fs *fs, struct wfs_object *o)
+int wfs_object_fd(struct wfs_fs *fs, struct wfs_object *o)
 {
 	int fd;
 
 	if (o->fd >= 0)
-		return 0;
+		return o->fd;
 	fd = wfs_store_object_open(fs->store, &o->digest, 0);
 	if (fd < 0) {
 		char hex[WFS_DIGEST_HEX_CHARS + 1];
@@ -182,29 +149,36 @@ int wfs_object_open_fd(struct wfs_fs *fs, struct wfs_object *o)
 		return fd == -ENOENT ? -EIO : fd; /* a name whose object is missing is an I/O error */
 	}
 	o->fd = fd;
-	return 0;
+	return fd;
 }
 
-void wfs_tables_release(struct wfs_fs *fs)
+int wfs_object_backing(struct wfs_fs *fs, struct wfs_object *o)
+{
+	int id, fd;
+
+	if (o->backing_id)
+		return o->backing_id;
+	fd = wfs_object_fd(fs, o);
+	if (fd < 0)
+		return fd;
+	id = fs->kernel.backing_open ? fs->kernel.backing_open(fs->kernel.ctx, fd) : -EOPNOTSUPP;
+	if (id <= 0) {
+		wfs_log_once(&warned_passthrough, WFS_LOG_WARN,
+			     "passthrough open failed (needs CAP_SYS_ADMIN and kernel >= 6.9): "
+			     "the daemon serves reads from now on");
+		atomic_store(&fs->passthrough, false);
+		return -EOPNOTSUPP;
+	}
+	o->backing_id = id;
+	close(o->fd); /* the kernel holds the file now: open objects cost no descriptors here */
+	o->fd = -1;
+	return id;
+}
+
+void wfs_objects_release(struct wfs_fs *fs)
 {
 	struct wfs_map_node *n;
 
-	while (fs->handles) {
-		struct wfs_handle *h = fs->handles;
-
-		fs->handles = h->next;
-		if (h->writing)
-			wfs_version_put(h->writing);
-		free(h);
-	}
-	while ((n = wfs_map_any(&fs->inodes)) != NULL) {
-		struct wfs_inode *in = (struct wfs_inode *)n;
-
-		wfs_map_remove(&fs->inodes, n);
-		if (in->writer)
-			wfs_version_put(in->writer); /* unsealed: never published, gone at next mount */
-		free(in);
-	}
 	while ((n = wfs_map_any(&fs->objects)) != NULL) {
 		struct wfs_object *o = (struct wfs_object *)n;
 
@@ -213,11 +187,5 @@ void wfs_tables_release(struct wfs_fs *fs)
 			close(o->fd);
 		free(o);
 	}
-	while ((n = wfs_map_any(&fs->checks)) != NULL) {
-		wfs_map_remove(&fs->checks, n);
-		free(n);
-	}
-	wfs_map_release(&fs->inodes);
 	wfs_map_release(&fs->objects);
-	wfs_map_release(&fs->checks);
 }

@@ -10,8 +10,8 @@
  *     finished tensor and must not be sealed under the name.
  * Thread ids are the kernel's (fuse_req_ctx()->pid); /proc is read, nothing is cached. Thread-safe.
  */
-#ifndef WFS_WRITER_H
-#define WFS_WRITER_H
+#ifndef WFS_CORE_WRITER_H
+#define WFS_CORE_WRITER_H
 
 #include <stdbool.h>
 #include <sys/types.h>

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "version.h"
 #include "writer.h"
 
 /* Read /proc/@pid/@file into @buf (NUL-terminated). Returns the length, or -1 when it is gone. */
@@ -66,12 +66,8 @@ pid_t wfs_writer_tgid(pid_t tid)
 bool wfs_writer_flush_ends(struct wfs_version *v, pid_t writer_tid, pid_t flusher_tid)
 {
 	pid_t a, b;
-	bool written;
 
-	pthread_mutex_lock(&v->lock);
-	written = v->written;
-	pthread_mutex_unlock(&v->lock);
-	if (!written)
+	if (!wfs_version_written(v))
 		return false;
 	if (!writer_tid || flusher_tid == writer_tid)
 		return true;

@@ -1,14 +1,4 @@
-/*
- * Object verification: a name never returns bytes that differ from its digest.
- *
- * The first open of an object after the daemon starts reads it and checks its XXH3-128 digest before
- * the open succeeds (that read also warms the page cache the trainer is about to map). Later opens
- * trust the check while the object file is the same file (inode, size, mtime, and ctime, which any
- * write or `touch -r` moves and no user can set back). A mismatch moves the
- * object to STORE/quarantine, logs one line, and fails every open of every name with that content
- * with EIO — until the same content is written again, which publishes a good copy (the seal marks it
- * checked here, and its catalog row OK).
- */
+/* check.h: objects' bytes against their digests, and quarantine. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,21 +8,27 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon.h"
 #include "cache.h"
+#include "check.h"
+#include "daemon.h"
 #include "log.h"
+#include "object.h"
 
-static uint64_t digest_key(const struct wfs_digest *d)
-{
-	uint64_t k;
-
-	memcpy(&k, d->bytes, sizeof(k));
-	return k;
-}
+struct wfs_check {
+	struct wfs_map_node node; /* key: wfs_map_digest_key() */
+	struct wfs_digest digest;
+	bool checking;            /* (L) being read now: others wait on fs->check_done */
+	bool ok;                  /* (L) read and matched, as the file below */
+	bool bad;                 /* (L) mismatch or missing: quarantined, logged once */
+	ino_t st_ino;             /* (L) the object file as checked: a different file is checked again */
+	off_t st_size;
+	struct timespec st_mtim;
+	struct timespec st_ctim;
+};
 
 static struct wfs_check *check_find(struct wfs_fs *fs, const struct wfs_digest *d)
 {
-	uint64_t key = digest_key(d);
+	uint64_t key = wfs_map_digest_key(d);
 
 	for (struct wfs_map_node *n = wfs_map_first(&fs->checks, key); n; n = wfs_map_next(n, key)) {
 		struct wfs_check *c = (struct wfs_check *)n;
@@ -53,7 +49,7 @@ static struct wfs_check *check_get(struct wfs_fs *fs, const struct wfs_digest *d
 	if (!c)
 		return NULL;
 	c->digest = *d;
-	c->node.key = digest_key(d);
+	c->node.key = wfs_map_digest_key(d);
 	if (wfs_map_insert(&fs->checks, &c->node)) {
 		free(c);
 		return NULL;
@@ -63,6 +59,7 @@ static struct wfs_check *check_get(struct wfs_fs *fs, const struct wfs_digest *d
 
 static void record(struct wfs_check *c, const struct stat *st)
 {
+	c->ok = true;
 	c->bad = false;
 	c->st_ino = st->st_ino;
 	c->st_size = st->st_size;
@@ -77,7 +74,7 @@ static bool same_file(const struct wfs_check *c, const struct stat *st)
 	       c->st_ctim.tv_sec == st->st_ctim.tv_sec && c->st_ctim.tv_nsec == st->st_ctim.tv_nsec;
 }
 
-void wfs_verify_mark_good(struct wfs_fs *fs, const struct wfs_digest *d)
+void wfs_check_mark_good(struct wfs_fs *fs, const struct wfs_digest *d)
 {
 	struct wfs_check *c;
 	struct stat st;
@@ -147,46 +144,49 @@ static int verify(struct wfs_fs *fs, struct wfs_object *o, bool force, pid_t for
 	struct wfs_check *c;
 	struct stat st;
 	int ret;
+	const struct wfs_digest *d = wfs_object_digest(o);
 
-	while (o->verifying)
-		pthread_cond_wait(&fs->sealed, &fs->lock);
-	c = check_find(fs, &o->digest);
-	ret = wfs_store_object_stat(fs->store, &o->digest, &st);
+	while ((c = check_find(fs, d)) != NULL && c->checking)
+		pthread_cond_wait(&fs->check_done, &fs->lock);
+	ret = wfs_store_object_stat(fs->store, d, &st);
 	if (c && c->bad && ret == -ENOENT)
 		return -EIO; /* still quarantined or missing: already logged */
 	if (ret == -ENOENT) {
 		char hex[WFS_DIGEST_HEX_CHARS + 1];
 
-		wfs_digest_to_hex(&o->digest, hex);
+		wfs_digest_to_hex(d, hex);
 		wfs_log(WFS_LOG_ERR, "object %s: missing from objects/; its names fail with EIO until "
 			"the content is written again", hex);
-		c = check_get(fs, &o->digest);
-		if (c)
+		c = check_get(fs, d);
+		if (c) {
+			c->ok = false;
 			c->bad = true;
+		}
 		return -EIO;
 	}
 	if (ret)
 		return ret;
-	if (c && !c->bad && !force && same_file(c, &st))
+	if (c && c->ok && !force && same_file(c, &st))
 		return 0;
 
-	o->verifying = true;
+	c = check_get(fs, d);
+	if (!c)
+		return -ENOMEM;
+	c->checking = true;
 	pthread_mutex_unlock(&fs->lock);
-	ret = check_bytes(fs, &o->digest, &st, for_tid ? wfs_cache_node_of_task(for_tid) : -1);
+	ret = check_bytes(fs, d, &st, for_tid ? wfs_cache_node_of_task(for_tid) : -1);
 	pthread_mutex_lock(&fs->lock);
-	o->verifying = false;
-	pthread_cond_broadcast(&fs->sealed);
+	c->checking = false; /* entries are freed only at exit: @c is still ours */
+	pthread_cond_broadcast(&fs->check_done);
 
-	c = check_get(fs, &o->digest);
 	if (ret == 0) {
-		if (c)
-			record(c, &st);
+		record(c, &st);
 		return 0;
 	}
 	if (ret == -EBADMSG) {
-		if (c)
-			c->bad = true;
-		quarantine(fs, &o->digest);
+		c->ok = false;
+		c->bad = true;
+		quarantine(fs, d);
 		return -EIO;
 	}
 	return ret;
@@ -205,14 +205,14 @@ static int count_one(void *ctx, const struct wfs_object_row *row)
 	if (row->refcount == 0 || row->state != WFS_OBJECT_OK)
 		return 0; /* retained or quarantined: counted elsewhere */
 	c = check_find(cc->fs, &row->digest);
-	if (c && !c->bad)
+	if (c && c->ok)
 		cc->verified++;
 	else
 		cc->unverified++;
 	return 0;
 }
 
-int wfs_verify_count(struct wfs_fs *fs, uint64_t *verified, uint64_t *unverified)
+int wfs_check_count(struct wfs_fs *fs, uint64_t *verified, uint64_t *unverified)
 {
 	struct count_ctx cc = {.fs = fs};
 	int ret = wfs_catalog_objects(fs->catalog, count_one, &cc);
@@ -222,29 +222,25 @@ int wfs_verify_count(struct wfs_fs *fs, uint64_t *verified, uint64_t *unverified
 	return ret;
 }
 
-int wfs_verify_object(struct wfs_fs *fs, struct wfs_object *o)
-{
-	return wfs_verify_object_for(fs, o, 0);
-}
-
-int wfs_verify_object_for(struct wfs_fs *fs, struct wfs_object *o, pid_t tid)
+int wfs_check_object(struct wfs_fs *fs, struct wfs_object *o, pid_t tid)
 {
 	return fs->opt.verify ? verify(fs, o, false, tid) : 0;
 }
 
-int wfs_verify_plausible(struct wfs_fs *fs, struct wfs_object *o, const struct stat *st)
+int wfs_check_plausible(struct wfs_fs *fs, struct wfs_object *o, const struct stat *st)
 {
-	struct wfs_check *c = check_find(fs, &o->digest);
+	struct wfs_check *c = check_find(fs, wfs_object_digest(o));
 	uint64_t refs, bytes;
 
 	if (c && c->bad && same_file(c, st))
 		return -EIO; /* found damaged this run, and still the same file */
-	if (wfs_catalog_object_get(fs->catalog, &o->digest, &refs, &bytes) == 0 && bytes == (uint64_t)st->st_size)
+	if (wfs_catalog_object_get(fs->catalog, wfs_object_digest(o), &refs, &bytes) == 0 &&
+	    bytes == (uint64_t)st->st_size)
 		return 0;
-	return wfs_verify_object(fs, o); /* not as cataloged: read it now (quarantined if damaged) */
+	return wfs_check_object(fs, o, 0); /* not as cataloged: read it now (quarantined if damaged) */
 }
 
-int wfs_verify_recheck(struct wfs_fs *fs, fuse_req_t req, const struct wfs_digest *d)
+int wfs_check_recheck(struct wfs_fs *fs, const struct wfs_digest *d)
 {
 	struct wfs_check *c = check_find(fs, d);
 	struct wfs_object *o;
@@ -257,6 +253,17 @@ int wfs_verify_recheck(struct wfs_fs *fs, fuse_req_t req, const struct wfs_diges
 	if (!o)
 		return -ENOMEM;
 	ret = verify(fs, o, true, 0); /* read now, even with -o verify=none: asked for */
-	wfs_object_unpin(fs, req, o);
+	wfs_object_unpin(fs, o);
 	return ret;
+}
+
+void wfs_checks_release(struct wfs_fs *fs)
+{
+	struct wfs_map_node *n;
+
+	while ((n = wfs_map_any(&fs->checks)) != NULL) {
+		wfs_map_remove(&fs->checks, n);
+		free(n);
+	}
+	wfs_map_release(&fs->checks);
 }

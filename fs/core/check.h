@@ -1,0 +1,63 @@
+/*
+ * check — a name never returns bytes that differ from its digest.
+ *
+ * The first open of an object after the daemon starts reads it and checks its XXH3-128 digest before
+ * the open succeeds (that read also warms the page cache the opener is about to map, on the opener's
+ * NUMA node). Later opens trust the check while the object file is the same file: inode, size, mtime
+ * and ctime, which any write or `touch -r` moves and no user can set back. A mismatch moves the
+ * object to STORE/quarantine, logs one line, and fails every open of every name with that content
+ * with EIO, until the same content is written again: the seal publishes a good copy, marks it
+ * checked here (wfs_check_mark_good()) and its catalog row OK.
+ *
+ * One entry per digest checked this run, private to check.c. Two openers of one unchecked object:
+ * the second waits for the first's check (fs->check_done) instead of reading it again.
+ * All functions run with fs->lock held; those that read bytes drop it meanwhile (said below).
+ */
+#ifndef WFS_CORE_CHECK_H
+#define WFS_CORE_CHECK_H
+
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include "digest.h"
+
+struct wfs_fs;
+struct wfs_object;
+
+/*
+ * Make sure object @o (pinned by the caller) holds the bytes its digest names, reading it once per
+ * daemon run (and again if the object file changes); with -o verify=none, 0 at once. A read is
+ * placed on thread @tid's NUMA node (its memory policy preferred there while reading), so the page
+ * cache it fills lands where the opener will map it; @tid 0: anywhere. May drop fs->lock while
+ * reading. On a mismatch the object is quarantined, one line is logged, and this and every later call
+ * return -EIO until the same content is written again. Returns 0, -EIO, or another -errno.
+ */
+int wfs_check_object(struct wfs_fs *fs, struct wfs_object *o, pid_t tid);
+/*
+ * Is pinned object @o (whose file @st describes) plausibly intact, without reading it? Yes when its
+ * size is the cataloged one and no check this run found it damaged; otherwise it is checked now, as
+ * by wfs_check_object() (may drop fs->lock). For digest claims: the first open of the claimed name
+ * reads and checks the object anyway (-o verify=open), so a claim costs a stat, not a read.
+ * Returns 0, -EIO (damaged), or another -errno.
+ */
+int wfs_check_plausible(struct wfs_fs *fs, struct wfs_object *o, const struct stat *st);
+/* Record object @d, just published by this daemon from bytes it hashed itself, as checked. */
+void wfs_check_mark_good(struct wfs_fs *fs, const struct wfs_digest *d);
+/*
+ * Referenced, not quarantined objects whose bytes this daemon run has checked (*@verified: by a first
+ * open, a dedup hit, a claim, or because it published them) and has not (*@unverified). One pass
+ * over the catalog's objects. Returns 0 or -errno of the catalog.
+ */
+int wfs_check_count(struct wfs_fs *fs, uint64_t *verified, uint64_t *unverified);
+/*
+ * Check object @d's bytes now, whatever an earlier check found (an online fsck saw it damaged),
+ * with -o verify=none too: quarantined and logged on a mismatch, as at a first open. May drop
+ * fs->lock. Returns 0 (intact), -EIO (damaged, or gone since it was stored: its names fail with EIO
+ * until rewritten), -ENODATA (no such object), or another -errno.
+ */
+int wfs_check_recheck(struct wfs_fs *fs, const struct wfs_digest *d);
+/* At exit: free every entry. */
+void wfs_checks_release(struct wfs_fs *fs);
+
+#endif

@@ -1,0 +1,38 @@
+/* daemon.h: the shared state's set-up and teardown. */
+#include <errno.h>
+#include <pthread.h>
+
+#include "check.h"
+#include "daemon.h"
+#include "inode.h"
+#include "object.h"
+#include "openmode.h"
+
+int wfs_fs_init(struct wfs_fs *fs)
+{
+	int ret = pthread_mutex_init(&fs->lock, NULL);
+
+	if (ret == 0)
+		ret = pthread_cond_init(&fs->seal_done, NULL);
+	if (ret == 0)
+		ret = pthread_cond_init(&fs->released, NULL);
+	if (ret == 0)
+		ret = pthread_cond_init(&fs->check_done, NULL);
+	wfs_map_init(&fs->inodes);
+	wfs_map_init(&fs->objects);
+	wfs_map_init(&fs->checks);
+	fs->handles = NULL;
+	return -ret;
+}
+
+void wfs_fs_release(struct wfs_fs *fs)
+{
+	wfs_handles_release(fs);
+	wfs_inodes_release(fs);
+	wfs_objects_release(fs);
+	wfs_checks_release(fs);
+	pthread_cond_destroy(&fs->check_done);
+	pthread_cond_destroy(&fs->released);
+	pthread_cond_destroy(&fs->seal_done);
+	pthread_mutex_destroy(&fs->lock);
+}

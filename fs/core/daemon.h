@@ -1,0 +1,118 @@
+/*
+ * daemon — the state the weightfs daemon shares between its threads, and who owns each part.
+ *
+ * Read docs/design.md first: it draws the version and open-mode state machines and follows one write
+ * and one open through the functions below. The core (fs/core/) holds no libfuse call; the handlers
+ * (fs/ops.c, fs/xattr.c) parse a request, call the core, reply once.
+ *
+ * Owners, one state machine each, their structs private unless a handler needs a field:
+ *   inode.[ch]     in-memory inodes the kernel knows: lookup counts, open counts (struct wfs_inode)
+ *   openmode.[ch]  the kernel's open-mode rule (passthrough or daemon-served) and open handles
+ *                  (struct wfs_handle); a writer beside readers (the name moves to a new inode)
+ *   object.[ch]    objects in use: pins, the read descriptor, the passthrough backing id (private)
+ *   check.[ch]     an object's bytes against its digest; quarantine (private)
+ *   version.[ch]   the bytes of one version being written: memory or tmp file, hashing (private)
+ *   seal.[ch]      a name's write path: starting versions, counting writers, seal, claim, abandon
+ *   writer.[ch]    whose close(2) ends the writing (read from /proc)
+ *   kernel.[ch]    what the core asks of the kernel (backing files, news)
+ *   map.[ch]       the hash table under the in-memory tables
+ *
+ * Locking. fs->lock protects the catalog handle, the four tables (inodes, objects, checks, handles)
+ * and every field marked (L) in any core header. A version's own lock protects its bytes and state
+ * (version.c) and serialises I/O on its tmp file. Order: fs->lock before a version lock; never take
+ * fs->lock while holding a version lock. Functions documented "may drop fs->lock" do so only to wait
+ * or to read or copy bytes; their callers revalidate what they looked at before the call.
+ *
+ * Condition variables, all used with fs->lock, each broadcast when its condition may have changed:
+ *   seal_done   an inode's version was sealed, abandoned or unfrozen (in->writer changed, or is
+ *               writable again): writers waiting for a seal, readers of a version, claims
+ *   released    an inode's last passthrough or last cached handle was released: opens and changes
+ *               waiting for closing readers (openmode.c)
+ *   check_done  an object check finished: openers waiting for the same object's check (check.c)
+ */
+#ifndef WFS_CORE_DAEMON_H
+#define WFS_CORE_DAEMON_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "catalog.h"
+#include "digest.h"
+#include "kernel.h"
+#include "map.h"
+#include "openmode.h"
+#include "store.h"
+
+struct fuse_session;
+struct wfs_direct;
+
+struct wfs_options {
+	char *store;
+	char *mountpoint;
+	int passthrough;      /* -1 auto, 0 off */
+	int verify;           /* check each object's digest on its first open (default 1) */
+	int dedup_verify;     /* compare bytes with the stored copy on a dedup hit (default 0) */
+	char *retain_text;    /* -o retain=SIZE as given */
+	uint64_t retain;      /* bytes of unreferenced objects kept for reuse (0: delete at once) */
+	int sync;             /* fdatasync objects and sync seal commits */
+	double timeout;       /* entry and attribute cache timeout, seconds */
+	int foreground, debug, show_help, show_version;
+	unsigned max_threads;
+};
+
+/* What this daemon did since it mounted; shown by user.weightfs.stats on the mount root. */
+struct wfs_counters {
+	uint64_t seals;             /* versions sealed into a name */
+	uint64_t objects_published; /* of those, objects new to the store */
+	uint64_t bytes_published;   /* bytes of the new objects: what the store wrote */
+	uint64_t dedup_hits;        /* seals whose content was already stored: copy dropped */
+	uint64_t claims;            /* user.weightfs.claim that sealed a name with no bytes sent */
+	uint64_t claim_misses;      /* claims refused with ENODATA: the object is not stored */
+	uint64_t verify_failures;   /* objects whose bytes did not match their digest (quarantined) */
+	uint64_t moved_from_readers; /* writable opens and truncates of a file readers held: its
+				      * name moved to a new inode (openmode.c, wfs_openmode_move) */
+	uint64_t opens_passthrough; /* read-only opens served by the kernel from the object */
+	uint64_t opens_daemon;      /* opens served by the daemon (writable, or passthrough off) */
+	uint64_t opens_direct;      /* object descriptors handed out by the direct path (direct.c) */
+};
+
+struct wfs_fs {
+	struct wfs_options opt;
+	struct wfs_store *store;
+	struct wfs_catalog *catalog;  /* (L) */
+	struct wfs_kernel kernel;     /* set before the session loop starts (kernel.h) */
+	struct fuse_session *se;      /* the handlers' session; the core never uses it */
+	pthread_mutex_t lock;
+	pthread_cond_t seal_done;     /* see the legend above */
+	pthread_cond_t released;
+	pthread_cond_t check_done;
+	struct wfs_map inodes;        /* (L) struct wfs_inode by number (inode.c) */
+	struct wfs_map objects;       /* (L) objects in use by digest (object.c) */
+	struct wfs_map checks;        /* (L) checks done this run by digest (check.c) */
+	struct wfs_handle *handles;   /* (L) open handles (openmode.c): the kernel sends no release for
+				       * those still open at unmount; freed at exit */
+	struct wfs_moved_ring moved;  /* (L) inodes a name just moved to for a writer (openmode.c) */
+	atomic_bool passthrough;      /* negotiated and still working */
+	atomic_uint_fast64_t checks_placed; /* object checks read on the opener's NUMA node (check.c) */
+	bool direct_writes;           /* writable opens are direct I/O (set once by init, before any open) */
+	struct wfs_counters counters; /* (L) since this mount */
+	uint64_t retained;            /* (L) -o retain: unreferenced bytes, at least (object.c) */
+	struct wfs_direct *direct;    /* the direct path's socket and threads (direct.c), or NULL; set
+				       * before the session loop starts, cleared after it ends */
+};
+
+/*
+ * Initialise @fs's locks and tables. The caller sets opt, store, catalog and kernel (all borrowed:
+ * wfs_fs_release() does not close them). Returns 0 or -errno (pthread initialisation).
+ */
+int wfs_fs_init(struct wfs_fs *fs);
+/*
+ * Free every table (after the session ended: the kernel forgets nothing at unmount) and destroy the
+ * locks. Versions still being written are dropped unsealed: never published, gone at next mount.
+ */
+void wfs_fs_release(struct wfs_fs *fs);
+
+#endif

@@ -1,0 +1,97 @@
+/* inode.h: the in-memory inodes and their lookup counts. Every function runs with fs->lock held. */
+#include <assert.h>
+#include <stdlib.h>
+
+#include "daemon.h"
+#include "inode.h"
+#include "log.h"
+#include "object.h"
+#include "version.h"
+
+struct wfs_inode *wfs_inode_find(struct wfs_fs *fs, uint64_t ino)
+{
+	struct wfs_map_node *n = wfs_map_first(&fs->inodes, ino);
+
+	return n ? (struct wfs_inode *)n : NULL;
+}
+
+struct wfs_inode *wfs_inode_get(struct wfs_fs *fs, const struct wfs_attr *attr)
+{
+	struct wfs_inode *in = wfs_inode_find(fs, attr->ino);
+
+	if (in)
+		return in;
+	in = calloc(1, sizeof(*in));
+	if (!in)
+		return NULL;
+	in->ino = attr->ino;
+	in->node.key = attr->ino;
+	in->sealed = attr->sealed;
+	in->digest = attr->digest;
+	if (wfs_map_insert(&fs->inodes, &in->node)) {
+		free(in);
+		return NULL;
+	}
+	return in;
+}
+
+void wfs_inode_lookup(struct wfs_inode *in)
+{
+	in->nlookup++;
+}
+
+void wfs_inode_forget(struct wfs_fs *fs, uint64_t ino, uint64_t nlookup)
+{
+	struct wfs_inode *in = wfs_inode_find(fs, ino);
+
+	if (!in)
+		return;
+	if (in->nlookup < nlookup) {
+		wfs_log(WFS_LOG_ERR, "inode %llu: kernel forgot %llu lookups of %llu",
+			(unsigned long long)ino, (unsigned long long)nlookup, (unsigned long long)in->nlookup);
+		nlookup = in->nlookup;
+	}
+	in->nlookup -= nlookup;
+	wfs_inode_maybe_free(fs, in);
+}
+
+void wfs_inode_maybe_drop(struct wfs_fs *fs, uint64_t ino)
+{
+	struct wfs_attr a, old;
+
+	if (wfs_inode_find(fs, ino))
+		return; /* the kernel or a handle still refers to it */
+	if (wfs_catalog_getattr(fs->catalog, ino, &a) || a.nlink != 0)
+		return;
+	if (wfs_catalog_inode_drop(fs->catalog, ino, &old))
+		return; /* left for wfs_catalog_recover() at next mount */
+	if (old.sealed)
+		wfs_object_maybe_delete(fs, &old.digest);
+}
+
+void wfs_inode_maybe_free(struct wfs_fs *fs, struct wfs_inode *in)
+{
+	uint64_t ino = in->ino;
+
+	if (in->nlookup || in->io.nopen || in->writer)
+		return;
+	assert(in->io.ncached == 0 && in->io.npassthrough == 0 && in->io.nwritable == 0);
+	wfs_map_remove(&fs->inodes, &in->node);
+	free(in);
+	wfs_inode_maybe_drop(fs, ino);
+}
+
+void wfs_inodes_release(struct wfs_fs *fs)
+{
+	struct wfs_map_node *n;
+
+	while ((n = wfs_map_any(&fs->inodes)) != NULL) {
+		struct wfs_inode *in = (struct wfs_inode *)n;
+
+		wfs_map_remove(&fs->inodes, n);
+		if (in->writer)
+			wfs_version_put(in->writer); /* unsealed: never published, gone at next mount */
+		free(in);
+	}
+	wfs_map_release(&fs->inodes);
+}

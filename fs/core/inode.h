@@ -1,0 +1,62 @@
+/*
+ * inode — the in-memory inodes: one per inode number the kernel holds a lookup on or has open.
+ *
+ * An entry is created by the first lookup, create or open of an inode (wfs_inode_get()) and freed
+ * when the kernel has forgotten every lookup, no handle is open and no version is being written
+ * (wfs_inode_maybe_free()); an inode that has lost its last name is then dropped from the catalog
+ * and its object released (wfs_inode_maybe_drop()). The catalog stays the truth for names and
+ * attributes; an entry holds what only the running daemon knows.
+ *
+ * The fields are grouped by the state machine that owns them; only the owner writes them, others
+ * read under fs->lock:
+ *   inode.c     ino, nlookup
+ *   openmode.c  io: open counts, passthrough or daemon-served, the kernel page cache (openmode.h)
+ *   seal.c      writer, sealed, digest: what the name holds and the version being written (seal.h)
+ * All functions run with fs->lock held; none drops it.
+ */
+#ifndef WFS_CORE_INODE_H
+#define WFS_CORE_INODE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "catalog.h"
+#include "digest.h"
+#include "map.h"
+#include "openmode.h"
+
+struct wfs_fs;
+struct wfs_version;
+
+struct wfs_inode {
+	struct wfs_map_node node;    /* key: ino */
+	uint64_t ino;
+	uint64_t nlookup;            /* (L) the kernel's lookup count (inode.c) */
+	struct wfs_iomode io;        /* (L) open handles and how they are served (openmode.c) */
+	struct wfs_version *writer;  /* (L) version being written, or NULL (seal.c; holds a reference) */
+	bool sealed;                 /* (L) the catalog's content: sealed as object @digest (seal.c) */
+	struct wfs_digest digest;
+};
+
+/* The entry of inode @ino, or NULL when the daemon holds none. */
+struct wfs_inode *wfs_inode_find(struct wfs_fs *fs, uint64_t ino);
+/* The entry for @attr->ino, created with zero counts and @attr's content when absent. NULL: ENOMEM. */
+struct wfs_inode *wfs_inode_get(struct wfs_fs *fs, const struct wfs_attr *attr);
+/* Count one kernel lookup of @in (an entry reply: lookup, create, mkdir, link, readdirplus). */
+void wfs_inode_lookup(struct wfs_inode *in);
+/*
+ * The kernel forgot @nlookup lookups of inode @ino (FORGET). More than it holds is logged and
+ * clamped. Frees the entry when nothing uses it any more.
+ */
+void wfs_inode_forget(struct wfs_fs *fs, uint64_t ino, uint64_t nlookup);
+/* Free @in if unused (no lookups, no handles, no writer); drop it from the catalog if unlinked. */
+void wfs_inode_maybe_free(struct wfs_fs *fs, struct wfs_inode *in);
+/*
+ * Catalog side: drop inode @ino if it has no name and nothing in the kernel refers to it, releasing
+ * its object. A failed drop is left for wfs_catalog_recover() at the next mount.
+ */
+void wfs_inode_maybe_drop(struct wfs_fs *fs, uint64_t ino);
+/* At exit: free every entry, dropping versions being written (unsealed, gone at next mount). */
+void wfs_inodes_release(struct wfs_fs *fs);
+
+#endif

@@ -1,0 +1,61 @@
+/*
+ * object — the objects open handles and seals are using: one entry per digest in use, shared by every
+ * open of every name with that content.
+ *
+ * An entry lives while it is pinned (open handles reading it, a seal publishing it, a check or a
+ * claim looking at it). A pinned object is never deleted from the store, so a caller may open its
+ * file without fs->lock. An entry holds, while needed:
+ *   - an O_RDONLY descriptor, for daemon-served reads (opened on first use, kept until the last unpin);
+ *   - a passthrough backing id, registered with the kernel (kernel.h) on the first passthrough open
+ *     and released at the last unpin; the descriptor is closed right after registering, since the
+ *     kernel holds the file from then on.
+ * When the last pin drops and no name refers to the digest any more, the object is deleted from the
+ * store and catalog, or kept for reuse up to -o retain (wfs_object_maybe_delete()).
+ *
+ * All functions run with fs->lock held; none drops it.
+ */
+#ifndef WFS_CORE_OBJECT_H
+#define WFS_CORE_OBJECT_H
+
+#include <stdbool.h>
+
+#include "digest.h"
+
+struct wfs_fs;
+struct wfs_object; /* private to object.c */
+
+/* Pin object @d, creating its entry. Returns the entry, or NULL (ENOMEM). */
+struct wfs_object *wfs_object_pin(struct wfs_fs *fs, const struct wfs_digest *d);
+/* One more pin on @o, which the caller has pinned already (a second handle sharing a backing file). */
+void wfs_object_repin(struct wfs_object *o);
+/*
+ * Drop a pin. On the last one the descriptor is closed, the backing id released, the entry freed, and
+ * the object deleted when nothing refers to it (wfs_object_maybe_delete()).
+ */
+void wfs_object_unpin(struct wfs_fs *fs, struct wfs_object *o);
+/* The digest @o is the object of. */
+const struct wfs_digest *wfs_object_digest(const struct wfs_object *o);
+/*
+ * A read descriptor of @o (O_RDONLY, owned by the entry: valid while the caller holds its pin, even
+ * without fs->lock). Returns it (>= 0), -EIO when the object file is missing (logged: a name whose
+ * object is gone is an I/O error), or another -errno.
+ */
+int wfs_object_fd(struct wfs_fs *fs, struct wfs_object *o);
+/*
+ * @o's passthrough backing id, registered now if it has none. Returns the id (> 0), an -errno of
+ * wfs_object_fd(), or -EOPNOTSUPP when the kernel refuses (logged once; fs->passthrough is cleared
+ * and the daemon serves reads from then on).
+ */
+int wfs_object_backing(struct wfs_fs *fs, struct wfs_object *o);
+/* Is object @d pinned by anyone (so it must not be deleted)? */
+bool wfs_object_in_use(struct wfs_fs *fs, const struct wfs_digest *d);
+/*
+ * Delete object @d from catalog and store when no name refers to it and nothing pins it, or keep it
+ * as retained (-o retain), collecting the least recently released beyond the budget. Errors are
+ * logged: an object left behind is an orphan that fsck --repair or the next collection removes.
+ */
+void wfs_object_maybe_delete(struct wfs_fs *fs, const struct wfs_digest *d);
+/* At exit: free every entry, closing descriptors (backing ids go with the session). */
+void wfs_objects_release(struct wfs_fs *fs);
+
+#endif

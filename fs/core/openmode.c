@@ -1,0 +1,466 @@
+/* openmode.h: how the kernel serves each open (passthrough or daemon-served), and open handles. */
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "daemon.h"
+#include "inode.h"
+#include "log.h"
+#include "object.h"
+#include "openmode.h"
+#include "seal.h"
+#include "version.h"
+#include "writer.h"
+
+static atomic_bool warned_txtbsy, warned_unsealed;
+
+/* A handle for an open of @in, on fs->handles until handle_free(). */
+static struct wfs_handle *handle_new(struct wfs_fs *fs, struct wfs_inode *in, bool writable)
+{
+	struct wfs_handle *h = calloc(1, sizeof(*h));
+
+	if (h) {
+		h->inode = in;
+		h->writable = writable;
+		h->next = fs->handles;
+		if (fs->handles)
+			fs->handles->prev = h;
+		fs->handles = h;
+	}
+	return h;
+}
+
+static void handle_free(struct wfs_fs *fs, struct wfs_handle *h)
+{
+	if (!h)
+		return;
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		fs->handles = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	free(h);
+}
+
+void wfs_handles_release(struct wfs_fs *fs)
+{
+	while (fs->handles) {
+		struct wfs_handle *h = fs->handles;
+
+		fs->handles = h->next;
+		if (h->writing)
+			wfs_version_put(h->writing);
+		free(h);
+	}
+}
+
+/* The CLOCK_REALTIME time @ms milliseconds from now, for pthread_cond_timedwait(). */
+static struct timespec deadline_in(long ms)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_REALTIME, &t);
+	t.tv_nsec += ms * 1000 * 1000;
+	t.tv_sec += t.tv_nsec / 1000000000;
+	t.tv_nsec %= 1000000000;
+	return t;
+}
+
+/*
+ * close(2) returns before the kernel's RELEASE reaches us, so a handle that was just closed may still
+ * count in @count (io.npassthrough or io.ncached). Give pending releases up to @ms milliseconds
+ * before deciding how to open. Drops fs->lock while waiting; the inode stays (the kernel holds a
+ * lookup on it).
+ */
+static void wait_released(struct wfs_fs *fs, const unsigned *count, long ms)
+{
+	struct timespec deadline;
+
+	if (*count == 0)
+		return;
+	deadline = deadline_in(ms);
+	while (*count > 0)
+		if (pthread_cond_timedwait(&fs->released, &fs->lock, &deadline) == ETIMEDOUT)
+			break;
+}
+
+int wfs_openmode_wait_readers(struct wfs_fs *fs, struct wfs_inode *in)
+{
+	wait_released(fs, &in->io.npassthrough, 500);
+	if (in->io.npassthrough == 0)
+		return 0;
+	wfs_log_once(&warned_txtbsy, WFS_LOG_WARN,
+		     "inode %llu: changed while open read-only through passthrough: ETXTBSY (write a new "
+		     "name and rename it over this one instead)", (unsigned long long)in->ino);
+	return -ETXTBSY;
+}
+
+bool wfs_openmode_all_closed(const struct wfs_inode *in)
+{
+	return in->io.ncached > 0 && in->io.ncached == in->io.ncached_closed;
+}
+
+/*
+ * The writer's retry after a move must not be moved again, or it gets ESTALE (the VFS retries once):
+ * a reader may open the new inode between the retry's LOOKUP and its OPEN. So the new inode is noted
+ * for a second; its next writable open goes ahead in place (moved_take), and a reader that comes
+ * first is daemon-served (moved_pending), which a writer may join, instead of taking a passthrough
+ * backing file that would refuse it.
+ */
+static bool before(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
+static void moved_note(struct wfs_fs *fs, uint64_t ino)
+{
+	struct wfs_moved *slot = &fs->moved.slot[0];
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	for (size_t i = 0; i < sizeof(fs->moved.slot) / sizeof(fs->moved.slot[0]); i++)
+		if (before(&fs->moved.slot[i].until, &slot->until))
+			slot = &fs->moved.slot[i]; /* the oldest (or an empty one) */
+	slot->ino = ino;
+	slot->until = now;
+	slot->until.tv_sec += 1;
+}
+
+static struct wfs_moved *moved_find(struct wfs_fs *fs, uint64_t ino)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	for (size_t i = 0; i < sizeof(fs->moved.slot) / sizeof(fs->moved.slot[0]); i++) {
+		struct wfs_moved *m = &fs->moved.slot[i];
+
+		if (m->ino == ino && before(&now, &m->until))
+			return m;
+	}
+	return NULL;
+}
+
+static bool moved_take(struct wfs_fs *fs, uint64_t ino)
+{
+	struct wfs_moved *m = moved_find(fs, ino);
+
+	if (m)
+		*m = (struct wfs_moved){0};
+	return m != NULL;
+}
+
+int wfs_openmode_move(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, struct wfs_news *news)
+{
+	struct wfs_attr fresh;
+	int ret;
+
+	if (moved_take(fs, in->ino))
+		return 0; /* the writer's retry: readers that came first are daemon-served, join them */
+	if (!in->sealed || in->writer || in->io.nwritable > 0 || in->io.nopen == 0 || nlink != 1)
+		return 0;
+	ret = wfs_catalog_inode_replace(fs->catalog, in->ino, wfs_news_name, news, &fresh);
+	if (ret)
+		return ret == -EMLINK ? 0 : ret;
+	in->io.replaced = true;
+	news->ino = in->ino;
+	news->moved = true;
+	moved_note(fs, fresh.ino);
+	fs->counters.moved_from_readers++;
+	wfs_log(WFS_LOG_DEBUG, "inode %llu: opened for writing while %u readers hold it: name moved to inode "
+		"%llu", (unsigned long long)in->ino, in->io.nopen, (unsigned long long)fresh.ino);
+	return 1;
+}
+
+/* A read-only open of @in: passthrough when the rule allows, else daemon-served. */
+static int open_read_only(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_handle *h, pid_t tid,
+			  struct wfs_open_reply *r)
+{
+	struct wfs_iomode *io = &in->io;
+	struct wfs_object *o;
+	int ret;
+
+	if (!in->sealed && !in->writer) {
+		wfs_log_once(&warned_unsealed, WFS_LOG_WARN,
+			     "inode %llu: never sealed (its writer failed or was killed): EIO",
+			     (unsigned long long)in->ino);
+		return -EIO;
+	}
+	/* The writer that just sealed this file may not be released yet: without the wait, a reader
+	 * mapping a file right after writing it would be daemon-served for as long as it keeps it.
+	 * Only closed handles are waited for: one still open (a long-lived O_RDWR opener) stays. */
+	if (atomic_load(&fs->passthrough) && !in->writer && io->npassthrough == 0 &&
+	    io->ncached == io->ncached_closed)
+		wait_released(fs, &io->ncached, 100);
+	if (io->npassthrough > 0) {
+		/* All passthrough opens of an inode share one backing file (checked by the first). */
+		o = io->pt_object;
+		wfs_object_repin(o);
+	} else if (!in->writer) {
+		o = wfs_object_pin(fs, &in->digest);
+		if (!o)
+			return -ENOMEM;
+		ret = wfs_check_object(fs, o, tid); /* may drop fs->lock */
+		if (ret) {
+			wfs_object_unpin(fs, o);
+			return ret;
+		}
+		if (io->npassthrough > 0 || in->writer || !wfs_digest_equal(&in->digest, wfs_object_digest(o))) {
+			wfs_object_unpin(fs, o); /* the inode changed meanwhile: decide again */
+			return open_read_only(fs, in, h, tid, r);
+		}
+	} else {
+		o = NULL; /* being written: daemon-served from the version */
+	}
+	h->object = o;
+	if (o && (io->npassthrough > 0 || (atomic_load(&fs->passthrough) && !in->writer && io->ncached == 0 &&
+					    !moved_find(fs, in->ino)))) {
+		ret = wfs_object_backing(fs, o);
+		if (ret > 0) {
+			h->passthrough = true;
+			r->backing_id = ret;
+			r->keep_cache = false;
+			io->pt_object = o;
+			io->npassthrough++;
+			return 0;
+		}
+		if (io->npassthrough > 0) {
+			h->object = NULL;
+			wfs_object_unpin(fs, o);
+			return ret;
+		}
+	}
+	/* Daemon-served: the kernel page cache of this inode may be kept when it holds this content. */
+	r->keep_cache = !in->writer && in->sealed && io->cache_valid &&
+			wfs_digest_equal(&io->cache_digest, &in->digest);
+	if (!in->writer && in->sealed) {
+		io->cache_valid = true;
+		io->cache_digest = in->digest;
+	}
+	io->ncached++;
+	return 0;
+}
+
+/* Count @h, a new handle of its inode, as open. */
+static void count_open(struct wfs_fs *fs, struct wfs_handle *h)
+{
+	struct wfs_iomode *io = &h->inode->io;
+
+	io->nopen++;
+	io->nwritable += h->writable;
+	if (h->passthrough)
+		fs->counters.opens_passthrough++;
+	else
+		fs->counters.opens_daemon++;
+}
+
+int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool truncate, pid_t tid,
+		      struct wfs_handle **hp, struct wfs_open_reply *r, struct wfs_news *news)
+{
+	struct wfs_version *v;
+	struct wfs_inode *in;
+	struct wfs_handle *h;
+	struct wfs_attr a;
+	int ret;
+
+	*r = (struct wfs_open_reply){0};
+	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+	if (ret)
+		return ret;
+	if (S_ISDIR(a.mode))
+		return -EISDIR;
+	in = wfs_inode_get(fs, &a);
+	if (!in)
+		return -ENOMEM;
+	/* A writer must reach the name's new inode: the kernel looks the name up again. A reader that
+	 * looked the name up before it moved opens what it found, as an open racing a rename does. */
+	if (in->io.replaced && writable)
+		return -ESTALE;
+	if (writable) {
+		ret = wfs_openmode_move(fs, in, a.nlink, news);
+		if (ret == 1)
+			return -ESTALE; /* the VFS retries on the name's new inode */
+		if (ret < 0)
+			return ret;
+	}
+	h = handle_new(fs, in, writable);
+	if (!h)
+		return -ENOMEM;
+	if (writable) {
+		ret = wfs_openmode_wait_readers(fs, in);
+		if (ret) {
+			handle_free(fs, h);
+			return ret;
+		}
+		if (truncate) {
+			v = wfs_seal_writer(fs, in, true, &ret);
+			if (!v) {
+				handle_free(fs, h);
+				return ret;
+			}
+			wfs_seal_join(h, v);
+			wfs_version_put(v);
+		}
+		r->direct_io = fs->direct_writes;
+		in->io.ncached++;
+	} else {
+		ret = open_read_only(fs, in, h, tid, r);
+		if (ret) {
+			if (h->object)
+				wfs_object_unpin(fs, h->object);
+			handle_free(fs, h);
+			wfs_inode_maybe_free(fs, in);
+			return ret;
+		}
+	}
+	count_open(fs, h);
+	*hp = h;
+	return 0;
+}
+
+int wfs_openmode_create(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_handle **hp,
+			struct wfs_open_reply *r)
+{
+	struct wfs_handle *h = handle_new(fs, in, true);
+	struct wfs_version *v;
+	int ret = -ENOMEM;
+
+	*r = (struct wfs_open_reply){0};
+	v = h ? wfs_seal_writer(fs, in, true, &ret) : NULL;
+	if (!v) {
+		handle_free(fs, h);
+		return ret;
+	}
+	wfs_seal_join(h, v); /* a created file is sealed at close even if nothing is written */
+	wfs_version_put(v);
+	in->io.ncached++;
+	count_open(fs, h);
+	r->direct_io = fs->direct_writes;
+	*hp = h;
+	return 0;
+}
+
+/*
+ * Where a daemon-served read of @h reads from now: the version being written (referenced into *@v),
+ * or the inode's current object (pinned in h->object; its descriptor into *@fd).
+ */
+static int read_source(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struct wfs_version **v, int *fd)
+{
+	struct wfs_inode *in = h->inode;
+	struct wfs_object *o;
+
+	*v = NULL;
+	if (in->writer) {
+		wfs_version_get(in->writer);
+		*v = in->writer;
+		return 0;
+	}
+	if (!in->sealed)
+		return -EIO;
+	if (!h->object || !wfs_digest_equal(wfs_object_digest(h->object), &in->digest)) {
+		int ret;
+
+		o = wfs_object_pin(fs, &in->digest);
+		if (!o)
+			return -ENOMEM;
+		ret = wfs_check_object(fs, o, tid); /* may drop fs->lock: the caller retries on -EAGAIN */
+		if (ret == 0 && (in->writer || !wfs_digest_equal(&in->digest, wfs_object_digest(o))))
+			ret = -EAGAIN;
+		if (ret) {
+			wfs_object_unpin(fs, o);
+			return ret;
+		}
+		if (h->object)
+			wfs_object_unpin(fs, h->object);
+		h->object = o;
+	}
+	*fd = wfs_object_fd(fs, h->object);
+	return *fd < 0 ? *fd : 0;
+}
+
+ssize_t wfs_openmode_read(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, void *buf, size_t len,
+			  off_t off)
+{
+	struct wfs_version *v;
+	ssize_t n;
+	int fd = -1;
+
+	for (;;) {
+		pthread_mutex_lock(&fs->lock);
+		do
+			n = read_source(fs, h, tid, &v, &fd);
+		while (n == -EAGAIN);
+		pthread_mutex_unlock(&fs->lock);
+		if (n)
+			return n;
+		if (!v)
+			break;
+		n = wfs_version_read(v, buf, len, off);
+		if (n == -EAGAIN) {
+			pthread_mutex_lock(&fs->lock);
+			while (h->inode->writer == v)
+				pthread_cond_wait(&fs->seal_done, &fs->lock);
+			pthread_mutex_unlock(&fs->lock);
+		}
+		wfs_version_put(v);
+		if (n != -EAGAIN)
+			return n;
+	}
+	/* The descriptor stays valid: h->object is pinned by this handle until release. */
+	n = pread(fd, buf, len, off);
+	if (n < 0)
+		return -errno;
+	/* Without passthrough the kernel caches these bytes for the FUSE inode; a second copy in the
+	 * backing file's page cache would only double the memory. */
+	posix_fadvise(fd, off, (off_t)n, POSIX_FADV_DONTNEED);
+	return n;
+}
+
+int wfs_openmode_flush(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struct wfs_news *news)
+{
+	if (!h->closed && !h->passthrough) {
+		h->closed = true;
+		h->inode->io.ncached_closed++;
+	}
+	if (h->writing && wfs_writer_flush_ends(h->writing, h->writer_tid, tid))
+		return wfs_seal_leave(fs, h, false, tid, news);
+	return 0;
+}
+
+void wfs_openmode_release(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struct wfs_news *news)
+{
+	struct wfs_inode *in = h->inode;
+	struct wfs_iomode *io = &in->io;
+	int ret;
+
+	/* Writes after the last flush (a shared mapping written back at munmap) seal here; the
+	 * kernel drops release errors, so they can only be logged. */
+	ret = wfs_seal_leave(fs, h, true, tid, news);
+	if (ret)
+		wfs_log(WFS_LOG_ERR, "inode %llu: seal at release failed: %s", (unsigned long long)in->ino,
+			strerror(-ret));
+	if (h->passthrough) {
+		assert(io->npassthrough > 0);
+		if (--io->npassthrough == 0) {
+			io->pt_object = NULL;
+			pthread_cond_broadcast(&fs->released); /* a writable open may be waiting */
+		}
+	} else {
+		assert(io->ncached > 0 && io->ncached_closed >= h->closed);
+		io->ncached_closed -= h->closed;
+		if (--io->ncached == 0)
+			pthread_cond_broadcast(&fs->released); /* a read-only open may wait to go passthrough */
+	}
+	if (h->object)
+		wfs_object_unpin(fs, h->object);
+	assert(io->nopen > 0 && io->nwritable >= h->writable);
+	io->nwritable -= h->writable;
+	io->nopen--;
+	wfs_inode_maybe_free(fs, in);
+	handle_free(fs, h);
+}

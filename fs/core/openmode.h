@@ -1,0 +1,149 @@
+/*
+ * openmode — how the kernel serves each open of an inode, and the open handles.
+ *
+ * The kernel's rule (fs/fuse/iomode.c, Linux 6.9+): all passthrough opens of an inode share one
+ * backing file, and while any exist every new open must be passthrough too; an inode open in cached
+ * mode (daemon-served, through the FUSE page cache) refuses passthrough opens. So:
+ *   - writable opens are always daemon-served (which is also what makes objects immutable: no
+ *     kernel write path reaches an object file);
+ *   - a read-only open of a sealed file is passthrough, on the object's backing file, unless a
+ *     daemon-served open of the inode exists; a read-only open of a file being written is
+ *     daemon-served, from the version;
+ *   - a change to a file that readers hold through passthrough (a writable open, truncate, claim)
+ *     cannot go on in place: its name moves to a new inode (wfs_openmode_move()), or, for hard
+ *     links, it waits up to 500 ms for closing readers and then fails with ETXTBSY.
+ *
+ * Per inode (struct wfs_iomode, in struct wfs_inode):
+ *
+ *             read-only open: passthrough on,         writable open; or read-only with
+ *             no cached open, name not just moved     passthrough off, a writer, or cached opens
+ *                 │                                       │
+ *   ┌────────┐    ▼     ┌──────────────────────┐          ▼     ┌──────────────────────┐
+ *   │ CLOSED │ ───────▶ │ PASSTHROUGH          │     (CLOSED ──▶) │ CACHED               │
+ *   │        │          │ npassthrough > 0     │                  │ ncached > 0          │
+ *   └────────┘          │ read-only: same      │                  │ read-only: cached;   │
+ *       ▲               │ backing file;        │                  │ page cache kept while│
+ *       │               │ writable: move the   │                  │ it holds the content │
+ *       │               │ name, or ETXTBSY     │                  │ (keep_cache)         │
+ *       │               └──────────┬───────────┘                  └──────────┬───────────┘
+ *       └──────── last release (broadcast fs->released) ◀────────────────────┘
+ *
+ * close(2) returns before the kernel's RELEASE arrives, so an open that follows a close may still see
+ * the closing handle counted; opens wait for such releases briefly (fs->released) before deciding.
+ * All functions run with fs->lock held; those that wait drop it meanwhile (said below).
+ */
+#ifndef WFS_CORE_OPENMODE_H
+#define WFS_CORE_OPENMODE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "digest.h"
+
+struct wfs_fs;
+struct wfs_inode;
+struct wfs_news;
+struct wfs_object;
+struct wfs_version;
+
+/* The open-mode state of one inode (in struct wfs_inode; all (L), written by openmode.c only). */
+struct wfs_iomode {
+	unsigned nopen;               /* open handles */
+	unsigned nwritable;           /* of those, opened for writing */
+	unsigned ncached;             /* open handles in cached (daemon-served) mode */
+	unsigned ncached_closed;      /* of those, closed (flush seen): their release is pending */
+	unsigned npassthrough;        /* open handles in passthrough mode */
+	struct wfs_object *pt_object; /* backing of the passthrough opens, when npassthrough > 0 */
+	bool replaced;                /* its name moved to a new inode for a writer while readers held
+				       * this one: writers get ESTALE and the kernel looks the name up again */
+	bool cache_valid;             /* the kernel page cache holds @cache_digest's bytes */
+	struct wfs_digest cache_digest;
+};
+
+/* One open file (the FUSE file handle). Fields (L); the owner of each is named. */
+struct wfs_handle {
+	struct wfs_inode *inode;
+	struct wfs_object *object;    /* pinned sealed object this handle reads, or NULL (openmode.c) */
+	struct wfs_version *writing;  /* referenced version counting this handle as a writer: written
+				       * to (or truncated) since the last flush (seal.c) */
+	pid_t writer_tid;             /* thread that last wrote through this handle (seal.c) */
+	bool writable;                /* opened for writing: daemon-served, may start versions */
+	bool passthrough;             /* reads and mmaps go to @object's backing file in the kernel */
+	bool closed;                  /* a flush (close(2) of a descriptor) has been seen */
+	bool privs_dropped;           /* set-user/group-ID bits checked at this handle's first write (seal.c) */
+	struct wfs_handle *prev, *next; /* on fs->handles */
+};
+
+/* Inodes a name just moved to for a writer, whose retried open is on its way (wfs_openmode_move()). */
+struct wfs_moved_ring {
+	struct wfs_moved {
+		uint64_t ino;
+		struct timespec until; /* CLOCK_MONOTONIC */
+	} slot[16];
+};
+
+/* What the kernel is told about a new open (the FUSE open reply's fields). */
+struct wfs_open_reply {
+	int backing_id;   /* > 0: passthrough on this backing file; 0: daemon-served */
+	bool keep_cache;  /* daemon-served: the inode's page cache still holds this content */
+	bool direct_io;   /* writes go to the daemon without the FUSE page cache (fs->direct_writes) */
+};
+
+/*
+ * open(2) of inode @ino by thread @tid: @writable for O_WRONLY/O_RDWR/O_TRUNC, @truncate for O_TRUNC
+ * (the new version is empty). Decides the mode, checks a read's object (check.h, on @tid's NUMA
+ * node) and returns a new handle in *@h with what to reply in *@r. May drop fs->lock (object check,
+ * waiting for releases). @news gets a moved name. Returns 0, or
+ *   -ESTALE   a writer reached an inode whose name moved (or moves now) to a new inode: the VFS
+ *             looks the name up again and retries,
+ *   -ETXTBSY  a writer of a hard-linked file that readers hold through passthrough,
+ *   -EISDIR, -EIO (never sealed, or the object failed its check), -ENOMEM, -errno of the catalog.
+ */
+int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool truncate, pid_t tid,
+		      struct wfs_handle **h, struct wfs_open_reply *r, struct wfs_news *news);
+/*
+ * The handle of a file just created (inode @in, new, its catalog entry made): writable and
+ * daemon-served, its version empty and counted as written by this handle (sealed at close even with
+ * no write). Returns 0 or -errno (-ENOMEM, -ENOSPC); on failure nothing is left open.
+ */
+int wfs_openmode_create(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_handle **h,
+			struct wfs_open_reply *r);
+/*
+ * A daemon-served read of @len bytes at @off through @h by thread @tid: from the version being
+ * written, else from the inode's current object (pinned by @h). Takes and drops fs->lock itself:
+ * call it without. Returns bytes read, or -EIO (never sealed, or damaged), -ENOMEM, -errno.
+ */
+ssize_t wfs_openmode_read(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, void *buf, size_t len,
+			  off_t off);
+/*
+ * close(2) of a descriptor of @h by thread @tid (FLUSH): seals the version when this close ends its
+ * writing (writer.h). Returns 0 or the seal's -errno (close(2) returns it). @news: see seal.h.
+ */
+int wfs_openmode_flush(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struct wfs_news *news);
+/*
+ * The kernel's RELEASE of @h by thread @tid: writes after the last flush are sealed (errors logged:
+ * the kernel drops them), the counts dropped, the object unpinned, @h freed.
+ */
+void wfs_openmode_release(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struct wfs_news *news);
+/*
+ * A writer beside readers: a writable open or a truncate of sealed file @in (@nlink names, from the
+ * catalog) while readers hold it moves its name to a new inode with the same attributes, xattrs and
+ * content (wfs_catalog_inode_replace); the readers keep the old inode and its object. Hard links,
+ * files already being written or with writers, and the writer's own retry (noted for a second) stay.
+ * Returns 1 (moved: reply ESTALE, then send @news), 0 (go on in place) or -errno of the catalog.
+ */
+int wfs_openmode_move(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, struct wfs_news *news);
+/*
+ * A change to @in's content in place: wait up to 500 ms for passthrough readers that are closing,
+ * then -ETXTBSY (logged once) if some remain. May drop fs->lock. Returns 0 or -ETXTBSY.
+ */
+int wfs_openmode_wait_readers(struct wfs_fs *fs, struct wfs_inode *in);
+/* Has every open handle of @in been closed (their releases pending), with at least one open? */
+bool wfs_openmode_all_closed(const struct wfs_inode *in);
+/* At exit: free every handle still open (the kernel sends no release for them at unmount). */
+void wfs_handles_release(struct wfs_fs *fs);
+
+#endif

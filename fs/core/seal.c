@@ -1,0 +1,725 @@
+/* seal.h: a name's write path — versions started, written, sealed, claimed, abandoned. */
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "daemon.h"
+#include "dtype.h"
+#include "fault.h"
+#include "inode.h"
+#include "log.h"
+#include "object.h"
+#include "seal.h"
+#include "version.h"
+#include "weightfs.h"
+#include "writer.h"
+
+/* The CLOCK_REALTIME time @ms milliseconds from now, for pthread_cond_timedwait(). */
+static struct timespec deadline_in(long ms)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_REALTIME, &t);
+	t.tv_nsec += ms * 1000 * 1000;
+	t.tv_sec += t.tv_nsec / 1000000000;
+	t.tv_nsec %= 1000000000;
+	return t;
+}
+
+struct wfs_version *wfs_seal_writer(struct wfs_fs *fs, struct wfs_inode *in, bool truncate, int *err)
+{
+	bool base_checked = false;
+	struct wfs_version *v;
+	int ret;
+
+	for (;;) {
+		v = in->writer;
+		if (!v && !truncate && in->sealed && !base_checked) {
+			/* A new version starts as a copy of the sealed bytes: they must be right. */
+			struct wfs_object *o = wfs_object_pin(fs, &in->digest);
+
+			ret = o ? wfs_check_object(fs, o, 0) : -ENOMEM; /* may drop fs->lock */
+			if (o)
+				wfs_object_unpin(fs, o);
+			if (ret) {
+				*err = ret;
+				return NULL;
+			}
+			base_checked = true;
+			continue; /* another writer may have started meanwhile */
+		}
+		if (!v)
+			break;
+		if (!wfs_version_frozen(v)) {
+			wfs_version_get(v);
+			if (truncate) {
+				ret = wfs_version_truncate(v, 0);
+				if (ret == -EAGAIN) {
+					wfs_version_put(v);
+					continue;
+				}
+				if (ret) {
+					wfs_version_put(v);
+					*err = ret;
+					return NULL;
+				}
+			}
+			return v;
+		}
+		pthread_cond_wait(&fs->seal_done, &fs->lock);
+	}
+
+	v = wfs_version_new(fs->store, err);
+	if (!v)
+		return NULL;
+	in->writer = v; /* the inode's reference */
+	in->io.cache_valid = false;
+	wfs_version_get(v); /* the caller's */
+	if (truncate || !in->sealed)
+		return v;
+
+	/* A copy of the sealed bytes: other users of @in wait on the version lock, not on fs->lock. */
+	ret = wfs_version_copy_base(v, &in->digest, &fs->lock);
+	if (ret) {
+		*err = ret;
+		assert(in->writer == v); /* a frozen version is replaced only by its seal or discard */
+		in->writer = NULL;
+		wfs_version_put(v);
+		wfs_version_put(v);
+		pthread_cond_broadcast(&fs->seal_done);
+		return NULL;
+	}
+	return v;
+}
+
+void wfs_seal_join(struct wfs_handle *h, struct wfs_version *v)
+{
+	if (h->writing == v)
+		return;
+	wfs_version_get(v);
+	wfs_version_writer_add(v);
+	if (h->writing) {
+		/* The version it wrote was sealed or dropped meanwhile; it no longer counts there. */
+		wfs_version_writer_drop(h->writing);
+		wfs_version_put(h->writing);
+	}
+	h->writing = v;
+}
+
+static void log_seal_error(struct wfs_inode *in, int err)
+{
+	wfs_log(err == -ENOSPC || err == -EDQUOT ? WFS_LOG_WARN : WFS_LOG_ERR,
+		"inode %llu (find MNT -inum %llu): seal failed: %s; %s", (unsigned long long)in->ino,
+		(unsigned long long)in->ino, strerror(-err),
+		in->sealed ? "the name keeps its previous content" : "the new name is removed");
+}
+
+int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
+{
+	struct wfs_version *v = in->writer;
+	struct wfs_object *o = NULL;
+	struct wfs_attr old, now;
+	struct wfs_digest d;
+	struct timespec mtime;
+	bool existed = false, unwritten, unchanged;
+	uint64_t size = 0;
+	int ret;
+
+	assert(v);
+	wfs_version_get(v);
+	pthread_mutex_unlock(&fs->lock);
+	ret = wfs_version_freeze(v, &d, &size, &unwritten);
+	unchanged = wfs_version_unchanged(v);
+	wfs_crashpoint("seal.after-digest");
+
+	pthread_mutex_lock(&fs->lock);
+	/* A size that does not fit the dtype/shape attributes is refused where close(2) can say so,
+	 * before anything is published. At release nobody hears the error: refusing would lose the
+	 * bytes, so they are sealed and the mismatch is logged. Empty and never written is the state
+	 * before the bytes (a file created, its xattrs set, closed by a client that writes it next). */
+	if (ret == 0 && !unwritten && wfs_seal_fits(fs, in->ino, size, NULL, NULL, 0,
+					reported ? "seal refused" : "sealed at release all the same") &&
+	    reported)
+		ret = -EINVAL;
+	if (ret == 0) {
+		o = wfs_object_pin(fs, &d); /* keeps the object from being deleted until committed */
+		if (!o)
+			ret = -ENOMEM;
+	}
+	/* A dedup hit hands the name the stored copy: it must hold these bytes. A bad one is
+	 * quarantined here, which leaves the way free to publish ours — the store heals. */
+	if (ret == 0 && !unchanged && wfs_store_object_exists(fs->store, &d))
+		wfs_check_object(fs, o, 0);
+	pthread_mutex_unlock(&fs->lock);
+
+	if (ret == 0)
+		ret = wfs_version_publish(v, &d, fs->opt.dedup_verify, &existed);
+	else
+		wfs_version_discard(v);
+
+	wfs_crashpoint("seal.before-commit");
+	pthread_mutex_lock(&fs->lock);
+	if (ret == 0) {
+		/* cp -a and tar set the times on the open file before closing it: keep them. */
+		if (!wfs_version_mtime(v, &mtime))
+			clock_gettime(CLOCK_REALTIME, &mtime);
+		/* Committed here, made durable below without fs->lock (the WAL's fdatasync). */
+		ret = wfs_catalog_set_content(fs->catalog, in->ino, &d, size, &mtime, false, &old, &now);
+	}
+	if (ret == 0)
+		wfs_crashpoint("seal.after-commit");
+	if (ret == 0) {
+		in->sealed = true;
+		in->digest = d;
+		fs->counters.seals++;
+		if (existed) {
+			fs->counters.dedup_hits++;
+		} else {
+			wfs_check_mark_good(fs, &d); /* its bytes are the ones hashed above */
+			fs->counters.objects_published++;
+			fs->counters.bytes_published += size;
+		}
+	} else {
+		log_seal_error(in, ret);
+	}
+	assert(in->writer == v);
+	in->writer = NULL;
+	in->io.cache_valid = false;
+	wfs_version_put(v); /* the inode's reference */
+	wfs_version_put(v); /* ours */
+	pthread_cond_broadcast(&fs->seal_done);
+	if (o)
+		wfs_object_unpin(fs, o); /* deletes the object again if the commit failed */
+	if (ret == 0 && old.sealed && !wfs_digest_equal(&old.digest, &d))
+		wfs_object_maybe_delete(fs, &old.digest);
+	/*
+	 * Durable before close(2) or truncate(2) returns where a caller waits (-o sync): the WAL's
+	 * fdatasync, with fs->lock dropped, so that other opens, lookups and seals do not queue behind
+	 * the disk (an open beside four sealing writers waited 200 ms for their syncs under the lock).
+	 * A seal at release has no caller waiting: it becomes durable with the next sync, and an
+	 * empty file's create costs no disk flush.
+	 */
+	if (ret == 0 && fs->opt.sync && reported) {
+		pthread_mutex_unlock(&fs->lock);
+		ret = wfs_catalog_wal_sync(fs->catalog);
+		pthread_mutex_lock(&fs->lock);
+		if (ret)
+			wfs_log(WFS_LOG_ERR, "inode %llu: the seal's commit could not be made durable: %s",
+				(unsigned long long)in->ino, strerror(-ret));
+	}
+	return ret;
+}
+
+void wfs_seal_abandon(struct wfs_fs *fs, struct wfs_inode *in)
+{
+	struct wfs_version *v = in->writer;
+
+	wfs_version_discard(v);
+	in->writer = NULL;
+	in->io.cache_valid = false;
+	wfs_version_put(v);
+	pthread_cond_broadcast(&fs->seal_done);
+}
+
+int wfs_seal_empty(struct wfs_fs *fs, struct wfs_inode *in)
+{
+	struct wfs_version *v;
+	int ret;
+
+	v = wfs_seal_writer(fs, in, true, &ret);
+	if (!v)
+		return ret;
+	ret = wfs_seal(fs, in, true);
+	wfs_version_put(v);
+	return ret;
+}
+
+/*
+ * @in's version was just dropped unsealed (its writer was killed, or the seal failed). A name that
+ * was never sealed is removed now — a restarted writer checking "exists, with the right size" must
+ * not find a name that fails every open with EIO — and a name that was sealed shows that content
+ * again, the kernel's cached size included. @news collects what to tell the kernel.
+ */
+static void writer_gone(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_news *news)
+{
+	int ret;
+
+	news->ino = in->ino;
+	news->inval = true;
+	if (in->sealed || in->writer)
+		return;
+	ret = wfs_catalog_unlink_unsealed(fs->catalog, in->ino, wfs_news_name, news);
+	if (ret)
+		wfs_log(WFS_LOG_ERR, "inode %llu: removing the never-sealed name failed: %s (removed at the "
+			"next mount)", (unsigned long long)in->ino, strerror(-ret));
+	else if (news->n)
+		wfs_log(WFS_LOG_INFO, "inode %llu: never sealed and its writer is gone: name removed",
+			(unsigned long long)in->ino);
+}
+
+int wfs_seal_leave(struct wfs_fs *fs, struct wfs_handle *h, bool at_release, pid_t tid,
+		   struct wfs_news *news)
+{
+	struct wfs_version *v = h->writing;
+	struct wfs_inode *in = h->inode;
+	int ret = 0, sig;
+
+	if (!v)
+		return 0;
+	h->writing = NULL;
+	if (wfs_version_writer_drop(v) == 0 && in->writer == v) {
+		sig = wfs_writer_killed_by(tid);
+		if (sig) {
+			wfs_log(WFS_LOG_WARN, "inode %llu: writer killed by signal %d before it finished: "
+				"nothing sealed%s", (unsigned long long)in->ino, sig,
+				in->sealed ? ", the name keeps its previous content" : "");
+			wfs_seal_abandon(fs, in);
+			writer_gone(fs, in, news);
+		} else {
+			ret = wfs_seal(fs, in, !at_release);
+			if (ret)
+				writer_gone(fs, in, news);
+		}
+	}
+	wfs_version_put(v);
+	return ret;
+}
+
+/*
+ * A write by an unprivileged user clears the set-user-ID bit, and the set-group-ID bit of a
+ * group-executable file, as every local filesystem does (should_remove_suid()). Writable opens are
+ * direct I/O, where the kernel leaves that to the daemon, and libfuse does not pass the kernel's
+ * FUSE_WRITE_KILL_SUIDGID: uid 0 stands for CAP_FSETID. Once per handle, at its first write.
+ * Returns true when the mode changed (the kernel's cached attributes are stale).
+ */
+static bool drop_privs(struct wfs_fs *fs, struct wfs_handle *h, uid_t uid)
+{
+	struct wfs_attr a, set = {0}, out;
+	uint32_t kill;
+
+	if (h->privs_dropped)
+		return false;
+	h->privs_dropped = true;
+	if (uid == 0 || wfs_catalog_getattr(fs->catalog, h->inode->ino, &a))
+		return false;
+	kill = (a.mode & S_ISUID) | ((a.mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP) ? S_ISGID : 0);
+	if (!kill)
+		return false;
+	set.mode = a.mode & ~kill;
+	return wfs_catalog_setattr(fs->catalog, h->inode->ino, &set, WFS_ATTR_MODE, &out) == 0;
+}
+
+ssize_t wfs_seal_write(struct wfs_fs *fs, struct wfs_handle *h, uid_t uid, pid_t tid, const void *buf,
+		       size_t len, off_t off, bool *mode_changed)
+{
+	struct wfs_version *v;
+	ssize_t n;
+	int ret;
+
+	*mode_changed = false;
+	if (!h->writable)
+		return -EBADF;
+	pthread_mutex_lock(&fs->lock);
+	*mode_changed = drop_privs(fs, h, uid);
+	do {
+		v = wfs_seal_writer(fs, h->inode, false, &ret);
+		if (v) {
+			wfs_seal_join(h, v); /* also after close: a shared mapping's writeback */
+			h->writer_tid = tid;
+		}
+		pthread_mutex_unlock(&fs->lock);
+		if (!v)
+			return ret;
+		n = wfs_version_write(v, buf, len, off);
+		wfs_version_put(v);
+		if (n == -EAGAIN)
+			pthread_mutex_lock(&fs->lock);
+	} while (n == -EAGAIN);
+	return n;
+}
+
+int wfs_seal_fallocate(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, int mode, off_t off, off_t len)
+{
+	struct wfs_inode *in = h->inode;
+	struct wfs_version *v;
+	struct wfs_attr a;
+	uint64_t size;
+	int ret;
+
+	if (!h->writable)
+		return -EBADF;
+	if (mode & ~FALLOC_FL_KEEP_SIZE)
+		return -EOPNOTSUPP;
+	if (off < 0 || len <= 0)
+		return -EINVAL;
+	do {
+		pthread_mutex_lock(&fs->lock);
+		ret = 0;
+		if (!(mode & FALLOC_FL_KEEP_SIZE)) {
+			size = in->writer ? wfs_version_size(in->writer) : 0;
+			if (!in->writer && (ret = wfs_catalog_getattr(fs->catalog, in->ino, &a)) == 0)
+				size = a.size;
+			if (ret == 0 && (uint64_t)off + (uint64_t)len > size)
+				ret = wfs_seal_fits(fs, in->ino, (uint64_t)off + (uint64_t)len, NULL, NULL, 0,
+						    "fallocate refused");
+		}
+		v = ret ? NULL : wfs_seal_writer(fs, in, false, &ret);
+		if (v) {
+			wfs_seal_join(h, v); /* sealed at this handle's close */
+			h->writer_tid = tid;
+		}
+		pthread_mutex_unlock(&fs->lock);
+		if (!v)
+			return ret;
+		ret = wfs_version_fallocate(v, mode, (uint64_t)off, (uint64_t)len);
+		wfs_version_put(v);
+	} while (ret == -EAGAIN);
+	return ret;
+}
+
+/*
+ * May a claim replace what @in holds now? Only nothing: no content, no bytes written, and no reader
+ * holding the current (empty) object as its passthrough backing file. With @freeze, an empty
+ * version being written is frozen (writes wait for the claim, then go to a new version) and
+ * *@frozen says so. Waits for a seal in progress.
+ */
+static int claim_target_empty(struct wfs_fs *fs, struct wfs_inode *in, bool freeze, bool *frozen)
+{
+	struct wfs_version *v;
+	struct wfs_attr a;
+	int ret;
+
+	/* A seal in progress (an empty file's is at its release, after close(2) returned): wait. */
+	while ((v = in->writer) != NULL && wfs_version_frozen(v))
+		pthread_cond_wait(&fs->seal_done, &fs->lock);
+	if (in->io.npassthrough > 0)
+		return -ETXTBSY;
+	if (v) {
+		/* The bytes being written are what the file holds now, whatever was sealed before. */
+		ret = wfs_version_claim_freeze(v, freeze);
+		if (ret == 0 && freeze)
+			*frozen = true;
+		return ret;
+	}
+	ret = wfs_catalog_getattr(fs->catalog, in->ino, &a);
+	if (ret)
+		return ret;
+	if (!S_ISREG(a.mode))
+		return -EINVAL;
+	return a.size ? -EEXIST : 0;
+}
+
+/* wfs_seal_claim() on the inode's entry. */
+static int claim(struct wfs_fs *fs, struct wfs_inode *in, const struct wfs_digest *d)
+{
+	struct wfs_attr old, now;
+	struct wfs_object *o;
+	struct timespec mtime;
+	bool frozen = false;
+	struct stat st;
+	int ret;
+
+	ret = claim_target_empty(fs, in, false, NULL); /* fail early, before reading the object */
+	if (ret)
+		return ret;
+	o = wfs_object_pin(fs, d); /* from here on the object cannot be deleted under us */
+	if (!o)
+		return -ENOMEM;
+	ret = wfs_store_object_stat(fs->store, d, &st); /* absent: the common miss, not worth a log */
+	if (ret == 0)
+		ret = wfs_check_plausible(fs, o, &st); /* a stat, not a read: the first open checks it */
+	if (ret == -ENOENT || ret == -EIO)
+		ret = -ENODATA;
+	if (ret == -ENODATA)
+		fs->counters.claim_misses++;
+	if (ret == 0) /* again, freezing an empty version: fs->lock may have been dropped, and a write
+		       * must not land between this check and the commit */
+		ret = claim_target_empty(fs, in, true, &frozen);
+	if (ret == 0)
+		ret = wfs_seal_fits(fs, in->ino, (uint64_t)st.st_size, NULL, NULL, 0, "claim refused");
+	if (ret == 0) {
+		clock_gettime(CLOCK_REALTIME, &mtime);
+		/* Not synced: the object is durable already, and the claimed name becomes durable with
+		 * the next synced commit, like a rename (trainers claim a temp name, then rename it). */
+		ret = wfs_catalog_set_content(fs->catalog, in->ino, d, (uint64_t)st.st_size, &mtime, false,
+					      &old, &now);
+	}
+	if (ret == 0) {
+		if (in->writer)
+			wfs_seal_abandon(fs, in); /* empty and unwritten: nothing is lost */
+		in->sealed = true;
+		in->digest = *d;
+		in->io.cache_valid = false;
+		fs->counters.claims++;
+	} else if (frozen) {
+		/* The one frozen above (fs->lock held since): as it was; writers waiting go on with it. */
+		wfs_version_thaw(in->writer);
+		pthread_cond_broadcast(&fs->seal_done);
+	}
+	wfs_object_unpin(fs, o);
+	if (ret == 0 && old.sealed && !wfs_digest_equal(&old.digest, d))
+		wfs_object_maybe_delete(fs, &old.digest); /* the empty object, when no other name has it */
+	return ret;
+}
+
+int wfs_seal_claim(struct wfs_fs *fs, uint64_t ino, const struct wfs_digest *d)
+{
+	struct wfs_inode *in;
+	struct wfs_attr a;
+	int ret;
+
+	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+	if (ret == 0 && !S_ISREG(a.mode))
+		ret = -EINVAL;
+	if (ret)
+		return ret;
+	in = wfs_inode_get(fs, &a);
+	if (!in)
+		return -ENOMEM;
+	ret = wfs_openmode_wait_readers(fs, in);
+	if (ret == 0)
+		ret = claim(fs, in, d);
+	wfs_inode_maybe_free(fs, in);
+	return ret;
+}
+
+/* The most one copy_file_range reply reports: its count travels in 32 bits. */
+#define COPY_RANGE_MAX ((size_t)1 << 30) /* bytes */
+
+/*
+ * copy_file_range(2) of a whole sealed file onto an empty one (what cp does): the destination
+ * claims the source's object, so no byte moves; each name keeps its own attributes and xattrs.
+ * The caller has the source open for reading, which is all a claim by digest would prove. Returns
+ * the bytes the destination now holds (> 0), or 0 when this is not such a copy.
+ */
+static ssize_t copy_by_claim(struct wfs_fs *fs, struct wfs_inode *src, off_t off_in, struct wfs_inode *dst,
+			     off_t off_out, size_t len)
+{
+	struct wfs_digest d = src->digest;
+	struct wfs_attr a;
+
+	if (off_in != 0 || off_out != 0 || !src->sealed || src->writer || src == dst ||
+	    wfs_catalog_getattr(fs->catalog, src->ino, &a) || a.size == 0 || len < a.size)
+		return 0;
+	if (wfs_openmode_wait_readers(fs, dst) || claim(fs, dst, &d))
+		return 0; /* not empty, being read, or the object did not check: copy the bytes */
+	return (ssize_t)a.size;
+}
+
+/*
+ * A range whose bytes the destination already holds: both sealed (nothing being written) as the
+ * same object, at the same offset. The rest of a claimed copy past COPY_RANGE_MAX lands here.
+ * Returns the bytes "copied" (> 0), or 0.
+ */
+static ssize_t copy_same_object(struct wfs_fs *fs, struct wfs_inode *src, off_t off_in, struct wfs_inode *dst,
+				off_t off_out, size_t len)
+{
+	struct wfs_attr a;
+
+	if (off_in != off_out || !src->sealed || !dst->sealed || src->writer || dst->writer ||
+	    !wfs_digest_equal(&src->digest, &dst->digest) || wfs_catalog_getattr(fs->catalog, src->ino, &a) ||
+	    (uint64_t)off_in >= a.size)
+		return 0;
+	return (ssize_t)(len < a.size - (uint64_t)off_in ? len : a.size - (uint64_t)off_in);
+}
+
+ssize_t wfs_seal_copy_range(struct wfs_fs *fs, struct wfs_handle *hin, off_t off_in, struct wfs_handle *hout,
+			    off_t off_out, size_t len, uid_t uid, pid_t tid)
+{
+	size_t chunk = 1u << 20, done = 0;
+	bool mode_changed;
+	ssize_t n;
+	char *buf;
+
+	if (!hout->writable)
+		return -EBADF;
+	if (len > COPY_RANGE_MAX)
+		len = COPY_RANGE_MAX;
+	pthread_mutex_lock(&fs->lock);
+	n = copy_by_claim(fs, hin->inode, off_in, hout->inode, off_out, len);
+	if (n == 0)
+		n = copy_same_object(fs, hin->inode, off_in, hout->inode, off_out, len);
+	pthread_mutex_unlock(&fs->lock);
+	if (n > 0)
+		return n > (ssize_t)len ? (ssize_t)len : n;
+	/* Partial ranges, a destination with bytes: read and write through the version. */
+	buf = malloc(chunk);
+	if (!buf)
+		return -ENOMEM;
+	while (done < len) {
+		size_t want = len - done < chunk ? len - done : chunk;
+		ssize_t r = wfs_openmode_read(fs, hin, tid, buf, want, off_in + (off_t)done), w = 0;
+
+		if (r <= 0) {
+			n = r;
+			break;
+		}
+		while (w < r) {
+			n = wfs_seal_write(fs, hout, uid, tid, buf + w, (size_t)(r - w),
+					   off_out + (off_t)done + w, &mode_changed);
+			if (n <= 0)
+				break;
+			w += n;
+		}
+		if (n < 0)
+			break;
+		done += (size_t)w;
+		if (r < (ssize_t)want)
+			break;
+	}
+	free(buf);
+	return done ? (ssize_t)done : n;
+}
+
+/* A new version of @size bytes, sealed now unless a writer is open. */
+static int set_size(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_handle *h, uint64_t size,
+		    struct wfs_news *news)
+{
+	struct wfs_version *v;
+	int ret;
+
+	/* Through a descriptor the version is sealed at its close or release, perhaps where nobody
+	 * hears a refusal (a mapping filled after close): hold the size to dtype/shape now. Empty is
+	 * the state before the bytes are written, as for a new file. */
+	if (h && size != 0) {
+		ret = wfs_seal_fits(fs, in->ino, size, NULL, NULL, 0, "ftruncate refused");
+		if (ret)
+			return ret;
+	}
+	for (;;) {
+		v = wfs_seal_writer(fs, in, size == 0, &ret);
+		if (!v)
+			return ret;
+		ret = size == 0 ? 0 : wfs_version_truncate(v, size);
+		if (ret != -EAGAIN)
+			break;
+		wfs_version_put(v);
+	}
+	if (ret == 0 && h && h->writable)
+		wfs_seal_join(h, v); /* sealed at this handle's close */
+	if (wfs_version_writers(v) == 0 && in->writer == v) {
+		int r = wfs_seal(fs, in, true);
+
+		if (r)
+			writer_gone(fs, in, news);
+		if (ret == 0)
+			ret = r;
+	}
+	wfs_version_put(v);
+	return ret;
+}
+
+int wfs_seal_truncate(struct wfs_fs *fs, uint64_t ino, struct wfs_handle *h, uint64_t size,
+		      struct wfs_news *news)
+{
+	struct wfs_inode *in;
+	struct wfs_attr a;
+	int ret;
+
+	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+	if (ret)
+		return ret;
+	if (S_ISDIR(a.mode))
+		return -EISDIR;
+	if (!S_ISREG(a.mode))
+		return -EINVAL;
+	in = wfs_inode_get(fs, &a);
+	if (!in)
+		return -ENOMEM;
+	if (in->io.replaced)
+		return -ESTALE; /* a stale name: the kernel looks it up again */
+	ret = h ? 0 : wfs_openmode_move(fs, in, a.nlink, news);
+	if (ret == 1)
+		return -ESTALE; /* truncate(2) retries on the name's new inode */
+	if (ret == 0)
+		ret = wfs_openmode_wait_readers(fs, in);
+	if (ret == 0)
+		ret = set_size(fs, in, h, size, news);
+	if (ret)
+		wfs_inode_maybe_free(fs, in);
+	return ret;
+}
+
+void wfs_seal_set_mtime(struct wfs_fs *fs, uint64_t ino, const struct timespec *mtime)
+{
+	struct wfs_inode *in = wfs_inode_find(fs, ino);
+
+	if (in && in->writer)
+		wfs_version_set_mtime(in->writer, mtime);
+}
+
+void wfs_seal_wait_release(struct wfs_fs *fs, uint64_t ino)
+{
+	struct wfs_inode *in = wfs_inode_find(fs, ino);
+	struct timespec deadline = deadline_in(100);
+
+	while (in && in->writer && wfs_openmode_all_closed(in))
+		if (pthread_cond_timedwait(&fs->seal_done, &fs->lock, &deadline) == ETIMEDOUT)
+			break;
+}
+
+int wfs_seal_fits(struct wfs_fs *fs, uint64_t ino, uint64_t size, const char *name, const char *value,
+		  size_t len, const char *what)
+{
+	char dtype_buf[WFS_SEAL_DTYPE_MAX + 1], shape_buf[WFS_SEAL_SHAPE_MAX + 1];
+	const char *dtype = dtype_buf, *shape = shape_buf;
+	size_t dtype_len, shape_len;
+	uint64_t elements;
+	int bytes;
+
+	if (name && strcmp(name, WFS_XATTR_DTYPE) == 0) {
+		dtype = value;
+		dtype_len = len;
+	} else if (wfs_catalog_xattr_get(fs->catalog, ino, WFS_XATTR_DTYPE, dtype_buf, sizeof(dtype_buf),
+					 &dtype_len)) {
+		return 0; /* not set (or longer than any valid value): nothing to hold the size to */
+	}
+	if (name && strcmp(name, WFS_XATTR_SHAPE) == 0) {
+		shape = value;
+		shape_len = len;
+	} else if (wfs_catalog_xattr_get(fs->catalog, ino, WFS_XATTR_SHAPE, shape_buf, sizeof(shape_buf),
+					 &shape_len)) {
+		return 0;
+	}
+	bytes = wfs_dtype_size(dtype, dtype_len);
+	if (bytes < 0 || wfs_shape_elements(shape, shape_len, &elements) < 0)
+		return 0; /* stored before validation existed */
+	if (elements <= size / (uint64_t)bytes && elements * (uint64_t)bytes == size)
+		return 0;
+	wfs_log(WFS_LOG_WARN, "inode %llu (find MNT -inum %llu): %s: shape %.*s x %.*s (%d bytes) "
+		"does not make the file's %llu bytes", (unsigned long long)ino, (unsigned long long)ino, what,
+		(int)(shape_len < 96 ? shape_len : 96), shape, (int)dtype_len, dtype, bytes,
+		(unsigned long long)size);
+	return -EINVAL;
+}
+
+int wfs_seal_check_xattr(struct wfs_fs *fs, uint64_t ino, const char *name, const char *value, size_t len)
+{
+	bool is_dtype = strcmp(name, WFS_XATTR_DTYPE) == 0;
+	uint64_t elements;
+	struct wfs_attr a;
+	int ret;
+
+	wfs_seal_wait_release(fs, ino); /* judge the file as close(2) left it */
+	/* Longer values cannot be valid, and wfs_seal_fits() reads them back into buffers this big. */
+	if (len > (is_dtype ? WFS_SEAL_DTYPE_MAX : WFS_SEAL_SHAPE_MAX) ||
+	    (is_dtype ? wfs_dtype_size(value, len) < 0 : wfs_shape_elements(value, len, &elements) < 0)) {
+		wfs_log(WFS_LOG_WARN, "inode %llu: %s=\"%.*s\" refused: %s", (unsigned long long)ino, name,
+			(int)(len < 64 ? len : 64), value,
+			is_dtype ? "not a safetensors dtype (BF16, F16, F32, I8, U8, BOOL, F8_E4M3, ...)"
+				 : "not a shape like [4096,1024]");
+		return -EINVAL;
+	}
+	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+	/* A file being written is held to its attributes when it is sealed; so is an empty one, which
+	 * tar (mknod, attributes, then the bytes) and a digest claim fill only after this. */
+	if (ret || !a.sealed || !S_ISREG(a.mode) || a.size == 0)
+		return ret;
+	return wfs_seal_fits(fs, ino, a.size, name, value, len,
+			     is_dtype ? WFS_XATTR_DTYPE " refused" : WFS_XATTR_SHAPE " refused");
+}

@@ -1,0 +1,665 @@
+/* version.h: the bytes of a version being written (states drawn there). */
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fault.h"
+#include "log.h"
+#include "version.h"
+
+struct wfs_version {
+	pthread_mutex_t lock;
+	unsigned refs;             /* atomic: the inode's writer reference, each user in flight one */
+	unsigned writers;          /* (L) writable handles counting as its writers (seal.c) */
+	struct wfs_store *store;   /* borrowed: where the tmp file and the object go */
+	struct wfs_tmpfile tmp;    /* (V) backing tmp file, fd -1 while the bytes fit in @mem */
+	char *mem;                 /* (V) small versions live here: no tmp inode churn for dedup hits */
+	size_t mem_cap;            /* (V) bytes allocated at @mem */
+	bool frozen;               /* (V) FROZEN or DONE: writes wait, then go to a new version */
+	bool done;                 /* (V) DONE: published or discarded, nothing more to read or write */
+	uint64_t size;             /* (V) bytes */
+	struct wfs_hasher hasher;  /* (V) digest of bytes [0, hashed) when @in_order */
+	bool in_order;             /* (V) every write so far extended the hashed prefix */
+	bool hash_only;            /* (V) the store filled up: bytes hashed, not kept (keep_hashing) */
+	int error;                 /* (V) first write error (-errno); sealing fails with it */
+	bool modified;             /* (V) changed since it was started */
+	bool written;              /* (V) data written (not only created or truncated) */
+	bool mtime_set;            /* (V) utimes after the last write: the seal keeps @mtime */
+	struct timespec mtime;
+	bool has_base;             /* (V) started as a copy of object @base */
+	struct wfs_digest base;
+	bool reserved_past_eof;    /* (V) fallocate(KEEP_SIZE) beyond @size: trimmed before publishing */
+};
+
+void wfs_version_get(struct wfs_version *v)
+{
+	__atomic_add_fetch(&v->refs, 1, __ATOMIC_RELAXED);
+}
+
+void wfs_version_put(struct wfs_version *v)
+{
+	unsigned left = __atomic_sub_fetch(&v->refs, 1, __ATOMIC_ACQ_REL);
+
+	assert(left != (unsigned)-1);
+	if (left)
+		return;
+	if (v->tmp.fd >= 0)
+		close(v->tmp.fd); /* tmp name, if any, is removed by the seal or discard that owned it */
+	free(v->mem);
+	wfs_hasher_release(&v->hasher);
+	pthread_mutex_destroy(&v->lock);
+	free(v);
+}
+
+/* Copy @len bytes at @off of @src to the same offset of @dst. Returns 0 or -errno. */
+static int copy_range(int src, int dst, off_t off, off_t len)
+{
+	loff_t in_off = off, out_off = off;
+
+	while (len > 0) {
+		ssize_t n = copy_file_range(src, &in_off, dst, &out_off, (size_t)len, 0);
+
+		if (n < 0 && (errno == EXDEV || errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL)) {
+			char buf[1 << 16];
+
+			n = pread(src, buf, sizeof(buf) < (size_t)len ? sizeof(buf) : (size_t)len, in_off);
+			if (n > 0 && pwrite(dst, buf, (size_t)n, out_off) != n)
+				n = -1;
+			if (n > 0) {
+				in_off += n;
+				out_off += n;
+			}
+		}
+		if (n < 0)
+			return errno ? -errno : -EIO;
+		if (n == 0)
+			return -EIO; /* the object is shorter than it was a moment ago */
+		len -= n;
+	}
+	return 0;
+}
+
+/*
+ * Copy all of object @d into the empty tmp file @fd: data, not holes. A reflink (FICLONE: XFS, btrfs)
+ * shares the extents and copies nothing; otherwise only the data extents (SEEK_DATA/SEEK_HOLE) are
+ * copied, so a sparse tensor's new version costs what it holds, not its logical size. Returns the
+ * object's size in bytes, or -errno.
+ */
+static int64_t copy_object(struct wfs_store *store, const struct wfs_digest *d, int fd)
+{
+	int src = wfs_store_object_open(store, d, 0);
+	struct stat st;
+	off_t data = 0, hole;
+	int64_t ret = 0;
+
+	if (src < 0)
+		return src == -ENOENT ? -EIO : src;
+	if (fstat(src, &st) < 0) {
+		ret = -errno;
+		goto out;
+	}
+	if (ioctl(fd, FICLONE, src) == 0) {
+		ret = st.st_size;
+		goto out;
+	}
+	while (data < st.st_size) {
+		data = lseek(src, data, SEEK_DATA);
+		if (data < 0 && errno == ENXIO)
+			break; /* only a hole is left */
+		hole = data < 0 ? st.st_size : lseek(src, data, SEEK_HOLE);
+		if (data < 0 || hole < 0) { /* no SEEK_DATA here: all of it is data */
+			data = 0;
+			hole = st.st_size;
+		}
+		ret = copy_range(src, fd, data, hole - data);
+		if (ret)
+			goto out;
+		data = hole;
+	}
+	ret = ftruncate(fd, st.st_size) < 0 ? -errno : st.st_size; /* a trailing hole */
+out:
+	close(src);
+	return ret;
+}
+
+struct wfs_version *wfs_version_new(struct wfs_store *store, int *err)
+{
+	struct wfs_version *v = calloc(1, sizeof(*v));
+
+	if (!v) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	pthread_mutex_init(&v->lock, NULL);
+	v->refs = 1;
+	v->store = store;
+	v->in_order = true;
+	v->tmp.fd = -1;
+	*err = wfs_hasher_init(&v->hasher);
+	if (*err) {
+		wfs_version_put(v);
+		return NULL;
+	}
+	return v;
+}
+
+int wfs_version_copy_base(struct wfs_version *v, const struct wfs_digest *base, pthread_mutex_t *outer)
+{
+	int64_t copied;
+
+	pthread_mutex_lock(&v->lock);
+	assert(!v->frozen && v->size == 0 && v->tmp.fd < 0 && !v->mem);
+	v->has_base = true;
+	v->base = *base;
+	v->in_order = false;
+	pthread_mutex_unlock(outer);
+	copied = wfs_store_tmp_create(v->store, &v->tmp);
+	if (copied == 0)
+		copied = copy_object(v->store, &v->base, v->tmp.fd);
+	if (copied < 0) {
+		__atomic_store_n(&v->frozen, true, __ATOMIC_RELEASE);
+		v->done = true;
+		wfs_store_tmp_discard(v->store, &v->tmp);
+	} else {
+		v->size = (uint64_t)copied;
+	}
+	pthread_mutex_unlock(&v->lock);
+	pthread_mutex_lock(outer);
+	return copied < 0 ? (int)copied : 0;
+}
+
+/* Move the in-memory bytes to a tmp file (version lock held). Returns 0 or -errno. */
+static int spill(struct wfs_version *v)
+{
+	size_t done = 0;
+	int ret;
+
+	ret = wfs_store_tmp_create(v->store, &v->tmp);
+	if (ret)
+		return ret;
+	while (done < v->size) {
+		ssize_t n = pwrite(v->tmp.fd, v->mem + done, v->size - done, (off_t)done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			ret = n < 0 ? -errno : -EIO;
+			wfs_store_tmp_discard(v->store, &v->tmp);
+			return ret;
+		}
+		done += (size_t)n;
+	}
+	free(v->mem);
+	v->mem = NULL;
+	v->mem_cap = 0;
+	return 0;
+}
+
+/* Make the in-memory version hold @size bytes, zero-filled beyond the old size. */
+static int mem_resize(struct wfs_version *v, size_t size)
+{
+	if (size > v->mem_cap) {
+		size_t cap = v->mem_cap ? v->mem_cap : 4096;
+		char *p;
+
+		while (cap < size)
+			cap *= 2;
+		p = realloc(v->mem, cap);
+		if (!p)
+			return -ENOMEM;
+		v->mem = p;
+		v->mem_cap = cap;
+	}
+	if (size > v->size)
+		memset(v->mem + v->size, 0, size - v->size);
+	return 0;
+}
+
+static ssize_t write_locked(struct wfs_version *v, const void *buf, size_t len, off_t off)
+{
+	uint64_t end = (uint64_t)off + len;
+	size_t done = 0;
+	int ret;
+
+	if (len == 0)
+		return 0;
+	if (v->tmp.fd < 0 && end <= WFS_VERSION_MEM_MAX) {
+		ret = mem_resize(v, end > v->size ? (size_t)end : v->size);
+		if (ret)
+			return ret;
+		memcpy(v->mem + off, buf, len);
+		return (ssize_t)len;
+	}
+	if (v->tmp.fd < 0) {
+		ret = spill(v);
+		if (ret)
+			return ret;
+	}
+	ret = wfs_fault("version.pwrite");
+	if (ret)
+		return ret;
+	while (done < len) {
+		ssize_t n = pwrite(v->tmp.fd, (const char *)buf + done, len - done, off + (off_t)done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		done += (size_t)n;
+	}
+	wfs_crashpoint("version.after-pwrite");
+	return (ssize_t)len;
+}
+
+/*
+ * A full store filesystem need not stop a write whose content is already stored (a restart writing
+ * the same weights again, another rank): when a write that extends the hashed prefix of a version
+ * with no base fails with ENOSPC, the bytes so far are dropped and later writes, in order, are only
+ * hashed. At the seal the digest is known: stored already, the name gets that object (no space was
+ * needed); otherwise close(2) fails with ENOSPC and nothing is left. Reads of such a version fail
+ * with EIO (its bytes are gone). Version lock held. Returns true when @v now keeps hashing.
+ */
+static bool keep_hashing(struct wfs_version *v, ssize_t err, off_t off)
+{
+	if ((err != -ENOSPC && err != -EDQUOT) || !v->in_order || v->has_base || (uint64_t)off != v->hasher.bytes)
+		return false;
+	wfs_store_tmp_discard(v->store, &v->tmp); /* give the space back: these bytes are not needed */
+	free(v->mem);
+	v->mem = NULL;
+	v->mem_cap = 0;
+	v->hash_only = true;
+	return true;
+}
+
+ssize_t wfs_version_write(struct wfs_version *v, const void *buf, size_t len, off_t off)
+{
+	ssize_t ret;
+
+	pthread_mutex_lock(&v->lock);
+	if (v->frozen || v->done) {
+		ret = -EAGAIN;
+		goto out;
+	}
+	if (v->hash_only)
+		ret = v->in_order && (uint64_t)off == v->hasher.bytes ? (ssize_t)len : -ENOSPC;
+	else
+		ret = write_locked(v, buf, len, off);
+	if (ret < 0 && keep_hashing(v, ret, off))
+		ret = (ssize_t)len;
+	if (ret < 0) {
+		if (!v->error)
+			v->error = (int)ret;
+		goto out;
+	}
+	/* Hash in place when the write extends the hashed prefix; otherwise rehash at seal. */
+	if (v->in_order && (uint64_t)off == v->hasher.bytes)
+		wfs_hasher_update(&v->hasher, buf, len);
+	else
+		v->in_order = false;
+	if ((uint64_t)off + len > v->size)
+		v->size = (uint64_t)off + len;
+	v->modified = true;
+	v->written = true;
+	v->mtime_set = false; /* a write after utimes moves mtime again */
+out:
+	pthread_mutex_unlock(&v->lock);
+	return ret;
+}
+
+ssize_t wfs_version_read(struct wfs_version *v, void *buf, size_t len, off_t off)
+{
+	ssize_t ret;
+
+	pthread_mutex_lock(&v->lock);
+	if (v->done) {
+		ret = -EAGAIN;
+	} else if (v->hash_only) {
+		ret = -EIO; /* the store filled up: only the digest of these bytes was kept */
+	} else if ((uint64_t)off >= v->size) {
+		ret = 0;
+	} else {
+		if ((uint64_t)off + len > v->size)
+			len = (size_t)(v->size - (uint64_t)off);
+		if (v->tmp.fd < 0) {
+			memcpy(buf, v->mem + off, len);
+			ret = (ssize_t)len;
+		} else {
+			ret = pread(v->tmp.fd, buf, len, off);
+			if (ret < 0)
+				ret = -errno;
+		}
+	}
+	pthread_mutex_unlock(&v->lock);
+	return ret;
+}
+
+/*
+ * May @v's size change now (version lock held)? 0, -EAGAIN (being sealed or done: start over from
+ * the inode), or -ENOSPC (only its digest is kept, keep_hashing(): only writes in order go on).
+ */
+static int changeable(const struct wfs_version *v)
+{
+	if (v->frozen || v->done)
+		return -EAGAIN;
+	return v->hash_only ? -ENOSPC : 0;
+}
+
+int wfs_version_truncate(struct wfs_version *v, uint64_t size)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&v->lock);
+	ret = changeable(v);
+	if (ret)
+		goto out;
+	if (v->tmp.fd < 0 && size > WFS_VERSION_MEM_MAX)
+		ret = spill(v);
+	if (ret)
+		goto out;
+	if (v->tmp.fd < 0)
+		ret = mem_resize(v, (size_t)size);
+	else if (ftruncate(v->tmp.fd, (off_t)size) < 0)
+		ret = -errno;
+	if (ret)
+		goto out;
+	if (size == 0) {
+		wfs_hasher_reset(&v->hasher);
+		v->in_order = true;
+	} else if (size < v->hasher.bytes) {
+		v->in_order = false;
+	}
+	v->size = size;
+	v->modified = true;
+out:
+	pthread_mutex_unlock(&v->lock);
+	return ret;
+}
+
+int wfs_version_fallocate(struct wfs_version *v, int mode, uint64_t off, uint64_t len)
+{
+	uint64_t end = off + len;
+	int ret = 0;
+
+	if (mode & ~FALLOC_FL_KEEP_SIZE)
+		return -EOPNOTSUPP;
+	if (len == 0 || end < off || end > (uint64_t)INT64_MAX)
+		return -EINVAL;
+	pthread_mutex_lock(&v->lock);
+	ret = changeable(v);
+	if (ret)
+		goto out;
+	if (v->tmp.fd < 0 && end > WFS_VERSION_MEM_MAX)
+		ret = spill(v);
+	if (ret)
+		goto out;
+	if (v->tmp.fd < 0) {
+		/* Memory is the reservation: mem_resize() zero-fills from the old size up. */
+		size_t keep = (size_t)v->size;
+
+		ret = mem_resize(v, (size_t)end > keep ? (size_t)end : keep);
+		if (ret)
+			goto out;
+	} else if (fallocate(v->tmp.fd, mode, (off_t)off, (off_t)len) < 0) {
+		ret = -errno;
+		if (ret == -EOPNOTSUPP && mode == 0) /* a tmp filesystem without fallocate */
+			ret = -posix_fallocate(v->tmp.fd, (off_t)off, (off_t)len);
+		if (ret)
+			goto out;
+	}
+	if (end > v->size) {
+		if (mode & FALLOC_FL_KEEP_SIZE) {
+			v->reserved_past_eof = v->tmp.fd >= 0;
+		} else {
+			v->size = end; /* zeros: the hashed prefix stays, the seal hashes the rest */
+			v->modified = true;
+		}
+	}
+out:
+	pthread_mutex_unlock(&v->lock);
+	return ret;
+}
+
+uint64_t wfs_version_size(struct wfs_version *v)
+{
+	uint64_t size;
+
+	pthread_mutex_lock(&v->lock);
+	size = v->size;
+	pthread_mutex_unlock(&v->lock);
+	return size;
+}
+
+/* Digest of the version's bytes (version lock held). Returns 0 or -errno. */
+static int version_digest(struct wfs_version *v, struct wfs_digest *d)
+{
+	uint64_t bytes;
+	int ret;
+
+	if (v->has_base && !v->modified) {
+		*d = v->base;
+		return 0;
+	}
+	if (v->in_order && v->hasher.bytes == v->size) {
+		wfs_hasher_digest(&v->hasher, d);
+		return 0;
+	}
+	if (v->tmp.fd < 0) {
+		wfs_digest_buf(v->mem, v->size, d);
+		return 0;
+	}
+	ret = wfs_digest_fd(v->tmp.fd, d, &bytes);
+	if (ret == 0 && bytes != v->size)
+		ret = -EIO;
+	return ret;
+}
+
+/*
+ * -o dedup_verify=bytes: before dropping a version whose digest is already stored, compare the bytes.
+ * XXH3 is not collision-resistant; this is for stores whose writers are not all trusted, or the
+ * cautious. Version lock held. Returns 0 when equal, -EIO (logged) when not, or -errno.
+ */
+static int compare_stored(struct wfs_version *v, const struct wfs_digest *d)
+{
+	enum { CHUNK = 1 << 20 };
+	char *a = NULL, *b = NULL, hex[WFS_DIGEST_HEX_CHARS + 1];
+	uint64_t off = 0;
+	int fd, ret = 0;
+
+	fd = wfs_store_object_open(v->store, d, 0);
+	if (fd < 0)
+		return fd;
+	a = malloc(CHUNK);
+	b = malloc(CHUNK);
+	if (!a || !b) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	while (ret == 0 && off <= v->size) {
+		size_t want = v->size - off < CHUNK ? (size_t)(v->size - off) : CHUNK;
+		ssize_t n = pread(fd, b, want + 1, (off_t)off); /* +1: the stored copy must end here too */
+		ssize_t m = (ssize_t)want;
+
+		if (v->tmp.fd < 0)
+			memcpy(a, v->mem + off, want);
+		else
+			m = pread(v->tmp.fd, a, want, (off_t)off);
+		if (n < 0 || m < 0)
+			ret = -errno;
+		else if ((size_t)n != want || (size_t)m != want || memcmp(a, b, want) != 0)
+			ret = -EILSEQ;
+		if (want == 0)
+			break;
+		off += want;
+	}
+	if (ret == -EILSEQ) {
+		wfs_digest_to_hex(d, hex);
+		wfs_log(WFS_LOG_ERR, "object %s: same digest, different bytes (an XXH3 collision): refusing to "
+			"store them under that digest", hex);
+		ret = -EIO;
+	}
+out:
+	free(a);
+	free(b);
+	close(fd);
+	return ret;
+}
+
+int wfs_version_freeze(struct wfs_version *v, struct wfs_digest *d, uint64_t *size, bool *unwritten)
+{
+	int ret;
+
+	pthread_mutex_lock(&v->lock);
+	assert(!v->done);
+	ret = v->error;
+	if (ret == 0)
+		ret = version_digest(v, d);
+	*size = v->size;
+	*unwritten = v->size == 0 && !v->written;
+	__atomic_store_n(&v->frozen, true, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&v->lock);
+	return ret;
+}
+
+bool wfs_version_unchanged(struct wfs_version *v)
+{
+	bool same;
+
+	pthread_mutex_lock(&v->lock);
+	same = v->has_base && !v->modified;
+	pthread_mutex_unlock(&v->lock);
+	return same;
+}
+
+/* Release the bytes and mark DONE (version lock held). */
+static void finish(struct wfs_version *v)
+{
+	wfs_store_tmp_discard(v->store, &v->tmp);
+	free(v->mem);
+	v->mem = NULL;
+	v->mem_cap = 0;
+	__atomic_store_n(&v->frozen, true, __ATOMIC_RELEASE);
+	v->done = true;
+}
+
+int wfs_version_publish(struct wfs_version *v, const struct wfs_digest *d, bool dedup_verify,
+			bool *existed)
+{
+	bool unchanged;
+	int ret = 0;
+
+	pthread_mutex_lock(&v->lock);
+	assert(v->frozen && !v->done);
+	unchanged = v->has_base && !v->modified;
+	*existed = unchanged || wfs_store_object_exists(v->store, d);
+	if (*existed) {
+		/* Already stored: this copy is not needed. */
+		if (dedup_verify && !unchanged)
+			ret = v->hash_only ? -ENOSPC : compare_stored(v, d);
+	} else if (v->hash_only) {
+		ret = -ENOSPC; /* new content, and no room was left to keep it */
+	} else if (v->tmp.fd < 0) {
+		ret = spill(v);
+	}
+	/* Blocks reserved past the end would stay with the object: ftruncate frees them. */
+	if (ret == 0 && !*existed && v->reserved_past_eof && ftruncate(v->tmp.fd, (off_t)v->size) < 0)
+		ret = -errno;
+	if (ret == 0 && !*existed)
+		ret = wfs_store_publish(v->store, &v->tmp, d, existed);
+	finish(v);
+	pthread_mutex_unlock(&v->lock);
+	return ret;
+}
+
+void wfs_version_discard(struct wfs_version *v)
+{
+	pthread_mutex_lock(&v->lock);
+	finish(v);
+	pthread_mutex_unlock(&v->lock);
+}
+
+void wfs_version_set_mtime(struct wfs_version *v, const struct timespec *mtime)
+{
+	pthread_mutex_lock(&v->lock);
+	v->mtime_set = true;
+	v->mtime = *mtime;
+	pthread_mutex_unlock(&v->lock);
+}
+
+bool wfs_version_mtime(struct wfs_version *v, struct timespec *mtime)
+{
+	bool set;
+
+	pthread_mutex_lock(&v->lock);
+	set = v->mtime_set;
+	if (set)
+		*mtime = v->mtime;
+	pthread_mutex_unlock(&v->lock);
+	return set;
+}
+
+bool wfs_version_frozen(struct wfs_version *v)
+{
+	return __atomic_load_n(&v->frozen, __ATOMIC_ACQUIRE);
+}
+
+bool wfs_version_written(struct wfs_version *v)
+{
+	bool written;
+
+	pthread_mutex_lock(&v->lock);
+	written = v->written;
+	pthread_mutex_unlock(&v->lock);
+	return written;
+}
+
+bool wfs_version_has_bytes(struct wfs_version *v)
+{
+	bool has;
+
+	pthread_mutex_lock(&v->lock);
+	has = v->written || v->size;
+	pthread_mutex_unlock(&v->lock);
+	return has;
+}
+
+int wfs_version_claim_freeze(struct wfs_version *v, bool freeze)
+{
+	int ret;
+
+	pthread_mutex_lock(&v->lock);
+	ret = v->written || v->size ? -EEXIST : 0;
+	if (ret == 0 && freeze)
+		__atomic_store_n(&v->frozen, true, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&v->lock);
+	return ret;
+}
+
+void wfs_version_thaw(struct wfs_version *v)
+{
+	pthread_mutex_lock(&v->lock);
+	assert(v->frozen && !v->done);
+	__atomic_store_n(&v->frozen, false, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&v->lock);
+}
+
+void wfs_version_writer_add(struct wfs_version *v)
+{
+	v->writers++;
+}
+
+unsigned wfs_version_writer_drop(struct wfs_version *v)
+{
+	assert(v->writers > 0);
+	return --v->writers;
+}
+
+unsigned wfs_version_writers(const struct wfs_version *v)
+{
+	return v->writers;
+}

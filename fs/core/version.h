@@ -1,0 +1,138 @@
+/*
+ * version — the bytes of a name while they are being written, up to the moment they become an object.
+ *
+ * States, under the version's own lock:
+ *
+ *        wfs_version_new()                 wfs_version_freeze()             wfs_version_publish()
+ *   ───────────────────────▶   OPEN   ─────────────────────────▶  FROZEN  ─────────────────────────▶  DONE
+ *                       write, read,          digest computed;       ▲  │ reads still served;        published or
+ *                       truncate, fallocate   writes get -EAGAIN     │  │ writes wait                discarded:
+ *                              │                                     │  │                            reads and
+ *                              │         wfs_version_thaw() (a claim │  │ wfs_version_discard()      writes get
+ *                              │         that failed) ───────────────┘  └──────────────────────────▶ -EAGAIN
+ *                              └────────────────── wfs_version_discard() ──────────────────────────▶
+ *
+ * A caller that gets -EAGAIN waits for the seal (fs->seal_done, seal.h) and starts over from the inode.
+ *
+ * Where the bytes are: a version up to WFS_VERSION_MEM_MAX bytes lives in memory, so a small file
+ * whose content is already stored (the common case when ranks and restarts write the same weights)
+ * never creates a tmp inode at all; creating and deleting tens of thousands of inodes is what a
+ * filesystem's allocator is slowest at. A version that grows past it moves to a tmp file in the store.
+ * Writes that extend the hashed prefix are hashed as they arrive; any other write makes the seal
+ * hash the whole version again.
+ *
+ * A version is reference-counted (wfs_version_get()/put(): atomic, any lock); the struct is private.
+ * Every function but the writer count takes the version's lock itself, and may be called with
+ * fs->lock held (it comes first in the lock order); the write path calls the I/O ones without it,
+ * so that other inodes do not wait for this one's disk.
+ */
+#ifndef WFS_CORE_VERSION_H
+#define WFS_CORE_VERSION_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "digest.h"
+#include "store.h"
+
+#define WFS_VERSION_MEM_MAX (1u << 20) /* bytes kept in memory before a tmp file: one FUSE write */
+
+struct wfs_version; /* private to version.c */
+
+/*
+ * A new, empty OPEN version whose tmp file (when it needs one) goes to @store (borrowed: it must
+ * outlive the version). One reference, the caller's. Returns NULL with *@err set (-ENOMEM).
+ */
+struct wfs_version *wfs_version_new(struct wfs_store *store, int *err);
+void wfs_version_get(struct wfs_version *v);
+/* Drop a reference; the last one frees the version (its tmp file, if any, was discarded by then). */
+void wfs_version_put(struct wfs_version *v);
+
+/*
+ * Fill the new, empty version @v with a copy of object @base (its sealed bytes, for a rewrite):
+ * copy_file_range or a reflink, data extents only (a sparse object costs what it holds). Called with
+ * @outer held (fs->lock); takes @v's lock, drops @outer while copying, then retakes @outer, so that
+ * other users of the inode wait on the version lock, not on fs->lock. On failure @v is DONE (users
+ * that found it meanwhile get -EAGAIN). Returns 0, or -EIO (the object is missing or shorter than
+ * its size said), -ENOSPC, -ENOMEM or another -errno of the store.
+ */
+int wfs_version_copy_base(struct wfs_version *v, const struct wfs_digest *base, pthread_mutex_t *outer);
+
+/*
+ * Write @len bytes at byte offset @off. Returns @len, -EAGAIN when the version is FROZEN or DONE
+ * (start over with the inode's current version), or another -errno (-ENOSPC, -EIO, -ENOMEM), which is
+ * also kept for the seal to fail with. On -ENOSPC of a version written in order from an empty start,
+ * the bytes are dropped and later in-order writes are only hashed (hash-only): the seal succeeds if
+ * the digest's object is stored already, and fails with -ENOSPC otherwise.
+ */
+ssize_t wfs_version_write(struct wfs_version *v, const void *buf, size_t len, off_t off);
+/* Read up to @len bytes at @off. Returns bytes read (0 at or past the end), -EAGAIN once DONE,
+ * -EIO for a hash-only version (its bytes were not kept), or -errno of the tmp file. */
+ssize_t wfs_version_read(struct wfs_version *v, void *buf, size_t len, off_t off);
+/* Set the size to @size bytes (zero-filled when growing). Returns 0, -EAGAIN, -ENOSPC (hash-only:
+ * only writes in order go on), or -errno. */
+int wfs_version_truncate(struct wfs_version *v, uint64_t size);
+/*
+ * fallocate(2): reserve bytes [@off, @off + @len) of the backing store, so that a full store fails
+ * here rather than at the seal. @mode 0 extends the size (zeros) when @off + @len is past it;
+ * FALLOC_FL_KEEP_SIZE reserves without changing it (the reservation past the end is trimmed before
+ * the object is published). Beyond WFS_VERSION_MEM_MAX the version moves to its tmp file first.
+ * Errors: -EOPNOTSUPP (any other mode bit: punch hole, zero/collapse/insert range), -EINVAL (@len 0
+ * or past the largest file), -ENOSPC, -EIO, -ENOMEM, -EAGAIN (FROZEN or DONE).
+ */
+int wfs_version_fallocate(struct wfs_version *v, int mode, uint64_t off, uint64_t len);
+/* The size in bytes. */
+uint64_t wfs_version_size(struct wfs_version *v);
+/* utimes(2) after the last write: the seal keeps @mtime instead of the time of the seal. */
+void wfs_version_set_mtime(struct wfs_version *v, const struct timespec *mtime);
+/* The mtime set by wfs_version_set_mtime() and not moved by a write since; false when none. */
+bool wfs_version_mtime(struct wfs_version *v, struct timespec *mtime);
+/* FROZEN or DONE (being sealed, or finished): a writer must wait and start over. */
+bool wfs_version_frozen(struct wfs_version *v);
+/* Have data been written to @v (not only created, truncated or fallocated)? */
+bool wfs_version_written(struct wfs_version *v);
+/* Have data been written, or is the size above 0? */
+bool wfs_version_has_bytes(struct wfs_version *v);
+
+/*
+ * OPEN → FROZEN: the digest of the bytes into *@d, the size into *@size, and whether the version was
+ * never written and is empty (*@unwritten: the state of a file created and closed before its bytes).
+ * Returns 0, or the first write error kept (-ENOSPC, -EIO, ...), or -errno of rehashing the tmp file;
+ * frozen either way.
+ */
+int wfs_version_freeze(struct wfs_version *v, struct wfs_digest *d, uint64_t *size, bool *unwritten);
+/* Is the FROZEN version the unchanged copy of its base object (its digest is the base's)? */
+bool wfs_version_unchanged(struct wfs_version *v);
+/*
+ * FROZEN → DONE: make object @d (the digest wfs_version_freeze() gave) hold these bytes. When the
+ * store has it already (or the version is its unchanged base), nothing is written and *@existed is
+ * set; with @dedup_verify the bytes are compared first (-EIO, logged, on an XXH3 collision; -ENOSPC
+ * for a hash-only version, whose bytes are gone). Otherwise the tmp file is published under @d
+ * (fdatasync unless the store is NOSYNC, link, directory sync). The bytes are released either way.
+ * Returns 0, -ENOSPC (hash-only and new content), or -errno of the store.
+ */
+int wfs_version_publish(struct wfs_version *v, const struct wfs_digest *d, bool dedup_verify,
+			bool *existed);
+/* → DONE without publishing: the bytes are released. */
+void wfs_version_discard(struct wfs_version *v);
+/*
+ * For a digest claim: -EEXIST when @v has bytes (wfs_version_has_bytes()), else 0; with @freeze the
+ * empty version is FROZEN too, so that no write lands before the claim commits (or is thawed).
+ */
+int wfs_version_claim_freeze(struct wfs_version *v, bool freeze);
+/* FROZEN → OPEN, for a claim that failed after wfs_version_claim_freeze(@v, true). */
+void wfs_version_thaw(struct wfs_version *v);
+
+/*
+ * Writer count (fs->lock held): writable handles that wrote to (or truncated) @v since their last
+ * flush. The last one to leave seals the version (seal.c).
+ */
+void wfs_version_writer_add(struct wfs_version *v);
+/* One writer less; returns how many are left. */
+unsigned wfs_version_writer_drop(struct wfs_version *v);
+unsigned wfs_version_writers(const struct wfs_version *v);
+
+#endif

@@ -1,0 +1,35 @@
+/*
+ * ops — the FUSE low-level handlers: the only daemon code that speaks libfuse besides weightfs.c.
+ *
+ * Each handler parses its request, calls the core (fs/core/, daemon.h) and sends exactly one reply.
+ * What the core collected for the kernel (struct wfs_news) is sent after fs->lock is dropped.
+ * ops.c holds the namespace, file and directory handlers; xattr.c the user.weightfs.* namespace.
+ */
+#ifndef WFS_OPS_H
+#define WFS_OPS_H
+
+#define FUSE_USE_VERSION 317
+#include <fuse_lowlevel.h>
+
+#include "daemon.h"
+
+extern const struct fuse_lowlevel_ops wfs_ops;
+
+/*
+ * The kernel interface of the core (kernel.h) for session @se: passthrough backing files registered
+ * and released on the session's /dev/fuse descriptor. Backing ids belong to the connection, not to a
+ * request, so a release needs no request (an object's last pin may drop in the direct path).
+ */
+struct wfs_kernel wfs_ops_kernel(struct fuse_session *se);
+/* Tell the kernel what @news holds (fs->lock not held), and empty it. */
+void wfs_ops_news_send(struct wfs_fs *fs, struct wfs_news *news);
+/* The daemon state behind request @req. */
+struct wfs_fs *wfs_ops_fs(fuse_req_t req);
+
+/* xattr.c */
+void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);
+void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size, int flags);
+void wfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+void wfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
+
+#endif

@@ -1,0 +1,297 @@
+/*
+ * The user.weightfs.* extended attributes (names in lib/weightfs.h) and stored user.* ones: user.*
+ * lives in the catalog; user.weightfs.digest is computed and read-only; user.weightfs.stats (mount
+ * root) is the daemon's JSON; user.weightfs.claim seals a file by digest and
+ * user.weightfs.recheck (mount root) checks an object again; user.weightfs.dtype and .shape are
+ * validated against the file's size (seal.h). security.* and system.* are not stored.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "check.h"
+#include "direct.h"
+#include "ops.h"
+#include "seal.h"
+#include "weightfs.h"
+
+static bool is_user_xattr(const char *name)
+{
+	return strncmp(name, "user.", 5) == 0;
+}
+
+static void reply_xattr(fuse_req_t req, int ret, size_t size, const void *value, size_t len)
+{
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else if (size == 0)
+		fuse_reply_xattr(req, len);
+	else if (len > size)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, value, len);
+}
+
+/*
+ * user.weightfs.stats: one JSON object with the catalog's totals (what `weightfsctl stat` shows) and
+ * what only the running daemon knows: objects checked this run, passthrough, counters since mount.
+ * fs->lock held. *@text is malloc'ed (the caller frees it), *@len its bytes without a NUL.
+ */
+static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
+{
+	struct wfs_catalog_stats st;
+	struct wfs_counters *k = &fs->counters;
+	uint64_t verified, unverified;
+	json_t *o;
+	char *dump;
+	int ret;
+
+	ret = wfs_catalog_stats(fs->catalog, &st);
+	if (ret == 0)
+		ret = wfs_check_count(fs, &verified, &unverified);
+	if (ret)
+		return ret;
+#define U64(v) json_integer((json_int_t)(v))
+	o = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:b, s:s, "
+		      "s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}}",
+		      "names", U64(st.names), "directories", U64(st.directories), "symlinks", U64(st.symlinks),
+		      "logical_bytes", U64(st.logical_bytes), "objects", U64(st.objects),
+		      "physical_bytes", U64(st.object_bytes),
+		      "dedup_ratio", st.object_bytes ? (double)st.logical_bytes / (double)st.object_bytes : 1.0,
+		      "retained_objects", U64(st.unreferenced_objects), "retained_bytes", U64(st.unreferenced_bytes),
+		      "objects_verified", U64(verified), "objects_unverified", U64(unverified),
+		      "objects_quarantined", U64(st.quarantined_objects), "unsealed_files", U64(st.unsealed_files),
+		      "special_files", U64(st.special_files), "passthrough", (int)atomic_load(&fs->passthrough),
+		      "direct", (int)wfs_direct_served(fs), "verify", fs->opt.verify ? "open" : "none",
+		      "since_mount", "seals", U64(k->seals), "objects_published", U64(k->objects_published),
+		      "bytes_published", U64(k->bytes_published), "dedup_hits", U64(k->dedup_hits),
+		      "claims", U64(k->claims), "claim_misses", U64(k->claim_misses),
+		      "opens_passthrough", U64(k->opens_passthrough), "opens_daemon", U64(k->opens_daemon),
+		      "opens_direct", U64(k->opens_direct), "moved_from_readers", U64(k->moved_from_readers),
+		      "checks_on_opener_node", U64(atomic_load(&fs->checks_placed)),
+		      "verify_failures", U64(k->verify_failures));
+#undef U64
+	/* Three decimals are what a ratio needs; JSON_REAL_PRECISION counts significant digits. */
+	dump = o ? json_dumps(o, JSON_REAL_PRECISION(6)) : NULL;
+	json_decref(o);
+	if (!dump)
+		return -ENOMEM;
+	*len = strlen(dump) + 1;
+	*text = realloc(dump, *len + 1);
+	if (!*text) {
+		free(dump);
+		return -ENOMEM;
+	}
+	(*text)[*len - 1] = '\n'; /* a line, for getfattr and shell readers */
+	(*text)[*len] = '\0';
+	return 0;
+}
+
+void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	struct wfs_fs *fs = wfs_ops_fs(req);
+	char *buf = NULL;
+	size_t len = 0;
+	struct wfs_attr a;
+	int ret;
+
+	if (!is_user_xattr(name)) {
+		fuse_reply_err(req, ENODATA); /* security.*, system.*: none stored */
+		return;
+	}
+	if (size && !(buf = malloc(size))) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_mutex_lock(&fs->lock);
+	if (ino == FUSE_ROOT_ID && strcmp(name, WFS_XATTR_STATS) == 0) {
+		char *text = NULL;
+
+		ret = stats_json(fs, &text, &len);
+		if (ret == 0 && size >= len)
+			memcpy(buf, text, len);
+		free(text);
+	} else if (strcmp(name, WFS_XATTR_DIRECT) == 0) {
+		ret = wfs_direct_xattr(fs, buf, size, &len); /* any file: where to ask for its object */
+	} else if (strcmp(name, WFS_XATTR_DIGEST) == 0) {
+		char hex[WFS_DIGEST_HEX_CHARS + 1];
+
+		wfs_seal_wait_release(fs, ino);
+		ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+		if (ret == 0 && !a.sealed)
+			ret = -ENODATA;
+		if (ret == 0) {
+			wfs_digest_to_hex(&a.digest, hex);
+			len = WFS_DIGEST_HEX_CHARS;
+			if (size >= len)
+				memcpy(buf, hex, len);
+		}
+	} else {
+		ret = wfs_catalog_xattr_get(fs->catalog, ino, name, buf, size, &len);
+	}
+	pthread_mutex_unlock(&fs->lock);
+	reply_xattr(req, ret, size, buf, len);
+	free(buf);
+}
+
+/*
+ * A digest given as an attribute value by the mounting user (or root): 32 hex digits, a trailing
+ * newline allowed. Returns 0, -EPERM (another user) or -EINVAL.
+ */
+static int digest_request(fuse_req_t req, const char *value, size_t size, struct wfs_digest *d)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	char hex[WFS_DIGEST_HEX_CHARS + 1];
+
+	if (ctx->uid != 0 && ctx->uid != getuid())
+		return -EPERM;
+	if (size > 0 && value[size - 1] == '\n')
+		size--;
+	if (size != WFS_DIGEST_HEX_CHARS)
+		return -EINVAL;
+	memcpy(hex, value, size);
+	hex[size] = '\0';
+	return wfs_digest_from_hex(hex, d) ? -EINVAL : 0;
+}
+
+/*
+ * setxattr(FILE, "user.weightfs.claim", "<32 hex digits>"): the caller knows the digest of the bytes
+ * it would write. Sealing needs an empty regular file and an intact stored object; see
+ * wfs_seal_claim() for the errors. Only the mounting user (or root) may claim: with allow_other,
+ * naming a digest would otherwise read any object in the store without permission to any of its
+ * names. A trailing newline (`setfattr -v "$(xxhsum -H2 ...)"`, echo) is accepted.
+ */
+static int claim(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const char *value, size_t size)
+{
+	struct wfs_digest d;
+	int ret;
+
+	ret = digest_request(req, value, size, &d);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&fs->lock);
+	ret = wfs_seal_claim(fs, ino, &d);
+	pthread_mutex_unlock(&fs->lock);
+	return ret;
+}
+
+/*
+ * setxattr of the computed user.weightfs.digest: a copy made by an older weightfs (which listed it)
+ * carries it as a plain attribute, and tar or rsync set it back. The same value as the file's own
+ * digest changes nothing: 1 (succeed, store nothing). Any other value: -EPERM (the digest is
+ * computed). fs->lock not held.
+ */
+static int digest_unchanged(struct wfs_fs *fs, fuse_ino_t ino, const char *value, size_t size)
+{
+	char hex[WFS_DIGEST_HEX_CHARS + 1];
+	struct wfs_attr a;
+	int ret;
+
+	if (size > 0 && value[size - 1] == '\n')
+		size--;
+	if (size != WFS_DIGEST_HEX_CHARS)
+		return -EPERM;
+	pthread_mutex_lock(&fs->lock);
+	wfs_seal_wait_release(fs, ino);
+	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+	pthread_mutex_unlock(&fs->lock);
+	if (ret || !a.sealed)
+		return -EPERM;
+	wfs_digest_to_hex(&a.digest, hex);
+	return strncasecmp(hex, value, size) == 0 ? 1 : -EPERM;
+}
+
+void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
+			 int flags)
+{
+	struct wfs_fs *fs = wfs_ops_fs(req);
+	int ret = 0;
+
+	if (!is_user_xattr(name))
+		ret = -EOPNOTSUPP;
+	else if (strcmp(name, WFS_XATTR_DIGEST) == 0)
+		ret = digest_unchanged(fs, ino, value, size);
+	else if (strcmp(name, WFS_XATTR_STATS) == 0 || strcmp(name, WFS_XATTR_DIRECT) == 0 ||
+		 (ino != FUSE_ROOT_ID && strcmp(name, WFS_XATTR_RECHECK) == 0))
+		ret = -EPERM; /* computed, or a request only the mount root takes */
+	if (ret == 1) {
+		fuse_reply_err(req, 0);
+		return;
+	}
+	if (ret == 0 && ino == FUSE_ROOT_ID && strcmp(name, WFS_XATTR_RECHECK) == 0) {
+		struct wfs_digest d;
+
+		ret = digest_request(req, value, size, &d);
+		if (ret == 0) {
+			pthread_mutex_lock(&fs->lock);
+			ret = wfs_check_recheck(fs, &d);
+			pthread_mutex_unlock(&fs->lock);
+		}
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	if (ret == 0 && strcmp(name, WFS_XATTR_CLAIM) == 0) {
+		ret = claim(fs, req, ino, value, size);
+		/* The kernel caches this inode's size as 0: drop its attributes before the caller can
+		 * read. Safe before the reply: the kernel takes no lock setxattr holds to do it. */
+		if (ret == 0)
+			fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	if (ret == 0) {
+		pthread_mutex_lock(&fs->lock);
+		if (strcmp(name, WFS_XATTR_DTYPE) == 0 || strcmp(name, WFS_XATTR_SHAPE) == 0)
+			ret = wfs_seal_check_xattr(fs, ino, name, value, size);
+		if (ret == 0)
+			ret = wfs_catalog_xattr_set(fs->catalog, ino, name, value, size, flags);
+		pthread_mutex_unlock(&fs->lock);
+	}
+	fuse_reply_err(req, -ret);
+}
+
+/*
+ * Only stored attributes are listed. The computed ones (user.weightfs.digest, user.weightfs.stats)
+ * are read by name, as other filesystems hide theirs: a listed one would be copied out by `cp -a`,
+ * `rsync -X` and tar as a plain attribute, and rsync would try to remove it (EPERM) from every file
+ * whose source lacks it.
+ */
+void wfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct wfs_fs *fs = wfs_ops_fs(req);
+	char *buf = NULL;
+	size_t len = 0;
+	int ret;
+
+	if (size && !(buf = malloc(size))) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_mutex_lock(&fs->lock);
+	ret = wfs_catalog_xattr_list(fs->catalog, ino, buf, size, &len);
+	pthread_mutex_unlock(&fs->lock);
+	reply_xattr(req, ret, size, buf, len);
+	free(buf);
+}
+
+void wfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	struct wfs_fs *fs = wfs_ops_fs(req);
+	int ret = 0;
+
+	if (!is_user_xattr(name))
+		ret = -ENODATA;
+	else if (strcmp(name, WFS_XATTR_DIGEST) == 0 || strcmp(name, WFS_XATTR_STATS) == 0 ||
+		 strcmp(name, WFS_XATTR_DIRECT) == 0)
+		ret = -EPERM;
+	if (ret == 0) {
+		pthread_mutex_lock(&fs->lock);
+		ret = wfs_catalog_xattr_remove(fs->catalog, ino, name);
+		pthread_mutex_unlock(&fs->lock);
+	}
+	fuse_reply_err(req, -ret);
+}

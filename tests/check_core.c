@@ -1,0 +1,604 @@
+/*
+ * Check suite for the daemon core (fs/core/): versions, seal, claim and open mode, without FUSE, a
+ * mount or root. Each test gets a store and catalog of its own in a fresh directory, a struct wfs_fs
+ * set up as the daemon sets it up (wfs_fs_init), and a fake kernel (struct wfs_kernel) that counts
+ * passthrough backing files registered and released.
+ *
+ * The core's rule is that its functions run with fs->lock held unless their header says they take it
+ * themselves (wfs_seal_write, wfs_seal_fallocate, wfs_openmode_read, ...); the tests follow it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "catalog.h"
+#include "daemon.h"
+#include "digest.h"
+#include "inode.h"
+#include "object.h"
+#include "openmode.h"
+#include "seal.h"
+#include "store.h"
+#include "testutil.h"
+#include "version.h"
+#include "weightfs.h"
+
+#define MIB (1024u * 1024u)
+
+static struct wfs_fs fs;
+
+/* The fake kernel: backing ids handed out and released. */
+static struct {
+	int opened, closed, last_closed;
+	bool refuse;
+} kern;
+
+static int fake_backing_open(void *ctx, int fd)
+{
+	(void)ctx;
+	if (kern.refuse || fd < 0)
+		return -EPERM;
+	return 100 + ++kern.opened;
+}
+
+static void fake_backing_close(void *ctx, int id)
+{
+	(void)ctx;
+	kern.closed++;
+	kern.last_closed = id;
+}
+
+static void core_setup(void)
+{
+	char path[700];
+	int ret;
+
+	tu_test_dir_setup();
+	memset(&fs, 0, sizeof(fs));
+	memset(&kern, 0, sizeof(kern));
+	fs.opt.verify = 1;
+	fs.opt.sync = 0;
+	tu_path(path, sizeof(path), tu_test_dir, "store");
+	ret = wfs_store_open(path, WFS_STORE_CREATE | WFS_STORE_NOSYNC, &fs.store);
+	ck_assert_msg(ret == 0, "store: %s", strerror(-ret));
+	tu_path(path, sizeof(path), tu_test_dir, "store/" WFS_STORE_CATALOG);
+	ret = wfs_catalog_open(path, WFS_CATALOG_CREATE, getuid(), getgid(), &fs.catalog);
+	ck_assert_msg(ret == 0, "catalog: %s", strerror(-ret));
+	fs.kernel = (struct wfs_kernel){.backing_open = fake_backing_open, .backing_close = fake_backing_close};
+	atomic_store(&fs.passthrough, true);
+	ck_assert_int_eq(wfs_fs_init(&fs), 0);
+}
+
+static void core_teardown(void)
+{
+	wfs_fs_release(&fs);
+	wfs_catalog_close(fs.catalog);
+	wfs_store_close(fs.store);
+	tu_test_dir_teardown();
+}
+
+/* A new regular file @name in the root (unsealed, as after create) and its in-memory inode. */
+static struct wfs_inode *new_file(const char *name)
+{
+	struct wfs_attr a;
+	struct wfs_inode *in;
+
+	ck_assert_int_eq(wfs_catalog_create(fs.catalog, WFS_ROOT_INO, name, S_IFREG | 0644, 0, 0, NULL, &a), 0);
+	in = wfs_inode_get(&fs, &a);
+	ck_assert_ptr_nonnull(in);
+	return in;
+}
+
+/* Seal @len bytes of @buf as inode @in's content, as a create + write + close would (fs->lock held). */
+static int seal_bytes(struct wfs_inode *in, const void *buf, size_t len)
+{
+	struct wfs_version *v;
+	int ret;
+
+	v = wfs_seal_writer(&fs, in, true, &ret);
+	ck_assert_ptr_nonnull(v);
+	ck_assert_int_eq(wfs_version_write(v, buf, len, 0), (ssize_t)len);
+	ret = wfs_seal(&fs, in, true);
+	wfs_version_put(v);
+	return ret;
+}
+
+static void assert_sealed_as(uint64_t ino, const void *buf, size_t len)
+{
+	struct wfs_digest want;
+	struct wfs_attr a;
+
+	wfs_digest_buf(buf, len, &want);
+	ck_assert_int_eq(wfs_catalog_getattr(fs.catalog, ino, &a), 0);
+	ck_assert(a.sealed);
+	ck_assert_uint_eq(a.size, len);
+	ck_assert(wfs_digest_equal(&a.digest, &want));
+	ck_assert(wfs_store_object_exists(fs.store, &want));
+}
+
+/* ---- versions ------------------------------------------------------------------------------- */
+
+/* In-order writes are hashed as they arrive, across the move from memory to a tmp file. */
+START_TEST(version_in_order_spills)
+{
+	size_t len = 3 * MIB + 123;
+	unsigned char *buf = malloc(len), *back = malloc(len);
+	struct wfs_digest d, want;
+	struct wfs_version *v;
+	bool unwritten, existed;
+	uint64_t size;
+	int err;
+
+	tu_fill(buf, len, 1);
+	v = wfs_version_new(fs.store, &err);
+	ck_assert_ptr_nonnull(v);
+	for (size_t off = 0; off < len; off += 700 * 1024) {
+		size_t n = len - off < 700 * 1024 ? len - off : 700 * 1024;
+
+		ck_assert_int_eq(wfs_version_write(v, buf + off, n, (off_t)off), (ssize_t)n);
+	}
+	ck_assert_uint_eq(wfs_version_size(v), len);
+	ck_assert_int_eq(wfs_version_read(v, back, len, 0), (ssize_t)len);
+	ck_assert_mem_eq(back, buf, len);
+	ck_assert_int_eq(wfs_version_freeze(v, &d, &size, &unwritten), 0);
+	wfs_digest_buf(buf, len, &want);
+	ck_assert(wfs_digest_equal(&d, &want));
+	ck_assert_uint_eq(size, len);
+	ck_assert(!unwritten);
+	ck_assert_int_eq(wfs_version_write(v, buf, 1, 0), -EAGAIN); /* FROZEN */
+	ck_assert_int_eq(wfs_version_read(v, back, 10, 0), 10);      /* reads still served */
+	ck_assert_int_eq(wfs_version_publish(v, &d, false, &existed), 0);
+	ck_assert(!existed);
+	ck_assert(wfs_store_object_exists(fs.store, &d));
+	ck_assert_int_eq(wfs_version_read(v, back, 10, 0), -EAGAIN); /* DONE */
+	wfs_version_put(v);
+	free(buf);
+	free(back);
+}
+END_TEST
+
+/* Out-of-order writes, truncation and growth: the seal rehashes what the version holds. */
+START_TEST(version_out_of_order_and_truncate)
+{
+	unsigned char buf[8192], want_bytes[6000] = {0};
+	struct wfs_digest d, want;
+	struct wfs_version *v;
+	bool unwritten;
+	uint64_t size;
+	int err;
+
+	tu_fill(buf, sizeof(buf), 2);
+	v = wfs_version_new(fs.store, &err);
+	ck_assert_int_eq(wfs_version_write(v, buf + 4096, 4096, 4096), 4096);
+	ck_assert_int_eq(wfs_version_write(v, buf, 4096, 0), 4096);
+	ck_assert_int_eq(wfs_version_truncate(v, 5000), 0);
+	ck_assert_int_eq(wfs_version_truncate(v, 6000), 0); /* grows with zeros */
+	memcpy(want_bytes, buf, 5000);
+	ck_assert_int_eq(wfs_version_freeze(v, &d, &size, &unwritten), 0);
+	wfs_digest_buf(want_bytes, sizeof(want_bytes), &want);
+	ck_assert(wfs_digest_equal(&d, &want));
+	ck_assert_uint_eq(size, 6000);
+	wfs_version_discard(v);
+	ck_assert_int_eq(wfs_version_write(v, buf, 1, 0), -EAGAIN);
+	wfs_version_put(v);
+}
+END_TEST
+
+START_TEST(version_fallocate_modes)
+{
+	unsigned char zeros[4096] = {0}, back[4096];
+	struct wfs_version *v;
+	int err;
+
+	v = wfs_version_new(fs.store, &err);
+	ck_assert_int_eq(wfs_version_fallocate(v, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 10), -EOPNOTSUPP);
+	ck_assert_int_eq(wfs_version_fallocate(v, 0, 0, 0), -EINVAL);
+	ck_assert_int_eq(wfs_version_fallocate(v, FALLOC_FL_KEEP_SIZE, 0, 4096), 0);
+	ck_assert_uint_eq(wfs_version_size(v), 0); /* reserved, size kept */
+	ck_assert_int_eq(wfs_version_fallocate(v, 0, 0, 4096), 0);
+	ck_assert_uint_eq(wfs_version_size(v), 4096);
+	ck_assert_int_eq(wfs_version_read(v, back, sizeof(back), 0), 4096);
+	ck_assert_mem_eq(back, zeros, sizeof(zeros));
+	ck_assert_int_eq(wfs_version_fallocate(v, 0, 0, 2 * MIB), 0); /* past memory: a tmp file */
+	ck_assert_uint_eq(wfs_version_size(v), 2 * MIB);
+	wfs_version_discard(v);
+	wfs_version_put(v);
+}
+END_TEST
+
+/* A claim freezes an empty version (no write may land before it commits) and thaws it if it fails. */
+START_TEST(version_claim_freeze_thaw)
+{
+	struct wfs_version *v;
+	int err;
+
+	v = wfs_version_new(fs.store, &err);
+	ck_assert_int_eq(wfs_version_claim_freeze(v, true), 0);
+	ck_assert(wfs_version_frozen(v));
+	ck_assert_int_eq(wfs_version_write(v, "x", 1, 0), -EAGAIN);
+	wfs_version_thaw(v);
+	ck_assert(!wfs_version_frozen(v));
+	ck_assert_int_eq(wfs_version_write(v, "x", 1, 0), 1);
+	ck_assert_int_eq(wfs_version_claim_freeze(v, false), -EEXIST); /* has bytes now */
+	wfs_version_discard(v);
+	wfs_version_put(v);
+}
+END_TEST
+
+/* ---- seal ---------------------------------------------------------------------------------- */
+
+/* The second seal of the same bytes publishes nothing: a dedup hit. */
+START_TEST(seal_publishes_then_dedups)
+{
+	unsigned char buf[5000];
+	struct wfs_inode *a, *b;
+
+	tu_fill(buf, sizeof(buf), 3);
+	pthread_mutex_lock(&fs.lock);
+	a = new_file("a");
+	b = new_file("b");
+	ck_assert_int_eq(seal_bytes(a, buf, sizeof(buf)), 0);
+	ck_assert(a->sealed && !a->writer);
+	assert_sealed_as(a->ino, buf, sizeof(buf));
+	ck_assert_int_eq(seal_bytes(b, buf, sizeof(buf)), 0);
+	assert_sealed_as(b->ino, buf, sizeof(buf));
+	ck_assert_uint_eq(fs.counters.seals, 2);
+	ck_assert_uint_eq(fs.counters.objects_published, 1);
+	ck_assert_uint_eq(fs.counters.dedup_hits, 1);
+	ck_assert_uint_eq(fs.counters.bytes_published, sizeof(buf));
+	pthread_mutex_unlock(&fs.lock);
+}
+END_TEST
+
+/* A rewrite in place starts from a copy of the sealed bytes; the old object goes when unreferenced. */
+START_TEST(seal_rewrite_copies_base)
+{
+	unsigned char buf[3000], want[3000];
+	struct wfs_digest old;
+	struct wfs_version *v;
+	struct wfs_inode *in;
+	int err;
+
+	tu_fill(buf, sizeof(buf), 4);
+	pthread_mutex_lock(&fs.lock);
+	in = new_file("w");
+	ck_assert_int_eq(seal_bytes(in, buf, sizeof(buf)), 0);
+	old = in->digest;
+	v = wfs_seal_writer(&fs, in, false, &err);
+	ck_assert_ptr_nonnull(v);
+	ck_assert_uint_eq(wfs_version_size(v), sizeof(buf)); /* the copy of the sealed bytes */
+	ck_assert_int_eq(wfs_version_write(v, "XYZ", 3, 100), 3);
+	ck_assert_int_eq(wfs_seal(&fs, in, true), 0);
+	wfs_version_put(v);
+	memcpy(want, buf, sizeof(want));
+	memcpy(want + 100, "XYZ", 3);
+	assert_sealed_as(in->ino, want, sizeof(want));
+	ck_assert(!wfs_store_object_exists(fs.store, &old)); /* no name has it, nothing pins it */
+	pthread_mutex_unlock(&fs.lock);
+}
+END_TEST
+
+/* With dtype and shape set, a size that does not fit is refused where close(2) hears it, sealed
+ * (and logged) at release, where nobody would. */
+START_TEST(seal_holds_size_to_dtype_shape)
+{
+	struct wfs_inode *in;
+	char bytes[12] = {0};
+
+	pthread_mutex_lock(&fs.lock);
+	in = new_file("t");
+	ck_assert_int_eq(wfs_catalog_xattr_set(fs.catalog, in->ino, WFS_XATTR_DTYPE, "F32", 3, 0), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_set(fs.catalog, in->ino, WFS_XATTR_SHAPE, "[4]", 3, 0), 0);
+	ck_assert_int_eq(seal_bytes(in, bytes, sizeof(bytes)), -EINVAL);
+	ck_assert(!in->sealed && !in->writer); /* the version was dropped */
+	ck_assert_int_eq(wfs_seal_fits(&fs, in->ino, 16, NULL, NULL, 0, "test"), 0);
+	ck_assert_int_eq(wfs_seal_fits(&fs, in->ino, 16, WFS_XATTR_SHAPE, "[5]", 3, "test"), -EINVAL);
+	ck_assert_int_eq(wfs_seal_check_xattr(&fs, in->ino, WFS_XATTR_DTYPE, "F33", 3), -EINVAL);
+	ck_assert_int_eq(wfs_seal_check_xattr(&fs, in->ino, WFS_XATTR_SHAPE, "[4,", 3), -EINVAL);
+	{
+		struct wfs_version *v;
+		int err;
+
+		v = wfs_seal_writer(&fs, in, true, &err);
+		ck_assert_int_eq(wfs_version_write(v, bytes, sizeof(bytes), 0), (ssize_t)sizeof(bytes));
+		ck_assert_int_eq(wfs_seal(&fs, in, false), 0); /* at release */
+		wfs_version_put(v);
+	}
+	assert_sealed_as(in->ino, bytes, sizeof(bytes));
+	pthread_mutex_unlock(&fs.lock);
+}
+END_TEST
+
+/* The last writable handle to leave seals; an earlier one does not. */
+START_TEST(seal_last_writer_seals)
+{
+	struct wfs_handle h1 = {.writable = true}, h2 = {.writable = true};
+	struct wfs_news news = {0};
+	struct wfs_version *v;
+	struct wfs_inode *in;
+	int err;
+
+	pthread_mutex_lock(&fs.lock);
+	in = new_file("two");
+	h1.inode = h2.inode = in;
+	v = wfs_seal_writer(&fs, in, true, &err);
+	wfs_seal_join(&h1, v);
+	wfs_seal_join(&h2, v);
+	ck_assert_uint_eq(wfs_version_writers(v), 2);
+	ck_assert_int_eq(wfs_version_write(v, "abc", 3, 0), 3);
+	wfs_version_put(v);
+	ck_assert_int_eq(wfs_seal_leave(&fs, &h1, false, 0, &news), 0);
+	ck_assert(!in->sealed && in->writer == v);
+	ck_assert_int_eq(wfs_seal_leave(&fs, &h2, false, 0, &news), 0);
+	ck_assert(in->sealed && !in->writer);
+	assert_sealed_as(in->ino, "abc", 3);
+	ck_assert_uint_eq(news.n, 0);
+	wfs_news_release(&news);
+	pthread_mutex_unlock(&fs.lock);
+}
+END_TEST
+
+/* A never-sealed name whose version is abandoned is removed, and the kernel is told. */
+START_TEST(seal_failed_new_name_removed)
+{
+	struct wfs_handle h = {.writable = true};
+	struct wfs_news news = {0};
+	struct wfs_version *v;
+	struct wfs_inode *in;
+	struct wfs_attr a;
+	int err;
+
+	pthread_mutex_lock(&fs.lock);
+	in = new_file("gone");
+	h.inode = in;
+	ck_assert_int_eq(wfs_catalog_xattr_set(fs.catalog, in->ino, WFS_XATTR_DTYPE, "F32", 3, 0), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_set(fs.catalog, in->ino, WFS_XATTR_SHAPE, "[4]", 3, 0), 0);
+	v = wfs_seal_writer(&fs, in, true, &err);
+	wfs_seal_join(&h, v);
+	ck_assert_int_eq(wfs_version_write(v, "abc", 3, 0), 3); /* 3 bytes do not make F32 [4] */
+	wfs_version_put(v);
+	ck_assert_int_eq(wfs_seal_leave(&fs, &h, false, 0, &news), -EINVAL);
+	ck_assert_uint_eq(news.n, 1);
+	ck_assert_str_eq(news.names[0].name, "gone");
+	ck_assert(news.inval && !news.moved);
+	ck_assert_int_eq(wfs_catalog_lookup(fs.catalog, WFS_ROOT_INO, "gone", &a), -ENOENT);
+	wfs_news_release(&news);
+	pthread_mutex_unlock(&fs.lock);
+}
+END_TEST
+
+/* ---- claim ---------------------------------------------------------------------------------- */
+
+START_TEST(claim_cases)
+{
+	unsigned char buf[4096];
+	struct wfs_digest d, missing;
+	struct wfs_inode *src, *dst, *full;
+
+	tu_fill(buf, sizeof(buf), 5);
+	wfs_digest_buf(buf, sizeof(buf), &d);
+	wfs_digest_buf("nothing", 7, &missing);
+	pthread_mutex_lock(&fs.lock);
+	src = new_file("src");
+	dst = new_file("dst");
+	full = new_file("full");
+	ck_assert_int_eq(seal_bytes(src, buf, sizeof(buf)), 0);
+	ck_assert_int_eq(seal_bytes(full, "x", 1), 0);
+	ck_assert_int_eq(wfs_seal_claim(&fs, dst->ino, &missing), -ENODATA);
+	ck_assert_uint_eq(fs.counters.claim_misses, 1);
+	ck_assert_int_eq(wfs_seal_claim(&fs, full->ino, &d), -EEXIST);
+	ck_assert_int_eq(wfs_seal_claim(&fs, WFS_ROOT_INO, &d), -EINVAL);
+	ck_assert_int_eq(wfs_seal_claim(&fs, dst->ino, &d), 0);
+	ck_assert_uint_eq(fs.counters.claims, 1);
+	assert_sealed_as(dst->ino, buf, sizeof(buf));
+	ck_assert_int_eq(wfs_seal_claim(&fs, dst->ino, &d), -EEXIST); /* has content now */
+	pthread_mutex_unlock(&fs.lock);
+}
+END_TEST
+
+/* ---- open mode ------------------------------------------------------------------------------- */
+
+/* Open, then release, with fs->lock taken here as the handlers take it. */
+static int open_ino(uint64_t ino, bool writable, struct wfs_handle **h, struct wfs_open_reply *r,
+		    struct wfs_news *news)
+{
+	return wfs_openmode_open(&fs, ino, writable, false, 0, h, r, news);
+}
+
+static uint64_t sealed_file(const char *name, const void *buf, size_t len)
+{
+	struct wfs_inode *in = new_file(name);
+	uint64_t ino = in->ino;
+
+	ck_assert_int_eq(seal_bytes(in, buf, len), 0);
+	wfs_inode_maybe_free(&fs, in); /* nothing holds it, as after the writer's release */
+	return ino;
+}
+
+/* Read-only opens share one backing file, released at the last close. */
+START_TEST(openmode_passthrough_shared)
+{
+	struct wfs_handle *h1, *h2;
+	struct wfs_open_reply r1, r2;
+	struct wfs_news news = {0};
+	uint64_t ino;
+
+	pthread_mutex_lock(&fs.lock);
+	ino = sealed_file("p", "hello", 5);
+	ck_assert_int_eq(open_ino(ino, false, &h1, &r1, &news), 0);
+	ck_assert_int_eq(open_ino(ino, false, &h2, &r2, &news), 0);
+	ck_assert_int_gt(r1.backing_id, 0);
+	ck_assert_int_eq(r2.backing_id, r1.backing_id);
+	ck_assert_int_eq(kern.opened, 1);
+	ck_assert_uint_eq(h1->inode->io.npassthrough, 2);
+	wfs_openmode_release(&fs, h1, 0, &news);
+	ck_assert_int_eq(kern.closed, 0);
+	wfs_openmode_release(&fs, h2, 0, &news);
+	ck_assert_int_eq(kern.closed, 1);
+	ck_assert_int_eq(kern.last_closed, r1.backing_id);
+	ck_assert_ptr_null(wfs_inode_find(&fs, ino)); /* no lookups, no opens: freed */
+	ck_assert_uint_eq(fs.counters.opens_passthrough, 2);
+	pthread_mutex_unlock(&fs.lock);
+}
+END_TEST
+
+/* A daemon-served (cached) open keeps later read-only opens daemon-served: the kernel refuses mixing. */
+START_TEST(openmode_cached_excludes_passthrough)
+{
+	struct wfs_handle *w, *r;
+	struct wfs_open_reply rw, rr;
+	struct wfs_news news = {0};
+	uint64_t ino;
+
+	pthread_mutex_lock(&fs.lock);
+	ino = sealed_file("c", "hello", 5);
+	ck_assert_int_eq(open_ino(ino, true, &w, &rw, &news), 0);
+	ck_assert_int_eq(rw.backing_id, 0);
+	ck_assert_int_eq(open_ino(ino, false, &r, &rr, &news), 0);
+	ck_assert_int_eq(rr.backing_id, 0);
+	ck_assert_int_eq(kern.opened, 0);
+	ck_assert_uint_eq(w->inode->io.ncached, 2);
+	wfs_openmode_release(&fs, r, 0, &news);
+	wfs_openmode_release(&fs, w, 0, &news);
+	ck_assert_uint_eq(fs.counters.opens_daemon, 2);
+	pthread_mutex_unlock(&fs.lock);
+}
+END_TEST
+
+/* A writer beside passthrough readers: the name moves to a new inode (ESTALE, then the retry opens
+ * the new one in place); with hard links it waits and fails with ETXTBSY. */
+START_TEST(openmode_writer_beside_readers)
+{
+	struct wfs_handle *r, *w;
+	struct wfs_open_reply rr, rw;
+	struct wfs_news news = {0};
+	struct wfs_attr a, link;
+	uint64_t ino;
+
+	pthread_mutex_lock(&fs.lock);
+	ino = sealed_file("m", "hello", 5);
+	ck_assert_int_eq(open_ino(ino, false, &r, &rr, &news), 0);
+	ck_assert_int_gt(rr.backing_id, 0);
+	ck_assert_int_eq(open_ino(ino, true, &w, &rw, &news), -ESTALE);
+	ck_assert(news.moved);
+	ck_assert_uint_eq(news.n, 1);
+	ck_assert_str_eq(news.names[0].name, "m");
+	wfs_news_release(&news);
+	ck_assert_int_eq(wfs_catalog_lookup(fs.catalog, WFS_ROOT_INO, "m", &a), 0);
+	ck_assert_uint_ne(a.ino, ino);
+	ck_assert_int_eq(open_ino(ino, true, &w, &rw, &news), -ESTALE); /* the old inode, again */
+	ck_assert_int_eq(open_ino(a.ino, true, &w, &rw, &news), 0);     /* the retry */
+	ck_assert_uint_eq(fs.counters.moved_from_readers, 1);
+	wfs_openmode_release(&fs, w, 0, &news);
+	wfs_openmode_release(&fs, r, 0, &news);
+
+	/* Hard links cannot move one name alone. */
+	ino = sealed_file("l", "hello", 5);
+	ck_assert_int_eq(wfs_catalog_link(fs.catalog, ino, WFS_ROOT_INO, "l2", &link), 0);
+	ck_assert_int_eq(open_ino(ino, false, &r, &rr, &news), 0);
+	ck_assert_int_eq(open_ino(ino, true, &w, &rw, &news), -ETXTBSY);
+	ck_assert_uint_eq(news.n, 0);
+	wfs_openmode_release(&fs, r, 0, &news);
+	pthread_mutex_unlock(&fs.lock);
+}
+END_TEST
+
+/* A name whose writer never sealed it fails opens with EIO; without passthrough reads are served. */
+START_TEST(openmode_unsealed_and_daemon_reads)
+{
+	struct wfs_handle *h;
+	struct wfs_open_reply r;
+	struct wfs_news news = {0};
+	struct wfs_inode *in;
+	char back[16];
+	uint64_t ino;
+
+	pthread_mutex_lock(&fs.lock);
+	in = new_file("u");
+	ino = in->ino;
+	wfs_inode_maybe_free(&fs, in);
+	ck_assert_int_eq(open_ino(ino, false, &h, &r, &news), -EIO);
+	ino = sealed_file("d", "daemon", 6);
+	atomic_store(&fs.passthrough, false);
+	ck_assert_int_eq(open_ino(ino, false, &h, &r, &news), 0);
+	ck_assert_int_eq(r.backing_id, 0);
+	pthread_mutex_unlock(&fs.lock);
+	ck_assert_int_eq(wfs_openmode_read(&fs, h, 0, back, sizeof(back), 0), 6);
+	ck_assert_mem_eq(back, "daemon", 6);
+	pthread_mutex_lock(&fs.lock);
+	wfs_openmode_release(&fs, h, 0, &news);
+	pthread_mutex_unlock(&fs.lock);
+}
+END_TEST
+
+/* Write through a handle and close it: the flush by the writer seals. */
+START_TEST(openmode_write_flush_seals)
+{
+	struct wfs_handle *h;
+	struct wfs_open_reply r;
+	struct wfs_news news = {0};
+	struct wfs_inode *in;
+	bool mode_changed;
+	uint64_t ino;
+
+	pthread_mutex_lock(&fs.lock);
+	in = new_file("f");
+	ino = in->ino;
+	ck_assert_int_eq(wfs_openmode_create(&fs, in, &h, &r), 0);
+	pthread_mutex_unlock(&fs.lock);
+	ck_assert_int_eq(wfs_seal_write(&fs, h, 0, gettid(), "weights", 7, 0, &mode_changed), 7);
+	ck_assert(!mode_changed);
+	pthread_mutex_lock(&fs.lock);
+	ck_assert_int_eq(wfs_openmode_flush(&fs, h, gettid(), &news), 0);
+	assert_sealed_as(ino, "weights", 7);
+	wfs_openmode_release(&fs, h, gettid(), &news);
+	ck_assert_ptr_null(wfs_inode_find(&fs, ino));
+	pthread_mutex_unlock(&fs.lock);
+}
+END_TEST
+
+static Suite *core_suite(void)
+{
+	Suite *s = suite_create("core");
+	TCase *tc;
+
+	tc = tcase_create("version");
+	tcase_add_checked_fixture(tc, core_setup, core_teardown);
+	tcase_add_test(tc, version_in_order_spills);
+	tcase_add_test(tc, version_out_of_order_and_truncate);
+	tcase_add_test(tc, version_fallocate_modes);
+	tcase_add_test(tc, version_claim_freeze_thaw);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("seal");
+	tcase_add_checked_fixture(tc, core_setup, core_teardown);
+	tcase_add_test(tc, seal_publishes_then_dedups);
+	tcase_add_test(tc, seal_rewrite_copies_base);
+	tcase_add_test(tc, seal_holds_size_to_dtype_shape);
+	tcase_add_test(tc, seal_last_writer_seals);
+	tcase_add_test(tc, seal_failed_new_name_removed);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("claim");
+	tcase_add_checked_fixture(tc, core_setup, core_teardown);
+	tcase_add_test(tc, claim_cases);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("openmode");
+	tcase_add_checked_fixture(tc, core_setup, core_teardown);
+	tcase_add_test(tc, openmode_passthrough_shared);
+	tcase_add_test(tc, openmode_cached_excludes_passthrough);
+	tcase_add_test(tc, openmode_writer_beside_readers);
+	tcase_add_test(tc, openmode_unsealed_and_daemon_reads);
+	tcase_add_test(tc, openmode_write_flush_seals);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_main("check_core", core_suite(), TU_RUN_DIR, NULL);
+}
