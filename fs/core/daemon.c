@@ -1,6 +1,7 @@
 /* daemon.h: the shared state's set-up and teardown. */
 #include <errno.h>
 #include <pthread.h>
+#include <time.h>
 
 #include "check.h"
 #include "daemon.h"
@@ -35,4 +36,15 @@ void wfs_fs_release(struct wfs_fs *fs)
 	pthread_cond_destroy(&fs->released);
 	pthread_cond_destroy(&fs->seal_done);
 	pthread_mutex_destroy(&fs->lock);
+}
+
+struct timespec wfs_deadline_in(long ms)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_REALTIME, &t);
+	t.tv_nsec += ms * 1000 * 1000;
+	t.tv_sec += t.tv_nsec / 1000000000;
+	t.tv_nsec %= 1000000000;
+	return t;
 }

@@ -38,6 +38,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "catalog.h"
 #include "digest.h"
@@ -114,5 +115,10 @@ int wfs_fs_init(struct wfs_fs *fs);
  * locks. Versions still being written are dropped unsealed: never published, gone at next mount.
  */
 void wfs_fs_release(struct wfs_fs *fs);
+/*
+ * The CLOCK_REALTIME time @ms milliseconds from now: the deadline of a pthread_cond_timedwait() on
+ * one of the condition variables above (their default clock).
+ */
+struct timespec wfs_deadline_in(long ms);
 
 #endif

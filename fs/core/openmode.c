@@ -60,18 +60,6 @@ void wfs_handles_release(struct wfs_fs *fs)
 	}
 }
 
-/* The CLOCK_REALTIME time @ms milliseconds from now, for pthread_cond_timedwait(). */
-static struct timespec deadline_in(long ms)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_REALTIME, &t);
-	t.tv_nsec += ms * 1000 * 1000;
-	t.tv_sec += t.tv_nsec / 1000000000;
-	t.tv_nsec %= 1000000000;
-	return t;
-}
-
 /*
  * close(2) returns before the kernel's RELEASE reaches us, so a handle that was just closed may still
  * count in @count (io.npassthrough or io.ncached). Give pending releases up to @ms milliseconds
@@ -84,7 +72,7 @@ static void wait_released(struct wfs_fs *fs, const unsigned *count, long ms)
 
 	if (*count == 0)
 		return;
-	deadline = deadline_in(ms);
+	deadline = wfs_deadline_in(ms);
 	while (*count > 0)
 		if (pthread_cond_timedwait(&fs->released, &fs->lock, &deadline) == ETIMEDOUT)
 			break;

@@ -19,18 +19,6 @@
 #include "weightfs.h"
 #include "writer.h"
 
-/* The CLOCK_REALTIME time @ms milliseconds from now, for pthread_cond_timedwait(). */
-static struct timespec deadline_in(long ms)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_REALTIME, &t);
-	t.tv_nsec += ms * 1000 * 1000;
-	t.tv_sec += t.tv_nsec / 1000000000;
-	t.tv_nsec %= 1000000000;
-	return t;
-}
-
 struct wfs_version *wfs_seal_writer(struct wfs_fs *fs, struct wfs_inode *in, bool truncate, int *err)
 {
 	bool base_checked = false;
@@ -656,7 +644,7 @@ void wfs_seal_set_mtime(struct wfs_fs *fs, uint64_t ino, const struct timespec *
 void wfs_seal_wait_release(struct wfs_fs *fs, uint64_t ino)
 {
 	struct wfs_inode *in = wfs_inode_find(fs, ino);
-	struct timespec deadline = deadline_in(100);
+	struct timespec deadline = wfs_deadline_in(100);
 
 	while (in && in->writer && wfs_openmode_all_closed(in))
 		if (pthread_cond_timedwait(&fs->seal_done, &fs->lock, &deadline) == ETIMEDOUT)
