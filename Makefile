@@ -55,7 +55,7 @@ $(B)/libweightfs.a: $(LIB_OBJS)
 ALL_LIBS = $(B)/libweightfs.a $(LIB_LIBS) $(CUDA_LIBS) $(NUMA_LIBS) -lm
 
 # ---- fs/: the daemon and the admin command -----------------------------------------------------
-CTL_SRCS    := fs/weightfsctl.c $(wildcard fs/cmd_*.c)
+CTL_SRCS    := $(wildcard fs/ctl/*.c)
 CTL_OBJS    := $(CTL_SRCS:%.c=$(B)/%.o)
 # fs/core/: the daemon's state machines. Compiled without libfuse's headers, which keeps it FUSE-free;
 # libwfscore.a links into the daemon and into tests/check_core.

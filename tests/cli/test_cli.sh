@@ -36,16 +36,17 @@ trap 'exit 130' INT TERM
 
 . "$(dirname "$0")/../lib/check.sh" # ok, fail, skip, verdict, run, expect
 
-# json_num KEY: the number after "KEY": in $out (empty when absent).
+# json_num KEY: the value of top-level KEY of the JSON in $out (empty when absent, or not JSON).
 json_num() {
-	sed -nE "s/.*\"$1\": ([0-9.]+).*/\1/p" <<<"$out"
+	python3 -c 'import json, sys; v = json.loads(sys.argv[1]).get(sys.argv[2]); print("" if v is None else v)' \
+		"$out" "$1" 2>/dev/null
 }
 
-# expect_json NAME KEY VALUE: the last run's JSON has "KEY": VALUE.
+# expect_json NAME KEY VALUE: the last run's JSON has "KEY": VALUE (numbers compared as numbers).
 expect_json() {
 	local got
 	got=$(json_num "$2")
-	if [ "$got" = "$3" ]; then
+	if [ -n "$got" ] && awk -v a="$got" -v b="$3" 'BEGIN { exit !(a == b) }'; then
 		ok "$1"
 	else
 		fail "$1" "\"$2\": '$got', want $3" "stdout: $out"

@@ -6,7 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <getopt.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cmd.h"
+#include "ctl.h"
 #include "stage.h"
 
 #ifdef WFS_HAVE_CUDA
@@ -99,14 +99,6 @@ static int collect(const char *arg)
 nomem:
 	fprintf(stderr, "weightfsctl stage: out of memory\n");
 	return -1;
-}
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static double gbps(uint64_t bytes, double s)
@@ -219,9 +211,9 @@ static int area_read(const struct area *a, uint64_t off, void *dst, size_t n)
 }
 
 /*
- * Progress of one batch on a terminal, in fsck's style: one line on stderr, rewritten once a second by
- * a thread that reads the stager's byte counters (wfs_stage_stats is thread-safe), and erased when the
- * batch ends. A batch done within a second prints nothing.
+ * Progress of one batch on a terminal: the progress line (ctl.h), rewritten once a second by a thread
+ * that reads the stager's byte counters (wfs_stage_stats is thread-safe), and erased when the batch
+ * ends. A batch done within a second prints nothing.
  */
 struct progress {
 	struct wfs_stager *st;
@@ -233,7 +225,7 @@ struct progress {
 	pthread_mutex_t lock; /* protects done */
 	pthread_cond_t wake;
 	bool done;
-	bool shown;           /* a line is on the terminal (written by the thread, read after join) */
+	struct wfs_ctl_progress line; /* the thread's until it is joined */
 };
 
 static uint64_t bytes_moved(struct wfs_stager *st)
@@ -248,10 +240,10 @@ static void progress_print(struct progress *p)
 {
 	uint64_t done = bytes_moved(p->st) - p->base;
 
-	fprintf(stderr, "\r\033[K%s: %.1f/%.1f MiB (%.0f%%), %.2f GB/s", p->what, (double)done / MIB,
-		(double)p->total / MIB, p->total ? 100.0 * (double)done / (double)p->total : 100.0,
-		gbps(done, now() - p->t0));
-	p->shown = true;
+	wfs_ctl_progress_show(&p->line, false, "%s: %.1f/%.1f MiB (%.0f%%), %.2f GB/s", p->what,
+			      (double)done / MIB, (double)p->total / MIB,
+			      p->total ? 100.0 * (double)done / (double)p->total : 100.0,
+			      gbps(done, wfs_ctl_now() - p->t0));
 }
 
 static void *progress_main(void *arg)
@@ -274,10 +266,17 @@ static void *progress_main(void *arg)
 	}
 }
 
-/* Start the progress line for a batch of @total bytes; false (and no line) when no thread could start. */
+/*
+ * Start the progress line for a batch of @total bytes; false (and no line) when stderr is not a
+ * terminal or no thread could start.
+ */
 static bool progress_start(struct progress *p, struct wfs_stager *st, const char *what, uint64_t total)
 {
-	*p = (struct progress){ .st = st, .what = what, .total = total, .base = bytes_moved(st), .t0 = now() };
+	*p = (struct progress){ .st = st, .what = what, .total = total, .base = bytes_moved(st),
+				.t0 = wfs_ctl_now() };
+	wfs_ctl_progress_init(&p->line, true);
+	if (!p->line.tty)
+		return false;
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->wake, NULL);
 	if (pthread_create(&p->thread, NULL, progress_main, p) == 0)
@@ -294,15 +293,14 @@ static void progress_stop(struct progress *p)
 	pthread_cond_signal(&p->wake);
 	pthread_mutex_unlock(&p->lock);
 	pthread_join(p->thread, NULL);
-	if (p->shown)
-		fputs("\r\033[K", stderr);
+	wfs_ctl_progress_clear(&p->line);
 	pthread_cond_destroy(&p->wake);
 	pthread_mutex_destroy(&p->lock);
 }
 
 /*
  * Run one batch; on failure print one line (first failure, and how many) and return -1. With
- * @progress, a progress line is shown on stderr while it runs (the caller checks it is a terminal).
+ * @progress, a progress line is shown on stderr while it runs, if that is a terminal.
  */
 static int run_batch(struct wfs_stager *st, struct wfs_stage_item *items, size_t n, const char *what,
 		     bool progress, double *secs)
@@ -312,7 +310,7 @@ static int run_batch(struct wfs_stager *st, struct wfs_stage_item *items, size_t
 	size_t failed = 0;
 	const char *first = NULL, *msg;
 	uint64_t total = 0;
-	double t0 = now();
+	double t0 = wfs_ctl_now();
 	int r;
 
 	for (size_t i = 0; i < n; i++)
@@ -321,7 +319,7 @@ static int run_batch(struct wfs_stager *st, struct wfs_stage_item *items, size_t
 	r = wfs_stage_submit(st, items, n, &b);
 	if (r >= 0)
 		wfs_stage_wait(b);
-	*secs = now() - t0;
+	*secs = wfs_ctl_now() - t0;
 	if (progress)
 		progress_stop(&p);
 	if (r < 0) {
@@ -454,7 +452,7 @@ static void drop_cache(void)
 static double pread_pass(uint64_t total)
 {
 	unsigned char *buf = malloc(CMP_CHUNK);
-	double t0 = now();
+	double t0 = wfs_ctl_now();
 
 	if (!buf)
 		return 0;
@@ -472,13 +470,13 @@ static double pread_pass(uint64_t total)
 		close(fd);
 	}
 	free(buf);
-	return gbps(total, now() - t0);
+	return gbps(total, wfs_ctl_now() - t0);
 }
 
 /* Naive path: pageable mmap of each file, one cudaMemcpy each. Returns GB/s, or -1. */
 static double naive_pass(const struct area *a, uint64_t total)
 {
-	double t0 = now();
+	double t0 = wfs_ctl_now();
 
 	for (size_t i = 0; i < nfiles; i++) {
 		const struct file *f = &files[i];
@@ -502,7 +500,7 @@ static double naive_pass(const struct area *a, uint64_t total)
 			return -1;
 		}
 	}
-	return gbps(total, now() - t0);
+	return gbps(total, wfs_ctl_now() - t0);
 }
 
 static int bench(struct wfs_stager *st, const struct area *a, struct wfs_stage_item *items, uint64_t total,
@@ -539,9 +537,9 @@ static int bench(struct wfs_stager *st, const struct area *a, struct wfs_stage_i
 	for (int r = 0; r < repeat; r++) {
 		double t0, t;
 
-		t0 = now();
+		t0 = wfs_ctl_now();
 		ce = cudaMemcpy(a->mem, pinned, pbytes, cudaMemcpyHostToDevice);
-		peak[r] = gbps(pbytes, now() - t0);
+		peak[r] = gbps(pbytes, wfs_ctl_now() - t0);
 		if (ce != cudaSuccess) {
 			fprintf(stderr, "weightfsctl stage: pinned cudaMemcpy: %s\n", cudaGetErrorString(ce));
 			goto out;
@@ -596,108 +594,55 @@ out:
 }
 #endif
 
-static int parse_uint(const char *s, const char *opt, long min, long max, long *out)
+int wfs_ctl_stage(int argc, char **argv)
 {
-	char *end;
-	long v;
-
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || *end || end == s || v < min || v > max) {
-		fprintf(stderr, "weightfsctl stage: %s: bad value '%s' (%ld..%ld)\n", opt, s, min, max);
-		return -1;
-	}
-	*out = v;
-	return 0;
-}
-
-int wfs_cmd_stage(int argc, char **argv)
-{
-	enum { OPT_HOST = 256, OPT_VERIFY, OPT_OFFLOAD, OPT_FSYNC, OPT_BENCH, OPT_COLD };
-	static const struct option longopts[] = {
-		{ "device", required_argument, NULL, 'd' },  { "buffers", required_argument, NULL, 'b' },
-		{ "buffer-mib", required_argument, NULL, 's' }, { "threads", required_argument, NULL, 't' },
-		{ "numa", required_argument, NULL, 'n' },    { "repeat", required_argument, NULL, 'r' },
-		{ "host", no_argument, NULL, OPT_HOST },     { "verify", no_argument, NULL, OPT_VERIFY },
-		{ "offload", required_argument, NULL, OPT_OFFLOAD }, { "fsync", no_argument, NULL, OPT_FSYNC },
-		{ "bench", no_argument, NULL, OPT_BENCH },   { "cold", no_argument, NULL, OPT_COLD },
-		{ "help", no_argument, NULL, 'h' },          { NULL, 0, NULL, 0 },
+	/* A value outside its option's range (-1, 0, LONG_MIN): not given, the library's default stands. */
+	long device = -1, buffers = 0, buffer_mib = 0, threads = 0, numa = LONG_MIN, repeat = 5;
+	bool host = false, do_verify = false, do_fsync = false, do_bench = false, cold = false;
+	const char *outdir = NULL;
+	const struct wfs_ctl_opt opts[] = {
+		WFS_CTL_OPT_LONG("device", 'd', &device, 0, 4095, NULL),
+		WFS_CTL_OPT_LONG("buffers", 'b', &buffers, 1, 4096, NULL),
+		WFS_CTL_OPT_LONG("buffer-mib", 's', &buffer_mib, 1, 1024, NULL),
+		WFS_CTL_OPT_LONG("threads", 't', &threads, 1, 256, NULL),
+		WFS_CTL_OPT_LONG("numa", 'n', &numa, -1, 4095, NULL),
+		WFS_CTL_OPT_LONG("repeat", 'r', &repeat, 1, 1000, NULL),
+		WFS_CTL_OPT_FLAG("host", 0, &host),
+		WFS_CTL_OPT_FLAG("verify", 0, &do_verify),
+		WFS_CTL_OPT_STRING("offload", 0, &outdir),
+		WFS_CTL_OPT_FLAG("fsync", 0, &do_fsync),
+		WFS_CTL_OPT_FLAG("bench", 0, &do_bench),
+		WFS_CTL_OPT_FLAG("cold", 0, &cold),
+		WFS_CTL_OPT_END,
 	};
+	const struct wfs_ctl_cmd cmd = {"stage", usage, opts, 0, -1};
 	struct wfs_stage_opts o;
 	struct wfs_stager *st = NULL;
 	struct wfs_stage_item *items = NULL;
 	struct wfs_stage_stats s;
 	struct area a = { 0 };
-	const char *outdir = NULL;
-	bool do_verify = false, do_fsync = false, do_bench = false, cold = false;
-	bool tty = isatty(STDERR_FILENO); /* progress lines while staging and offloading */
-	long v, repeat = 5;
 	uint64_t total = 0;
 	char err[WFS_STAGE_MSG_MAX];
 	double secs;
 	int c, rc = 1;
 
+	c = wfs_ctl_parse(&cmd, argc, argv);
+	if (c != WFS_CTL_GO_ON)
+		return c;
 	wfs_stage_opts_init(&o);
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "d:b:s:t:n:r:h", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'd':
-			if (parse_uint(optarg, "--device", 0, 4095, &v) < 0)
-				return 2;
-			o.device = (int)v;
-			break;
-		case 'b':
-			if (parse_uint(optarg, "--buffers", 1, 4096, &v) < 0)
-				return 2;
-			o.buffers = (unsigned)v;
-			break;
-		case 's':
-			if (parse_uint(optarg, "--buffer-mib", 1, 1024, &v) < 0)
-				return 2;
-			o.buffer_bytes = (size_t)v << 20;
-			break;
-		case 't':
-			if (parse_uint(optarg, "--threads", 1, 256, &v) < 0)
-				return 2;
-			o.threads = (unsigned)v;
-			break;
-		case 'n':
-			if (parse_uint(optarg, "--numa", -1, 4095, &v) < 0)
-				return 2;
-			o.numa_node = v < 0 ? -2 : (int)v;
-			break;
-		case 'r':
-			if (parse_uint(optarg, "--repeat", 1, 1000, &v) < 0)
-				return 2;
-			repeat = v;
-			break;
-		case OPT_HOST:
-			o.mem = WFS_STAGE_MEM_HOST;
-			a.host = true;
-			break;
-		case OPT_VERIFY:
-			do_verify = true;
-			break;
-		case OPT_OFFLOAD:
-			outdir = optarg;
-			break;
-		case OPT_FSYNC:
-			do_fsync = true;
-			break;
-		case OPT_BENCH:
-			do_bench = true;
-			break;
-		case OPT_COLD:
-			cold = true;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
+	if (device >= 0)
+		o.device = (int)device;
+	if (buffers)
+		o.buffers = (unsigned)buffers;
+	if (buffer_mib)
+		o.buffer_bytes = (size_t)buffer_mib << 20;
+	if (threads)
+		o.threads = (unsigned)threads;
+	if (numa != LONG_MIN)
+		o.numa_node = numa < 0 ? -2 : (int)numa;
+	if (host)
+		o.mem = WFS_STAGE_MEM_HOST;
+	a.host = host;
 	if (optind >= argc) {
 		fprintf(stderr, "weightfsctl stage: no PATH given (see --help)\n");
 		return 2;
@@ -750,7 +695,7 @@ int wfs_cmd_stage(int argc, char **argv)
 		(void)repeat; /* unreachable: --bench needs a GPU stager, refused above */
 #endif
 	} else {
-		if (run_batch(st, items, nfiles, "stage", tty, &secs) < 0)
+		if (run_batch(st, items, nfiles, "stage", true, &secs) < 0)
 			goto out;
 		wfs_stage_stats(st, &s);
 		printf("staged %zu files, %llu bytes in %.3f s: %.2f GB/s (%s; ring %u x %zu bytes = %llu bytes "
@@ -777,7 +722,7 @@ int wfs_cmd_stage(int argc, char **argv)
 			items[i] = (struct wfs_stage_item){ .path = p, .bytes = files[i].bytes, .mem = a.mem + files[i].at,
 							    .flags = WFS_STAGE_OFFLOAD | (do_fsync ? WFS_STAGE_FSYNC : 0) };
 		}
-		c = run_batch(st, items, nfiles, "offload", tty, &secs);
+		c = run_batch(st, items, nfiles, "offload", true, &secs);
 		for (size_t i = 0; i < nfiles; i++) {
 			free((char *)items[i].path);
 			items[i].path = NULL;

@@ -1,17 +1,15 @@
 /*
- * weightfsctl — the weightfs admin command line: one binary, one subcommand per task.
+ * weightfsctl stat: the totals of a store (its catalog), of a mount (and what its daemon knows), or
+ * of a subtree below a mount point (read through the mount); --json, or --prometheus for a store.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <limits.h>
-#include <mntent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -19,99 +17,9 @@
 
 #include "cache.h"
 #include "catalog.h"
-#include "cmd.h"
-#include "log.h"
-#include "store.h"
+#include "ctl.h"
+#include "mounts.h"
 #include "weightfs.h"
-
-#define WFS_VERSION "0.1.0"
-
-struct subcommand {
-	const char *name;
-	int (*fn)(int argc, char **argv);
-	const char *summary;
-};
-
-static const struct subcommand subcommands[] = {
-	{"init", wfs_cmd_init, "make a new, empty store (private to you) in a directory"},
-	{"stat", wfs_cmd_stat, "names, bytes, objects and the dedup ratio of a store, mount or subtree"},
-	{"fsck", wfs_cmd_fsck, "check every object's digest and the catalog; --repair what is safe"},
-	{"gc", wfs_cmd_gc, "remove objects no name uses (beyond a retention budget)"},
-	{"stage", wfs_cmd_stage, "copy files to a GPU through pinned buffers (and back), with a benchmark"},
-	{"import", wfs_cmd_import, "write a safetensors checkpoint (or sharded index) as tensor files"},
-	{"export", wfs_cmd_export, "write a directory of tensor files as one safetensors file"},
-	{"cache", wfs_cmd_cache, "drop, load (on a NUMA node) or measure the page cache of names"},
-};
-
-static void usage(FILE *out)
-{
-	fprintf(out, "usage: weightfsctl COMMAND [ARGS]  (weightfsctl COMMAND --help for its options)\n\n"
-		     "commands:\n");
-	for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
-		fprintf(out, "  %-8s %s\n", subcommands[i].name, subcommands[i].summary);
-	fprintf(out, "\nexit status: 0 success, 1 the work failed or found a problem, 2 usage error\n");
-}
-
-int wfs_cmd_resolve_store(const char *path, char *out)
-{
-	char real[PATH_MAX], probe[PATH_MAX + 16];
-	struct mntent *m;
-	FILE *f;
-	int ret;
-
-	if (!realpath(path, real))
-		return -errno;
-	snprintf(probe, sizeof(probe), "%s/" WFS_STORE_CATALOG, real);
-	if (access(probe, F_OK) == 0) {
-		snprintf(out, PATH_MAX, "%s", real);
-		return 0;
-	}
-	ret = -EMEDIUMTYPE;
-	f = setmntent("/proc/self/mounts", "r");
-	if (!f)
-		return -errno;
-	while ((m = getmntent(f)) != NULL) {
-		if (strcmp(m->mnt_type, "fuse.weightfs") == 0 && strcmp(m->mnt_dir, real) == 0) {
-			snprintf(out, PATH_MAX, "%s", m->mnt_fsname);
-			ret = 0;
-		}
-	}
-	endmntent(f);
-	return ret;
-}
-
-const char *wfs_cmd_store_error(int err)
-{
-	return err == -EMEDIUMTYPE ? "not a weightfs store (a directory with catalog.db) or the mount point "
-				     "of one"
-				   : strerror(-err);
-}
-
-/*
- * The fuse.weightfs mount that holds @real (a resolved path below its mount point): its mount point
- * into @mnt and store into @store (PATH_MAX bytes each). The innermost one; 0 or -ENOENT.
- */
-static int mount_containing(const char *real, char *mnt, char *store)
-{
-	struct mntent *m;
-	size_t best = 0;
-	FILE *f = setmntent("/proc/self/mounts", "r");
-
-	if (!f)
-		return -errno;
-	while ((m = getmntent(f)) != NULL) {
-		size_t n = strlen(m->mnt_dir);
-
-		if (strcmp(m->mnt_type, "fuse.weightfs") != 0 || n < best || strncmp(real, m->mnt_dir, n) != 0 ||
-		    (real[n] != '/' && !(n == 1 && real[0] == '/')))
-			continue;
-		snprintf(mnt, PATH_MAX, "%s", m->mnt_dir);
-		snprintf(store, PATH_MAX, "%s", m->mnt_fsname);
-		best = n;
-	}
-	endmntent(f);
-	return best ? 0 : -ENOENT;
-}
 
 /* Totals of a subtree of a mount, read through the mount (stat and user.weightfs.digest). */
 struct subtree_stats {
@@ -227,17 +135,16 @@ static int stat_subtree(const char *arg, const char *real, const char *mnt, cons
 		return 1;
 	}
 	ratio = t.object_bytes ? (double)t.logical_bytes / (double)t.object_bytes : 1.0;
-	if (json) {
-		printf("{\"store\": \"%s\", \"mountpoint\": \"%s\", \"subtree\": \"%s\", \"names\": %llu, "
-		       "\"directories\": %llu, \"symlinks\": %llu, \"logical_bytes\": %llu, \"objects\": %llu, "
-		       "\"object_bytes\": %llu, \"unsealed_files\": %llu, \"special_files\": %llu, "
-		       "\"dedup_ratio\": %.4f}\n",
-		       store, mnt, real, (unsigned long long)t.names, (unsigned long long)t.directories,
-		       (unsigned long long)t.symlinks, (unsigned long long)t.logical_bytes,
-		       (unsigned long long)t.objects, (unsigned long long)t.object_bytes,
-		       (unsigned long long)t.unsealed_files, (unsigned long long)t.special_files, ratio);
-		return 0;
-	}
+	if (json)
+		return wfs_ctl_json_print(
+			json_pack("{s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
+				  "store", wfs_ctl_json_string(store), "mountpoint", wfs_ctl_json_string(mnt),
+				  "subtree", wfs_ctl_json_string(real), "names", (json_int_t)t.names,
+				  "directories", (json_int_t)t.directories, "symlinks", (json_int_t)t.symlinks,
+				  "logical_bytes", (json_int_t)t.logical_bytes, "objects", (json_int_t)t.objects,
+				  "object_bytes", (json_int_t)t.object_bytes, "unsealed_files", (json_int_t)t.unsealed_files,
+				  "special_files", (json_int_t)t.special_files, "dedup_ratio", wfs_ctl_json_fixed(ratio, 4)),
+			0);
 	printf("store:              %s (mounted on %s)\n", store, mnt);
 	printf("subtree:            %s (read through the mount; weightfsctl stat %s for the store)\n", real,
 	       mnt);
@@ -304,28 +211,6 @@ static void stat_usage(FILE *out)
 		     "its resident bytes and the daemon's counters for node_exporter's textfile collector.\n");
 }
 
-int wfs_cmd_mount_of(const char *store, char *out)
-{
-	struct mntent *m;
-	FILE *f = setmntent("/proc/self/mounts", "r");
-	int ret = -ENOENT;
-
-	if (!f)
-		return -errno;
-	while (ret && (m = getmntent(f)) != NULL) {
-		struct statfs sf;
-
-		/* A mount whose daemon died answers ENOTCONN. */
-		if (strcmp(m->mnt_type, "fuse.weightfs") == 0 && strcmp(m->mnt_fsname, store) == 0 &&
-		    statfs(m->mnt_dir, &sf) == 0) {
-			snprintf(out, PATH_MAX, "%s", m->mnt_dir);
-			ret = 0;
-		}
-	}
-	endmntent(f);
-	return ret;
-}
-
 /*
  * The daemon's view, from the user.weightfs.stats attribute of the mount root (fs/ops.c writes it)
  * of store @store, if a daemon has it mounted. NULL when none answers. The caller json_decref()s it.
@@ -335,7 +220,7 @@ static json_t *daemon_stats(const char *store)
 	char mnt[PATH_MAX], buf[8192];
 	ssize_t n;
 
-	if (wfs_cmd_mount_of(store, mnt))
+	if (wfs_mounts_of(store, true, mnt))
 		return NULL;
 	n = getxattr(mnt, WFS_XATTR_STATS, buf, sizeof(buf));
 	if (n <= 0)
@@ -374,53 +259,161 @@ static void print_daemon_stats(const json_t *d)
 	       (unsigned long long)json_u64(k, "opens_direct"));
 }
 
-int wfs_cmd_stat(int argc, char **argv)
+/*
+ * Resident bytes of every object file below @dir (STORE/objects), per node, into @r. Returns false
+ * when this user cannot measure them (the store is private to the mounting user, or mincore would
+ * not tell it the truth): then no resident numbers are reported rather than zeros.
+ */
+static bool store_residency(const char *dir, struct wfs_cache_residency *r)
 {
-	static const struct option longopts[] = {
-		{"json", no_argument, NULL, 'j'},
-		{"prometheus", no_argument, NULL, 'p'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	char path[PATH_MAX + 64];
+	struct dirent *e, *f;
+	DIR *d = opendir(dir), *sub;
+	bool known = true;
+
+	if (!d)
+		return false;
+	while ((e = readdir(d)) != NULL) {
+		if (strlen(e->d_name) != 2)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		sub = opendir(path);
+		if (!sub)
+			continue;
+		while ((f = readdir(sub)) != NULL) {
+			struct stat st;
+			int fd;
+
+			if (f->d_name[0] == '.')
+				continue;
+			fd = openat(dirfd(sub), f->d_name, O_RDONLY | O_CLOEXEC);
+			if (fd < 0)
+				continue;
+			if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+			    wfs_cache_residency_fd(fd, (uint64_t)st.st_size, true, r) == -EACCES)
+				known = false;
+			close(fd);
+		}
+		closedir(sub);
+	}
+	closedir(d);
+	return known;
+}
+
+/* One metric line; @labels is the label set without braces (the store). */
+static void metric(const char *name, const char *help, const char *type, const char *labels, double v)
+{
+	printf("# HELP weightfs_%s %s\n# TYPE weightfs_%s %s\nweightfs_%s{%s} %.17g\n", name, help, name, type,
+	       name, labels, v);
+}
+
+/*
+ * stat --prometheus: store @store's catalog totals @st, the disk usage of its objects (@disk_bytes;
+ * WFS_CACHE_UNKNOWN: not measurable by this user, left out), the page cache of its object files (left
+ * out when this user cannot measure it, never reported as 0) and the daemon's JSON @daemon (NULL: none
+ * serves it) in the Prometheus text format. Returns the exit status.
+ */
+static int stat_prometheus(const char *store, const struct wfs_catalog_stats *st, uint64_t disk_bytes,
+			   const json_t *daemon)
+{
+	struct wfs_cache_residency r;
+	char labels[PATH_MAX + 16], objects[PATH_MAX + 16];
+	bool resident_known;
+	const char *key;
+	json_t *v, *since;
+
+	memset(&r, 0, sizeof(r));
+	snprintf(objects, sizeof(objects), "%s/objects", store);
+	resident_known = store_residency(objects, &r);
+	/* Label values escape \ and " (the exposition format); a store path rarely has either. */
+	{
+		size_t k = 0;
+
+		k += (size_t)snprintf(labels, sizeof(labels), "store=\"");
+		for (const char *p = store; *p && k + 3 < sizeof(labels); p++) {
+			if (*p == '\\' || *p == '"')
+				labels[k++] = '\\';
+			labels[k++] = *p == '\n' ? ' ' : *p;
+		}
+		snprintf(labels + k, sizeof(labels) - k, "\"");
+	}
+	metric("names", "Names of regular files.", "gauge", labels, (double)st->names);
+	metric("directories", "Directories, the root included.", "gauge", labels, (double)st->directories);
+	metric("logical_bytes", "Sum of the file sizes of all names.", "gauge", labels, (double)st->logical_bytes);
+	metric("objects", "Referenced objects (distinct contents).", "gauge", labels, (double)st->objects);
+	metric("physical_bytes", "Sum of the sizes of referenced objects.", "gauge", labels,
+	       (double)st->object_bytes);
+	if (disk_bytes != WFS_CACHE_UNKNOWN) /* another user of a private store: not measured, not 0 */
+		metric("objects_disk_bytes", "Disk usage of STORE/objects.", "gauge", labels, (double)disk_bytes);
+	metric("dedup_ratio", "Logical bytes / physical bytes.", "gauge", labels,
+	       st->object_bytes ? (double)st->logical_bytes / (double)st->object_bytes : 1.0);
+	metric("unreferenced_objects", "Objects no name uses (kept by -o retain).", "gauge", labels,
+	       (double)st->unreferenced_objects);
+	metric("quarantined_objects", "Objects that failed verification (their names fail with EIO).", "gauge",
+	       labels, (double)st->quarantined_objects);
+	metric("unsealed_files", "Files being written or never sealed.", "gauge", labels, (double)st->unsealed_files);
+	if (resident_known) {
+		metric("resident_bytes", "Page cache of the store's object files (mincore).", "gauge", labels,
+		       (double)r.resident_bytes);
+		printf("# HELP weightfs_node_resident_bytes Page cache of the store's object files per NUMA node.\n"
+		       "# TYPE weightfs_node_resident_bytes gauge\n");
+		for (int n = 0; n <= wfs_cache_max_node() && n < WFS_CACHE_MAX_NODES; n++)
+			printf("weightfs_node_resident_bytes{%s,node=\"%d\"} %llu\n", labels, n,
+			       (unsigned long long)r.node_bytes[n]);
+	}
+	metric("daemon_up", "1 when a daemon serves the store (its user.weightfs.stats answered).", "gauge",
+	       labels, daemon ? 1 : 0);
+	if (!daemon)
+		return 0;
+	metric("passthrough", "1 when reads go through kernel FUSE passthrough.", "gauge", labels,
+	       json_is_true(json_object_get(daemon, "passthrough")) ? 1 : 0);
+	metric("objects_verified", "Objects whose digest was checked since mount.", "gauge", labels,
+	       (double)json_u64(daemon, "objects_verified"));
+	metric("objects_unverified", "Objects not checked yet since mount (checked at first open).", "gauge",
+	       labels, (double)json_u64(daemon, "objects_unverified"));
+	/* Every counter since mount (seals, claims, claim_misses, ...), as the daemon names it. */
+	since = json_object_get(daemon, "since_mount");
+	json_object_foreach(since, key, v) {
+		char name[128], help[192];
+
+		if (!json_is_integer(v) || key[strspn(key, "abcdefghijklmnopqrstuvwxyz_0123456789")] != '\0')
+			continue;
+		snprintf(name, sizeof(name), "%s_total", key);
+		snprintf(help, sizeof(help), "Daemon counter %s since mount.", key);
+		metric(name, help, "counter", labels, (double)json_integer_value(v));
+	}
+	return 0;
+}
+
+int wfs_ctl_stat(int argc, char **argv)
+{
+	bool json = false, prometheus = false, from_daemon = false;
+	const struct wfs_ctl_opt opts[] = {
+		WFS_CTL_OPT_FLAG("json", 'j', &json),
+		WFS_CTL_OPT_FLAG("prometheus", 0, &prometheus),
+		WFS_CTL_OPT_END,
 	};
-	bool prometheus = false;
+	const struct wfs_ctl_cmd cmd = {"stat", stat_usage, opts, 1, 1};
 	struct wfs_catalog_stats st;
 	struct wfs_catalog *c = NULL;
 	json_t *daemon;
 	char store[PATH_MAX], db[PATH_MAX + 16];
-	bool json = false, from_daemon = false;
 	uint64_t du = 0;
 	double ratio;
-	int opt, ret, fd;
+	int ret, fd;
 
-	while ((opt = getopt_long(argc, argv, "jh", longopts, NULL)) != -1) {
-		switch (opt) {
-		case 'j':
-			json = true;
-			break;
-		case 'p':
-			prometheus = true;
-			break;
-		case 'h':
-			stat_usage(stdout);
-			return 0;
-		default:
-			stat_usage(stderr);
-			return 2;
-		}
-	}
-	if (optind != argc - 1) {
-		stat_usage(stderr);
-		return 2;
-	}
-	ret = wfs_cmd_resolve_store(argv[optind], store);
+	ret = wfs_ctl_parse(&cmd, argc, argv);
+	if (ret != WFS_CTL_GO_ON)
+		return ret;
+	ret = wfs_ctl_resolve_store(argv[optind], store);
 	if (ret == -EMEDIUMTYPE) {
 		char real[PATH_MAX], mnt[PATH_MAX];
 
-		if (!prometheus && realpath(argv[optind], real) && mount_containing(real, mnt, store) == 0)
+		if (!prometheus && realpath(argv[optind], real) && wfs_mounts_below(real, mnt, store) == 0)
 			return stat_subtree(argv[optind], real, mnt, store, json);
 	}
 	if (ret) {
-		fprintf(stderr, "weightfsctl stat: %s: %s\n", argv[optind], wfs_cmd_store_error(ret));
+		fprintf(stderr, "weightfsctl stat: %s: %s\n", argv[optind], wfs_ctl_store_error(ret));
 		return 1;
 	}
 	snprintf(db, sizeof(db), "%s/" WFS_STORE_CATALOG, store);
@@ -457,29 +450,24 @@ int wfs_cmd_stat(int argc, char **argv)
 		du = disk_usage(fd);
 	ratio = st.object_bytes ? (double)st.logical_bytes / (double)st.object_bytes : 1.0;
 	if (prometheus) {
-		ret = wfs_cmd_stat_prometheus(store, &st, from_daemon ? WFS_CACHE_UNKNOWN : du, daemon);
+		ret = stat_prometheus(store, &st, from_daemon ? WFS_CACHE_UNKNOWN : du, daemon);
 		json_decref(daemon);
 		return ret;
 	}
-	if (json) {
-		char *dtext = daemon ? json_dumps(daemon, JSON_COMPACT) : NULL;
-
-		printf("{\"store\": \"%s\", \"names\": %llu, \"directories\": %llu, \"symlinks\": %llu, "
-		       "\"logical_bytes\": %llu, \"objects\": %llu, \"object_bytes\": %llu, "
-		       "\"objects_disk_bytes\": %llu, \"unreferenced_objects\": %llu, "
-		       "\"unreferenced_bytes\": %llu, \"quarantined_objects\": %llu, \"unsealed_files\": %llu, "
-		       "\"special_files\": %llu, \"dedup_ratio\": %.4f, \"daemon\": %s}\n",
-		       store, (unsigned long long)st.names, (unsigned long long)st.directories,
-		       (unsigned long long)st.symlinks, (unsigned long long)st.logical_bytes,
-		       (unsigned long long)st.objects, (unsigned long long)st.object_bytes,
-		       (unsigned long long)du, (unsigned long long)st.unreferenced_objects,
-		       (unsigned long long)st.unreferenced_bytes, (unsigned long long)st.quarantined_objects,
-		       (unsigned long long)st.unsealed_files, (unsigned long long)st.special_files, ratio,
-		       dtext ? dtext : "null");
-		free(dtext);
-		json_decref(daemon);
-		return 0;
-	}
+	if (json)
+		return wfs_ctl_json_print(
+			json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o?}",
+				  "store", wfs_ctl_json_string(store), "names", (json_int_t)st.names,
+				  "directories", (json_int_t)st.directories, "symlinks", (json_int_t)st.symlinks,
+				  "logical_bytes", (json_int_t)st.logical_bytes, "objects", (json_int_t)st.objects,
+				  "object_bytes", (json_int_t)st.object_bytes, "objects_disk_bytes", (json_int_t)du,
+				  "unreferenced_objects", (json_int_t)st.unreferenced_objects,
+				  "unreferenced_bytes", (json_int_t)st.unreferenced_bytes,
+				  "quarantined_objects", (json_int_t)st.quarantined_objects,
+				  "unsealed_files", (json_int_t)st.unsealed_files,
+				  "special_files", (json_int_t)st.special_files,
+				  "dedup_ratio", wfs_ctl_json_fixed(ratio, 4), "daemon", daemon),
+			0);
 	printf("store:              %s%s\n", store,
 	       from_daemon ? " (private to the mounting user: totals from the daemon, disk use unknown)" : "");
 	printf("names:              %llu\n", (unsigned long long)st.names);
@@ -508,112 +496,3 @@ int wfs_cmd_stat(int argc, char **argv)
 	return 0;
 }
 
-/* Does directory @path exist and hold anything? */
-static bool dir_has_entries(const char *path)
-{
-	struct dirent *e;
-	bool found = false;
-	DIR *d = opendir(path);
-
-	if (!d)
-		return false;
-	while (!found && (e = readdir(d)) != NULL)
-		found = strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
-	closedir(d);
-	return found;
-}
-
-static void init_usage(FILE *out)
-{
-	fprintf(out, "usage: weightfsctl init STORE\n\n"
-		     "Make a new, empty weightfs store in directory STORE (created when missing; its parent\n"
-		     "must exist): objects/, tmp/ and catalog.db, with STORE made 0700 so that only you (and\n"
-		     "root) read it directly; others read through a mount, under each file's mode. STORE may\n"
-		     "hold other files (left as they are): this is the way to make a store there, which\n"
-		     "weightfs refuses to do by itself. A store already there is left as it is (exit 0).\n"
-		     "Then mount it: weightfs STORE MOUNTPOINT.\n");
-}
-
-int wfs_cmd_init(int argc, char **argv)
-{
-	static const struct option longopts[] = {
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
-	};
-	char real[PATH_MAX], mnt[PATH_MAX], store[PATH_MAX], db[PATH_MAX + 16];
-	struct wfs_catalog *c = NULL;
-	struct wfs_store *s = NULL;
-	struct stat st;
-	int opt, ret;
-
-	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-		switch (opt) {
-		case 'h':
-			init_usage(stdout);
-			return 0;
-		default:
-			init_usage(stderr);
-			return 2;
-		}
-	}
-	if (optind != argc - 1) {
-		init_usage(stderr);
-		return 2;
-	}
-	const char *path = argv[optind];
-
-	if (realpath(path, real) && mount_containing(real, mnt, store) == 0) {
-		fprintf(stderr, "weightfsctl init: %s: inside the weightfs mount %s (of %s): a store must live "
-			"outside any mount of one\n", path, mnt, store);
-		return 1;
-	}
-	snprintf(db, sizeof(db), "%s/" WFS_STORE_CATALOG, path);
-	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode) && access(db, F_OK) == 0) {
-		printf("init: %s: already a weightfs store; left as it is\n", path);
-		return 0;
-	}
-	snprintf(mnt, sizeof(mnt), "%s/objects", path);
-	if (dir_has_entries(mnt)) {
-		fprintf(stderr, "weightfsctl init: %s: objects/ holds objects but there is no catalog.db: not "
-			"starting an empty namespace over them (restore catalog.db, or move objects/ away)\n",
-			path);
-		return 1;
-	}
-	umask(077); /* catalog.db and what else is made here: for the store's owner only */
-	ret = wfs_store_open(path, WFS_STORE_INIT, &s);
-	if (ret == 0)
-		ret = wfs_catalog_open(db, WFS_CATALOG_CREATE, getuid(), getgid(), &c);
-	wfs_catalog_close(c);
-	wfs_store_close(s);
-	if (ret) {
-		fprintf(stderr, "weightfsctl init: %s: %s\n", path,
-			ret == -EBUSY ? "in use by a weightfs process" : strerror(-ret));
-		return 1;
-	}
-	printf("init: %s: a new weightfs store (mode 0700); mount it with: weightfs %s MOUNTPOINT\n", path,
-	       path);
-	return 0;
-}
-
-int main(int argc, char **argv)
-{
-	wfs_log_init("weightfsctl", false, WFS_LOG_WARN);
-	if (argc < 2) {
-		usage(stderr);
-		return 2;
-	}
-	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
-		usage(stdout);
-		return 0;
-	}
-	if (strcmp(argv[1], "--version") == 0) {
-		printf("weightfsctl %s\n", WFS_VERSION);
-		return 0;
-	}
-	for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
-		if (strcmp(argv[1], subcommands[i].name) == 0)
-			return subcommands[i].fn(argc - 1, argv + 1);
-	fprintf(stderr, "weightfsctl: unknown command '%s'\n", argv[1]);
-	usage(stderr);
-	return 2;
-}

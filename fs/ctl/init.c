@@ -1,0 +1,90 @@
+/*
+ * weightfsctl init: make a new, empty store in a directory (lib/store.h, lib/catalog.h).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "catalog.h"
+#include "ctl.h"
+#include "mounts.h"
+#include "store.h"
+#include "weightfs.h"
+
+/* Does directory @path exist and hold anything? */
+static bool dir_has_entries(const char *path)
+{
+	struct dirent *e;
+	bool found = false;
+	DIR *d = opendir(path);
+
+	if (!d)
+		return false;
+	while (!found && (e = readdir(d)) != NULL)
+		found = strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+	closedir(d);
+	return found;
+}
+
+static void init_usage(FILE *out)
+{
+	fprintf(out, "usage: weightfsctl init STORE\n\n"
+		     "Make a new, empty weightfs store in directory STORE (created when missing; its parent\n"
+		     "must exist): objects/, tmp/ and catalog.db, with STORE made 0700 so that only you (and\n"
+		     "root) read it directly; others read through a mount, under each file's mode. STORE may\n"
+		     "hold other files (left as they are): this is the way to make a store there, which\n"
+		     "weightfs refuses to do by itself. A store already there is left as it is (exit 0).\n"
+		     "Then mount it: weightfs STORE MOUNTPOINT.\n");
+}
+
+int wfs_ctl_init(int argc, char **argv)
+{
+	const struct wfs_ctl_cmd cmd = {"init", init_usage, NULL, 1, 1};
+	char real[PATH_MAX], mnt[PATH_MAX], store[PATH_MAX], db[PATH_MAX + 16];
+	struct wfs_catalog *c = NULL;
+	struct wfs_store *s = NULL;
+	const char *path;
+	struct stat st;
+	int ret;
+
+	ret = wfs_ctl_parse(&cmd, argc, argv);
+	if (ret != WFS_CTL_GO_ON)
+		return ret;
+	path = argv[optind];
+	if (realpath(path, real) && wfs_mounts_below(real, mnt, store) == 0) {
+		fprintf(stderr, "weightfsctl init: %s: inside the weightfs mount %s (of %s): a store must live "
+			"outside any mount of one\n", path, mnt, store);
+		return 1;
+	}
+	snprintf(db, sizeof(db), "%s/" WFS_STORE_CATALOG, path);
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode) && access(db, F_OK) == 0) {
+		printf("init: %s: already a weightfs store; left as it is\n", path);
+		return 0;
+	}
+	snprintf(mnt, sizeof(mnt), "%s/objects", path);
+	if (dir_has_entries(mnt)) {
+		fprintf(stderr, "weightfsctl init: %s: objects/ holds objects but there is no catalog.db: not "
+			"starting an empty namespace over them (restore catalog.db, or move objects/ away)\n",
+			path);
+		return 1;
+	}
+	umask(077); /* catalog.db and what else is made here: for the store's owner only */
+	ret = wfs_store_open(path, WFS_STORE_INIT, &s);
+	if (ret == 0)
+		ret = wfs_catalog_open(db, WFS_CATALOG_CREATE, getuid(), getgid(), &c);
+	wfs_catalog_close(c);
+	wfs_store_close(s);
+	if (ret) {
+		fprintf(stderr, "weightfsctl init: %s: %s\n", path,
+			ret == -EBUSY ? "in use by a weightfs process" : strerror(-ret));
+		return 1;
+	}
+	printf("init: %s: a new weightfs store (mode 0700); mount it with: weightfs %s MOUNTPOINT\n", path,
+	       path);
+	return 0;
+}

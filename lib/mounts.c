@@ -1,0 +1,115 @@
+/*
+ * mounts — the weightfs entries of /proc/self/mounts (mounts.h).
+ */
+#include "mounts.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <mntent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statfs.h>
+
+/* One line of the table: mount point, source, type and options, each up to a path long. */
+#define LINE_BYTES (4 * PATH_MAX)
+
+int wfs_mounts_each(int (*fn)(void *ctx, const struct wfs_mount *m), void *ctx)
+{
+	char *line = malloc(LINE_BYTES);
+	struct mntent ent;
+	FILE *f;
+	int ret = 0;
+
+	if (!line)
+		return -ENOMEM;
+	f = setmntent("/proc/self/mounts", "r");
+	if (!f) {
+		ret = -errno;
+		free(line);
+		return ret;
+	}
+	while (ret == 0 && getmntent_r(f, &ent, line, LINE_BYTES))
+		if (strcmp(ent.mnt_type, WFS_MOUNT_TYPE) == 0)
+			ret = fn(ctx, &(struct wfs_mount){.dir = ent.mnt_dir, .store = ent.mnt_fsname});
+	if (ret == 0 && ferror(f))
+		ret = -EIO;
+	endmntent(f);
+	free(line);
+	return ret;
+}
+
+/* What a search looks for, and where its answer goes. */
+struct search {
+	const char *key;   /* a mount point, a store, or a path below a mount point */
+	bool live;         /* of: only a mount whose daemon answers statfs */
+	char *dir, *store; /* the answer (PATH_MAX bytes each), or NULL where not asked */
+	size_t best;       /* below: length of the longest mount point found; 0: none */
+	bool found;
+};
+
+static void answer(struct search *s, const struct wfs_mount *m)
+{
+	if (s->dir)
+		snprintf(s->dir, PATH_MAX, "%s", m->dir);
+	if (s->store)
+		snprintf(s->store, PATH_MAX, "%s", m->store);
+	s->found = true;
+}
+
+static int on_dir(void *ctx, const struct wfs_mount *m)
+{
+	struct search *s = ctx;
+
+	if (strcmp(m->dir, s->key) == 0)
+		answer(s, m); /* and go on: a later one is stacked on top of it */
+	return 0;
+}
+
+static int of_store(void *ctx, const struct wfs_mount *m)
+{
+	struct search *s = ctx;
+	struct statfs sf;
+
+	if (strcmp(m->store, s->key) != 0 || (s->live && statfs(m->dir, &sf) < 0))
+		return 0;
+	answer(s, m);
+	return 1;
+}
+
+static int holding(void *ctx, const struct wfs_mount *m)
+{
+	struct search *s = ctx;
+	size_t n = strlen(m->dir);
+
+	if (n < s->best || strncmp(s->key, m->dir, n) != 0 || (s->key[n] != '/' && !(n == 1 && m->dir[0] == '/')))
+		return 0;
+	answer(s, m);
+	s->best = n;
+	return 0;
+}
+
+/* Run search @s with @fn: 0 when it found a mount, -ENOENT when not, or wfs_mounts_each()'s error. */
+static int search(int (*fn)(void *ctx, const struct wfs_mount *m), struct search *s)
+{
+	int ret = wfs_mounts_each(fn, s);
+
+	if (ret < 0)
+		return ret;
+	return s->found ? 0 : -ENOENT;
+}
+
+int wfs_mounts_on(const char *dir, char *store)
+{
+	return search(on_dir, &(struct search){.key = dir, .store = store});
+}
+
+int wfs_mounts_of(const char *store, bool live, char *dir)
+{
+	return search(of_store, &(struct search){.key = store, .live = live, .dir = dir});
+}
+
+int wfs_mounts_below(const char *path, char *dir, char *store)
+{
+	return search(holding, &(struct search){.key = path, .dir = dir, .store = store});
+}

@@ -1,0 +1,56 @@
+/*
+ * mounts — the weightfs mounts of this process's mount namespace, as /proc/self/mounts lists them.
+ *
+ * A weightfs mount is an entry of type WFS_MOUNT_TYPE. The daemon mounts with fsname=STORE, so an
+ * entry's source is the store it serves, as the resolved path the daemon was given. Mount points and
+ * stores are compared as strings with the entries as getmntent(3) gives them (octal escapes such as
+ * \040 undone): callers pass resolved paths (realpath(3)). Entries come in mount order; of mounts
+ * stacked on one directory the last is on top, the one a path lookup reaches.
+ *
+ * Each call reads the table afresh: a mount or unmount between two calls shows in the second.
+ * Thread-safety: every function may be called from any thread.
+ */
+#ifndef WFS_MOUNTS_H
+#define WFS_MOUNTS_H
+
+#include <stdbool.h>
+
+#define WFS_MOUNT_TYPE "fuse.weightfs" /* the filesystem type of a weightfs mount */
+
+/* One weightfs entry of the table; it and its strings live only during the callback that gets it. */
+struct wfs_mount {
+	const char *dir;   /* the mount point */
+	const char *store; /* the store it serves: the entry's source */
+};
+
+/*
+ * Call @fn(@ctx, m) for each weightfs entry of /proc/self/mounts, in mount order, until @fn returns
+ * non-zero. Returns 0 when @fn saw every entry, @fn's non-zero value when it ended the walk, or
+ * -ENOMEM, -errno of opening the table (-ENOENT: /proc is not mounted, -EACCES, -EMFILE), or -EIO when
+ * reading it failed part way.
+ */
+int wfs_mounts_each(int (*fn)(void *ctx, const struct wfs_mount *m), void *ctx);
+
+/*
+ * The topmost weightfs mount on directory @dir: its store into @store (PATH_MAX bytes). Returns 0,
+ * -ENOENT when there is none, or an error of wfs_mounts_each(). @store is meaningful only after 0.
+ */
+int wfs_mounts_on(const char *dir, char *store);
+
+/*
+ * The first weightfs mount of store @store: its mount point into @dir (PATH_MAX bytes). With @live,
+ * only a mount whose daemon answers statfs(2): one whose daemon died answers ENOTCONN and is passed
+ * over (and a hung daemon blocks this call). Returns 0, -ENOENT when there is none, or an error of
+ * wfs_mounts_each(). @dir is meaningful only after 0.
+ */
+int wfs_mounts_of(const char *store, bool live, char *dir);
+
+/*
+ * The innermost weightfs mount that @path lies below (strictly: a mount point is not below itself,
+ * but every path is below /), the topmost where mounts are stacked: its mount point into @dir and its
+ * store into @store (PATH_MAX bytes each). Returns 0, -ENOENT when there is none, or an error of
+ * wfs_mounts_each(). @dir and @store are meaningful only after 0.
+ */
+int wfs_mounts_below(const char *path, char *dir, char *store);
+
+#endif
