@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <fuse_opt.h>
 #include <limits.h>
-#include <mntent.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +18,7 @@
 #include "direct.h"
 #include "gc.h"
 #include "log.h"
+#include "mounts.h"
 #include "ops.h"
 #include "weightfs.h"
 
@@ -156,37 +156,13 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
  */
 static bool weightfs_mount_on(const char *dir, char *store)
 {
-	struct mntent *m;
-	bool found = false;
-	FILE *f = setmntent("/proc/self/mounts", "r");
-
-	if (!f)
-		return false;
-	while ((m = getmntent(f)) != NULL)
-		if (strcmp(m->mnt_type, "fuse.weightfs") == 0 && strcmp(m->mnt_dir, dir) == 0) {
-			snprintf(store, PATH_MAX, "%s", m->mnt_fsname);
-			found = true;
-		}
-	endmntent(f);
-	return found;
+	return wfs_mounts_on(dir, store) == 0;
 }
 
 /* The mount point of a fuse.weightfs mount of store @store (a resolved path), into @mnt. */
 static bool weightfs_mount_of(const char *store, char *mnt)
 {
-	struct mntent *m;
-	bool found = false;
-	FILE *f = setmntent("/proc/self/mounts", "r");
-
-	if (!f)
-		return false;
-	while (!found && (m = getmntent(f)) != NULL)
-		if (strcmp(m->mnt_type, "fuse.weightfs") == 0 && strcmp(m->mnt_fsname, store) == 0) {
-			snprintf(mnt, PATH_MAX, "%s", m->mnt_dir);
-			found = true;
-		}
-	endmntent(f);
-	return found;
+	return wfs_mounts_of(store, false, mnt) == 0;
 }
 
 /* Does directory @dir hold a store's catalog.db or objects/ (of which @found gets the name)? */
