@@ -30,6 +30,8 @@ enum { KEY_HELP, KEY_VERSION, KEY_CHOICE };
 static const struct fuse_opt option_spec[] = {
 	OPT("passthrough=auto", passthrough, -1),
 	OPT("passthrough=off", passthrough, 0),
+	OPT("passthrough_writes=auto", passthrough_writes, 1),
+	OPT("passthrough_writes=off", passthrough_writes, 0),
 	OPT("verify=open", verify, 1),
 	OPT("verify=none", verify, 0),
 	OPT("dedup_verify=bytes", dedup_verify, 1),
@@ -40,6 +42,7 @@ static const struct fuse_opt option_spec[] = {
 	OPT("timeout=%lf", timeout, 0),
 	/* fuse_opt runs every template that matches: these see the choices above too (opt_proc). */
 	FUSE_OPT_KEY("passthrough=", KEY_CHOICE),
+	FUSE_OPT_KEY("passthrough_writes=", KEY_CHOICE),
 	FUSE_OPT_KEY("verify=", KEY_CHOICE),
 	FUSE_OPT_KEY("dedup_verify=", KEY_CHOICE),
 	FUSE_OPT_KEY("sync", KEY_CHOICE),
@@ -66,6 +69,9 @@ static void usage(const char *prog)
 	       "weightfs options:\n"
 	       "    -o passthrough=auto|off  serve reads through kernel FUSE passthrough when the kernel\n"
 	       "                             and privileges allow (default auto)\n"
+	       "    -o passthrough_writes=auto|off  with passthrough, write tensors whose dtype and\n"
+	       "                             shape declare 4 MiB or more through it too, when opened for\n"
+	       "                             writing after their attributes are set (default auto)\n"
 	       "    -o verify=open|none      check each object's digest on its first open after mount;\n"
 	       "                             a mismatch quarantines it and fails its names with EIO\n"
 	       "                             (default open)\n"
@@ -82,8 +88,8 @@ static void usage(const char *prog)
 	       "    -d                       debug output (implies -f)\n"
 	       "    -h, --help               this help, then libfuse's own options\n"
 	       "    -V, --version            version\n"
-	       "passthrough, verify, dedup_verify and sync|nosync take one choice each: conflicting\n"
-	       "ones in one option set (sync,nosync) are refused.\n"
+	       "passthrough, passthrough_writes, verify, dedup_verify and sync|nosync take one choice\n"
+	       "each: conflicting ones in one option set (sync,nosync) are refused.\n"
 	       "\n"
 	       "Unmount with: fusermount3 -u MOUNTPOINT\n\n",
 	       prog);
@@ -116,6 +122,8 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 			const char *group, *arg;
 		} valid[] = {
 			{"passthrough", "passthrough=auto"}, {"passthrough", "passthrough=off"},
+			{"passthrough_writes", "passthrough_writes=auto"},
+			{"passthrough_writes", "passthrough_writes=off"},
 			{"verify", "verify=open"},           {"verify", "verify=none"},
 			{"dedup_verify", "dedup_verify=bytes"}, {"dedup_verify", "dedup_verify=digest"},
 			{"sync", "sync"},                    {"sync", "nosync"},
@@ -391,6 +399,7 @@ int main(int argc, char *argv[])
 	int ret = 1;
 
 	fs.opt.passthrough = -1;
+	fs.opt.passthrough_writes = 1;
 	fs.opt.sync = 1;
 	fs.opt.verify = 1;
 	fs.opt.timeout = 10.0;

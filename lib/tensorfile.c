@@ -117,6 +117,17 @@ int wfs_tf_write(const char *dir, const char *name, const struct wfs_tf_spec *sp
 		unlink(tmp);
 		return failed(err, WFS_TF_XATTR, tmp, ret);
 	}
+	/* A large tensor is written through kernel passthrough on weightfs when opened for writing
+	 * after its attributes are set (lib/weightfs.h): open it again. Elsewhere this costs a close. */
+	if (spec->bytes >= WFS_PASSTHROUGH_WRITE_MIN) {
+		close(fd);
+		fd = open(tmp, O_WRONLY | O_CLOEXEC);
+		if (fd < 0) {
+			ret = -errno;
+			unlink(tmp);
+			return failed(err, WFS_TF_CREATE, tmp, ret);
+		}
+	}
 	ret = wfs_copy_range(copy, spec->src_fd, spec->src_offset, fd, 0, spec->bytes);
 	if (ret == 0 && spec->datasync && fdatasync(fd) < 0)
 		ret = -errno;

@@ -7,8 +7,11 @@
  *   2. create <parent>/WFS_TMP_PREFIX<pid>-<seq> (lib/weightfs.h; O_EXCL, mode 0644);
  *   3. set user.weightfs.shape ("[4096,1024]") then user.weightfs.dtype ("BF16") on it, before any
  *      byte: on weightfs the seal is then held to them (size = elements × dtype bytes);
- *   4. copy the bytes in order (lib/copy.h), fdatasync() them when asked (a plain filesystem; on
- *      weightfs close(2) seals durably itself);
+ *   4. a tensor of WFS_PASSTHROUGH_WRITE_MIN bytes or more: close the file and open it again for
+ *      writing, which weightfs serves through kernel passthrough (writes at the store disk's speed;
+ *      the seal then happens at the release, moments after close(2));
+ *      then copy the bytes in order (lib/copy.h), fdatasync() them when asked (a plain filesystem; on
+ *      weightfs the seal is durable itself);
  *   5. close(2): on weightfs this is the seal, and its errors (ENOSPC, EIO, EINVAL from the
  *      size check) come back here;
  *   6. rename(2) the temporary name over @dir/@name.

@@ -19,6 +19,15 @@
 #define WFS_XATTR_ST_META "user.weightfs.safetensors.metadata" /* import dir: the checkpoint's __metadata__ */
 #define WFS_XATTR_ST_INDEX "user.weightfs.safetensors.index"   /* import dir: a sharded index's "metadata" */
 
+/* ---- writing tensors ---- */
+/*
+ * A tensor file of at least this many bytes (dtype × shape, declared before the bytes) is written
+ * through kernel FUSE passthrough when it is opened for writing after its attributes are set: the
+ * writer's bytes go to the store's filesystem without the daemon (fs/core/openmode.h). Smaller ones
+ * go through the daemon, in memory until the seal. lib/tensorfile.c reopens such files to write.
+ */
+#define WFS_PASSTHROUGH_WRITE_MIN (4u << 20) /* bytes */
+
 /* ---- temporary names ---- */
 /* A tensor file being written (lib/tensorfile.h, weightfs.offload()): PREFIX<pid>-<n>[-<tag>]. */
 #define WFS_TMP_PREFIX ".wfs-tmp-"

@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -30,18 +31,25 @@
 
 static struct wfs_fs fs;
 
-/* The fake kernel: backing ids handed out and released. */
+/*
+ * The fake kernel: backing ids handed out and released. Like the kernel it holds the registered file
+ * (a dup of the descriptor) until the id is released; backing_path() names it, to open it as a
+ * passthrough open's own backing file would be.
+ */
+#define FAKE_IDS 16
 static struct {
 	int opened, closed, last_closed;
-	bool refuse;
+	int fd[FAKE_IDS];
 } kern;
 
 static int fake_backing_open(void *ctx, int fd)
 {
 	(void)ctx;
-	if (kern.refuse || fd < 0)
+	if (fd < 0 || kern.opened + 1 >= FAKE_IDS)
 		return -EPERM;
-	return 100 + ++kern.opened;
+	kern.opened++;
+	kern.fd[kern.opened] = dup(fd);
+	return 100 + kern.opened;
 }
 
 static void fake_backing_close(void *ctx, int id)
@@ -49,6 +57,20 @@ static void fake_backing_close(void *ctx, int id)
 	(void)ctx;
 	kern.closed++;
 	kern.last_closed = id;
+	if (id > 100 && id - 100 < FAKE_IDS && kern.fd[id - 100] >= 0) {
+		close(kern.fd[id - 100]);
+		kern.fd[id - 100] = -1;
+	}
+}
+
+/* The file registered as backing id @id, opened with @flags (what the kernel does per open). */
+static int backing_open_as(int id, int flags)
+{
+	char proc[32];
+
+	ck_assert(id > 100 && id - 100 < FAKE_IDS && kern.fd[id - 100] >= 0);
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", kern.fd[id - 100]);
+	return open(proc, flags | O_CLOEXEC);
 }
 
 static void core_setup(void)
@@ -61,6 +83,9 @@ static void core_setup(void)
 	memset(&kern, 0, sizeof(kern));
 	fs.opt.verify = 1;
 	fs.opt.sync = 0;
+	fs.opt.passthrough_writes = 1;
+	for (int i = 0; i < FAKE_IDS; i++)
+		kern.fd[i] = -1;
 	tu_path(path, sizeof(path), tu_test_dir, "store");
 	ret = wfs_store_open(path, WFS_STORE_CREATE | WFS_STORE_NOSYNC, &fs.store);
 	ck_assert_msg(ret == 0, "store: %s", strerror(-ret));
@@ -560,6 +585,122 @@ START_TEST(openmode_write_flush_seals)
 }
 END_TEST
 
+
+/* A tensor declared at 8 MiB, created and closed: the writer's reopen is passthrough on a version. */
+static uint64_t declared_tensor(const char *name)
+{
+	struct wfs_inode *in = new_file(name);
+	uint64_t ino = in->ino;
+
+	ck_assert_int_eq(wfs_catalog_xattr_set(fs.catalog, ino, WFS_XATTR_DTYPE, "U8", 2, 0), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_set(fs.catalog, ino, WFS_XATTR_SHAPE, "[8388608]", 9, 0), 0);
+	ck_assert_int_eq(wfs_seal_empty(&fs, in), 0); /* the create's close */
+	wfs_inode_maybe_free(&fs, in);
+	return ino;
+}
+
+/* Written through the (fake) kernel, sealed at the release after the lease check passes. */
+START_TEST(openmode_passthrough_writer)
+{
+	size_t len = 8u << 20;
+	unsigned char *data = malloc(len);
+	struct wfs_handle *w, *r;
+	struct wfs_open_reply rw, rr;
+	struct wfs_news news = {0};
+	uint64_t ino;
+	int kfd;
+
+	tu_fill(data, len, 9);
+	pthread_mutex_lock(&fs.lock);
+	ino = declared_tensor("big");
+	ck_assert_int_eq(open_ino(ino, true, &w, &rw, &news), 0);
+	ck_assert_int_gt(rw.backing_id, 0);
+	ck_assert_uint_eq(fs.counters.opens_passthrough_write, 1);
+	ck_assert_int_eq(open_ino(ino, false, &r, &rr, &news), 0);
+	ck_assert_int_eq(rr.backing_id, rw.backing_id); /* the reader shares the version's file */
+	kfd = backing_open_as(rw.backing_id, O_RDWR);
+	ck_assert_int_ge(kfd, 0);
+	ck_assert_int_eq(tu_write_all(kfd, data, len), 0);
+	ck_assert_uint_eq(wfs_version_size(w->inode->writer), len); /* the file's size */
+	ck_assert_int_eq(wfs_openmode_flush(&fs, w, 0, &news), 0);
+	ck_assert(!w->inode->sealed || w->inode->writer); /* not at the flush: at the release */
+	close(kfd); /* the kernel puts the writer's backing file */
+	wfs_openmode_release(&fs, w, 0, &news);
+	assert_sealed_as(ino, data, len);
+	ck_assert_uint_eq(fs.counters.published_copies, 0);
+	ck_assert_int_eq(kern.closed, 0); /* the reader still uses it */
+	wfs_openmode_release(&fs, r, 0, &news);
+	ck_assert_int_eq(kern.closed, 1);
+	pthread_mutex_unlock(&fs.lock);
+	free(data);
+}
+END_TEST
+
+/* A descriptor that can still write the file at the release: the seal publishes a copy, and later
+ * writes through that descriptor do not reach the object. */
+START_TEST(openmode_passthrough_writer_still_open)
+{
+	size_t len = 8u << 20;
+	unsigned char *data = malloc(len), *back = NULL;
+	struct wfs_handle *w;
+	struct wfs_open_reply rw;
+	struct wfs_news news = {0};
+	struct wfs_attr a;
+	size_t back_len;
+	char path[700], name[34];
+	uint64_t ino;
+	int kfd;
+
+	tu_fill(data, len, 10);
+	pthread_mutex_lock(&fs.lock);
+	ino = declared_tensor("held");
+	ck_assert_int_eq(open_ino(ino, true, &w, &rw, &news), 0);
+	kfd = backing_open_as(rw.backing_id, O_RDWR);
+	ck_assert_int_eq(tu_write_all(kfd, data, len), 0);
+	wfs_openmode_release(&fs, w, 0, &news); /* kfd stays open: a writer the daemon cannot see */
+	assert_sealed_as(ino, data, len);
+	ck_assert_uint_eq(fs.counters.published_copies, 1);
+	ck_assert_int_eq(pwrite(kfd, "XXXX", 4, 0), 4); /* too late: the object is a copy */
+	close(kfd);
+	ck_assert_int_eq(wfs_catalog_getattr(fs.catalog, ino, &a), 0);
+	wfs_store_object_name(&a.digest, name);
+	snprintf(path, sizeof(path), "%s/store/objects/%s", tu_test_dir, name);
+	ck_assert_int_eq(tu_read_file(path, (void **)&back, &back_len), 0);
+	ck_assert_uint_eq(back_len, len);
+	ck_assert(memcmp(back, data, len) == 0);
+	pthread_mutex_unlock(&fs.lock);
+	free(back);
+	free(data);
+}
+END_TEST
+
+/* Undeclared, small, or with passthrough writes off: the daemon serves the writer. */
+START_TEST(openmode_writer_daemon_served)
+{
+	struct wfs_handle *w;
+	struct wfs_open_reply rw;
+	struct wfs_news news = {0};
+	struct wfs_inode *in;
+	uint64_t ino;
+
+	pthread_mutex_lock(&fs.lock);
+	in = new_file("plain");
+	ino = in->ino;
+	ck_assert_int_eq(seal_bytes(in, "x", 1), 0);
+	wfs_inode_maybe_free(&fs, in);
+	ck_assert_int_eq(open_ino(ino, true, &w, &rw, &news), 0);
+	ck_assert_int_eq(rw.backing_id, 0);
+	wfs_openmode_release(&fs, w, 0, &news);
+	ino = declared_tensor("off");
+	fs.opt.passthrough_writes = 0;
+	ck_assert_int_eq(open_ino(ino, true, &w, &rw, &news), 0);
+	ck_assert_int_eq(rw.backing_id, 0);
+	wfs_openmode_release(&fs, w, 0, &news);
+	ck_assert_uint_eq(fs.counters.opens_passthrough_write, 0);
+	pthread_mutex_unlock(&fs.lock);
+}
+END_TEST
+
 static Suite *core_suite(void)
 {
 	Suite *s = suite_create("core");
@@ -594,6 +735,9 @@ static Suite *core_suite(void)
 	tcase_add_test(tc, openmode_writer_beside_readers);
 	tcase_add_test(tc, openmode_unsealed_and_daemon_reads);
 	tcase_add_test(tc, openmode_write_flush_seals);
+	tcase_add_test(tc, openmode_passthrough_writer);
+	tcase_add_test(tc, openmode_passthrough_writer_still_open);
+	tcase_add_test(tc, openmode_writer_daemon_served);
 	suite_add_tcase(s, tc);
 	return s;
 }

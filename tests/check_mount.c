@@ -10,6 +10,7 @@
 #include <sys/un.h>
 
 #include "mountutil.h"
+#include "weightfs.h"
 
 START_TEST(write_then_mmap)
 {
@@ -1888,6 +1889,83 @@ START_TEST(copy_range_claims)
 }
 END_TEST
 
+/* A new file @name with dtype and shape set, closed: the tensor protocol's first steps. */
+static void create_tensor(const char *name, const char *shape, const char *dtype)
+{
+	int fd = open(mu_path(name), O_WRONLY | O_CREAT | O_EXCL, 0644);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.shape", shape, strlen(shape), 0), 0);
+	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.dtype", dtype, strlen(dtype), 0), 0);
+	ck_assert_int_eq(close(fd), 0);
+}
+
+/*
+ * A tensor of WFS_PASSTHROUGH_WRITE_MIN bytes or more, opened for writing after its dtype and shape
+ * are set (lib/tensorfile.h), is written through kernel passthrough when passthrough is on. Its
+ * bytes and digest are what the daemon path gives; a reader opened meanwhile shares its file; a
+ * writable shared mapping kept past close(2) and written after it is in the seal (this kernel sends
+ * RELEASE only after munmap, and the seal is at the release); a size that does not fit dtype/shape
+ * is EINVAL from close(2) and the name keeps what it had. Nothing was published by copy: the lease
+ * check found no writer left at each release.
+ */
+START_TEST(tensor_through_passthrough)
+{
+	size_t len = 8u << 20;
+	unsigned char *data = mu_pattern(len, 7), head[16];
+	struct wfs_digest want, got;
+	struct stat st;
+	unsigned char *map;
+	int fd, rfd;
+
+	ck_assert_uint_ge(len, WFS_PASSTHROUGH_WRITE_MIN);
+	create_tensor("t", "[2097152]", "F32");
+	fd = open(mu_path("t"), O_WRONLY);
+	ck_assert_int_ge(fd, 0);
+	rfd = open(mu_path("t"), O_RDONLY); /* beside the writer */
+	ck_assert_int_ge(rfd, 0);
+	ck_assert_int_eq(tu_write_all(fd, data, len), 0);
+	ck_assert_int_eq(close(fd), 0);
+	mu_digest_xattr(mu_path("t"), &got); /* waits for the seal at the release */
+	wfs_digest_buf(data, len, &want);
+	ck_assert(wfs_digest_equal(&got, &want));
+	mu_assert_file_equals(mu_path("t"), data, len);
+	ck_assert_int_eq(pread(rfd, head, sizeof(head), 0), (ssize_t)sizeof(head));
+	ck_assert(memcmp(head, data, sizeof(head)) == 0);
+	ck_assert_int_eq(close(rfd), 0);
+	ck_assert_int_eq(stat_counter("opens_passthrough_write"), mu_passthrough_mode() ? 1 : 0);
+
+	/* numpy.memmap's way: size it, map it, close the descriptor, fill the mapping, unmap. */
+	create_tensor("m", "[2097152]", "F32");
+	fd = open(mu_path("m"), O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, (off_t)len), 0);
+	map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ck_assert(map != MAP_FAILED);
+	ck_assert_int_eq(close(fd), 0);
+	memcpy(map, data, len);
+	map[len - 1] ^= 0x5a; /* written after close(2) */
+	ck_assert_int_eq(munmap(map, len), 0);
+	data[len - 1] ^= 0x5a;
+	wfs_digest_buf(data, len, &want);
+	mu_digest_xattr(mu_path("m"), &got);
+	ck_assert(wfs_digest_equal(&got, &want));
+	mu_assert_file_equals(mu_path("m"), data, len);
+	ck_assert_int_eq(stat_counter("opens_passthrough_write"), mu_passthrough_mode() ? 2 : 0);
+
+	/* A short tensor: close(2) says so, the name stays as it was (empty). */
+	create_tensor("s", "[2097152]", "F32");
+	fd = open(mu_path("s"), O_WRONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, data, 1000), 1000);
+	ck_assert_int_eq(close(fd), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	MU_EVENTUALLY(stat(mu_path("s"), &st) == 0 && st.st_size == 0);
+	ck_assert_int_eq(stat_counter("published_copies"), 0);
+	free(data);
+}
+END_TEST
+
 /*
  * A client's claim miss (Python offload()): a new file gets its dtype/shape, then its bytes through a
  * second descriptor while the first stays open. Nothing is sealed before the bytes, and an empty,
@@ -1972,6 +2050,7 @@ static Suite *mount_suite(void)
 		{"fallocate_reserves", fallocate_reserves, 60},
 		{"copy_range_claims", copy_range_claims, 60},
 		{"empty_tensor_file_unlogged", empty_tensor_file_unlogged, 30},
+		{"tensor_through_passthrough", tensor_through_passthrough, 60},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

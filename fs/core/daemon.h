@@ -54,6 +54,7 @@ struct wfs_options {
 	char *store;
 	char *mountpoint;
 	int passthrough;      /* -1 auto, 0 off */
+	int passthrough_writes; /* tensors written through passthrough when it is on (default 1) */
 	int verify;           /* check each object's digest on its first open (default 1) */
 	int dedup_verify;     /* compare bytes with the stored copy on a dedup hit (default 0) */
 	char *retain_text;    /* -o retain=SIZE as given */
@@ -78,6 +79,9 @@ struct wfs_counters {
 	uint64_t opens_passthrough; /* read-only opens served by the kernel from the object */
 	uint64_t opens_daemon;      /* opens served by the daemon (writable, or passthrough off) */
 	uint64_t opens_direct;      /* object descriptors handed out by the direct path (direct.c) */
+	uint64_t opens_passthrough_write; /* tensors written through passthrough (openmode.c) */
+	uint64_t published_copies;  /* of their seals, those that found the file still writable and
+				     * published a copy (version.c, settle) */
 };
 
 struct wfs_fs {

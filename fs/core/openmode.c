@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include "openmode.h"
 #include "seal.h"
 #include "version.h"
+#include "weightfs.h"
 #include "writer.h"
 
 static atomic_bool warned_txtbsy, warned_unsealed;
@@ -89,9 +91,14 @@ int wfs_openmode_wait_readers(struct wfs_fs *fs, struct wfs_inode *in)
 	return -ETXTBSY;
 }
 
-bool wfs_openmode_all_closed(const struct wfs_inode *in)
+bool wfs_openmode_writers_closed(const struct wfs_inode *in)
 {
-	return in->io.ncached > 0 && in->io.ncached == in->io.ncached_closed;
+	return in->io.nwritable > 0 && in->io.nwritable == in->io.nwritable_closed;
+}
+
+bool wfs_openmode_on_version(const struct wfs_inode *in)
+{
+	return in->io.npassthrough > 0 && in->io.pt_version && in->io.pt_version == in->writer;
 }
 
 /*
@@ -173,6 +180,14 @@ static int open_read_only(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_ha
 	struct wfs_object *o;
 	int ret;
 
+	if (io->npassthrough > 0 && io->pt_version) {
+		/* A tensor being (or just) written through passthrough: its version's file is the
+		 * inode's one backing file, which every open shares until the last closes. */
+		h->passthrough = true;
+		r->backing_id = io->pt_backing;
+		io->npassthrough++;
+		return 0;
+	}
 	if (!in->sealed && !in->writer) {
 		wfs_log_once(&warned_unsealed, WFS_LOG_WARN,
 			     "inode %llu: never sealed (its writer failed or was killed): EIO",
@@ -214,6 +229,7 @@ static int open_read_only(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_ha
 			r->backing_id = ret;
 			r->keep_cache = false;
 			io->pt_object = o;
+			io->pt_backing = ret;
 			io->npassthrough++;
 			return 0;
 		}
@@ -245,6 +261,88 @@ static void count_open(struct wfs_fs *fs, struct wfs_handle *h)
 		fs->counters.opens_passthrough++;
 	else
 		fs->counters.opens_daemon++;
+}
+
+/*
+ * Register the file of descriptor @fd (read-write) as a backing file through a read-only descriptor
+ * of it: the kernel opens each passthrough open's own backing file from it, with that open's flags,
+ * and keeps the registered one until the id is released; a read-write one would count as a writer
+ * of the file for as long, and the seal's lease check (version.c, settle) would never pass.
+ * Returns the backing id (> 0) or -errno.
+ */
+static int backing_read_only(struct wfs_fs *fs, int fd)
+{
+	char proc[32];
+	int ro, id;
+
+	if (!fs->kernel.backing_open)
+		return -EOPNOTSUPP;
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	ro = open(proc, O_RDONLY | O_CLOEXEC);
+	if (ro < 0)
+		return -errno;
+	id = fs->kernel.backing_open(fs->kernel.ctx, ro);
+	close(ro);
+	return id;
+}
+
+/*
+ * A writable open of a tensor through passthrough (openmode.h): the first writable open of a file
+ * whose dtype and shape declare at least WFS_PASSTHROUGH_WRITE_MIN bytes and that nothing else has
+ * open gets a version in a tmp file, with that space reserved, as its backing file; a writable open
+ * while such a version is being written joins it. Returns 1 (set up: reply with r->backing_id), 0
+ * (serve it from the daemon instead: passthrough off, another open, a small or undeclared file, no
+ * room to reserve), or -errno of starting the version.
+ */
+static int open_writer_passthrough(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_handle *h,
+				   bool truncate, pid_t tid, struct wfs_open_reply *r)
+{
+	struct wfs_iomode *io = &in->io;
+	struct wfs_version *v;
+	uint64_t declared;
+	int fd, id, ret;
+
+	if (!atomic_load(&fs->passthrough) || !fs->opt.passthrough_writes)
+		return 0;
+	if (wfs_openmode_on_version(in)) {
+		v = in->writer;
+		if (wfs_version_frozen(v))
+			return 0; /* being sealed: wait for it like any writer beside passthrough readers */
+		if (truncate && wfs_version_truncate(v, 0))
+			return 0;
+		wfs_seal_join(h, v);
+	} else {
+		/* The create's handle, closed before this reopen, may not be released yet. */
+		if (io->nopen > 0 && io->npassthrough == 0 && io->ncached == io->ncached_closed)
+			wait_released(fs, &io->ncached, 100);
+		if (io->nopen > 0 || in->writer || wfs_seal_declared_size(fs, in->ino, &declared) ||
+		    declared < WFS_PASSTHROUGH_WRITE_MIN)
+			return 0;
+		v = wfs_seal_writer(fs, in, truncate, &ret); /* may drop fs->lock (a rewrite's copy) */
+		if (!v)
+			return ret;
+		if (io->nopen > 0 || in->writer != v) {
+			wfs_version_put(v); /* others came meanwhile: the daemon serves them all */
+			return 0;
+		}
+		fd = wfs_version_kernel_backing(v, declared);
+		id = fd >= 0 ? backing_read_only(fs, fd) : fd;
+		if (id <= 0) {
+			wfs_version_put(v); /* the version stays for the daemon path to use */
+			return 0;
+		}
+		wfs_seal_join(h, v);
+		wfs_version_put(v);
+		wfs_version_get(v); /* io->pt_version's reference */
+		io->pt_version = v;
+		io->pt_backing = id;
+		fs->counters.opens_passthrough_write++;
+	}
+	h->passthrough = true;
+	h->writer_tid = tid;
+	r->backing_id = io->pt_backing;
+	io->npassthrough++;
+	return 1;
 }
 
 int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool truncate, pid_t tid,
@@ -279,7 +377,14 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool trunc
 	h = handle_new(fs, in, writable);
 	if (!h)
 		return -ENOMEM;
-	if (writable) {
+	ret = writable ? open_writer_passthrough(fs, in, h, truncate, tid, r) : 0;
+	if (ret < 0) {
+		handle_free(fs, h);
+		return ret;
+	}
+	if (ret == 1) {
+		/* passthrough writer: counted below */
+	} else if (writable) {
 		ret = wfs_openmode_wait_readers(fs, in);
 		if (ret) {
 			handle_free(fs, h);
@@ -411,13 +516,17 @@ ssize_t wfs_openmode_read(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, vo
 
 int wfs_openmode_flush(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struct wfs_news *news)
 {
-	if (!h->closed && !h->passthrough) {
+	if (!h->closed) {
 		h->closed = true;
-		h->inode->io.ncached_closed++;
+		h->inode->io.ncached_closed += !h->passthrough;
+		h->inode->io.nwritable_closed += h->writable;
 	}
-	if (h->writing && wfs_writer_flush_ends(h->writing, h->writer_tid, tid))
-		return wfs_seal_leave(fs, h, false, tid, news);
-	return 0;
+	if (!h->writing || !wfs_writer_flush_ends(h->writing, h->writer_tid, tid))
+		return 0;
+	/* Through passthrough the kernel may write the file until the release: check it, seal then. */
+	if (h->passthrough)
+		return wfs_seal_check_close(fs, h, tid);
+	return wfs_seal_leave(fs, h, false, tid, news);
 }
 
 void wfs_openmode_release(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struct wfs_news *news)
@@ -435,7 +544,14 @@ void wfs_openmode_release(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, st
 	if (h->passthrough) {
 		assert(io->npassthrough > 0);
 		if (--io->npassthrough == 0) {
+			if (io->pt_version) {
+				if (fs->kernel.backing_close)
+					fs->kernel.backing_close(fs->kernel.ctx, io->pt_backing);
+				wfs_version_put(io->pt_version);
+			}
+			io->pt_version = NULL;
 			io->pt_object = NULL;
+			io->pt_backing = 0;
 			pthread_cond_broadcast(&fs->released); /* a writable open may be waiting */
 		}
 	} else {
@@ -447,6 +563,8 @@ void wfs_openmode_release(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, st
 	if (h->object)
 		wfs_object_unpin(fs, h->object);
 	assert(io->nopen > 0 && io->nwritable >= h->writable);
+	assert(io->nwritable_closed >= (h->writable && h->closed));
+	io->nwritable_closed -= h->writable && h->closed;
 	io->nwritable -= h->writable;
 	io->nopen--;
 	wfs_inode_maybe_free(fs, in);

@@ -4,8 +4,12 @@
  * The kernel's rule (fs/fuse/iomode.c, Linux 6.9+): all passthrough opens of an inode share one
  * backing file, and while any exist every new open must be passthrough too; an inode open in cached
  * mode (daemon-served, through the FUSE page cache) refuses passthrough opens. So:
- *   - writable opens are always daemon-served (which is also what makes objects immutable: no
- *     kernel write path reaches an object file);
+ *   - writable opens are daemon-served, except a tensor's: the first writable open of a file whose
+ *     dtype and shape attributes declare at least WFS_PASSTHROUGH_WRITE_MIN bytes, with no other
+ *     open, is passthrough on the tmp file of a new version (writes at the speed of the store's
+ *     filesystem), and later opens share that file until the last one closes. Objects stay
+ *     immutable: the version is sealed at the last writer's release, and only once no descriptor
+ *     or mapping can write its file (version.h, wfs_version_kernel_backing());
  *   - a read-only open of a sealed file is passthrough, on the object's backing file, unless a
  *     daemon-served open of the inode exists; a read-only open of a file being written is
  *     daemon-served, from the version;
@@ -56,7 +60,11 @@ struct wfs_iomode {
 	unsigned ncached;             /* open handles in cached (daemon-served) mode */
 	unsigned ncached_closed;      /* of those, closed (flush seen): their release is pending */
 	unsigned npassthrough;        /* open handles in passthrough mode */
-	struct wfs_object *pt_object; /* backing of the passthrough opens, when npassthrough > 0 */
+	unsigned nwritable_closed;    /* writable handles closed (flush seen): their release is pending */
+	int pt_backing;               /* the backing id every passthrough open shares, when npassthrough > 0 */
+	struct wfs_object *pt_object; /* ... owned by this object (a sealed file read), or */
+	struct wfs_version *pt_version; /* ... by openmode, on this referenced version's tmp file (a
+				       * tensor written through passthrough; released at the last close) */
 	bool replaced;                /* its name moved to a new inode for a writer while readers held
 				       * this one: writers get ESTALE and the kernel looks the name up again */
 	bool cache_valid;             /* the kernel page cache holds @cache_digest's bytes */
@@ -141,8 +149,11 @@ int wfs_openmode_move(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, s
  * then -ETXTBSY (logged once) if some remain. May drop fs->lock. Returns 0 or -ETXTBSY.
  */
 int wfs_openmode_wait_readers(struct wfs_fs *fs, struct wfs_inode *in);
-/* Has every open handle of @in been closed (their releases pending), with at least one open? */
-bool wfs_openmode_all_closed(const struct wfs_inode *in);
+/* Has every writable handle of @in been closed (their releases pending), with at least one open? */
+bool wfs_openmode_writers_closed(const struct wfs_inode *in);
+/* Is @in's passthrough backing file the tmp file of the version being written (seal.c: such a
+ * version may change size in place, beside the readers that share that file)? */
+bool wfs_openmode_on_version(const struct wfs_inode *in);
 /* At exit: free every handle still open (the kernel sends no release for them at unmount). */
 void wfs_handles_release(struct wfs_fs *fs);
 

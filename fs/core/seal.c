@@ -114,12 +114,13 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	struct wfs_attr old, now;
 	struct wfs_digest d;
 	struct timespec mtime;
-	bool existed = false, unwritten, unchanged;
+	bool existed = false, unwritten, unchanged, kernel;
 	uint64_t size = 0;
 	int ret;
 
 	assert(v);
 	wfs_version_get(v);
+	kernel = wfs_version_kernel_written(v);
 	pthread_mutex_unlock(&fs->lock);
 	ret = wfs_version_freeze(v, &d, &size, &unwritten);
 	unchanged = wfs_version_unchanged(v);
@@ -165,6 +166,7 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 		in->sealed = true;
 		in->digest = d;
 		fs->counters.seals++;
+		fs->counters.published_copies += wfs_version_published_copy(v);
 		if (existed) {
 			fs->counters.dedup_hits++;
 		} else {
@@ -190,9 +192,10 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	 * fdatasync, with fs->lock dropped, so that other opens, lookups and seals do not queue behind
 	 * the disk (an open beside four sealing writers waited 200 ms for their syncs under the lock).
 	 * A seal at release has no caller waiting: it becomes durable with the next sync, and an
-	 * empty file's create costs no disk flush.
+	 * empty file's create costs no disk flush — except a tensor written through passthrough,
+	 * whose seal is always at release: synced there, moments after its close(2).
 	 */
-	if (ret == 0 && fs->opt.sync && reported) {
+	if (ret == 0 && fs->opt.sync && (reported || kernel)) {
 		pthread_mutex_unlock(&fs->lock);
 		ret = wfs_catalog_wal_sync(fs->catalog);
 		pthread_mutex_lock(&fs->lock);
@@ -275,6 +278,25 @@ int wfs_seal_leave(struct wfs_fs *fs, struct wfs_handle *h, bool at_release, pid
 		}
 	}
 	wfs_version_put(v);
+	return ret;
+}
+
+int wfs_seal_check_close(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid)
+{
+	struct wfs_version *v = h->writing;
+	struct wfs_inode *in = h->inode;
+	int sig = wfs_writer_killed_by(tid), ret;
+
+	if (sig) {
+		wfs_log(WFS_LOG_WARN, "inode %llu: writer killed by signal %d before it finished: "
+			"nothing sealed%s", (unsigned long long)in->ino, sig,
+			in->sealed ? ", the name keeps its previous content" : "");
+		wfs_version_fail(v, -EINTR); /* the release drops it */
+		return 0;
+	}
+	ret = wfs_seal_fits(fs, in->ino, wfs_version_size(v), NULL, NULL, 0, "seal refused");
+	if (ret)
+		wfs_version_fail(v, ret); /* close(2) hears it; the release drops the version */
 	return ret;
 }
 
@@ -624,7 +646,8 @@ int wfs_seal_truncate(struct wfs_fs *fs, uint64_t ino, struct wfs_handle *h, uin
 	ret = h ? 0 : wfs_openmode_move(fs, in, a.nlink, news);
 	if (ret == 1)
 		return -ESTALE; /* truncate(2) retries on the name's new inode */
-	if (ret == 0)
+	/* Readers sharing a passthrough writer's file see the change as they would on any file. */
+	if (ret == 0 && !wfs_openmode_on_version(in))
 		ret = wfs_openmode_wait_readers(fs, in);
 	if (ret == 0)
 		ret = set_size(fs, in, h, size, news);
@@ -644,44 +667,81 @@ void wfs_seal_set_mtime(struct wfs_fs *fs, uint64_t ino, const struct timespec *
 void wfs_seal_wait_release(struct wfs_fs *fs, uint64_t ino)
 {
 	struct wfs_inode *in = wfs_inode_find(fs, ino);
-	struct timespec deadline = wfs_deadline_in(100);
+	struct timespec deadline;
 
-	while (in && in->writer && wfs_openmode_all_closed(in))
+	if (!in || !in->writer || !wfs_openmode_writers_closed(in))
+		return;
+	/* A tensor written through passthrough is hashed at its release: give that its time too. */
+	deadline = wfs_deadline_in(wfs_version_kernel_written(in->writer) ? 60 * 1000 : 100);
+	while ((in = wfs_inode_find(fs, ino)) != NULL && in->writer && wfs_openmode_writers_closed(in))
 		if (pthread_cond_timedwait(&fs->seal_done, &fs->lock, &deadline) == ETIMEDOUT)
 			break;
+}
+
+/* The tensor that inode @ino's dtype and shape attributes declare (fits()). */
+struct declared {
+	char dtype_buf[WFS_SEAL_DTYPE_MAX + 1], shape_buf[WFS_SEAL_SHAPE_MAX + 1];
+	const char *dtype, *shape;
+	size_t dtype_len, shape_len;
+	uint64_t elements;
+	int bytes;                  /* per element */
+};
+
+/*
+ * Read @ino's dtype and shape, with attribute @name taken as @value (@len bytes) when @name is not
+ * NULL. Returns 0 when both are set and valid, else -ENODATA (not set, longer than any valid value,
+ * or stored before validation existed: nothing to hold the size to).
+ */
+static int read_declared(struct wfs_fs *fs, uint64_t ino, const char *name, const char *value, size_t len,
+			 struct declared *t)
+{
+	t->dtype = t->dtype_buf;
+	t->shape = t->shape_buf;
+	if (name && strcmp(name, WFS_XATTR_DTYPE) == 0) {
+		t->dtype = value;
+		t->dtype_len = len;
+	} else if (wfs_catalog_xattr_get(fs->catalog, ino, WFS_XATTR_DTYPE, t->dtype_buf, sizeof(t->dtype_buf),
+					 &t->dtype_len)) {
+		return -ENODATA;
+	}
+	if (name && strcmp(name, WFS_XATTR_SHAPE) == 0) {
+		t->shape = value;
+		t->shape_len = len;
+	} else if (wfs_catalog_xattr_get(fs->catalog, ino, WFS_XATTR_SHAPE, t->shape_buf, sizeof(t->shape_buf),
+					 &t->shape_len)) {
+		return -ENODATA;
+	}
+	t->bytes = wfs_dtype_size(t->dtype, t->dtype_len);
+	if (t->bytes < 0 || wfs_shape_elements(t->shape, t->shape_len, &t->elements) < 0)
+		return -ENODATA;
+	return 0;
+}
+
+int wfs_seal_declared_size(struct wfs_fs *fs, uint64_t ino, uint64_t *bytes)
+{
+	struct declared t;
+	int ret = read_declared(fs, ino, NULL, NULL, 0, &t);
+
+	if (ret)
+		return ret;
+	if (t.elements > UINT64_MAX / (uint64_t)t.bytes)
+		return -ENODATA;
+	*bytes = t.elements * (uint64_t)t.bytes;
+	return 0;
 }
 
 int wfs_seal_fits(struct wfs_fs *fs, uint64_t ino, uint64_t size, const char *name, const char *value,
 		  size_t len, const char *what)
 {
-	char dtype_buf[WFS_SEAL_DTYPE_MAX + 1], shape_buf[WFS_SEAL_SHAPE_MAX + 1];
-	const char *dtype = dtype_buf, *shape = shape_buf;
-	size_t dtype_len, shape_len;
-	uint64_t elements;
-	int bytes;
+	struct declared t;
 
-	if (name && strcmp(name, WFS_XATTR_DTYPE) == 0) {
-		dtype = value;
-		dtype_len = len;
-	} else if (wfs_catalog_xattr_get(fs->catalog, ino, WFS_XATTR_DTYPE, dtype_buf, sizeof(dtype_buf),
-					 &dtype_len)) {
-		return 0; /* not set (or longer than any valid value): nothing to hold the size to */
-	}
-	if (name && strcmp(name, WFS_XATTR_SHAPE) == 0) {
-		shape = value;
-		shape_len = len;
-	} else if (wfs_catalog_xattr_get(fs->catalog, ino, WFS_XATTR_SHAPE, shape_buf, sizeof(shape_buf),
-					 &shape_len)) {
+	if (read_declared(fs, ino, name, value, len, &t))
 		return 0;
-	}
-	bytes = wfs_dtype_size(dtype, dtype_len);
-	if (bytes < 0 || wfs_shape_elements(shape, shape_len, &elements) < 0)
-		return 0; /* stored before validation existed */
-	if (elements <= size / (uint64_t)bytes && elements * (uint64_t)bytes == size)
+	if (t.elements <= size / (uint64_t)t.bytes && t.elements * (uint64_t)t.bytes == size)
 		return 0;
 	wfs_log(WFS_LOG_WARN, "inode %llu (find MNT -inum %llu): %s: shape %.*s x %.*s (%d bytes) "
 		"does not make the file's %llu bytes", (unsigned long long)ino, (unsigned long long)ino, what,
-		(int)(shape_len < 96 ? shape_len : 96), shape, (int)dtype_len, dtype, bytes,
+		(int)(t.shape_len < 96 ? t.shape_len : 96), t.shape, (int)t.dtype_len, t.dtype, t.bytes,
 		(unsigned long long)size);
 	return -EINVAL;
 }

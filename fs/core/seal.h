@@ -75,6 +75,14 @@ void wfs_seal_abandon(struct wfs_fs *fs, struct wfs_inode *in);
 int wfs_seal_empty(struct wfs_fs *fs, struct wfs_inode *in);
 
 /*
+ * close(2) of passthrough writer @h by thread @tid of its process (a flush that ends its writing):
+ * the kernel wrote the bytes, and may go on writing through a mapping until the release, where the
+ * seal is. What close(2) can still hear is checked now: a size that does not fit dtype/shape is
+ * -EINVAL, and a writer being killed is logged; either way the release drops the version.
+ */
+int wfs_seal_check_close(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid);
+
+/*
  * write(2) of @len bytes at @off through writable handle @h, by thread @tid of user @uid. The first
  * write of a handle by a user other than root clears the file's set-user-ID bit (and set-group-ID
  * of a group-executable file), as local filesystems do: *@mode_changed says the kernel's cached
@@ -137,6 +145,11 @@ int wfs_seal_claim(struct wfs_fs *fs, uint64_t ino, const struct wfs_digest *d);
  */
 int wfs_seal_fits(struct wfs_fs *fs, uint64_t ino, uint64_t size, const char *name, const char *value,
 		  size_t len, const char *what);
+/*
+ * The bytes inode @ino's dtype and shape attributes declare (elements × dtype bytes), into *@bytes.
+ * Returns 0, or -ENODATA when the two are not both set and valid.
+ */
+int wfs_seal_declared_size(struct wfs_fs *fs, uint64_t ino, uint64_t *bytes);
 /*
  * setxattr of user.weightfs.dtype (a safetensors dtype name) or user.weightfs.shape (a JSON array)
  * @name to @value (@len bytes) on inode @ino: it must parse, and with both set on a sealed non-empty

@@ -2,6 +2,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <linux/fs.h>
@@ -35,6 +36,10 @@ struct wfs_version {
 	bool has_base;             /* (V) started as a copy of object @base */
 	struct wfs_digest base;
 	bool reserved_past_eof;    /* (V) fallocate(KEEP_SIZE) beyond @size: trimmed before publishing */
+	bool kernel_writes;        /* (V) written through the kernel (passthrough) into @tmp: its size
+				    * and bytes are the file's, rehashed at the seal */
+	bool copied_to_publish;    /* (V) the writers' file was still open for writing at the seal:
+				    * a copy of it was published (settle()) */
 };
 
 void wfs_version_get(struct wfs_version *v)
@@ -221,6 +226,18 @@ static int mem_resize(struct wfs_version *v, size_t size)
 	return 0;
 }
 
+/*
+ * A version written through the kernel: the size is the tmp file's (version lock held). Errors
+ * leave the last known size.
+ */
+static void refresh(struct wfs_version *v)
+{
+	struct stat st;
+
+	if (v->kernel_writes && v->tmp.fd >= 0 && fstat(v->tmp.fd, &st) == 0)
+		v->size = (uint64_t)st.st_size;
+}
+
 static ssize_t write_locked(struct wfs_version *v, const void *buf, size_t len, off_t off)
 {
 	uint64_t end = (uint64_t)off + len;
@@ -286,6 +303,7 @@ ssize_t wfs_version_write(struct wfs_version *v, const void *buf, size_t len, of
 		ret = -EAGAIN;
 		goto out;
 	}
+	refresh(v);
 	if (v->hash_only)
 		ret = v->in_order && (uint64_t)off == v->hasher.bytes ? (ssize_t)len : -ENOSPC;
 	else
@@ -317,6 +335,7 @@ ssize_t wfs_version_read(struct wfs_version *v, void *buf, size_t len, off_t off
 	ssize_t ret;
 
 	pthread_mutex_lock(&v->lock);
+	refresh(v);
 	if (v->done) {
 		ret = -EAGAIN;
 	} else if (v->hash_only) {
@@ -358,6 +377,7 @@ int wfs_version_truncate(struct wfs_version *v, uint64_t size)
 	ret = changeable(v);
 	if (ret)
 		goto out;
+	refresh(v);
 	if (v->tmp.fd < 0 && size > WFS_VERSION_MEM_MAX)
 		ret = spill(v);
 	if (ret)
@@ -394,6 +414,7 @@ int wfs_version_fallocate(struct wfs_version *v, int mode, uint64_t off, uint64_
 	ret = changeable(v);
 	if (ret)
 		goto out;
+	refresh(v);
 	if (v->tmp.fd < 0 && end > WFS_VERSION_MEM_MAX)
 		ret = spill(v);
 	if (ret)
@@ -430,6 +451,7 @@ uint64_t wfs_version_size(struct wfs_version *v)
 	uint64_t size;
 
 	pthread_mutex_lock(&v->lock);
+	refresh(v);
 	size = v->size;
 	pthread_mutex_unlock(&v->lock);
 	return size;
@@ -510,18 +532,78 @@ out:
 	return ret;
 }
 
+/*
+ * A version written through the kernel is published only when nothing can write its file any more:
+ * no passthrough backing file of a writer, no writable mapping. The daemon cannot see those, but
+ * the kernel refuses a read lease (F_SETLEASE, F_RDLCK) on a file while any descriptor of it is
+ * open for writing, and a mapping holds its descriptor's open file (fcntl(2), "Leases"). So the
+ * daemon's own read-write descriptor is replaced by a read-only one, and the lease is tried for up
+ * to SETTLE_TRIES ms (the kernel puts a passthrough backing file when the FUSE file goes, around the
+ * RELEASE). Refused: the bytes are copied into a tmp file only the daemon holds (a reflink where the
+ * store's filesystem shares extents), and the copy is what gets hashed and published. Version lock
+ * held, FROZEN. Returns 0 or -errno (of the copy).
+ */
+#define SETTLE_TRIES 20
+
+static int settle(struct wfs_version *v)
+{
+	struct wfs_tmpfile copy;
+	char proc[32];
+	int ro, ret = 0;
+	bool leased = false;
+
+	refresh(v);
+	if (v->reserved_past_eof && ftruncate(v->tmp.fd, (off_t)v->size) < 0)
+		return -errno; /* blocks reserved past the end would stay with the object */
+	v->reserved_past_eof = false;
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", v->tmp.fd);
+	ro = open(proc, O_RDONLY | O_CLOEXEC);
+	if (ro < 0)
+		return -errno;
+	close(v->tmp.fd);
+	v->tmp.fd = ro;
+	for (int i = 0; i < SETTLE_TRIES && !leased; i++) {
+		if (fcntl(ro, F_SETLEASE, F_RDLCK) == 0) {
+			fcntl(ro, F_SETLEASE, F_UNLCK);
+			leased = true;
+		} else if (errno != EAGAIN && errno != EBUSY) {
+			break; /* no leases here (EINVAL, ENOLCK): copy */
+		} else {
+			usleep(1000);
+		}
+	}
+	if (leased)
+		return 0;
+	ret = wfs_store_tmp_create(v->store, &copy);
+	if (ret == 0 && ioctl(copy.fd, FICLONE, ro) < 0)
+		ret = copy_range(ro, copy.fd, 0, (off_t)v->size);
+	if (ret == 0 && ftruncate(copy.fd, (off_t)v->size) < 0)
+		ret = -errno;
+	if (ret) {
+		wfs_store_tmp_discard(v->store, &copy);
+		return ret;
+	}
+	wfs_store_tmp_discard(v->store, &v->tmp); /* the writers' file: they may keep it */
+	v->tmp = copy;
+	v->kernel_writes = false; /* nobody else writes the copy: its size is @size */
+	v->copied_to_publish = true;
+	return 0;
+}
+
 int wfs_version_freeze(struct wfs_version *v, struct wfs_digest *d, uint64_t *size, bool *unwritten)
 {
 	int ret;
 
 	pthread_mutex_lock(&v->lock);
 	assert(!v->done);
+	__atomic_store_n(&v->frozen, true, __ATOMIC_RELEASE);
 	ret = v->error;
+	if (ret == 0 && v->kernel_writes)
+		ret = settle(v);
 	if (ret == 0)
 		ret = version_digest(v, d);
 	*size = v->size;
 	*unwritten = v->size == 0 && !v->written;
-	__atomic_store_n(&v->frozen, true, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&v->lock);
 	return ret;
 }
@@ -623,6 +705,7 @@ bool wfs_version_has_bytes(struct wfs_version *v)
 	bool has;
 
 	pthread_mutex_lock(&v->lock);
+	refresh(v);
 	has = v->written || v->size;
 	pthread_mutex_unlock(&v->lock);
 	return has;
@@ -633,6 +716,7 @@ int wfs_version_claim_freeze(struct wfs_version *v, bool freeze)
 	int ret;
 
 	pthread_mutex_lock(&v->lock);
+	refresh(v);
 	ret = v->written || v->size ? -EEXIST : 0;
 	if (ret == 0 && freeze)
 		__atomic_store_n(&v->frozen, true, __ATOMIC_RELEASE);
@@ -662,4 +746,58 @@ unsigned wfs_version_writer_drop(struct wfs_version *v)
 unsigned wfs_version_writers(const struct wfs_version *v)
 {
 	return v->writers;
+}
+
+int wfs_version_kernel_backing(struct wfs_version *v, uint64_t reserve)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&v->lock);
+	ret = changeable(v);
+	if (ret == 0 && v->tmp.fd < 0)
+		ret = spill(v);
+	if (ret == 0 && reserve > v->size) {
+		if (fallocate(v->tmp.fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)reserve) == 0)
+			v->reserved_past_eof = true;
+		else if (errno == ENOSPC || errno == EDQUOT)
+			ret = -errno;
+		/* else a filesystem without fallocate: nothing reserved, writes hear ENOSPC */
+	}
+	if (ret == 0) {
+		v->kernel_writes = true;
+		v->in_order = false;
+		v->written = true; /* the kernel writes without telling us: assume it does */
+		v->modified = true;
+		ret = v->tmp.fd;
+	}
+	pthread_mutex_unlock(&v->lock);
+	return ret;
+}
+
+bool wfs_version_kernel_written(struct wfs_version *v)
+{
+	bool k;
+
+	pthread_mutex_lock(&v->lock);
+	k = v->kernel_writes || v->copied_to_publish;
+	pthread_mutex_unlock(&v->lock);
+	return k;
+}
+
+bool wfs_version_published_copy(struct wfs_version *v)
+{
+	bool c;
+
+	pthread_mutex_lock(&v->lock);
+	c = v->copied_to_publish;
+	pthread_mutex_unlock(&v->lock);
+	return c;
+}
+
+void wfs_version_fail(struct wfs_version *v, int err)
+{
+	pthread_mutex_lock(&v->lock);
+	if (!v->error)
+		v->error = err;
+	pthread_mutex_unlock(&v->lock);
 }

@@ -127,6 +127,23 @@ int wfs_version_claim_freeze(struct wfs_version *v, bool freeze);
 void wfs_version_thaw(struct wfs_version *v);
 
 /*
+ * Bytes written through the kernel (passthrough, openmode.c): make @v's bytes live in its tmp file
+ * and reserve @reserve bytes there (fallocate KEEP_SIZE, trimmed before publishing), so that a full
+ * store fails here and the daemon path, which can keep hashing, is used instead. From then on the
+ * size is the file's and the seal rehashes the file; before hashing it makes sure nothing can write
+ * the file any more (a read lease), else it publishes a copy (docs/integrity.md). Returns the tmp
+ * file's descriptor (owned by @v, O_RDWR: register it as the backing file), -ENOSPC/-EDQUOT, -EAGAIN
+ * (FROZEN or DONE), or another -errno.
+ */
+int wfs_version_kernel_backing(struct wfs_version *v, uint64_t reserve);
+/* Was @v written through the kernel (its seal needs the lease check, and is synced at release)? */
+bool wfs_version_kernel_written(struct wfs_version *v);
+/* Did the seal find the writers' file still open for writing, and publish a copy of it? */
+bool wfs_version_published_copy(struct wfs_version *v);
+/* Make the seal of @v fail with @err (-errno), unless an error is kept already. */
+void wfs_version_fail(struct wfs_version *v, int err);
+
+/*
  * Writer count (fs->lock held): writable handles that wrote to (or truncated) @v since their last
  * flush. The last one to leave seals the version (seal.c).
  */

@@ -16,12 +16,14 @@ weightfs / native of a speed (so higher is better) except row 5's, which is a ra
 times (lower is better). Native writes as trainers do (no fsync) unless a row says otherwise.
 
 Rows:
-  1 ingest     one --size tensor (1 GiB) written in 1 MiB chunks (distinct content every chunk and
-               round) + close, GB/s from open to the return of close; os.sync() before each. Twice:
+  1 ingest     one --size tensor (1 GiB) written as trainers write it (create, dtype and shape
+               xattrs, close, open again, write in 1 MiB chunks with distinct content every chunk and
+               round, close), GB/s from the create to the return of close, and on weightfs to the
+               seal (user.weightfs.digest answers); os.sync() before each. Twice:
                the `-o nosync` mount vs native write + close, and the default mount vs native
                write + fdatasync + close.
-  2 writers    4 processes write distinct --writer-size (512 MiB) tensors at once (1 MiB chunks):
-               aggregate GB/s = 4 x size / (start to the last close). Meanwhile a fifth process, every
+  2 writers    4 processes write distinct --writer-size (512 MiB) tensors at once, as in row 1:
+               aggregate GB/s = 4 x size / (start to the last close, or seal on weightfs). Meanwhile a fifth process, every
                5 ms, opens another file (8 MiB, sealed before), mmaps it, reads one byte of one page
                (a different page each time), munmaps and closes it: median and worst latency.
   3 small      --tensors N (20,000) tensors of 4 KiB-1 MiB, fixed seed, same sizes both sides; sizes
@@ -186,12 +188,22 @@ def write_all(fd, view):
         view = view[os.write(fd, view):]
 
 
-def write_tensor(path, size, stamp, datasync):
-    """open + write size bytes in 1 MiB chunks (each stamped with stamp and its index) [+ fdatasync] +
-    close. Returns seconds."""
+def write_tensor(path, size, stamp, datasync, sealed=False):
+    """Write one tensor as trainers do through lib/tensorfile.h's protocol: create, set dtype (U8)
+    and shape ([size]), close, open again to write (weightfs writes such a tensor of 4 MiB or more
+    through kernel passthrough), size bytes in 1 MiB chunks (each stamped with stamp and its index)
+    [+ fdatasync] + close; with sealed, until user.weightfs.digest answers too (weightfs seals a
+    passthrough-written tensor at its release, just after close: this counts the hash and the
+    publish). Returns seconds."""
     buf = chunk_buf()
     t0 = time.perf_counter()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.setxattr(fd, "user.weightfs.shape", f"[{size}]".encode("ascii"))
+        os.setxattr(fd, "user.weightfs.dtype", b"U8")
+    finally:
+        os.close(fd)
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
         off = i = 0
         while off < size:
@@ -204,6 +216,8 @@ def write_tensor(path, size, stamp, datasync):
             os.fdatasync(fd)
     finally:
         os.close(fd)
+    if sealed:
+        os.getxattr(path, "user.weightfs.digest")
     return time.perf_counter() - t0
 
 
@@ -237,7 +251,7 @@ def row_ingest(ctx, r, order):
                 pass
             os.sync()
             stamp = (ctx.nonce << 16) | (r << 4) | (dur == "sync") << 1 | (side == "wfs")
-            s = write_tensor(path, ctx.size, stamp, native_sync and side == "native")
+            s = write_tensor(path, ctx.size, stamp, native_sync and side == "native", side == "wfs")
             res[f"ingest-{dur}/{side}"] = ctx.size / s / 1e9
     for dur in ("nosync", "sync"):
         for d in (ctx.nosync_dir if dur == "nosync" else ctx.sync_dir, ctx.native_dir):
@@ -250,13 +264,13 @@ def row_ingest(ctx, r, order):
 
 # ---- row 2: four writers and an mmap prober ----------------------------------------------------
 
-def _writer(path, size, stamp, go, conn):
+def _writer(path, size, stamp, go, conn, sealed):
     global _BUF
     _BUF = None  # a fresh random buffer per writer
     chunk_buf()
     go.wait()
     t0 = time.perf_counter()
-    write_tensor(path, size, stamp, False)
+    write_tensor(path, size, stamp, False, sealed)
     conn.send((t0, time.perf_counter()))
     conn.close()
 
@@ -299,7 +313,7 @@ def row_writers(ctx, r, order):
             parent, child = mp.Pipe(duplex=False)
             stamp = (ctx.nonce << 16) | (r << 8) | (k << 1) | (side == "wfs")
             p = mp.Process(target=_writer, args=(os.path.join(wdir, f"w{k}.bin"), ctx.writer_size,
-                                                 stamp, go, child))
+                                                 stamp, go, child, side == "wfs"))
             p.start()
             child.close()
             writers.append((p, parent))

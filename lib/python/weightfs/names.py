@@ -18,7 +18,7 @@ import threading
 from typing import Dict, Optional, Tuple
 
 __all__ = ["CLAIM_XATTR", "DIGEST_XATTR", "DTYPE_XATTR", "SHAPE_XATTR", "STATS_XATTR", "TMP_PREFIX",
-           "FALLBACK_DTYPE_BYTES", "SHAPE_MAX_DIMS", "dtype_bytes", "parse_shape"]
+           "PASSTHROUGH_WRITE_MIN", "FALLBACK_DTYPE_BYTES", "SHAPE_MAX_DIMS", "dtype_bytes", "parse_shape"]
 
 # lib/weightfs.h
 CLAIM_XATTR = "user.weightfs.claim"
@@ -27,6 +27,7 @@ DTYPE_XATTR = "user.weightfs.dtype"
 SHAPE_XATTR = "user.weightfs.shape"
 STATS_XATTR = "user.weightfs.stats"
 TMP_PREFIX = ".wfs-tmp-"  # WFS_TMP_PREFIX: a tensor file being written, PREFIX<pid>-<n>[-<tag>]
+PASSTHROUGH_WRITE_MIN = 4 << 20  # WFS_PASSTHROUGH_WRITE_MIN, bytes: written after a reopen
 
 # lib/dtype.c's table (the whole-byte dtypes, in the reference's order): used without the library.
 FALLBACK_DTYPE_BYTES: Dict[str, int] = {

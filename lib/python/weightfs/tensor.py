@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Sequence, Tuple, Un
 from . import direct as _direct
 from .stage import library as _library
 from .stage import offload_tensor as _offload_tensor
-from .names import CLAIM_XATTR, DIGEST_XATTR, DTYPE_XATTR, SHAPE_XATTR, TMP_PREFIX
+from .names import CLAIM_XATTR, DIGEST_XATTR, DTYPE_XATTR, PASSTHROUGH_WRITE_MIN, SHAPE_XATTR, TMP_PREFIX
 from .names import FALLBACK_DTYPE_BYTES as DTYPE_BYTES
 from .names import dtype_bytes as _dtype_bytes
 from .names import parse_shape as _parse_shape
@@ -515,6 +515,17 @@ def _create(tmp, d):
         raise _reraise(e, tmp, f"creating {tmp}") from None
 
 
+def _reopen_to_write(fd, tmp):
+    """Close fd (tmp, just created, its xattrs set) and open tmp again to write it: weightfs writes
+    a tensor of PASSTHROUGH_WRITE_MIN bytes or more through kernel passthrough when it is opened
+    after its attributes are set (lib/weightfs.h); elsewhere this costs one close and one open."""
+    os.close(fd)
+    try:
+        return os.open(tmp, os.O_WRONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise _reraise(e, tmp, f"opening {tmp} to write") from None
+
+
 def _tmp_name(path):
     d, base = os.path.split(path)
     tag = hashlib.sha1(base.encode("utf-8", "surrogateescape")).hexdigest()[:8]
@@ -644,7 +655,11 @@ def offload(data: Any, path: PathLike, *, claim: bool = True, xattrs: bool = Tru
         if claim:
             claimed = _try_claim(fd, tmp, os.fstat(fd).st_dev, hexdigest, nbytes)
         if not claimed and nbytes > 0:
-            if kind == "cuda" and _stage_has_cuda():
+            staged = kind == "cuda" and _stage_has_cuda()
+            if not staged and xattrs and name is not None and nbytes >= PASSTHROUGH_WRITE_MIN:
+                cfd, fd = fd, -1
+                fd = _reopen_to_write(cfd, tmp)
+            if staged:
                 # The stager writes through a descriptor of its own (O_TRUNC); this one stays open
                 # so that nothing is sealed before the bytes are in: the seal is at its close below.
                 _offload_tensor(keep, tmp, fsync=fsync, stager=stager)
