@@ -321,11 +321,13 @@ static int open_writer_passthrough(struct wfs_fs *fs, struct wfs_inode *in, stru
 		v = wfs_seal_writer(fs, in, truncate, &ret); /* may drop fs->lock (a rewrite's copy) */
 		if (!v)
 			return ret;
-		if (io->nopen > 0 || in->writer != v) {
-			wfs_version_put(v); /* others came meanwhile: the daemon serves them all */
-			return 0;
-		}
+		/* Reserving the space is disk work (ext4 waits for its journal under writeback): without
+		 * fs->lock. @in stays: it has a writer. */
+		pthread_mutex_unlock(&fs->lock);
 		fd = wfs_version_kernel_backing(v, declared);
+		pthread_mutex_lock(&fs->lock);
+		if (fd >= 0 && (io->nopen > 0 || in->writer != v))
+			fd = -EBUSY; /* others opened it meanwhile: the daemon serves them all */
 		id = fd >= 0 ? backing_read_only(fs, fd) : fd;
 		if (id <= 0) {
 			wfs_version_put(v); /* the version stays for the daemon path to use */

@@ -24,20 +24,25 @@ struct wfs_version {
 	size_t mem_cap;            /* (V) bytes allocated at @mem */
 	bool frozen;               /* (V) FROZEN or DONE: writes wait, then go to a new version */
 	bool done;                 /* (V) DONE: published or discarded, nothing more to read or write */
-	uint64_t size;             /* (V) bytes */
+	uint64_t size;             /* (V) bytes; stored atomically (set_size()): wfs_version_size()
+				    * reads it without the lock, which a seal holds while it hashes */
 	struct wfs_hasher hasher;  /* (V) digest of bytes [0, hashed) when @in_order */
 	bool in_order;             /* (V) every write so far extended the hashed prefix */
 	bool hash_only;            /* (V) the store filled up: bytes hashed, not kept (keep_hashing) */
 	int error;                 /* (V) first write error (-errno); sealing fails with it */
 	bool modified;             /* (V) changed since it was started */
-	bool written;              /* (V) data written (not only created or truncated) */
-	bool mtime_set;            /* (V) utimes after the last write: the seal keeps @mtime */
+	bool written;              /* (V) data written (not only created or truncated); atomic */
+	pthread_mutex_t mtime_lock; /* @mtime_set and @mtime: utimes(2) must not wait for a seal's I/O */
+	bool mtime_set;            /* utimes after the last write: the seal keeps @mtime */
 	struct timespec mtime;
 	bool has_base;             /* (V) started as a copy of object @base */
 	struct wfs_digest base;
 	bool reserved_past_eof;    /* (V) fallocate(KEEP_SIZE) beyond @size: trimmed before publishing */
 	bool kernel_writes;        /* (V) written through the kernel (passthrough) into @tmp: its size
-				    * and bytes are the file's, rehashed at the seal */
+				    * and bytes are the file's, rehashed at the seal; atomic */
+	bool kernel;               /* set once with @kernel_writes, never cleared; atomic */
+	int size_fd;               /* O_RDONLY on the kernel-written file, for its size without the
+				    * lock; -1 when none. Closed when the version is freed */
 	bool copied_to_publish;    /* (V) the writers' file was still open for writing at the seal:
 				    * a copy of it was published (settle()) */
 };
@@ -56,8 +61,11 @@ void wfs_version_put(struct wfs_version *v)
 		return;
 	if (v->tmp.fd >= 0)
 		close(v->tmp.fd); /* tmp name, if any, is removed by the seal or discard that owned it */
+	if (v->size_fd >= 0)
+		close(v->size_fd);
 	free(v->mem);
 	wfs_hasher_release(&v->hasher);
+	pthread_mutex_destroy(&v->mtime_lock);
 	pthread_mutex_destroy(&v->lock);
 	free(v);
 }
@@ -133,6 +141,11 @@ out:
 	return ret;
 }
 
+static void set_size(struct wfs_version *v, uint64_t size)
+{
+	__atomic_store_n(&v->size, size, __ATOMIC_RELEASE);
+}
+
 struct wfs_version *wfs_version_new(struct wfs_store *store, int *err)
 {
 	struct wfs_version *v = calloc(1, sizeof(*v));
@@ -142,10 +155,12 @@ struct wfs_version *wfs_version_new(struct wfs_store *store, int *err)
 		return NULL;
 	}
 	pthread_mutex_init(&v->lock, NULL);
+	pthread_mutex_init(&v->mtime_lock, NULL);
 	v->refs = 1;
 	v->store = store;
 	v->in_order = true;
 	v->tmp.fd = -1;
+	v->size_fd = -1;
 	*err = wfs_hasher_init(&v->hasher);
 	if (*err) {
 		wfs_version_put(v);
@@ -172,7 +187,7 @@ int wfs_version_copy_base(struct wfs_version *v, const struct wfs_digest *base, 
 		v->done = true;
 		wfs_store_tmp_discard(v->store, &v->tmp);
 	} else {
-		v->size = (uint64_t)copied;
+		set_size(v, (uint64_t)copied);
 	}
 	pthread_mutex_unlock(&v->lock);
 	pthread_mutex_lock(outer);
@@ -235,7 +250,7 @@ static void refresh(struct wfs_version *v)
 	struct stat st;
 
 	if (v->kernel_writes && v->tmp.fd >= 0 && fstat(v->tmp.fd, &st) == 0)
-		v->size = (uint64_t)st.st_size;
+		set_size(v, (uint64_t)st.st_size);
 }
 
 static ssize_t write_locked(struct wfs_version *v, const void *buf, size_t len, off_t off)
@@ -321,10 +336,12 @@ ssize_t wfs_version_write(struct wfs_version *v, const void *buf, size_t len, of
 	else
 		v->in_order = false;
 	if ((uint64_t)off + len > v->size)
-		v->size = (uint64_t)off + len;
+		set_size(v, (uint64_t)off + len);
 	v->modified = true;
-	v->written = true;
+	__atomic_store_n(&v->written, true, __ATOMIC_RELEASE);
+	pthread_mutex_lock(&v->mtime_lock);
 	v->mtime_set = false; /* a write after utimes moves mtime again */
+	pthread_mutex_unlock(&v->mtime_lock);
 out:
 	pthread_mutex_unlock(&v->lock);
 	return ret;
@@ -394,7 +411,7 @@ int wfs_version_truncate(struct wfs_version *v, uint64_t size)
 	} else if (size < v->hasher.bytes) {
 		v->in_order = false;
 	}
-	v->size = size;
+	set_size(v, size);
 	v->modified = true;
 out:
 	pthread_mutex_unlock(&v->lock);
@@ -437,7 +454,7 @@ int wfs_version_fallocate(struct wfs_version *v, int mode, uint64_t off, uint64_
 		if (mode & FALLOC_FL_KEEP_SIZE) {
 			v->reserved_past_eof = v->tmp.fd >= 0;
 		} else {
-			v->size = end; /* zeros: the hashed prefix stays, the seal hashes the rest */
+			set_size(v, end); /* zeros: the hashed prefix stays, the seal hashes the rest */
 			v->modified = true;
 		}
 	}
@@ -448,13 +465,13 @@ out:
 
 uint64_t wfs_version_size(struct wfs_version *v)
 {
-	uint64_t size;
+	struct stat st;
 
-	pthread_mutex_lock(&v->lock);
-	refresh(v);
-	size = v->size;
-	pthread_mutex_unlock(&v->lock);
-	return size;
+	/* Without the lock: a seal holds it while it hashes, and callers hold fs->lock. */
+	if (!__atomic_load_n(&v->frozen, __ATOMIC_ACQUIRE) && __atomic_load_n(&v->kernel_writes, __ATOMIC_ACQUIRE) &&
+	    v->size_fd >= 0 && fstat(v->size_fd, &st) == 0)
+		return (uint64_t)st.st_size;
+	return __atomic_load_n(&v->size, __ATOMIC_ACQUIRE);
 }
 
 /* Digest of the version's bytes (version lock held). Returns 0 or -errno. */
@@ -585,7 +602,7 @@ static int settle(struct wfs_version *v)
 	}
 	wfs_store_tmp_discard(v->store, &v->tmp); /* the writers' file: they may keep it */
 	v->tmp = copy;
-	v->kernel_writes = false; /* nobody else writes the copy: its size is @size */
+	__atomic_store_n(&v->kernel_writes, false, __ATOMIC_RELEASE); /* nobody writes the copy */
 	v->copied_to_publish = true;
 	return 0;
 }
@@ -596,6 +613,7 @@ int wfs_version_freeze(struct wfs_version *v, struct wfs_digest *d, uint64_t *si
 
 	pthread_mutex_lock(&v->lock);
 	assert(!v->done);
+	refresh(v); /* the last size the kernel wrote, before lock-free readers see FROZEN */
 	__atomic_store_n(&v->frozen, true, __ATOMIC_RELEASE);
 	ret = v->error;
 	if (ret == 0 && v->kernel_writes)
@@ -667,21 +685,21 @@ void wfs_version_discard(struct wfs_version *v)
 
 void wfs_version_set_mtime(struct wfs_version *v, const struct timespec *mtime)
 {
-	pthread_mutex_lock(&v->lock);
+	pthread_mutex_lock(&v->mtime_lock);
 	v->mtime_set = true;
 	v->mtime = *mtime;
-	pthread_mutex_unlock(&v->lock);
+	pthread_mutex_unlock(&v->mtime_lock);
 }
 
 bool wfs_version_mtime(struct wfs_version *v, struct timespec *mtime)
 {
 	bool set;
 
-	pthread_mutex_lock(&v->lock);
+	pthread_mutex_lock(&v->mtime_lock);
 	set = v->mtime_set;
 	if (set)
 		*mtime = v->mtime;
-	pthread_mutex_unlock(&v->lock);
+	pthread_mutex_unlock(&v->mtime_lock);
 	return set;
 }
 
@@ -692,12 +710,7 @@ bool wfs_version_frozen(struct wfs_version *v)
 
 bool wfs_version_written(struct wfs_version *v)
 {
-	bool written;
-
-	pthread_mutex_lock(&v->lock);
-	written = v->written;
-	pthread_mutex_unlock(&v->lock);
-	return written;
+	return __atomic_load_n(&v->written, __ATOMIC_ACQUIRE); /* no lock: a flush holds fs->lock */
 }
 
 bool wfs_version_has_bytes(struct wfs_version *v)
@@ -763,10 +776,19 @@ int wfs_version_kernel_backing(struct wfs_version *v, uint64_t reserve)
 			ret = -errno;
 		/* else a filesystem without fallocate: nothing reserved, writes hear ENOSPC */
 	}
+	if (ret == 0 && v->size_fd < 0) {
+		char proc[32];
+
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", v->tmp.fd);
+		v->size_fd = open(proc, O_RDONLY | O_CLOEXEC);
+		if (v->size_fd < 0)
+			ret = -errno;
+	}
 	if (ret == 0) {
-		v->kernel_writes = true;
+		__atomic_store_n(&v->kernel_writes, true, __ATOMIC_RELEASE);
+		__atomic_store_n(&v->kernel, true, __ATOMIC_RELEASE);
 		v->in_order = false;
-		v->written = true; /* the kernel writes without telling us: assume it does */
+		__atomic_store_n(&v->written, true, __ATOMIC_RELEASE); /* the kernel writes unseen */
 		v->modified = true;
 		ret = v->tmp.fd;
 	}
@@ -776,12 +798,7 @@ int wfs_version_kernel_backing(struct wfs_version *v, uint64_t reserve)
 
 bool wfs_version_kernel_written(struct wfs_version *v)
 {
-	bool k;
-
-	pthread_mutex_lock(&v->lock);
-	k = v->kernel_writes || v->copied_to_publish;
-	pthread_mutex_unlock(&v->lock);
-	return k;
+	return __atomic_load_n(&v->kernel, __ATOMIC_ACQUIRE); /* no lock: callers hold fs->lock */
 }
 
 bool wfs_version_published_copy(struct wfs_version *v)

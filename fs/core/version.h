@@ -24,7 +24,9 @@
  * A version is reference-counted (wfs_version_get()/put(): atomic, any lock); the struct is private.
  * Every function but the writer count takes the version's lock itself, and may be called with
  * fs->lock held (it comes first in the lock order); the write path calls the I/O ones without it,
- * so that other inodes do not wait for this one's disk.
+ * so that other inodes do not wait for this one's disk. What the handlers ask under fs->lock while
+ * a seal may hold the version lock for its hashing and fdatasync — wfs_version_size(),
+ * _frozen(), _written(), _kernel_written(), _set_mtime() — does not take it.
  */
 #ifndef WFS_CORE_VERSION_H
 #define WFS_CORE_VERSION_H
