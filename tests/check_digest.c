@@ -313,6 +313,41 @@ START_TEST(test_fd_sparse)
 }
 END_TEST
 
+/*
+ * Data runs of 32 MiB and more are read by several threads and hashed in order (digest.c): the
+ * digest is still the one of the bytes, with holes between runs, a run that does not end on a read
+ * boundary, and a file without holes at all.
+ */
+START_TEST(test_fd_parallel_runs)
+{
+	enum { SIZE = 90 * (1 << 20) + 12345 };
+	unsigned char *buf = calloc(1, SIZE);
+	struct wfs_digest d, want;
+	uint64_t bytes = 0;
+	char path[300];
+	int fd;
+
+	ck_assert_ptr_nonnull(buf);
+	tu_fill(buf, 40 * MIB + 777, 11);            /* a 40 MiB run, then a hole */
+	tu_fill(buf + 50 * MIB, SIZE - 50 * MIB, 12); /* a run to the end */
+	tu_path(path, sizeof(path), tu_test_dir, "runs");
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(tu_write_all(fd, buf, 40 * MIB + 777), 0);
+	ck_assert_int_eq(pwrite(fd, buf + 50 * MIB, SIZE - 50 * MIB, 50 * MIB), SIZE - 50 * MIB);
+	ck_assert_int_eq(wfs_digest_fd(fd, &d, &bytes), 0);
+	ck_assert_uint_eq(bytes, SIZE);
+	wfs_digest_buf(buf, SIZE, &want);
+	ck_assert(wfs_digest_equal(&d, &want));
+	/* All data: one run of the whole file. */
+	ck_assert_int_eq(pwrite(fd, buf + 40 * MIB, 10 * MIB, 40 * MIB), 10 * MIB);
+	ck_assert_int_eq(wfs_digest_fd(fd, &d, &bytes), 0);
+	ck_assert(wfs_digest_equal(&d, &want));
+	close(fd);
+	free(buf);
+}
+END_TEST
+
 /* Read errors come back as -errno and leave the out parameters alone. */
 START_TEST(test_fd_errors)
 {
@@ -444,6 +479,7 @@ static Suite *digest_suite(void)
 	tcase_add_test(tc, test_fd_golden_mib);
 	tcase_add_test(tc, test_fd_offset_untouched);
 	tcase_add_test(tc, test_fd_sparse);
+	tcase_add_test(tc, test_fd_parallel_runs);
 	tcase_add_test(tc, test_fd_errors);
 	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);
