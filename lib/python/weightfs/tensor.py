@@ -656,12 +656,20 @@ def offload(data: Any, path: PathLike, *, claim: bool = True, xattrs: bool = Tru
             claimed = _try_claim(fd, tmp, os.fstat(fd).st_dev, hexdigest, nbytes)
         if not claimed and nbytes > 0:
             staged = kind == "cuda" and _stage_has_cuda()
-            if not staged and xattrs and name is not None and nbytes >= PASSTHROUGH_WRITE_MIN:
+            through_kernel = xattrs and name is not None and nbytes >= PASSTHROUGH_WRITE_MIN
+            if through_kernel and staged:
+                # The stager opens the file again itself (O_TRUNC): with this descriptor closed
+                # first, weightfs writes the tensor through kernel passthrough (lib/weightfs.h).
+                cfd, fd = fd, -1
+                os.close(cfd)
+            elif through_kernel:
                 cfd, fd = fd, -1
                 fd = _reopen_to_write(cfd, tmp)
             if staged:
-                # The stager writes through a descriptor of its own (O_TRUNC); this one stays open
-                # so that nothing is sealed before the bytes are in: the seal is at its close below.
+                # The stager writes through a descriptor of its own (O_TRUNC). A small tensor's
+                # descriptor stays open so that nothing is sealed before the bytes are in: the seal
+                # is at its close below; a large one's was closed above (an empty file is sealed
+                # empty, then written), and the stager's close is the seal.
                 _offload_tensor(keep, tmp, fsync=fsync, stager=stager)
             elif kind == "cuda":
                 for address, n in _gpu_chunks(keep):
