@@ -1889,6 +1889,62 @@ START_TEST(copy_range_claims)
 }
 END_TEST
 
+/*
+ * numpy.memmap(mode='w+'): open O_RDWR|O_CREAT|O_TRUNC, write the last byte to size the file, map
+ * it (Python's mmap keeps a dup of the descriptor), close the descriptor, fill the mapping, unmap.
+ * The one-byte write is not the tensor's data, so that close does not seal a zero-filled version:
+ * the fill is sealed when the mapping goes, and a writer killed while it fills leaves no name at all
+ * (it was never sealed), not a tensor of zeros.
+ */
+static pid_t memmap_writer(const char *p, size_t len, const unsigned char *data, bool die_half_way)
+{
+	pid_t child = fork();
+
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		int fd = open(p, O_RDWR | O_CREAT | O_TRUNC, 0644);
+		unsigned char *m;
+
+		if (fd < 0 || pwrite(fd, "", 1, (off_t)len - 1) != 1)
+			_exit(10);
+		m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		/* Python's mmap object keeps a descriptor of its own, closed when the process exits:
+		 * that close tells the daemon the writer was killed. */
+		if (m == MAP_FAILED || dup(fd) < 0 || close(fd) < 0)
+			_exit(11);
+		memcpy(m, data, die_half_way ? len / 2 : len);
+		if (die_half_way) {
+			msync(m, len, MS_SYNC); /* the half written back through the daemon */
+			kill(getpid(), SIGKILL);
+		}
+		_exit(munmap(m, len) < 0 ? 12 : 0);
+	}
+	return child;
+}
+
+START_TEST(memmap_sizing_write_not_data)
+{
+	size_t len = 1u << 20; /* under WFS_PASSTHROUGH_WRITE_MIN: the daemon serves it */
+	unsigned char *data = mu_pattern(len, 31);
+	struct stat st;
+	int status;
+	pid_t child;
+
+	child = memmap_writer(mu_path("m"), len, data, false);
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	mu_assert_file_equals(mu_path("m"), data, len);
+	ck_assert_int_eq(stat_counter("seals"), 1); /* one seal, of the filled map: no zero version */
+
+	child = memmap_writer(mu_path("k"), len, data, true);
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	MU_EVENTUALLY(stat(mu_path("k"), &st) < 0 && errno == ENOENT);
+	ck_assert_int_eq(stat_counter("seals"), 1);
+	free(data);
+}
+END_TEST
+
 /* A new file @name with dtype and shape set, closed: the tensor protocol's first steps. */
 static void create_tensor(const char *name, const char *shape, const char *dtype)
 {
@@ -2051,6 +2107,7 @@ static Suite *mount_suite(void)
 		{"copy_range_claims", copy_range_claims, 60},
 		{"empty_tensor_file_unlogged", empty_tensor_file_unlogged, 30},
 		{"tensor_through_passthrough", tensor_through_passthrough, 60},
+		{"memmap_sizing_write_not_data", memmap_sizing_write_not_data, 30},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -76,10 +76,10 @@ struct wfs_counters {
 	uint64_t verify_failures;   /* objects whose bytes did not match their digest (quarantined) */
 	uint64_t moved_from_readers; /* writable opens and truncates of a file readers held: its
 				      * name moved to a new inode (openmode.c, wfs_openmode_move) */
-	uint64_t opens_passthrough; /* read-only opens served by the kernel from the object */
+	uint64_t opens_passthrough; /* read-only opens served by the kernel from the backing file */
 	uint64_t opens_daemon;      /* opens served by the daemon (writable, or passthrough off) */
 	uint64_t opens_direct;      /* object descriptors handed out by the direct path (direct.c) */
-	uint64_t opens_passthrough_write; /* tensors written through passthrough (openmode.c) */
+	uint64_t opens_passthrough_write; /* writable opens through passthrough: tensors (openmode.c) */
 	uint64_t published_copies;  /* of their seals, those that found the file still writable and
 				     * published a copy (version.c, settle) */
 };

@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -257,33 +256,12 @@ static void count_open(struct wfs_fs *fs, struct wfs_handle *h)
 
 	io->nopen++;
 	io->nwritable += h->writable;
-	if (h->passthrough)
+	if (h->passthrough && h->writable)
+		fs->counters.opens_passthrough_write++;
+	else if (h->passthrough)
 		fs->counters.opens_passthrough++;
 	else
 		fs->counters.opens_daemon++;
-}
-
-/*
- * Register the file of descriptor @fd (read-write) as a backing file through a read-only descriptor
- * of it: the kernel opens each passthrough open's own backing file from it, with that open's flags,
- * and keeps the registered one until the id is released; a read-write one would count as a writer
- * of the file for as long, and the seal's lease check (version.c, settle) would never pass.
- * Returns the backing id (> 0) or -errno.
- */
-static int backing_read_only(struct wfs_fs *fs, int fd)
-{
-	char proc[32];
-	int ro, id;
-
-	if (!fs->kernel.backing_open)
-		return -EOPNOTSUPP;
-	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
-	ro = open(proc, O_RDONLY | O_CLOEXEC);
-	if (ro < 0)
-		return -errno;
-	id = fs->kernel.backing_open(fs->kernel.ctx, ro);
-	close(ro);
-	return id;
 }
 
 /*
@@ -328,7 +306,9 @@ static int open_writer_passthrough(struct wfs_fs *fs, struct wfs_inode *in, stru
 		pthread_mutex_lock(&fs->lock);
 		if (fd >= 0 && (io->nopen > 0 || in->writer != v))
 			fd = -EBUSY; /* others opened it meanwhile: the daemon serves them all */
-		id = fd >= 0 ? backing_read_only(fs, fd) : fd;
+		if (fd >= 0 && !fs->kernel.backing_open)
+			fd = -EOPNOTSUPP;
+		id = fd >= 0 ? fs->kernel.backing_open(fs->kernel.ctx, fd) : fd; /* read-only: version.h */
 		if (id <= 0) {
 			wfs_version_put(v); /* the version stays for the daemon path to use */
 			return 0;
@@ -338,7 +318,6 @@ static int open_writer_passthrough(struct wfs_fs *fs, struct wfs_inode *in, stru
 		wfs_version_get(v); /* io->pt_version's reference */
 		io->pt_version = v;
 		io->pt_backing = id;
-		fs->counters.opens_passthrough_write++;
 	}
 	h->passthrough = true;
 	h->writer_tid = tid;

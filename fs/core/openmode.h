@@ -77,7 +77,8 @@ struct wfs_handle {
 	struct wfs_object *object;    /* pinned sealed object this handle reads, or NULL (openmode.c) */
 	struct wfs_version *writing;  /* referenced version counting this handle as a writer: written
 				       * to (or truncated) since the last flush (seal.c) */
-	pid_t writer_tid;             /* thread that last wrote through this handle (seal.c) */
+	pid_t writer_tid;             /* thread that last wrote through this handle, 0: none named one
+				       * (writeback of a mapping names no thread) (seal.c) */
 	bool writable;                /* opened for writing: daemon-served, may start versions */
 	bool passthrough;             /* reads and mmaps go to @object's backing file in the kernel */
 	bool closed;                  /* a flush (close(2) of a descriptor) has been seen */

@@ -114,13 +114,14 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	struct wfs_attr old, now;
 	struct wfs_digest d;
 	struct timespec mtime;
-	bool existed = false, unwritten, unchanged, kernel;
+	bool existed = false, unwritten, unchanged, kernel, told;
 	uint64_t size = 0;
 	int ret;
 
 	assert(v);
 	wfs_version_get(v);
 	kernel = wfs_version_kernel_written(v);
+	told = wfs_version_error_told(v); /* a failure reported already: not logged again */
 	pthread_mutex_unlock(&fs->lock);
 	ret = wfs_version_freeze(v, &d, &size, &unwritten);
 	unchanged = wfs_version_unchanged(v);
@@ -174,7 +175,7 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 			fs->counters.objects_published++;
 			fs->counters.bytes_published += size;
 		}
-	} else {
+	} else if (!told) {
 		log_seal_error(in, ret);
 	}
 	assert(in->writer == v);
@@ -264,7 +265,9 @@ int wfs_seal_leave(struct wfs_fs *fs, struct wfs_handle *h, bool at_release, pid
 		return 0;
 	h->writing = NULL;
 	if (wfs_version_writer_drop(v) == 0 && in->writer == v) {
-		sig = wfs_writer_killed_by(tid);
+		/* A RELEASE carries no thread (the kernel sends it without credentials): ask about the
+		 * thread that wrote last, while its process is still there to ask. */
+		sig = wfs_writer_killed_by(tid ? tid : h->writer_tid);
 		if (sig) {
 			wfs_log(WFS_LOG_WARN, "inode %llu: writer killed by signal %d before it finished: "
 				"nothing sealed%s", (unsigned long long)in->ino, sig,
@@ -272,9 +275,13 @@ int wfs_seal_leave(struct wfs_fs *fs, struct wfs_handle *h, bool at_release, pid
 			wfs_seal_abandon(fs, in);
 			writer_gone(fs, in, news);
 		} else {
+			bool told = wfs_version_error_told(v);
+
 			ret = wfs_seal(fs, in, !at_release);
 			if (ret)
 				writer_gone(fs, in, news);
+			if (told && at_release)
+				ret = 0; /* reported at the close, or logged when the writer was killed */
 		}
 	}
 	wfs_version_put(v);
@@ -340,7 +347,8 @@ ssize_t wfs_seal_write(struct wfs_fs *fs, struct wfs_handle *h, uid_t uid, pid_t
 		v = wfs_seal_writer(fs, h->inode, false, &ret);
 		if (v) {
 			wfs_seal_join(h, v); /* also after close: a shared mapping's writeback */
-			h->writer_tid = tid;
+			if (tid)
+				h->writer_tid = tid; /* 0: writeback, which names no thread */
 		}
 		pthread_mutex_unlock(&fs->lock);
 		if (!v)
@@ -381,7 +389,8 @@ int wfs_seal_fallocate(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, int m
 		v = ret ? NULL : wfs_seal_writer(fs, in, false, &ret);
 		if (v) {
 			wfs_seal_join(h, v); /* sealed at this handle's close */
-			h->writer_tid = tid;
+			if (tid)
+				h->writer_tid = tid;
 		}
 		pthread_mutex_unlock(&fs->lock);
 		if (!v)
@@ -668,14 +677,25 @@ void wfs_seal_wait_release(struct wfs_fs *fs, uint64_t ino)
 {
 	struct wfs_inode *in = wfs_inode_find(fs, ino);
 	struct timespec deadline;
+	bool long_wait = false;
 
 	if (!in || !in->writer || !wfs_openmode_writers_closed(in))
 		return;
-	/* A tensor written through passthrough is hashed at its release: give that its time too. */
-	deadline = wfs_deadline_in(wfs_version_kernel_written(in->writer) ? 60 * 1000 : 100);
-	while ((in = wfs_inode_find(fs, ino)) != NULL && in->writer && wfs_openmode_writers_closed(in))
+	/*
+	 * Up to 100 ms for the release to come; a seal already running (FROZEN: a tensor written
+	 * through passthrough is hashed at its release) is waited for to its end, up to a minute. A
+	 * release that does not come (a writable mapping kept after close) is not waited for: the
+	 * caller answers with what the name holds now.
+	 */
+	deadline = wfs_deadline_in(100);
+	while ((in = wfs_inode_find(fs, ino)) != NULL && in->writer && wfs_openmode_writers_closed(in)) {
+		if (wfs_version_frozen(in->writer) && !long_wait) {
+			deadline = wfs_deadline_in(60 * 1000);
+			long_wait = true;
+		}
 		if (pthread_cond_timedwait(&fs->seal_done, &fs->lock, &deadline) == ETIMEDOUT)
 			break;
+	}
 }
 
 /* The tensor that inode @ino's dtype and shape attributes declare (fits()). */

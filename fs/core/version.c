@@ -30,8 +30,11 @@ struct wfs_version {
 	bool in_order;             /* (V) every write so far extended the hashed prefix */
 	bool hash_only;            /* (V) the store filled up: bytes hashed, not kept (keep_hashing) */
 	int error;                 /* (V) first write error (-errno); sealing fails with it */
+	bool error_told;           /* (V) @error came from wfs_version_fail(): the caller reported it */
 	bool modified;             /* (V) changed since it was started */
 	bool written;              /* (V) data written (not only created or truncated); atomic */
+	bool only_extended;        /* (V) the one write so far was a single byte past the end (how
+				    * numpy.memmap sizes a file before it maps it); atomic */
 	pthread_mutex_t mtime_lock; /* @mtime_set and @mtime: utimes(2) must not wait for a seal's I/O */
 	bool mtime_set;            /* utimes after the last write: the seal keeps @mtime */
 	struct timespec mtime;
@@ -311,6 +314,7 @@ static bool keep_hashing(struct wfs_version *v, ssize_t err, off_t off)
 
 ssize_t wfs_version_write(struct wfs_version *v, const void *buf, size_t len, off_t off)
 {
+	bool extends;
 	ssize_t ret;
 
 	pthread_mutex_lock(&v->lock);
@@ -335,9 +339,13 @@ ssize_t wfs_version_write(struct wfs_version *v, const void *buf, size_t len, of
 		wfs_hasher_update(&v->hasher, buf, len);
 	else
 		v->in_order = false;
+	/* numpy.memmap(mode='w+') sizes a new file by writing its last byte, then fills a mapping:
+	 * that first write alone is not the tensor's data (wfs_version_has_data()). */
+	extends = !v->written && len == 1 && off > 0 && (uint64_t)off >= v->size;
 	if ((uint64_t)off + len > v->size)
 		set_size(v, (uint64_t)off + len);
 	v->modified = true;
+	__atomic_store_n(&v->only_extended, extends, __ATOMIC_RELEASE);
 	__atomic_store_n(&v->written, true, __ATOMIC_RELEASE);
 	pthread_mutex_lock(&v->mtime_lock);
 	v->mtime_set = false; /* a write after utimes moves mtime again */
@@ -565,7 +573,6 @@ out:
 static int settle(struct wfs_version *v)
 {
 	struct wfs_tmpfile copy;
-	char proc[32];
 	int ro, ret = 0;
 	bool leased = false;
 
@@ -573,8 +580,7 @@ static int settle(struct wfs_version *v)
 	if (v->reserved_past_eof && ftruncate(v->tmp.fd, (off_t)v->size) < 0)
 		return -errno; /* blocks reserved past the end would stay with the object */
 	v->reserved_past_eof = false;
-	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", v->tmp.fd);
-	ro = open(proc, O_RDONLY | O_CLOEXEC);
+	ro = fcntl(v->size_fd, F_DUPFD_CLOEXEC, 0); /* read-only, of the same file */
 	if (ro < 0)
 		return -errno;
 	close(v->tmp.fd);
@@ -713,6 +719,12 @@ bool wfs_version_written(struct wfs_version *v)
 	return __atomic_load_n(&v->written, __ATOMIC_ACQUIRE); /* no lock: a flush holds fs->lock */
 }
 
+bool wfs_version_has_data(struct wfs_version *v)
+{
+	return __atomic_load_n(&v->written, __ATOMIC_ACQUIRE) &&
+	       !__atomic_load_n(&v->only_extended, __ATOMIC_ACQUIRE);
+}
+
 bool wfs_version_has_bytes(struct wfs_version *v)
 {
 	bool has;
@@ -790,7 +802,7 @@ int wfs_version_kernel_backing(struct wfs_version *v, uint64_t reserve)
 		v->in_order = false;
 		__atomic_store_n(&v->written, true, __ATOMIC_RELEASE); /* the kernel writes unseen */
 		v->modified = true;
-		ret = v->tmp.fd;
+		ret = v->size_fd;
 	}
 	pthread_mutex_unlock(&v->lock);
 	return ret;
@@ -814,7 +826,19 @@ bool wfs_version_published_copy(struct wfs_version *v)
 void wfs_version_fail(struct wfs_version *v, int err)
 {
 	pthread_mutex_lock(&v->lock);
-	if (!v->error)
+	if (!v->error) {
 		v->error = err;
+		v->error_told = true;
+	}
 	pthread_mutex_unlock(&v->lock);
+}
+
+bool wfs_version_error_told(struct wfs_version *v)
+{
+	bool told;
+
+	pthread_mutex_lock(&v->lock);
+	told = v->error_told;
+	pthread_mutex_unlock(&v->lock);
+	return told;
 }

@@ -96,6 +96,11 @@ bool wfs_version_mtime(struct wfs_version *v, struct timespec *mtime);
 bool wfs_version_frozen(struct wfs_version *v);
 /* Have data been written to @v (not only created, truncated or fallocated)? */
 bool wfs_version_written(struct wfs_version *v);
+/*
+ * The same, but a lone one-byte write past the end is not data: numpy.memmap(mode='w+') sizes a new
+ * file that way before it fills a mapping of it, and closes its descriptor meanwhile (writer.h).
+ */
+bool wfs_version_has_data(struct wfs_version *v);
 /* Have data been written, or is the size above 0? */
 bool wfs_version_has_bytes(struct wfs_version *v);
 
@@ -133,17 +138,22 @@ void wfs_version_thaw(struct wfs_version *v);
  * and reserve @reserve bytes there (fallocate KEEP_SIZE, trimmed before publishing), so that a full
  * store fails here and the daemon path, which can keep hashing, is used instead. From then on the
  * size is the file's and the seal rehashes the file; before hashing it makes sure nothing can write
- * the file any more (a read lease), else it publishes a copy (docs/integrity.md). Returns the tmp
- * file's descriptor (owned by @v, O_RDWR: register it as the backing file), -ENOSPC/-EDQUOT, -EAGAIN
- * (FROZEN or DONE), or another -errno.
+ * the file any more (a read lease), else it publishes a copy (docs/integrity.md). Returns a
+ * read-only descriptor of the tmp file (owned by @v, valid until it is freed) to register as the
+ * backing file: the kernel opens each passthrough open's own file from it with that open's flags,
+ * and a registered read-write one would count as a writer until the id is released, so the lease
+ * would never be granted. Or -ENOSPC/-EDQUOT, -EAGAIN (FROZEN or DONE), another -errno.
  */
 int wfs_version_kernel_backing(struct wfs_version *v, uint64_t reserve);
 /* Was @v written through the kernel (its seal needs the lease check, and is synced at release)? */
 bool wfs_version_kernel_written(struct wfs_version *v);
 /* Did the seal find the writers' file still open for writing, and publish a copy of it? */
 bool wfs_version_published_copy(struct wfs_version *v);
-/* Make the seal of @v fail with @err (-errno), unless an error is kept already. */
+/* Make the seal of @v fail with @err (-errno), unless an error is kept already; the caller has
+ * reported it (logged, or returned to close(2)), so the seal does not log it again. */
 void wfs_version_fail(struct wfs_version *v, int err);
+/* Is the error the seal of @v will fail with one that wfs_version_fail() set? */
+bool wfs_version_error_told(struct wfs_version *v);
 
 /*
  * Writer count (fs->lock held): writable handles that wrote to (or truncated) @v since their last

@@ -67,7 +67,7 @@ bool wfs_writer_flush_ends(struct wfs_version *v, pid_t writer_tid, pid_t flushe
 {
 	pid_t a, b;
 
-	if (!wfs_version_written(v))
+	if (!wfs_version_has_data(v))
 		return false;
 	if (!writer_tid || flusher_tid == writer_tid)
 		return true;

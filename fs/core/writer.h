@@ -3,7 +3,8 @@
  * so the daemon asks here, from the closing thread's id, whether that close is the writer's end:
  *   - a close that is not the writer's must not seal: a forked child exiting with an inherited
  *     descriptor, or a descriptor closed before any data was written (a shell's dup2 + close of a
- *     redirection, dd's O_TRUNC open, numpy.memmap closing its file while its mapping is filled);
+ *     redirection, dd's O_TRUNC open, numpy.memmap closing its file while its mapping is filled,
+ *     after sizing it with a one-byte write at its end: not data either, wfs_version_has_data());
  *     sealing there would replace a name's content with nothing before the writer wrote. Those
  *     versions are sealed by a later flush of the writer, or at release;
  *   - a process killed mid-write still closes its files on the way out; its bytes are not a
@@ -29,7 +30,7 @@ int wfs_writer_killed_by(pid_t tid);
 pid_t wfs_writer_tgid(pid_t tid);
 /*
  * Does a flush by thread @flusher_tid end the writing of version @v, last written by thread
- * @writer_tid (0: not known)? Only when bytes were written, and the flusher is the writer or of its
+ * @writer_tid (0: not known)? Only when data were written, and the flusher is the writer or of its
  * process (when either is gone: yes, as close(2) promises). Takes @v's lock.
  */
 bool wfs_writer_flush_ends(struct wfs_version *v, pid_t writer_tid, pid_t flusher_tid);

@@ -255,6 +255,10 @@ static void print_daemon_stats(const json_t *d)
 	printf("opens since mount:  %llu read-only through passthrough, %llu by the daemon (writes, or reads "
 	       "without passthrough)\n",
 	       (unsigned long long)json_u64(k, "opens_passthrough"), (unsigned long long)json_u64(k, "opens_daemon"));
+	printf("tensor writes:      %llu through passthrough (%llu sealed from a copy: the file was still "
+	       "writable at its release)\n",
+	       (unsigned long long)json_u64(k, "opens_passthrough_write"),
+	       (unsigned long long)json_u64(k, "published_copies"));
 	printf("direct since mount: %llu object descriptors handed out\n",
 	       (unsigned long long)json_u64(k, "opens_direct"));
 }

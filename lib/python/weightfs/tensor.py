@@ -515,6 +515,20 @@ def _create(tmp, d):
         raise _reraise(e, tmp, f"creating {tmp}") from None
 
 
+def _await_seal(tmp, hexdigest):
+    """Wait for weightfs to seal tmp (written through passthrough: sealed at its release, moments
+    after close), reading its user.weightfs.digest, which waits for that seal; then the tensor is
+    an object before anyone opens it, and the daemon's digest is checked against the host's
+    (OSError EIO when they differ). Elsewhere (no such attribute) this is one failed getxattr."""
+    try:
+        got = os.getxattr(tmp, DIGEST_XATTR).decode("ascii", "replace").strip()
+    except OSError:
+        return
+    if hexdigest and got != hexdigest:
+        raise OSError(errno.EIO, f"weightfs: {tmp}: sealed as {got}, but the tensor's bytes hash to "
+                      f"{hexdigest}: the file does not hold what was written", tmp)
+
+
 def _reopen_to_write(fd, tmp):
     """Close fd (tmp, just created, its xattrs set) and open tmp again to write it: weightfs writes
     a tensor of PASSTHROUGH_WRITE_MIN bytes or more through kernel passthrough when it is opened
@@ -645,6 +659,7 @@ def offload(data: Any, path: PathLike, *, claim: bool = True, xattrs: bool = Tru
     d = os.path.dirname(os.path.abspath(path))
     tmp = _tmp_name(os.path.join(d, os.path.basename(path)))
     claimed = False
+    sealed_later = False  # written through passthrough: weightfs seals it at the release
     fd = -1
     try:
         fd = _create(tmp, d)
@@ -657,6 +672,7 @@ def offload(data: Any, path: PathLike, *, claim: bool = True, xattrs: bool = Tru
         if not claimed and nbytes > 0:
             staged = kind == "cuda" and _stage_has_cuda()
             through_kernel = xattrs and name is not None and nbytes >= PASSTHROUGH_WRITE_MIN
+            sealed_later = through_kernel
             if through_kernel and staged:
                 # The stager opens the file again itself (O_TRUNC): with this descriptor closed
                 # first, weightfs writes the tensor through kernel passthrough (lib/weightfs.h).
@@ -690,6 +706,8 @@ def offload(data: Any, path: PathLike, *, claim: bool = True, xattrs: bool = Tru
                 os.close(cfd)  # weightfs seals here: ENOSPC/EIO of the seal come back now
             except OSError as e:
                 raise _reraise(e, tmp, f"closing (sealing) {tmp}") from None
+        if sealed_later:
+            _await_seal(tmp, hexdigest)
         try:
             os.rename(tmp, path)
         except OSError as e:
