@@ -401,25 +401,26 @@ START_TEST(claim_cases)
 {
 	unsigned char buf[4096];
 	struct wfs_digest d, missing;
-	struct wfs_inode *src, *dst, *full;
+	uint64_t dst, full;
+	struct wfs_inode *src;
 
 	tu_fill(buf, sizeof(buf), 5);
 	wfs_digest_buf(buf, sizeof(buf), &d);
 	wfs_digest_buf("nothing", 7, &missing);
 	pthread_mutex_lock(&fs.lock);
 	src = new_file("src");
-	dst = new_file("dst");
-	full = new_file("full");
 	ck_assert_int_eq(seal_bytes(src, buf, sizeof(buf)), 0);
-	ck_assert_int_eq(seal_bytes(full, "x", 1), 0);
-	ck_assert_int_eq(wfs_seal_claim(&fs, dst->ino, &missing), -ENODATA);
+	dst = new_file("dst")->ino; /* by number: a claim frees the entry of an inode nobody holds */
+	full = new_file("full")->ino;
+	ck_assert_int_eq(seal_bytes(wfs_inode_find(&fs, full), "x", 1), 0);
+	ck_assert_int_eq(wfs_seal_claim(&fs, dst, &missing), -ENODATA);
 	ck_assert_uint_eq(fs.counters.claim_misses, 1);
-	ck_assert_int_eq(wfs_seal_claim(&fs, full->ino, &d), -EEXIST);
+	ck_assert_int_eq(wfs_seal_claim(&fs, full, &d), -EEXIST);
 	ck_assert_int_eq(wfs_seal_claim(&fs, WFS_ROOT_INO, &d), -EINVAL);
-	ck_assert_int_eq(wfs_seal_claim(&fs, dst->ino, &d), 0);
+	ck_assert_int_eq(wfs_seal_claim(&fs, dst, &d), 0);
 	ck_assert_uint_eq(fs.counters.claims, 1);
-	assert_sealed_as(dst->ino, buf, sizeof(buf));
-	ck_assert_int_eq(wfs_seal_claim(&fs, dst->ino, &d), -EEXIST); /* has content now */
+	assert_sealed_as(dst, buf, sizeof(buf));
+	ck_assert_int_eq(wfs_seal_claim(&fs, dst, &d), -EEXIST); /* has content now */
 	pthread_mutex_unlock(&fs.lock);
 }
 END_TEST
