@@ -61,11 +61,6 @@ struct wfs_fs *wfs_ops_fs(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
-static struct wfs_fs *fs_of(fuse_req_t req)
-{
-	return fuse_req_userdata(req);
-}
-
 static struct wfs_handle *handle_of(const struct fuse_file_info *fi)
 {
 	return (struct wfs_handle *)(uintptr_t)fi->fh;
@@ -179,7 +174,7 @@ static void wfs_destroy(void *userdata)
 
 static void wfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct wfs_fs *fs = fs_of(req);
+	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct fuse_entry_param e;
 	struct wfs_attr a;
 	int ret = check_name(name);
@@ -202,7 +197,7 @@ static void wfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void wfs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
-	struct wfs_fs *fs = fs_of(req);
+	struct wfs_fs *fs = wfs_ops_fs(req);
 
 	pthread_mutex_lock(&fs->lock);
 	wfs_inode_forget(fs, ino, nlookup);
@@ -212,7 +207,7 @@ static void wfs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 
 static void wfs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
 {
-	struct wfs_fs *fs = fs_of(req);
+	struct wfs_fs *fs = wfs_ops_fs(req);
 
 	pthread_mutex_lock(&fs->lock);
 	for (size_t i = 0; i < count; i++)
@@ -223,7 +218,7 @@ static void wfs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_da
 
 static void wfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct wfs_fs *fs = fs_of(req);
+	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct wfs_attr a;
 	struct stat st;
 	int ret;
@@ -299,7 +294,7 @@ static int do_setattr(struct wfs_fs *fs, fuse_ino_t ino, const struct stat *st, 
 static void wfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 			struct fuse_file_info *fi)
 {
-	struct wfs_fs *fs = fs_of(req);
+	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct wfs_news news = {0};
 	struct stat st;
 	int ret;
@@ -347,7 +342,7 @@ static int do_mknode(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t parent, const
 
 static void wfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
-	struct wfs_fs *fs = fs_of(req);
+	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct fuse_entry_param e;
 	struct wfs_attr a;
 	int ret;
@@ -362,7 +357,7 @@ static void wfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 
 static void wfs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
-	struct wfs_fs *fs = fs_of(req);
+	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct fuse_entry_param e;
 	struct wfs_attr a;
 	int ret = strlen(link) >= PATH_MAX ? -ENAMETOOLONG : 0;
@@ -411,7 +406,7 @@ static int do_mkspecial(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t parent, co
  */
 static void wfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
-	struct wfs_fs *fs = fs_of(req);
+	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct fuse_entry_param e;
 	struct wfs_inode *in = NULL;
 	struct wfs_attr a;
@@ -452,7 +447,7 @@ static void wfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 static void wfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		       struct fuse_file_info *fi)
 {
-	struct wfs_fs *fs = fs_of(req);
+	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct fuse_entry_param e;
 	struct wfs_open_reply r;
 	struct wfs_inode *in;
@@ -485,7 +480,7 @@ out:
 
 static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct wfs_fs *fs = fs_of(req);
+	struct wfs_fs *fs = wfs_ops_fs(req);
 	bool truncate = fi->flags & O_TRUNC;
 	bool writable = (fi->flags & O_ACCMODE) != O_RDONLY || truncate;
 	struct wfs_news news = {0};
@@ -515,7 +510,7 @@ static void wfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, str
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	n = wfs_openmode_read(fs_of(req), handle_of(fi), tid_of(req), buf, size, off);
+	n = wfs_openmode_read(wfs_ops_fs(req), handle_of(fi), tid_of(req), buf, size, off);
 	if (n < 0)
 		fuse_reply_err(req, (int)-n);
 	else
@@ -526,7 +521,7 @@ static void wfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, str
 static void wfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		      struct fuse_file_info *fi)
 {
-	struct wfs_fs *fs = fs_of(req);
+	struct wfs_fs *fs = wfs_ops_fs(req);
 	bool mode_changed;
 	ssize_t n;
 
@@ -543,7 +538,7 @@ static void wfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, o
 			  struct fuse_file_info *fi)
 {
 	(void)ino;
-	fuse_reply_err(req, -wfs_seal_fallocate(fs_of(req), handle_of(fi), tid_of(req), mode, off, len));
+	fuse_reply_err(req, -wfs_seal_fallocate(wfs_ops_fs(req), handle_of(fi), tid_of(req), mode, off, len));
 }
 
 static void wfs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, struct fuse_file_info *fi_in,
@@ -551,7 +546,7 @@ static void wfs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 				int flags)
 {
 	ssize_t n = flags ? -EINVAL
-			  : wfs_seal_copy_range(fs_of(req), handle_of(fi_in), off_in, handle_of(fi_out), off_out,
+			  : wfs_seal_copy_range(wfs_ops_fs(req), handle_of(fi_in), off_in, handle_of(fi_out), off_out,
 						len, fuse_req_ctx(req)->uid, tid_of(req));
 
 	(void)ino_in;
@@ -565,7 +560,7 @@ static void wfs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 /* close(2): the last writable handle's flush seals, and its errors come back from close(2). */
 static void wfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct wfs_fs *fs = fs_of(req);
+	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct wfs_news news = {0};
 	int ret;
 
@@ -580,7 +575,7 @@ static void wfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct wfs_fs *fs = fs_of(req);
+	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct wfs_news news = {0};
 
 	(void)ino;
@@ -593,7 +588,7 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 
 static void wfs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-	struct wfs_fs *fs = fs_of(req);
+	struct wfs_fs *fs = wfs_ops_fs(req);
 	int ret;
 
 	(void)ino, (void)datasync, (void)fi;
@@ -610,7 +605,7 @@ static void wfs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fu
 
 static void wfs_unlink_common(fuse_req_t req, fuse_ino_t parent, const char *name, bool dir)
 {
-	struct wfs_fs *fs = fs_of(req);
+	struct wfs_fs *fs = wfs_ops_fs(req);
 	uint64_t ino;
 	int ret;
 
@@ -635,7 +630,7 @@ static void wfs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 static void wfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 		       const char *newname, unsigned int flags)
 {
-	struct wfs_fs *fs = fs_of(req);
+	struct wfs_fs *fs = wfs_ops_fs(req);
 	uint64_t replaced = 0;
 	int ret = check_name(newname);
 
@@ -650,7 +645,7 @@ static void wfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse
 
 static void wfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
-	struct wfs_fs *fs = fs_of(req);
+	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct fuse_entry_param e;
 	struct wfs_attr a;
 	int ret = check_name(newname);
@@ -666,7 +661,7 @@ static void wfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const
 
 static void wfs_readlink(fuse_req_t req, fuse_ino_t ino)
 {
-	struct wfs_fs *fs = fs_of(req);
+	struct wfs_fs *fs = wfs_ops_fs(req);
 	char buf[PATH_MAX];
 	int ret;
 
@@ -681,7 +676,7 @@ static void wfs_readlink(fuse_req_t req, fuse_ino_t ino)
 
 static void wfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct wfs_fs *fs = fs_of(req);
+	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct wfs_attr a;
 	int ret;
 
@@ -754,7 +749,7 @@ static int dirbuf_entry(void *ctx, const char *name, const struct wfs_attr *a, u
 
 static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus)
 {
-	struct wfs_fs *fs = fs_of(req);
+	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct dirbuf d = {.fs = fs, .req = req, .plus = plus, .size = size};
 	struct fuse_entry_param e;
 	struct wfs_attr a;
@@ -809,7 +804,7 @@ static void wfs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t o
 
 static void wfs_statfs(fuse_req_t req, fuse_ino_t ino)
 {
-	struct wfs_fs *fs = fs_of(req);
+	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct statvfs st;
 	int ret;
 

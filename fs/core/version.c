@@ -714,26 +714,10 @@ bool wfs_version_frozen(struct wfs_version *v)
 	return __atomic_load_n(&v->frozen, __ATOMIC_ACQUIRE);
 }
 
-bool wfs_version_written(struct wfs_version *v)
-{
-	return __atomic_load_n(&v->written, __ATOMIC_ACQUIRE); /* no lock: a flush holds fs->lock */
-}
-
 bool wfs_version_has_data(struct wfs_version *v)
 {
 	return __atomic_load_n(&v->written, __ATOMIC_ACQUIRE) &&
 	       !__atomic_load_n(&v->only_extended, __ATOMIC_ACQUIRE);
-}
-
-bool wfs_version_has_bytes(struct wfs_version *v)
-{
-	bool has;
-
-	pthread_mutex_lock(&v->lock);
-	refresh(v);
-	has = v->written || v->size;
-	pthread_mutex_unlock(&v->lock);
-	return has;
 }
 
 int wfs_version_claim_freeze(struct wfs_version *v, bool freeze)

@@ -26,7 +26,7 @@
  * fs->lock held (it comes first in the lock order); the write path calls the I/O ones without it,
  * so that other inodes do not wait for this one's disk. What the handlers ask under fs->lock while
  * a seal may hold the version lock for its hashing and fdatasync — wfs_version_size(),
- * _frozen(), _written(), _kernel_written(), _set_mtime() — does not take it.
+ * _frozen(), _has_data(), _kernel_written(), _set_mtime() — does not take it.
  */
 #ifndef WFS_CORE_VERSION_H
 #define WFS_CORE_VERSION_H
@@ -94,15 +94,12 @@ void wfs_version_set_mtime(struct wfs_version *v, const struct timespec *mtime);
 bool wfs_version_mtime(struct wfs_version *v, struct timespec *mtime);
 /* FROZEN or DONE (being sealed, or finished): a writer must wait and start over. */
 bool wfs_version_frozen(struct wfs_version *v);
-/* Have data been written to @v (not only created, truncated or fallocated)? */
-bool wfs_version_written(struct wfs_version *v);
 /*
- * The same, but a lone one-byte write past the end is not data: numpy.memmap(mode='w+') sizes a new
- * file that way before it fills a mapping of it, and closes its descriptor meanwhile (writer.h).
+ * Have data been written to @v (not only created, truncated or fallocated)? A lone one-byte write
+ * past the end is not data: numpy.memmap(mode='w+') sizes a new file that way before it fills a
+ * mapping of it, and closes its descriptor meanwhile (writer.h).
  */
 bool wfs_version_has_data(struct wfs_version *v);
-/* Have data been written, or is the size above 0? */
-bool wfs_version_has_bytes(struct wfs_version *v);
 
 /*
  * OPEN → FROZEN: the digest of the bytes into *@d, the size into *@size, and whether the version was
@@ -126,8 +123,9 @@ int wfs_version_publish(struct wfs_version *v, const struct wfs_digest *d, bool 
 /* → DONE without publishing: the bytes are released. */
 void wfs_version_discard(struct wfs_version *v);
 /*
- * For a digest claim: -EEXIST when @v has bytes (wfs_version_has_bytes()), else 0; with @freeze the
- * empty version is FROZEN too, so that no write lands before the claim commits (or is thawed).
+ * For a digest claim: -EEXIST when @v has bytes (data written, or a size above 0), else 0; with
+ * @freeze the empty version is FROZEN too, so that no write lands before the claim commits (or is
+ * thawed).
  */
 int wfs_version_claim_freeze(struct wfs_version *v, bool freeze);
 /* FROZEN → OPEN, for a claim that failed after wfs_version_claim_freeze(@v, true). */
