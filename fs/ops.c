@@ -592,9 +592,13 @@ static void wfs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_
 	int ret;
 
 	(void)ino, (void)datasync, (void)fi;
-	/* Bytes become durable when sealed (at close); fsync makes the namespace durable: every
-	 * commit so far, the WAL's fdatasync, without holding fs->lock. */
-	ret = wfs_catalog_wal_sync(fs->catalog);
+	/* Bytes become durable when sealed (at close); fsync makes the namespace durable: the batch
+	 * committed, then the WAL's fdatasync without holding fs->lock. */
+	pthread_mutex_lock(&fs->lock);
+	ret = wfs_commit_now(fs);
+	pthread_mutex_unlock(&fs->lock);
+	if (ret == 0)
+		ret = wfs_catalog_wal_sync(fs->catalog);
 	fuse_reply_err(req, -ret);
 }
 

@@ -86,6 +86,9 @@ enum stmt_id {
 	ST_BEGIN,
 	ST_COMMIT,
 	ST_ROLLBACK,
+	ST_SAVEPOINT,
+	ST_RELEASE,
+	ST_ROLLBACK_TO,
 	ST_COUNT
 };
 
@@ -126,6 +129,9 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_BEGIN] = "BEGIN IMMEDIATE",
 	[ST_COMMIT] = "COMMIT",
 	[ST_ROLLBACK] = "ROLLBACK",
+	[ST_SAVEPOINT] = "SAVEPOINT op",
+	[ST_RELEASE] = "RELEASE op",
+	[ST_ROLLBACK_TO] = "ROLLBACK TO op",
 };
 
 /*
@@ -137,6 +143,9 @@ static const char *const stmt_sql[ST_COUNT] = {
  * WAL, so 8 MiB covers a few hundred deletions before the space they free comes back.
  */
 #define CATALOG_RESERVE (8u << 20) /* bytes */
+#define WAL_HEADROOM (4u << 20)    /* bytes kept allocated past the WAL's end while batching */
+#define BATCH_MAX 1024             /* calls in one batch at most: its frames stay far below that */
+static atomic_bool headroom_unsupported;
 
 struct wfs_catalog {
 	sqlite3 *db;
@@ -147,6 +156,12 @@ struct wfs_catalog {
 	pthread_mutex_t wal_lock; /* wal_fd is opened once, by the first wfs_catalog_wal_sync() */
 	int wal_fd;        /* read-only descriptor of the WAL, for fdatasync; -1 until needed */
 	bool reserve_used; /* released (or never allocated): allocate again when there is room */
+	bool batch;        /* wfs_catalog_batch(): calls are savepoints of one open transaction */
+	bool headroom;     /* the WAL has WAL_HEADROOM allocated past its end (wal_headroom) */
+	int wal_rw;        /* read-write descriptor of the WAL, for its headroom; -1 until needed */
+	uint64_t pending;  /* calls in the open batch, not committed yet */
+	void (*first_pending)(void *ctx); /* told when a batch gets its first call */
+	void *first_pending_ctx;
 };
 
 static atomic_bool sqlite_error_logged;
@@ -264,9 +279,22 @@ static int step_attr(struct wfs_catalog *c, sqlite3_stmt *s, struct wfs_attr *ou
 	return ret;
 }
 
+/*
+ * Start a call's transaction: its own, or in a batch a savepoint of the batch's transaction (opened
+ * by the first call after a commit).
+ */
 static int begin(struct wfs_catalog *c)
 {
-	return step_done(c, stmt(c, ST_BEGIN));
+	int ret;
+
+	if (!c->batch)
+		return step_done(c, stmt(c, ST_BEGIN));
+	if (sqlite3_get_autocommit(c->db)) {
+		ret = step_done(c, stmt(c, ST_BEGIN));
+		if (ret)
+			return ret;
+	}
+	return step_done(c, stmt(c, ST_SAVEPOINT));
 }
 
 /* Allocate the reserve when the filesystem has room for it twice over; else leave it for later. */
@@ -302,22 +330,134 @@ static bool reserve_release(struct wfs_catalog *c)
 	return true;
 }
 
-/* Commit when @ret is 0, roll back otherwise; returns the first error. */
+/* The batch's transaction ended without a commit (SQLite rolls back on some errors by itself). */
+static void batch_lost(struct wfs_catalog *c, int ret)
+{
+	if (c->pending)
+		wfs_log(WFS_LOG_ERR, "catalog: %llu changes since the last commit are lost: %s",
+			(unsigned long long)c->pending, strerror(-ret));
+	c->pending = 0;
+}
+
+/*
+ * Keep WAL_HEADROOM bytes allocated past the WAL's end (FALLOC_FL_KEEP_SIZE: SQLite sees the same
+ * file; its appends land in blocks that are there already). SQLite rolls a transaction back when
+ * its COMMIT meets a full filesystem, and a batch's changes were answered before it: so a batch is
+ * only kept open while its commit cannot need free space. Returns whether the headroom is in place.
+ */
+static bool wal_headroom(struct wfs_catalog *c)
+{
+	struct stat st;
+
+	if (c->wal_rw < 0)
+		c->wal_rw = open(c->wal_path, O_RDWR | O_CLOEXEC);
+	if (c->wal_rw < 0 || fstat(c->wal_rw, &st) < 0)
+		return false;
+	if ((uint64_t)st.st_blocks * 512 >= (uint64_t)st.st_size + WAL_HEADROOM / 2)
+		return true;
+	if (fallocate(c->wal_rw, FALLOC_FL_KEEP_SIZE, st.st_size, WAL_HEADROOM) == 0)
+		return true;
+	if (errno == EOPNOTSUPP)
+		wfs_log_once(&headroom_unsupported, WFS_LOG_INFO, "catalog %s: no preallocation on this "
+			     "filesystem: every change commits by itself", c->wal_path);
+	return false;
+}
+
+/*
+ * Commit the open transaction. One that meets a full filesystem releases the reserve and runs once
+ * more if SQLite kept the transaction. On failure the transaction stays open where SQLite kept it.
+ */
+static int commit(struct wfs_catalog *c)
+{
+	int ret = wfs_fault("catalog.commit");
+
+	if (ret == 0)
+		ret = step_done(c, stmt(c, ST_COMMIT));
+	if (ret == -ENOSPC && c->batch && !sqlite3_get_autocommit(c->db) && reserve_release(c))
+		ret = step_done(c, stmt(c, ST_COMMIT));
+	if (ret == 0) {
+		c->pending = 0;
+		if (c->reserve_used)
+			reserve_fill(c);
+		if (c->batch)
+			c->headroom = wal_headroom(c);
+	}
+	return ret;
+}
+
+/*
+ * End a call's transaction: commit when @ret is 0, roll back otherwise; returns the first error. In a
+ * batch, the call's savepoint is released into the batch, or rolled back alone. The batch is
+ * committed at once when it reaches BATCH_MAX calls, and after every call while the WAL has no
+ * headroom (a full filesystem then fails the call that meets it, not a later commit).
+ */
 static int end(struct wfs_catalog *c, int ret)
 {
-	if (ret == 0)
-		ret = wfs_fault("catalog.commit");
-	if (ret == 0) {
-		ret = step_done(c, stmt(c, ST_COMMIT));
-		if (ret == 0) {
-			if (c->reserve_used)
-				reserve_fill(c);
-			return 0;
+	if (c->batch) {
+		if (sqlite3_get_autocommit(c->db)) { /* SQLite rolled the whole batch back */
+			batch_lost(c, ret ? ret : -EIO);
+			return ret ? ret : -EIO;
 		}
+		if (ret) {
+			step_done(c, stmt(c, ST_ROLLBACK_TO));
+			step_done(c, stmt(c, ST_RELEASE));
+			return ret;
+		}
+		ret = step_done(c, stmt(c, ST_RELEASE));
+		if (ret == 0 && c->pending++ == 0 && c->first_pending)
+			c->first_pending(c->first_pending_ctx);
+		if (ret == 0 && (!c->headroom || c->pending >= BATCH_MAX))
+			ret = wfs_catalog_commit(c);
+		return ret;
+	}
+	if (ret == 0) {
+		ret = commit(c);
+		if (ret == 0)
+			return 0;
 	}
 	if (!sqlite3_get_autocommit(c->db))
 		step_done(c, stmt(c, ST_ROLLBACK));
 	return ret;
+}
+
+int wfs_catalog_batch(struct wfs_catalog *c, bool on, void (*first_pending)(void *ctx), void *ctx)
+{
+	int ret = on ? 0 : wfs_catalog_commit(c);
+
+	if (ret)
+		return ret;
+	if (c->readonly)
+		return on ? -EROFS : 0;
+	c->batch = on;
+	c->headroom = on && wal_headroom(c);
+	c->first_pending = on ? first_pending : NULL;
+	c->first_pending_ctx = on ? ctx : NULL;
+	return 0;
+}
+
+int wfs_catalog_commit(struct wfs_catalog *c)
+{
+	int ret;
+
+	if (!c->batch || sqlite3_get_autocommit(c->db))
+		return 0;
+	ret = commit(c);
+	if (ret && sqlite3_get_autocommit(c->db))
+		batch_lost(c, ret);
+	return ret;
+}
+
+void wfs_catalog_rollback(struct wfs_catalog *c)
+{
+	if (!c->batch || sqlite3_get_autocommit(c->db))
+		return;
+	step_done(c, stmt(c, ST_ROLLBACK));
+	c->pending = 0;
+}
+
+uint64_t wfs_catalog_pending(const struct wfs_catalog *c)
+{
+	return c->pending;
 }
 
 static int exec(struct wfs_catalog *c, const char *sql)
@@ -416,6 +556,7 @@ int wfs_catalog_open(const char *path, unsigned flags, uint32_t root_uid, uint32
 	c->readonly = readonly;
 	c->reserve_fd = -1;
 	c->wal_fd = -1;
+	c->wal_rw = -1;
 	pthread_mutex_init(&c->wal_lock, NULL);
 	if (asprintf(&c->wal_path, "%s-wal", path) < 0) {
 		c->wal_path = NULL;
@@ -483,6 +624,8 @@ void wfs_catalog_close(struct wfs_catalog *c)
 {
 	if (!c)
 		return;
+	if (c->batch && wfs_catalog_commit(c))
+		wfs_log(WFS_LOG_ERR, "catalog: the last changes could not be committed at close");
 	for (int i = 0; i < ST_COUNT; i++)
 		sqlite3_finalize(c->stmt[i]);
 	sqlite3_close(c->db);
@@ -490,6 +633,8 @@ void wfs_catalog_close(struct wfs_catalog *c)
 		close(c->reserve_fd);
 	if (c->wal_fd >= 0)
 		close(c->wal_fd);
+	if (c->wal_rw >= 0)
+		close(c->wal_rw);
 	pthread_mutex_destroy(&c->wal_lock);
 	free(c->wal_path);
 	free(c);
@@ -1463,6 +1608,8 @@ int wfs_catalog_object_delete(struct wfs_catalog *c, const struct wfs_digest *d)
 
 	if (ret == -ENOSPC && reserve_release(c))
 		ret = object_delete_once(c, d);
+	if (ret == 0)
+		ret = wfs_catalog_commit(c); /* the caller removes the file next: never before the row */
 	return ret;
 }
 
@@ -1646,6 +1793,9 @@ int wfs_catalog_sync(struct wfs_catalog *c)
 
 	if (c->readonly)
 		return 0;
+	rc = wfs_catalog_commit(c);
+	if (rc)
+		return rc;
 	rc = sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
 	return map_sqlite(c, rc);
 }

@@ -214,7 +214,11 @@ enum wfs_object_state {
 /* Set object @d's state. -ENOENT if the catalog has no such object. */
 int wfs_catalog_object_set_state(struct wfs_catalog *c, const struct wfs_digest *d,
 				 enum wfs_object_state state);
-/* Forget object @d; only when unreferenced (-EBUSY otherwise). The caller removes the file after. */
+/*
+ * Forget object @d; only when unreferenced (-EBUSY otherwise). The caller removes the file after: in
+ * a batch (wfs_catalog_batch) the batch is committed first, so a crash never leaves a row, or a name,
+ * whose file is gone.
+ */
 int wfs_catalog_object_delete(struct wfs_catalog *c, const struct wfs_digest *d);
 /*
  * Objects with refcount 0, least recently released first (for retention and cleanup): @fn gets each
@@ -276,6 +280,31 @@ int wfs_catalog_stats(struct wfs_catalog *c, struct wfs_catalog_stats *out);
  * fdatasync); 0 on a read-only handle.
  */
 int wfs_catalog_wal_sync(struct wfs_catalog *c);
+
+/*
+ * Batched commits, for a daemon that serialises its calls (off by default). With @on, each call that
+ * changes the catalog runs as a savepoint of one open transaction, and wfs_catalog_commit() ends it:
+ * a thousand creates share one commit's locks and WAL frames instead of paying for a thousand. Each
+ * call stays all-or-nothing (its savepoint alone is rolled back on error) and calls apply in order,
+ * so a crash keeps a prefix of them; what was not committed is lost if the process dies (no
+ * durability is lost: without a sync, a commit was never durable on power loss either). Other
+ * connections see the last commit. While the reserve is spent (a full filesystem, see above), each
+ * call commits at once, so ENOSPC still fails the call that meets it. @first_pending (may be NULL),
+ * called under the caller's serialisation, is told when a batch gets its first change: the cue to
+ * schedule a commit. With @on false, the open batch is committed first. Returns 0, -EROFS (read-only
+ * handle), or the commit's error (batching stays on).
+ */
+int wfs_catalog_batch(struct wfs_catalog *c, bool on, void (*first_pending)(void *ctx), void *ctx);
+/*
+ * Commit the open batch (0 when there is none or batching is off). Returns 0, -ENOSPC (after a
+ * second try with the reserve released), -EIO, -EBUSY; when SQLite itself rolled the batch back on
+ * that error, its changes are lost and logged; otherwise the batch stays open for the next try.
+ */
+int wfs_catalog_commit(struct wfs_catalog *c);
+/* Drop the open batch, every change in it (commit first what must be kept). 0 when none is open. */
+void wfs_catalog_rollback(struct wfs_catalog *c);
+/* Changes in the open batch, not committed yet (0 when batching is off). */
+uint64_t wfs_catalog_pending(const struct wfs_catalog *c);
 
 /* Make every committed change durable (WAL checkpoint with sync). For fsync/fsyncdir/unmount. */
 int wfs_catalog_sync(struct wfs_catalog *c);

@@ -1449,6 +1449,95 @@ START_TEST(test_open_schema1)
 }
 END_TEST
 
+/* Batched commits: calls join one transaction; other connections see it at the commit. */
+static int pending_calls;
+static void count_first_pending(void *ctx)
+{
+	(void)ctx;
+	pending_calls++;
+}
+
+/* Does a second, read-only connection see @parent/@name? */
+static bool seen_elsewhere(uint64_t parent, const char *name)
+{
+	struct wfs_catalog *ro = NULL;
+	struct wfs_attr a;
+	int ret;
+
+	ck_assert_int_eq(wfs_catalog_open(db_path, WFS_CATALOG_READONLY, 0, 0, &ro), 0);
+	ret = wfs_catalog_lookup(ro, parent, name, &a);
+	wfs_catalog_close(ro);
+	ck_assert_msg(ret == 0 || ret == -ENOENT, "lookup elsewhere: %s", strerror(-ret));
+	return ret == 0;
+}
+
+START_TEST(test_batch_commit)
+{
+	struct wfs_attr a;
+	uint64_t f, g;
+
+	ck_assert_int_eq(wfs_catalog_batch(cat, true, count_first_pending, NULL), 0);
+	ck_assert_uint_eq(wfs_catalog_pending(cat), 0);
+	f = mkfile(ROOT, "f");
+	ck_assert_int_eq(pending_calls, 1);
+	g = mkfile(ROOT, "g");
+	seal(g, "batched", 7);
+	ck_assert_int_eq(pending_calls, 1); /* told once per batch */
+	ck_assert_uint_eq(wfs_catalog_pending(cat), 3);
+	/* This connection sees its own batch; another sees the last commit. */
+	ck_assert_uint_eq(ino_at(ROOT, "f"), f);
+	ck_assert(!seen_elsewhere(ROOT, "f"));
+	/* A failing call is rolled back alone: the batch before it stays. */
+	ck_assert_int_eq(wfs_catalog_create(cat, ROOT, "f", S_IFREG | 0644, UID, GID, NULL, &a), -EEXIST);
+	ck_assert_uint_eq(wfs_catalog_pending(cat), 3);
+	ck_assert_uint_eq(ino_at(ROOT, "g"), g);
+	ck_assert_int_eq(wfs_catalog_commit(cat), 0);
+	ck_assert_uint_eq(wfs_catalog_pending(cat), 0);
+	ck_assert(seen_elsewhere(ROOT, "f"));
+	ck_assert(seen_elsewhere(ROOT, "g"));
+	ck_assert_uint_eq(refcount("batched"), 1);
+
+	/* A rollback drops the open batch, and only it. */
+	mkfile(ROOT, "dropped");
+	ck_assert_int_eq(pending_calls, 2);
+	wfs_catalog_rollback(cat);
+	ck_assert_uint_eq(ino_at(ROOT, "dropped"), 0);
+	ck_assert_uint_eq(ino_at(ROOT, "f"), f);
+
+	/* Closing commits what is pending; so does turning batching off. */
+	mkfile(ROOT, "at-close");
+	wfs_catalog_close(cat);
+	cat = NULL;
+	ck_assert(seen_elsewhere(ROOT, "at-close"));
+	ck_assert_int_eq(wfs_catalog_open(db_path, 0, 0, 0, &cat), 0);
+	ck_assert_int_eq(wfs_catalog_batch(cat, true, NULL, NULL), 0);
+	mkfile(ROOT, "at-off");
+	ck_assert(!seen_elsewhere(ROOT, "at-off"));
+	ck_assert_int_eq(wfs_catalog_batch(cat, false, NULL, NULL), 0);
+	ck_assert(seen_elsewhere(ROOT, "at-off"));
+	mkfile(ROOT, "unbatched"); /* commits by itself again */
+	ck_assert(seen_elsewhere(ROOT, "unbatched"));
+}
+END_TEST
+
+/* An object's row is forgotten by a commit before its caller removes the file. */
+START_TEST(test_batch_object_delete_commits)
+{
+	struct wfs_digest d = dg("gone");
+	uint64_t f = mkfile(ROOT, "f"), ino = 0, refs;
+
+	seal(f, "gone", 4);
+	ck_assert_int_eq(wfs_catalog_batch(cat, true, NULL, NULL), 0);
+	ck_assert_int_eq(wfs_catalog_unlink(cat, ROOT, "f", false, &ino), 0);
+	ck_assert_int_eq(wfs_catalog_inode_drop(cat, ino, &(struct wfs_attr){0}), 0);
+	ck_assert_uint_gt(wfs_catalog_pending(cat), 0);
+	ck_assert_int_eq(wfs_catalog_object_delete(cat, &d), 0);
+	ck_assert_uint_eq(wfs_catalog_pending(cat), 0);
+	ck_assert(!seen_elsewhere(ROOT, "f"));
+	ck_assert_int_eq(wfs_catalog_object_refcount(cat, &d, &refs), -ENOENT);
+}
+END_TEST
+
 /* ---- runner ---------------------------------------------------------------------------------- */
 
 static void add(Suite *s, const char *name, const TTest *test)
@@ -1498,6 +1587,8 @@ static Suite *catalog_suite(void)
 	add(s, "persist_reopen", test_persist_reopen);
 	add(s, "mknod_special", test_mknod_special);
 	add(s, "open_schema1", test_open_schema1);
+	add(s, "batch_commit", test_batch_commit);
+	add(s, "batch_object_delete_commits", test_batch_object_delete_commits);
 	return s;
 }
 

@@ -187,6 +187,53 @@ START_TEST(writer_killed)
 }
 END_TEST
 
+/*
+ * Batched commits (fs/core/commit.h): the daemon killed moments after a run of creates and renames.
+ * A file whose close(2) returned after writing is there with its bytes; of the metadata changes
+ * after it, a prefix survives, in order: when name i exists, every name before it does.
+ */
+START_TEST(daemon_killed_after_batched_changes)
+{
+	size_t len = 64 << 10;
+	unsigned char *bytes = mu_pattern(len, 50);
+	char name[32], to[32];
+	int n = 300;
+	bool done;
+
+	for (int round = 0; round < 3; round++) {
+		ck_assert_int_eq(mu_write_file(mu_path("sealed"), bytes, len), 0);
+		for (int i = 0; i < n; i++) {
+			snprintf(name, sizeof(name), "e%d.%03d", round, i);
+			snprintf(to, sizeof(to), "r%d.%03d", round, i);
+			ck_assert_int_eq(mu_write_file(mu_path(name), NULL, 0), 0);
+			ck_assert_int_eq(rename(mu_path(name), mu_path(to)), 0);
+		}
+		kill(mu.daemon, SIGKILL);
+		crash_restart();
+		mu_assert_file_equals(mu_path("sealed"), bytes, len);
+		/* The changes were: create e.i, rename it to r.i, for i in order. A prefix of them
+		 * survives: r.* up to some point, then perhaps one e.*, then nothing. */
+		done = false;
+		for (int i = 0; i < n; i++) {
+			bool renamed, created;
+
+			snprintf(name, sizeof(name), "e%d.%03d", round, i);
+			snprintf(to, sizeof(to), "r%d.%03d", round, i);
+			renamed = access(mu_path(to), F_OK) == 0;
+			created = access(mu_path(name), F_OK) == 0;
+			ck_assert_msg(!(renamed && created), "%s exists under both names", name);
+			ck_assert_msg(!done || (!renamed && !created), "%s survived a crash that an earlier change did not",
+				      renamed ? to : name);
+			if (!renamed)
+				done = true;
+		}
+		unlink(mu_path("sealed"));
+	}
+	assert_store_consistent();
+	free(bytes);
+}
+END_TEST
+
 static Suite *crash_suite(void)
 {
 	Suite *s = suite_create("crash");
@@ -208,6 +255,12 @@ static Suite *crash_suite(void)
 	tcase_add_checked_fixture(tc, mu_setup, mu_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, writer_killed);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("daemon_killed_after_batched_changes");
+	tcase_add_checked_fixture(tc, mu_setup, mu_teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, daemon_killed_after_batched_changes);
 	suite_add_tcase(s, tc);
 	return s;
 }

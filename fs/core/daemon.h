@@ -15,6 +15,7 @@
  *   seal.[ch]      a name's write path: starting versions, counting writers, seal, claim, abandon
  *   writer.[ch]    whose close(2) ends the writing (read from /proc)
  *   kernel.[ch]    what the core asks of the kernel (backing files, news)
+ *   commit.[ch]    when the catalog's batched changes are committed (the committer thread)
  *   map.[ch]       the hash table under the in-memory tables
  *
  * Locking. fs->lock protects the catalog handle, the four tables (inodes, objects, checks, handles)
@@ -29,6 +30,7 @@
  *   released    an inode's last passthrough or last cached handle was released: opens and changes
  *               waiting for closing readers (openmode.c)
  *   check_done  an object check finished: openers waiting for the same object's check (check.c)
+ *   commit.due  the catalog's batch got its first change, or the committer is to stop (commit.c)
  */
 #ifndef WFS_CORE_DAEMON_H
 #define WFS_CORE_DAEMON_H
@@ -41,6 +43,7 @@
 #include <time.h>
 
 #include "catalog.h"
+#include "commit.h"
 #include "digest.h"
 #include "kernel.h"
 #include "map.h"
@@ -88,6 +91,7 @@ struct wfs_fs {
 	struct wfs_options opt;
 	struct wfs_store *store;
 	struct wfs_catalog *catalog;  /* (L) */
+	struct wfs_commit commit;     /* (L) the committer of the catalog's batch (commit.c) */
 	struct wfs_kernel kernel;     /* set before the session loop starts (kernel.h) */
 	struct fuse_session *se;      /* the handlers' session; the core never uses it */
 	pthread_mutex_t lock;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "commit.h"
 #include "daemon.h"
 #include "dtype.h"
 #include "fault.h"
@@ -154,12 +155,18 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 
 	wfs_crashpoint("seal.before-commit");
 	pthread_mutex_lock(&fs->lock);
+	/* A seal that a caller waits for is committed at once and alone (the batch before it first),
+	 * so a failed commit fails this seal and nothing else; one at release joins the batch. */
+	if (ret == 0 && (reported || kernel))
+		ret = wfs_commit_now(fs);
 	if (ret == 0) {
 		/* cp -a and tar set the times on the open file before closing it: keep them. */
 		if (!wfs_version_mtime(v, &mtime))
 			clock_gettime(CLOCK_REALTIME, &mtime);
-		/* Committed here, made durable below without fs->lock (the WAL's fdatasync). */
+		/* Made durable below without fs->lock (the WAL's fdatasync). */
 		ret = wfs_catalog_set_content(fs->catalog, in->ino, &d, size, &mtime, false, &old, &now);
+		if (ret == 0 && (reported || kernel) && (ret = wfs_commit_now(fs)) != 0)
+			wfs_catalog_rollback(fs->catalog);
 	}
 	if (ret == 0)
 		wfs_crashpoint("seal.after-commit");
