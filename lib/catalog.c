@@ -144,6 +144,7 @@ static const char *const stmt_sql[ST_COUNT] = {
  */
 #define CATALOG_RESERVE (8u << 20) /* bytes */
 #define WAL_HEADROOM (4u << 20)    /* bytes kept allocated past the WAL's end while batching */
+#define WAL_CHECKPOINT_BYTES (4u << 20) /* a batching handle's WAL is checkpointed past this */
 #define BATCH_MAX 1024             /* calls in one batch at most: its frames stay far below that */
 static atomic_bool headroom_unsupported;
 
@@ -159,6 +160,9 @@ struct wfs_catalog {
 	bool batch;        /* wfs_catalog_batch(): calls are savepoints of one open transaction */
 	bool headroom;     /* the WAL has WAL_HEADROOM allocated past its end (wal_headroom) */
 	int wal_rw;        /* read-write descriptor of the WAL, for its headroom; -1 until needed */
+	char *path;        /* catalog.db */
+	pthread_mutex_t checkpoint_lock; /* checkpoint_db: wfs_catalog_checkpoint() may run anywhere */
+	sqlite3 *checkpoint_db; /* a connection of its own for checkpoints; NULL until needed */
 	uint64_t pending;  /* calls in the open batch, not committed yet */
 	void (*first_pending)(void *ctx); /* told when a batch gets its first call */
 	void *first_pending_ctx;
@@ -428,6 +432,11 @@ int wfs_catalog_batch(struct wfs_catalog *c, bool on, void (*first_pending)(void
 		return ret;
 	if (c->readonly)
 		return on ? -EROFS : 0;
+	/* Checkpoints, which sync catalog.db, run outside the batch: wfs_catalog_checkpoint(). */
+	ret = map_sqlite(c, sqlite3_exec(c->db, on ? "PRAGMA wal_autocheckpoint=0" : "PRAGMA wal_autocheckpoint=1000",
+					 NULL, NULL, NULL));
+	if (ret)
+		return ret;
 	c->batch = on;
 	c->headroom = on && wal_headroom(c);
 	c->first_pending = on ? first_pending : NULL;
@@ -445,6 +454,39 @@ int wfs_catalog_commit(struct wfs_catalog *c)
 	if (ret && sqlite3_get_autocommit(c->db))
 		batch_lost(c, ret);
 	return ret;
+}
+
+int wfs_catalog_checkpoint(struct wfs_catalog *c)
+{
+	struct stat st;
+	int rc = SQLITE_OK;
+
+	if (c->readonly)
+		return 0;
+	pthread_mutex_lock(&c->checkpoint_lock);
+	if (stat(c->wal_path, &st) < 0 || (uint64_t)st.st_size < WAL_CHECKPOINT_BYTES)
+		goto out;
+	if (!c->checkpoint_db) {
+		rc = sqlite3_open_v2(c->path, &c->checkpoint_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
+				     NULL);
+		if (rc != SQLITE_OK) {
+			sqlite3_close(c->checkpoint_db);
+			c->checkpoint_db = NULL;
+			goto out;
+		}
+		sqlite3_busy_timeout(c->checkpoint_db, 5000);
+		/* A fresh connection knows the WAL only once it has read the database. */
+		rc = sqlite3_exec(c->checkpoint_db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL);
+		if (rc != SQLITE_OK) {
+			sqlite3_close(c->checkpoint_db);
+			c->checkpoint_db = NULL;
+			goto out;
+		}
+	}
+	rc = sqlite3_wal_checkpoint_v2(c->checkpoint_db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+out:
+	pthread_mutex_unlock(&c->checkpoint_lock);
+	return map_sqlite(NULL, rc);
 }
 
 void wfs_catalog_rollback(struct wfs_catalog *c)
@@ -558,6 +600,11 @@ int wfs_catalog_open(const char *path, unsigned flags, uint32_t root_uid, uint32
 	c->wal_fd = -1;
 	c->wal_rw = -1;
 	pthread_mutex_init(&c->wal_lock, NULL);
+	pthread_mutex_init(&c->checkpoint_lock, NULL);
+	if (!(c->path = strdup(path))) {
+		ret = -ENOMEM;
+		goto fail;
+	}
 	if (asprintf(&c->wal_path, "%s-wal", path) < 0) {
 		c->wal_path = NULL;
 		ret = -ENOMEM;
@@ -626,6 +673,9 @@ void wfs_catalog_close(struct wfs_catalog *c)
 		return;
 	if (c->batch && wfs_catalog_commit(c))
 		wfs_log(WFS_LOG_ERR, "catalog: the last changes could not be committed at close");
+	sqlite3_close(c->checkpoint_db); /* first: the handle's close is the last, which ends the WAL */
+	pthread_mutex_destroy(&c->checkpoint_lock);
+	free(c->path);
 	for (int i = 0; i < ST_COUNT; i++)
 		sqlite3_finalize(c->stmt[i]);
 	sqlite3_close(c->db);

@@ -301,6 +301,15 @@ int wfs_catalog_batch(struct wfs_catalog *c, bool on, void (*first_pending)(void
  * that error, its changes are lost and logged; otherwise the batch stays open for the next try.
  */
 int wfs_catalog_commit(struct wfs_catalog *c);
+/*
+ * Copy the committed changes from the WAL into catalog.db, with its syncs, when the WAL has grown
+ * past 4 MiB (a batching handle does not checkpoint at its commits). Runs on a connection of its
+ * own: safe to call from any one thread at a time concurrently with the handle's other calls, so a
+ * daemon checkpoints without holding its lock (a checkpoint's fsync under the lock stalled every
+ * open behind four writers' flushes). A PASSIVE checkpoint: it copies what no reader still needs
+ * and never waits for writers. Returns 0, -EBUSY, -EIO, -ENOSPC (the WAL keeps the changes).
+ */
+int wfs_catalog_checkpoint(struct wfs_catalog *c);
 /* Drop the open batch, every change in it (commit first what must be kept). 0 when none is open. */
 void wfs_catalog_rollback(struct wfs_catalog *c);
 /* Changes in the open batch, not committed yet (0 when batching is off). */

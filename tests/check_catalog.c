@@ -1538,6 +1538,34 @@ START_TEST(test_batch_object_delete_commits)
 }
 END_TEST
 
+/* A batching handle does not checkpoint at its commits; wfs_catalog_checkpoint() keeps the WAL small. */
+START_TEST(test_batch_checkpoint)
+{
+	char wal[700], name[32];
+	struct stat st;
+	off_t most = 0;
+
+	snprintf(wal, sizeof(wal), "%s-wal", db_path);
+	ck_assert_int_eq(wfs_catalog_batch(cat, true, NULL, NULL), 0);
+	for (int round = 0; round < 300; round++) {
+		for (int i = 0; i < 100; i++) {
+			struct wfs_attr a;
+
+			snprintf(name, sizeof(name), "f%d.%d", round, i);
+			ck_assert_int_eq(wfs_catalog_create(cat, ROOT, name, S_IFREG | 0644, UID, GID, NULL, &a), 0);
+		}
+		ck_assert_int_eq(wfs_catalog_commit(cat), 0);
+		ck_assert_int_eq(wfs_catalog_checkpoint(cat), 0);
+		ck_assert_int_eq(stat(wal, &st), 0);
+		most = st.st_size > most ? st.st_size : most;
+	}
+	/* Past 4 MiB it is checkpointed and restarts from its beginning: a few commits over that. */
+	ck_assert_int_lt(most, 8 << 20);
+	ck_assert(seen_elsewhere(ROOT, "f299.99"));
+	ck_assert(seen_elsewhere(ROOT, "f0.0"));
+}
+END_TEST
+
 /* ---- runner ---------------------------------------------------------------------------------- */
 
 static void add(Suite *s, const char *name, const TTest *test)
@@ -1589,6 +1617,7 @@ static Suite *catalog_suite(void)
 	add(s, "open_schema1", test_open_schema1);
 	add(s, "batch_commit", test_batch_commit);
 	add(s, "batch_object_delete_commits", test_batch_object_delete_commits);
+	add(s, "batch_checkpoint", test_batch_checkpoint);
 	return s;
 }
 

@@ -31,6 +31,7 @@ static void *committer(void *arg)
 	pthread_mutex_lock(&fs->lock);
 	while (!fs->commit.stop) {
 		struct timespec deadline;
+		int ret;
 
 		if (!wfs_catalog_pending(fs->catalog)) {
 			pthread_cond_wait(&fs->commit.due, &fs->lock);
@@ -41,7 +42,14 @@ static void *committer(void *arg)
 		while (!fs->commit.stop &&
 		       pthread_cond_timedwait(&fs->commit.due, &fs->lock, &deadline) != ETIMEDOUT)
 			;
-		if (wfs_commit_now(fs)) {
+		if (wfs_commit_now(fs) == 0) {
+			/* The WAL into catalog.db (and its fsync) without fs->lock, now and then. */
+			pthread_mutex_unlock(&fs->lock);
+			ret = wfs_catalog_checkpoint(fs->catalog);
+			pthread_mutex_lock(&fs->lock);
+			if (ret)
+				wfs_log(WFS_LOG_WARN, "catalog checkpoint: %s", strerror(-ret));
+		} else {
 			/* Kept open (or lost, and logged): try again an interval later, not in a loop. */
 			deadline = wfs_deadline_in(WFS_COMMIT_INTERVAL_MS);
 			while (!fs->commit.stop &&
