@@ -586,25 +586,36 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	fuse_reply_err(req, 0);
 }
 
-static void wfs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+/*
+ * fsync(2), fsyncdir(2): the namespace and every seal so far made durable (the batch committed, the
+ * group sync, the WAL's fdatasync; fs->lock dropped for the disk). A file being written is sealed at
+ * its close, not here: a writer's fsync makes that seal wait for the disk, whatever its size.
+ */
+static void sync_common(fuse_req_t req, struct wfs_handle *h)
 {
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	int ret;
 
-	(void)ino, (void)datasync, (void)fi;
-	/* Bytes become durable when sealed (at close); fsync makes the namespace durable: the batch
-	 * committed, then the WAL's fdatasync without holding fs->lock. */
 	pthread_mutex_lock(&fs->lock);
+	if (h && h->writing)
+		wfs_version_ask_durable(h->writing);
 	ret = wfs_commit_now(fs);
 	pthread_mutex_unlock(&fs->lock);
 	if (ret == 0)
-		ret = wfs_catalog_wal_sync(fs->catalog);
+		ret = wfs_commit_sync(fs);
 	fuse_reply_err(req, -ret);
+}
+
+static void wfs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	(void)ino, (void)datasync;
+	sync_common(req, handle_of(fi));
 }
 
 static void wfs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-	wfs_fsync(req, ino, datasync, fi);
+	(void)ino, (void)datasync, (void)fi;
+	sync_common(req, NULL);
 }
 
 static void wfs_unlink_common(fuse_req_t req, fuse_ino_t parent, const char *name, bool dir)

@@ -57,7 +57,7 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		return ret;
 #define U64(v) json_integer((json_int_t)(v))
 	o = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:b, s:s, "
-		      "s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}}",
+		      "s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}}",
 		      "names", U64(st.names), "directories", U64(st.directories), "symlinks", U64(st.symlinks),
 		      "logical_bytes", U64(st.logical_bytes), "objects", U64(st.objects),
 		      "physical_bytes", U64(st.object_bytes),
@@ -74,6 +74,8 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		      "opens_direct", U64(k->opens_direct), "moved_from_readers", U64(k->moved_from_readers),
 		      "opens_passthrough_write", U64(k->opens_passthrough_write),
 		      "published_copies", U64(k->published_copies),
+		      "seals_synced", U64(k->seals_synced), "group_syncs", U64(k->group_syncs),
+		      "seals_awaiting_sync", U64(fs->commit.unsynced),
 		      "checks_on_opener_node", U64(atomic_load(&fs->checks_placed)),
 		      "verify_failures", U64(k->verify_failures));
 #undef U64

@@ -379,10 +379,17 @@ static int fsync_subdir(struct wfs_store *s, const char *name)
 	return ret;
 }
 
-int wfs_store_publish(struct wfs_store *s, struct wfs_tmpfile *t, const struct wfs_digest *digest,
-		      bool *existed)
+int wfs_store_sync(struct wfs_store *s)
 {
-	bool sync = !(s->flags & WFS_STORE_NOSYNC);
+	if (s->flags & WFS_STORE_READONLY)
+		return -EROFS;
+	return syncfs(s->dir_fd) < 0 ? -errno : 0;
+}
+
+int wfs_store_publish(struct wfs_store *s, struct wfs_tmpfile *t, const struct wfs_digest *digest,
+		      bool durable, bool *existed)
+{
+	bool sync = durable && !(s->flags & WFS_STORE_NOSYNC);
 	char name[34];
 	int ret;
 

@@ -95,13 +95,23 @@ void wfs_store_tmp_discard(struct wfs_store *s, struct wfs_tmpfile *t);
 /*
  * Publish the tmp file @t, whose bytes hash to @digest, as an object. Always consumes @t (its fd is
  * closed and its name removed, success or not). *@existed is set to true when an object with that
- * digest was already stored (the new bytes are dropped). Returns 0, or -errno from fdatasync/link/fsync
+ * digest was already stored (the new bytes are dropped). @durable: fdatasync the bytes before the
+ * link and fsync the directory after it (unless the store is WFS_STORE_NOSYNC); without it the
+ * caller makes the object durable later, with wfs_store_sync(), before anything that refers to it
+ * is synced. Returns 0, or -errno from fdatasync/link/fsync
  * (-ENOSPC, -EIO, -EDQUOT, ...): then the caller must not reference the object. When only the final
  * directory fsync failed, the complete object stays linked (removing it could pull it from under a
  * concurrent publisher that found it stored); with no catalog row it is an orphan for fsck/gc.
  */
 int wfs_store_publish(struct wfs_store *s, struct wfs_tmpfile *t, const struct wfs_digest *digest,
-		      bool *existed);
+		      bool durable, bool *existed);
+/*
+ * Make every object published so far durable, with its link and directory: syncfs(2) of the store's
+ * filesystem (one flush for a group of objects published without @durable; it writes back the
+ * filesystem's other dirty data too). Returns 0, or -EIO/-ENOSPC (a writeback error since the last
+ * call, syncfs(2) since Linux 5.8), -EROFS on a read-only store.
+ */
+int wfs_store_sync(struct wfs_store *s);
 
 /*
  * Open object @d for reading (O_RDONLY | O_CLOEXEC | @extra_flags, e.g. O_DIRECT). Returns a descriptor

@@ -124,7 +124,7 @@ static void put_object(size_t len, uint64_t seed, struct wfs_digest *d)
 	ret = wfs_store_tmp_create(store, &t);
 	ck_assert_msg(ret == 0, "tmp_create: %s", strerror(-ret));
 	ck_assert_int_eq(tu_write_all(t.fd, buf, len), 0);
-	ret = wfs_store_publish(store, &t, d, &existed);
+	ret = wfs_store_publish(store, &t, d, true, &existed);
 	ck_assert_msg(ret == 0, "publish: %s", strerror(-ret));
 	free(buf);
 }

@@ -1467,6 +1467,55 @@ static long long stat_counter(const char *key)
 	return strtoll(at + strlen(needle), NULL, 10);
 }
 
+/*
+ * -o sync: a small file's seal joins the group sync (one syncfs for the seals of 200 ms, commit.h);
+ * a file of WFS_SYNC_CLOSE_MIN (64 MiB) or more, or one whose writer called fsync(2), is durable
+ * before its close(2) returns.
+ */
+START_TEST(small_files_group_sync)
+{
+	size_t small = 64 << 10, large = 64 << 20;
+	unsigned char *a = mu_pattern(large, 60);
+	int fd;
+
+	mu_daemon_stop();
+	snprintf(mu.opts, sizeof(mu.opts), "sync");
+	mu_daemon_start();
+	for (int i = 0; i < 20; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "s%d", i);
+		a[0] = (unsigned char)i;
+		ck_assert_int_eq(mu_write_file(mu_path(name), a, small), 0);
+	}
+	ck_assert_int_eq(stat_counter("seals_synced"), 0);
+	MU_EVENTUALLY(stat_counter("seals_awaiting_sync") == 0);
+	ck_assert_int_ge(stat_counter("group_syncs"), 1);
+	ck_assert_int_le(stat_counter("group_syncs"), 20);
+
+	/* Asked for: fsync before close. */
+	a[0] = 100;
+	fd = open(mu_path("asked"), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, a, small), (ssize_t)small);
+	ck_assert_int_eq(fsync(fd), 0);
+	ck_assert_int_eq(close(fd), 0);
+	ck_assert_int_eq(stat_counter("seals_synced"), 1);
+	/* Large. */
+	a[0] = 101;
+	ck_assert_int_eq(mu_write_file(mu_path("large"), a, large), 0);
+	ck_assert_int_eq(stat_counter("seals_synced"), 2);
+	for (int i = 0; i < 20; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "s%d", i);
+		a[0] = (unsigned char)i;
+		mu_assert_file_equals(mu_path(name), a, small);
+	}
+	free(a);
+}
+END_TEST
+
 /* A client that knows the digest seals a new name as the stored object, sending no bytes. */
 START_TEST(digest_claim)
 {
@@ -2119,6 +2168,7 @@ static Suite *mount_suite(void)
 		{"claim_after_restart", claim_after_restart, 60},
 		{"claim_other_user", claim_other_user, 30},
 		{"stats_xattr", stats_xattr, 30},
+		{"small_files_group_sync", small_files_group_sync, 60},
 		{"fallocate_reserves", fallocate_reserves, 60},
 		{"copy_range_claims", copy_range_claims, 60},
 		{"empty_tensor_file_unlogged", empty_tensor_file_unlogged, 30},

@@ -87,7 +87,7 @@ static int put(struct wfs_store *s, const void *buf, size_t len, struct wfs_dige
 		return ret;
 	}
 	wfs_digest_buf(buf, len, d);
-	return wfs_store_publish(s, &t, d, existed);
+	return wfs_store_publish(s, &t, d, true, existed);
 }
 
 /* The object file of @d holds exactly @len bytes equal to @buf, mode 0444, and hashes to its name. */
@@ -418,7 +418,7 @@ START_TEST(test_readonly_refuses_writes)
 	t.name[0] = '\0';
 	fd = t.fd;
 	existed = true;
-	ck_assert_int_eq(wfs_store_publish(ro, &t, &d, &existed), -EROFS);
+	ck_assert_int_eq(wfs_store_publish(ro, &t, &d, true, &existed), -EROFS);
 	ck_assert(!existed);
 	ck_assert_int_eq(t.fd, -1);
 	ck_assert(!fd_is_open(fd));
@@ -462,7 +462,7 @@ START_TEST(test_publish_new)
 	ck_assert_int_eq(tu_write_all(t.fd, "hello\n", 6), 0);
 	ck_assert_int_eq(wfs_digest_fd(t.fd, &d, NULL), 0);
 	fd = t.fd;
-	ck_assert_int_eq(wfs_store_publish(s, &t, &d, &existed), 0);
+	ck_assert_int_eq(wfs_store_publish(s, &t, &d, true, &existed), 0);
 	ck_assert(!existed);
 	ck_assert_int_eq(t.fd, -1);
 	ck_assert(!fd_is_open(fd));
@@ -554,7 +554,7 @@ START_TEST(test_publish_named_tmp)
 	ck_assert_int_eq(tu_write_all(t.fd, "named", 5), 0);
 	wfs_digest_buf("named", 5, &d);
 	fd = t.fd;
-	ck_assert_int_eq(wfs_store_publish(s, &t, &d, &existed), 0);
+	ck_assert_int_eq(wfs_store_publish(s, &t, &d, true, &existed), 0);
 	ck_assert(!existed);
 	ck_assert(!fd_is_open(fd));
 	ck_assert_int_eq(t.fd, -1);
@@ -589,7 +589,7 @@ START_TEST(test_publish_error_consumes)
 	ck_assert_int_eq(wfs_store_tmp_create(s, &t), 0);
 	ck_assert_int_eq(tu_write_all(t.fd, "blocked", 7), 0);
 	fd = t.fd;
-	ck_assert_int_eq(wfs_store_publish(s, &t, &d, &existed), -ENOTDIR);
+	ck_assert_int_eq(wfs_store_publish(s, &t, &d, true, &existed), -ENOTDIR);
 	ck_assert(!existed);
 	ck_assert_int_eq(t.fd, -1);
 	ck_assert(!fd_is_open(fd));
@@ -601,7 +601,7 @@ START_TEST(test_publish_error_consumes)
 	snprintf(t.name, sizeof(t.name), "w.2.named");
 	ck_assert_int_eq(tu_write_all(t.fd, "blocked", 7), 0);
 	fd = t.fd;
-	ck_assert_int_eq(wfs_store_publish(s, &t, &d, &existed), -ENOTDIR);
+	ck_assert_int_eq(wfs_store_publish(s, &t, &d, true, &existed), -ENOTDIR);
 	ck_assert(!fd_is_open(fd));
 	ck_assert_int_eq(access(path, F_OK), -1);
 
@@ -727,7 +727,7 @@ static void *race_main(void *arg)
 		/* Everyone links at once. */
 		pthread_barrier_wait(r->barrier);
 		if (r->ret[round] == 0)
-			r->ret[round] = wfs_store_publish(r->s, &t, &r->digest[round], &r->existed[round]);
+			r->ret[round] = wfs_store_publish(r->s, &t, &r->digest[round], true, &r->existed[round]);
 		pthread_barrier_wait(r->barrier);
 	}
 	free(buf);
@@ -894,7 +894,7 @@ START_TEST(test_enospc_publish)
 	}
 	ck_assert_int_eq(errno, ENOSPC);
 	fd = t.fd;
-	ck_assert_int_eq(wfs_store_publish(s, &t, &d, &existed), -ENOSPC);
+	ck_assert_int_eq(wfs_store_publish(s, &t, &d, true, &existed), -ENOSPC);
 	ck_assert(!existed);
 	ck_assert_int_eq(t.fd, -1);
 	ck_assert(!fd_is_open(fd));

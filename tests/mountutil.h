@@ -212,6 +212,19 @@ static inline void mu_tmpfs_store(const char *size)
 	mu_daemon_start();
 }
 
+/*
+ * fsync(2) of the mount's root directory: the daemon commits its batch of changes and makes every
+ * seal durable (fs/core/commit.h). Before a test kills the daemon, for what must survive.
+ */
+static inline void mu_sync(void)
+{
+	int fd = open(mu.mnt, O_RDONLY | O_DIRECTORY);
+
+	ck_assert_msg(fd >= 0, "open %s: %s", mu.mnt, strerror(errno));
+	ck_assert_msg(fsync(fd) == 0, "fsync %s: %s", mu.mnt, strerror(errno));
+	close(fd);
+}
+
 /* Write @len bytes to @p (create/truncate) and close; returns close(2)'s result as -errno or 0. */
 static inline int mu_write_file(const char *p, const void *buf, size_t len)
 {

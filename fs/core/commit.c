@@ -24,6 +24,54 @@ int wfs_commit_now(struct wfs_fs *fs)
 	return ret;
 }
 
+bool wfs_commit_sync_at_close(struct wfs_fs *fs, uint64_t size, bool asked)
+{
+	return fs->opt.sync && (size >= WFS_SYNC_CLOSE_MIN || asked || !fs->commit.started);
+}
+
+void wfs_commit_unsynced(struct wfs_fs *fs)
+{
+	if (fs->commit.unsynced++ == 0)
+		clock_gettime(CLOCK_REALTIME, &fs->commit.unsynced_since);
+	pthread_cond_signal(&fs->commit.due);
+}
+
+int wfs_commit_sync(struct wfs_fs *fs)
+{
+	uint64_t n;
+	int ret;
+
+	pthread_mutex_lock(&fs->lock);
+	n = fs->commit.unsynced;
+	pthread_mutex_unlock(&fs->lock);
+	if (n == 0)
+		return wfs_catalog_wal_sync(fs->catalog);
+	ret = wfs_store_sync(fs->store); /* the objects, and the WAL written before it with them */
+	if (ret) {
+		wfs_log(WFS_LOG_ERR, "group sync of %llu seals: %s", (unsigned long long)n, strerror(-ret));
+		return ret;
+	}
+	pthread_mutex_lock(&fs->lock);
+	fs->commit.unsynced -= n;
+	fs->counters.group_syncs++;
+	pthread_mutex_unlock(&fs->lock);
+	return 0;
+}
+
+/* (L) Is the group sync due: seals waiting for it longer than WFS_SYNC_INTERVAL_MS? */
+static bool sync_due(struct wfs_fs *fs)
+{
+	struct timespec now;
+	long ms;
+
+	if (!fs->commit.unsynced)
+		return false;
+	clock_gettime(CLOCK_REALTIME, &now);
+	ms = (now.tv_sec - fs->commit.unsynced_since.tv_sec) * 1000 +
+	     (now.tv_nsec - fs->commit.unsynced_since.tv_nsec) / 1000000;
+	return ms >= WFS_SYNC_INTERVAL_MS;
+}
+
 static void *committer(void *arg)
 {
 	struct wfs_fs *fs = arg;
@@ -33,7 +81,7 @@ static void *committer(void *arg)
 		struct timespec deadline;
 		int ret;
 
-		if (!wfs_catalog_pending(fs->catalog)) {
+		if (!wfs_catalog_pending(fs->catalog) && !fs->commit.unsynced) {
 			pthread_cond_wait(&fs->commit.due, &fs->lock);
 			continue;
 		}
@@ -43,12 +91,15 @@ static void *committer(void *arg)
 		       pthread_cond_timedwait(&fs->commit.due, &fs->lock, &deadline) != ETIMEDOUT)
 			;
 		if (wfs_commit_now(fs) == 0) {
-			/* The WAL into catalog.db (and its fsync) without fs->lock, now and then. */
+			bool group = sync_due(fs), checkpoint = !fs->commit.unsynced || group;
+
+			/* The group sync, then the WAL into catalog.db (which syncs it): without fs->lock,
+			 * and a checkpoint only when no seal waits for the group sync. */
 			pthread_mutex_unlock(&fs->lock);
-			ret = wfs_catalog_checkpoint(fs->catalog);
-			pthread_mutex_lock(&fs->lock);
-			if (ret)
+			ret = group ? wfs_commit_sync(fs) : 0;
+			if (ret == 0 && checkpoint && (ret = wfs_catalog_checkpoint(fs->catalog)) != 0)
 				wfs_log(WFS_LOG_WARN, "catalog checkpoint: %s", strerror(-ret));
+			pthread_mutex_lock(&fs->lock);
 		} else {
 			/* Kept open (or lost, and logged): try again an interval later, not in a loop. */
 			deadline = wfs_deadline_in(WFS_COMMIT_INTERVAL_MS);
@@ -95,5 +146,6 @@ void wfs_commit_stop(struct wfs_fs *fs)
 		wfs_log(WFS_LOG_ERR, "catalog: the last changes could not be committed at unmount");
 	fs->commit.started = false;
 	pthread_mutex_unlock(&fs->lock);
+	wfs_commit_sync(fs); /* the small files' group sync, before the unmount's checkpoint */
 	pthread_cond_destroy(&fs->commit.due);
 }

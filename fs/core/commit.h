@@ -11,27 +11,44 @@
  * A thousand creates then share one commit's file locks and WAL frames; before, each create paid for
  * two commits (its own and its empty seal's), about half of the daemon's time per create.
  *
- * Durability is unchanged: commits were never synced except at seals (-o sync) and fsync, and those
- * still are. What changes is a daemon killed (SIGKILL, OOM): changes of the last interval that no
- * seal or fsync committed are gone after the remount, as after a power loss on ext4 before its
- * journal commit.
+ * Batching changes no durability: commits were never synced except at seals (-o sync) and fsync.
+ * What it changes is a daemon killed (SIGKILL, OOM): changes of the last interval that no seal or
+ * fsync committed are gone after the remount, as after a power loss on ext4 before its journal commit.
+ *
+ * The group sync (-o sync). A file of WFS_SYNC_CLOSE_MIN or more, or one whose writer called fsync(2),
+ * is durable when close(2) returns: its object's fdatasync, link and directory fsync, its commit,
+ * the WAL's fdatasync. A smaller one is sealed and committed at close(2) as well, but its object is
+ * published without a sync and becomes durable with the next group sync: one syncfs(2) of the store
+ * for every such seal of the last WFS_SYNC_INTERVAL_MS, by the committer thread (or sooner: at any
+ * fsync(2), a large seal, unmount). A flush per small file is what made the demo's write phase 19x
+ * a plain directory's. Order: nothing synced refers to an object that is not: every WAL sync and
+ * checkpoint of the daemon comes after the syncfs of the seals committed before it
+ * (wfs_commit_sync). What a power loss costs: the small files sealed in its last interval may be
+ * lost (their commits, written but not synced, can reach the disk before their objects do: their
+ * names then fail their first open's check with EIO, and fsck lists them).
  */
 #ifndef WFS_CORE_COMMIT_H
 #define WFS_CORE_COMMIT_H
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 struct wfs_fs;
 
 #define WFS_COMMIT_INTERVAL_MS 10 /* a batch's age at its commit; the create benchmark's batches
 				   * hold about 50 creates on the 2-core test machine */
+#define WFS_SYNC_INTERVAL_MS 200  /* the most a small file's durability waits after its close(2) */
+#define WFS_SYNC_CLOSE_MIN (64ull << 20) /* bytes: from this size close(2) waits for the disk; a
+				   * flush (2-3 ms on the test disks) is then under 5% of writing the file */
 
 /* The committer's state, in struct wfs_fs (all (L)). */
 struct wfs_commit {
 	pthread_t thread;
 	pthread_cond_t due;  /* a batch has its first change, or the committer is to stop */
 	bool started, stop;
+	uint64_t unsynced;        /* seals committed since the last group sync, objects not synced */
+	struct timespec unsynced_since; /* CLOCK_REALTIME of the first of them */
 };
 
 /*
@@ -50,5 +67,23 @@ void wfs_commit_stop(struct wfs_fs *fs);
  * commit's -errno (wfs_catalog_commit: -ENOSPC, -EIO, -EBUSY), logged here.
  */
 int wfs_commit_now(struct wfs_fs *fs);
+/*
+ * (L) Must a seal of @size bytes be durable before close(2) returns? With -o sync: when @size is
+ * WFS_SYNC_CLOSE_MIN or more, when a writer asked (@asked: fsync(2)), or when no committer runs to
+ * sync it later. Never with -o nosync.
+ */
+bool wfs_commit_sync_at_close(struct wfs_fs *fs, uint64_t size, bool asked);
+/*
+ * (L) A seal was committed with its object published but not synced (-o sync, a small file): count
+ * it for the next group sync.
+ */
+void wfs_commit_unsynced(struct wfs_fs *fs);
+/*
+ * Make every commit so far durable, in order: the group sync first when seals are waiting for it
+ * (wfs_store_sync: their objects), then the WAL (wfs_catalog_wal_sync, which syncfs(2) covers when
+ * it ran). Call without fs->lock, after wfs_commit_now() under it; any thread. Returns 0 or -EIO
+ * (another -errno of syncfs/fdatasync); the seals stay counted on failure, for the next try.
+ */
+int wfs_commit_sync(struct wfs_fs *fs);
 
 #endif

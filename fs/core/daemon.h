@@ -85,6 +85,9 @@ struct wfs_counters {
 	uint64_t opens_passthrough_write; /* writable opens through passthrough: tensors (openmode.c) */
 	uint64_t published_copies;  /* of their seals, those that found the file still writable and
 				     * published a copy (version.c, settle) */
+	uint64_t seals_synced;      /* seals durable before their close(2) returned: large or fsync'd
+				     * (-o sync; commit.h) */
+	uint64_t group_syncs;       /* syncfs(2) of the store for the small files' seals (commit.c) */
 };
 
 struct wfs_fs {

@@ -115,13 +115,14 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	struct wfs_attr old, now;
 	struct wfs_digest d;
 	struct timespec mtime;
-	bool existed = false, unwritten, unchanged, kernel, told;
+	bool existed = false, unwritten, unchanged, kernel, told, durable = false, asked, alone;
 	uint64_t size = 0;
 	int ret;
 
 	assert(v);
 	wfs_version_get(v);
 	kernel = wfs_version_kernel_written(v);
+	asked = wfs_version_durable_asked(v);
 	told = wfs_version_error_told(v); /* a failure reported already: not logged again */
 	pthread_mutex_unlock(&fs->lock);
 	ret = wfs_version_freeze(v, &d, &size, &unwritten);
@@ -138,6 +139,8 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	    reported)
 		ret = -EINVAL;
 	if (ret == 0) {
+		/* Waits for the disk at close(2), or joins the next group sync (commit.h)? */
+		durable = wfs_commit_sync_at_close(fs, size, asked);
 		o = wfs_object_pin(fs, &d); /* keeps the object from being deleted until committed */
 		if (!o)
 			ret = -ENOMEM;
@@ -149,15 +152,17 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	pthread_mutex_unlock(&fs->lock);
 
 	if (ret == 0)
-		ret = wfs_version_publish(v, &d, fs->opt.dedup_verify, &existed);
+		ret = wfs_version_publish(v, &d, fs->opt.dedup_verify, durable, &existed);
 	else
 		wfs_version_discard(v);
 
 	wfs_crashpoint("seal.before-commit");
 	pthread_mutex_lock(&fs->lock);
-	/* A seal that a caller waits for is committed at once and alone (the batch before it first),
-	 * so a failed commit fails this seal and nothing else; one at release joins the batch. */
-	if (ret == 0 && (reported || kernel))
+	/* A seal that a caller waits for and that is to be durable (large, or fsync'd) is committed at
+	 * once and alone (the batch before it first), so a failed commit fails this seal and nothing
+	 * else. The others join the batch, like a rename: committed within WFS_COMMIT_INTERVAL_MS. */
+	alone = (reported || kernel) && (durable || asked);
+	if (ret == 0 && alone)
 		ret = wfs_commit_now(fs);
 	if (ret == 0) {
 		/* cp -a and tar set the times on the open file before closing it: keep them. */
@@ -165,12 +170,14 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 			clock_gettime(CLOCK_REALTIME, &mtime);
 		/* Made durable below without fs->lock (the WAL's fdatasync). */
 		ret = wfs_catalog_set_content(fs->catalog, in->ino, &d, size, &mtime, false, &old, &now);
-		if (ret == 0 && (reported || kernel) && (ret = wfs_commit_now(fs)) != 0)
+		if (ret == 0 && alone && (ret = wfs_commit_now(fs)) != 0)
 			wfs_catalog_rollback(fs->catalog);
 	}
 	if (ret == 0)
 		wfs_crashpoint("seal.after-commit");
 	if (ret == 0) {
+		if (!durable && !existed && fs->opt.sync)
+			wfs_commit_unsynced(fs); /* its object, published unsynced: the group sync's */
 		in->sealed = true;
 		in->digest = d;
 		fs->counters.seals++;
@@ -196,17 +203,19 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	if (ret == 0 && old.sealed && !wfs_digest_equal(&old.digest, &d))
 		wfs_object_maybe_delete(fs, &old.digest);
 	/*
-	 * Durable before close(2) or truncate(2) returns where a caller waits (-o sync): the WAL's
-	 * fdatasync, with fs->lock dropped, so that other opens, lookups and seals do not queue behind
-	 * the disk (an open beside four sealing writers waited 200 ms for their syncs under the lock).
-	 * A seal at release has no caller waiting: it becomes durable with the next sync, and an
-	 * empty file's create costs no disk flush — except a tensor written through passthrough,
-	 * whose seal is always at release: synced there, moments after its close(2).
+	 * Durable before close(2) or truncate(2) returns where a caller waits and the file is large or
+	 * was fsync'd (-o sync; a small one waits for the group sync, commit.h): the WAL's fdatasync,
+	 * with fs->lock dropped, so that other opens, lookups and seals do not queue behind the disk
+	 * (an open beside four sealing writers waited 200 ms for their syncs under the lock). A seal
+	 * at release has no caller waiting: it becomes durable with the next sync — except a tensor
+	 * written through passthrough, whose seal is always at release: synced there, moments after
+	 * its close(2).
 	 */
-	if (ret == 0 && fs->opt.sync && (reported || kernel)) {
+	if (ret == 0 && durable && (reported || kernel)) {
 		pthread_mutex_unlock(&fs->lock);
-		ret = wfs_catalog_wal_sync(fs->catalog);
+		ret = wfs_commit_sync(fs); /* the group sync first, when small seals wait for it */
 		pthread_mutex_lock(&fs->lock);
+		fs->counters.seals_synced += ret == 0;
 		if (ret)
 			wfs_log(WFS_LOG_ERR, "inode %llu: the seal's commit could not be made durable: %s",
 				(unsigned long long)in->ino, strerror(-ret));

@@ -44,6 +44,7 @@ struct wfs_version {
 	bool kernel_writes;        /* (V) written through the kernel (passthrough) into @tmp: its size
 				    * and bytes are the file's, rehashed at the seal; atomic */
 	bool kernel;               /* set once with @kernel_writes, never cleared; atomic */
+	bool durable_asked;        /* a writer called fsync(2): its seal waits for the disk; atomic */
 	int size_fd;               /* O_RDONLY on the kernel-written file, for its size without the
 				    * lock; -1 when none. Closed when the version is freed */
 	bool copied_to_publish;    /* (V) the writers' file was still open for writing at the seal:
@@ -654,7 +655,7 @@ static void finish(struct wfs_version *v)
 }
 
 int wfs_version_publish(struct wfs_version *v, const struct wfs_digest *d, bool dedup_verify,
-			bool *existed)
+			bool durable, bool *existed)
 {
 	bool unchanged;
 	int ret = 0;
@@ -676,7 +677,7 @@ int wfs_version_publish(struct wfs_version *v, const struct wfs_digest *d, bool 
 	if (ret == 0 && !*existed && v->reserved_past_eof && ftruncate(v->tmp.fd, (off_t)v->size) < 0)
 		ret = -errno;
 	if (ret == 0 && !*existed)
-		ret = wfs_store_publish(v->store, &v->tmp, d, existed);
+		ret = wfs_store_publish(v->store, &v->tmp, d, durable, existed);
 	finish(v);
 	pthread_mutex_unlock(&v->lock);
 	return ret;
@@ -795,6 +796,16 @@ int wfs_version_kernel_backing(struct wfs_version *v, uint64_t reserve)
 bool wfs_version_kernel_written(struct wfs_version *v)
 {
 	return __atomic_load_n(&v->kernel, __ATOMIC_ACQUIRE); /* no lock: callers hold fs->lock */
+}
+
+void wfs_version_ask_durable(struct wfs_version *v)
+{
+	__atomic_store_n(&v->durable_asked, true, __ATOMIC_RELEASE);
+}
+
+bool wfs_version_durable_asked(struct wfs_version *v)
+{
+	return __atomic_load_n(&v->durable_asked, __ATOMIC_ACQUIRE);
 }
 
 bool wfs_version_published_copy(struct wfs_version *v)

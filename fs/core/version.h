@@ -115,11 +115,12 @@ bool wfs_version_unchanged(struct wfs_version *v);
  * store has it already (or the version is its unchanged base), nothing is written and *@existed is
  * set; with @dedup_verify the bytes are compared first (-EIO, logged, on an XXH3 collision; -ENOSPC
  * for a hash-only version, whose bytes are gone). Otherwise the tmp file is published under @d
- * (fdatasync unless the store is NOSYNC, link, directory sync). The bytes are released either way.
+ * (with @durable: fdatasync unless the store is NOSYNC, link, directory sync; without: the link
+ * only, made durable by a later wfs_store_sync()). The bytes are released either way.
  * Returns 0, -ENOSPC (hash-only and new content), or -errno of the store.
  */
 int wfs_version_publish(struct wfs_version *v, const struct wfs_digest *d, bool dedup_verify,
-			bool *existed);
+			bool durable, bool *existed);
 /* → DONE without publishing: the bytes are released. */
 void wfs_version_discard(struct wfs_version *v);
 /*
@@ -145,6 +146,12 @@ void wfs_version_thaw(struct wfs_version *v);
 int wfs_version_kernel_backing(struct wfs_version *v, uint64_t reserve);
 /* Was @v written through the kernel (its seal needs the lease check, and is synced at release)? */
 bool wfs_version_kernel_written(struct wfs_version *v);
+/*
+ * A writer called fsync(2) or fdatasync(2) on @v: its seal makes it durable before close(2) returns,
+ * whatever its size (seal.c, WFS_SYNC_CLOSE_MIN). Lock-free; any thread.
+ */
+void wfs_version_ask_durable(struct wfs_version *v);
+bool wfs_version_durable_asked(struct wfs_version *v);
 /* Did the seal find the writers' file still open for writing, and publish a copy of it? */
 bool wfs_version_published_copy(struct wfs_version *v);
 /* Make the seal of @v fail with @err (-errno), unless an error is kept already; the caller has

@@ -227,6 +227,25 @@ int wfs_ctl_json_print(json_t *v, size_t flags)
 
 /* ---- the store behind a path ---------------------------------------------------------------- */
 
+/*
+ * A mounted store's daemon commits its changes in batches (fs/core/commit.h): fsync(2) of the mount
+ * point has it commit (and sync) them, so that catalog.db shows every change made before this command.
+ * Nothing when the store is not mounted or the mount cannot be opened.
+ */
+static void settle(const char *store)
+{
+	char mnt[PATH_MAX];
+	int fd;
+
+	if (wfs_mounts_of(store, true, mnt))
+		return;
+	fd = open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0) {
+		fsync(fd);
+		close(fd);
+	}
+}
+
 int wfs_ctl_resolve_store(const char *path, char *out)
 {
 	char real[PATH_MAX], probe[PATH_MAX + 16];
@@ -237,10 +256,13 @@ int wfs_ctl_resolve_store(const char *path, char *out)
 	snprintf(probe, sizeof(probe), "%s/" WFS_STORE_CATALOG, real);
 	if (access(probe, F_OK) == 0) {
 		snprintf(out, PATH_MAX, "%s", real);
-		return 0;
+	} else {
+		ret = wfs_mounts_on(real, out);
+		if (ret)
+			return ret == -ENOENT ? -EMEDIUMTYPE : ret;
 	}
-	ret = wfs_mounts_on(real, out);
-	return ret == -ENOENT ? -EMEDIUMTYPE : ret;
+	settle(out);
+	return 0;
 }
 
 const char *wfs_ctl_store_error(int err)

@@ -134,8 +134,10 @@ int wfs_ctl_json_print(json_t *v, size_t flags);
 /*
  * The store directory for @path: @path itself when it holds a catalog, or the store behind the
  * weightfs mount at @path (the daemon mounts with fsname=STORE). Writes an absolute path into @out
- * (PATH_MAX bytes). Returns 0, -EMEDIUMTYPE (@path exists but is neither), or -errno from realpath
- * (-ENOENT: no such path) or reading the mount table (lib/mounts.h).
+ * (PATH_MAX bytes). When the store is mounted, its daemon is first asked (fsync of the mount point)
+ * to commit its batch of changes, so that catalog.db shows all of them. Returns 0, -EMEDIUMTYPE
+ * (@path exists but is neither), or -errno from realpath (-ENOENT: no such path) or reading the
+ * mount table (lib/mounts.h).
  */
 int wfs_ctl_resolve_store(const char *path, char *out);
 /* What to print for wfs_ctl_resolve_store()'s error @err: "not a weightfs store ..." or strerror. */

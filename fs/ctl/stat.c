@@ -259,6 +259,10 @@ static void print_daemon_stats(const json_t *d)
 	       "writable at its release)\n",
 	       (unsigned long long)json_u64(k, "opens_passthrough_write"),
 	       (unsigned long long)json_u64(k, "published_copies"));
+	printf("durability:         %llu seals durable at close (large or fsync'd), %llu group syncs "
+	       "for the small ones, %llu waiting for the next\n",
+	       (unsigned long long)json_u64(k, "seals_synced"), (unsigned long long)json_u64(k, "group_syncs"),
+	       (unsigned long long)json_u64(k, "seals_awaiting_sync"));
 	printf("direct since mount: %llu object descriptors handed out\n",
 	       (unsigned long long)json_u64(k, "opens_direct"));
 }
