@@ -145,6 +145,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 #define CATALOG_RESERVE (8u << 20) /* bytes */
 #define WAL_HEADROOM (4u << 20)    /* bytes kept allocated past the WAL's end while batching */
 #define WAL_CHECKPOINT_BYTES (4u << 20) /* a batching handle's WAL is checkpointed past this */
+#define BATCH_MIN_FREE (2ull * CATALOG_RESERVE + 2 * WAL_HEADROOM) /* bytes free to batch at all */
 #define BATCH_MAX 1024             /* calls in one batch at most: its frames stay far below that */
 static atomic_bool headroom_unsupported;
 
@@ -351,11 +352,16 @@ static void batch_lost(struct wfs_catalog *c, int ret)
  */
 static bool wal_headroom(struct wfs_catalog *c)
 {
+	struct statvfs sv;
 	struct stat st;
 
 	if (c->wal_rw < 0)
 		c->wal_rw = open(c->wal_path, O_RDWR | O_CLOEXEC);
 	if (c->wal_rw < 0 || fstat(c->wal_rw, &st) < 0)
+		return false;
+	/* Near full, not at all: a checkpoint cannot grow catalog.db then, so the WAL (and its index)
+	 * would grow past any headroom, and a full filesystem must fail the call that meets it. */
+	if (fstatvfs(c->wal_rw, &sv) < 0 || (uint64_t)sv.f_bavail * sv.f_frsize < BATCH_MIN_FREE)
 		return false;
 	if ((uint64_t)st.st_blocks * 512 >= (uint64_t)st.st_size + WAL_HEADROOM / 2)
 		return true;

@@ -468,6 +468,26 @@ int wfs_store_object_remove(struct wfs_store *s, const struct wfs_digest *d)
 	return unlinkat(s->objects_fd, name, 0) < 0 ? -errno : 0;
 }
 
+int wfs_store_object_unlink_open(struct wfs_store *s, const struct wfs_digest *d)
+{
+	char name[34];
+	int fd;
+
+	if (s->flags & WFS_STORE_READONLY)
+		return -EROFS;
+	wfs_store_object_name(d, name);
+	fd = openat(s->objects_fd, name, O_PATH | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (unlinkat(s->objects_fd, name, 0) < 0) {
+		int ret = -errno;
+
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
 int wfs_store_object_quarantine(struct wfs_store *s, const struct wfs_digest *d)
 {
 	char name[34], hex[WFS_DIGEST_HEX_CHARS + 1];

@@ -125,6 +125,14 @@ int wfs_store_object_stat(struct wfs_store *s, const struct wfs_digest *d, struc
 /* Remove object @d (its name; readers that have it open keep their bytes). Returns 0, -ENOENT, -errno. */
 int wfs_store_object_remove(struct wfs_store *s, const struct wfs_digest *d);
 /*
+ * wfs_store_object_remove(), with the filesystem's work left for later: the name goes at once, and
+ * the space is freed when the caller closes the returned descriptor (an O_PATH one the caller owns).
+ * Freeing a large file's extents is work that grows with the file: a daemon removes under its lock
+ * and closes after dropping it. Returns the descriptor,
+ * or -ENOENT, -EROFS, another -errno (then nothing was removed).
+ */
+int wfs_store_object_unlink_open(struct wfs_store *s, const struct wfs_digest *d);
+/*
  * Move object @d out of objects/ into STORE/quarantine/<hex> (replacing an earlier quarantined copy).
  * Returns 0, -ENOENT (not stored), or -errno.
  */

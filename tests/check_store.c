@@ -660,6 +660,21 @@ START_TEST(test_object_access)
 	/* Publishing the removed content again stores it anew. */
 	existed = true;
 	ck_assert_int_eq(put(s, "object bytes", 12, &d, &existed), 0);
+	/* Removed with its space freed later: the name goes at once, the file lives until the close. */
+	{
+		struct stat held;
+		int path_fd = wfs_store_object_unlink_open(s, &d);
+
+		ck_assert_int_ge(path_fd, 0);
+		ck_assert_int_eq(wfs_store_object_stat(s, &d, &st), -ENOENT);
+		ck_assert_int_eq(fstat(path_fd, &held), 0);
+		ck_assert_int_eq(held.st_size, 12);
+		ck_assert_int_eq(held.st_nlink, 0);
+		close(path_fd);
+		ck_assert_int_eq(wfs_store_object_unlink_open(s, &d), -ENOENT);
+		ck_assert_int_eq(put(s, "object bytes", 12, &d, &existed), 0);
+		ck_assert(!existed);
+	}
 	ck_assert(!existed);
 	assert_object(&d, "object bytes", 12);
 	wfs_store_close(s);

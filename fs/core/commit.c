@@ -1,7 +1,9 @@
 /* commit.h: the committer thread. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "commit.h"
 #include "daemon.h"
@@ -22,6 +24,37 @@ int wfs_commit_now(struct wfs_fs *fs)
 	if (ret)
 		wfs_log(WFS_LOG_ERR, "catalog commit: %s", strerror(-ret));
 	return ret;
+}
+
+void wfs_commit_close_later(struct wfs_fs *fs, int fd)
+{
+	if (fs->commit.started && fs->commit.nclosing == fs->commit.closing_cap) {
+		size_t cap = fs->commit.closing_cap ? 2 * fs->commit.closing_cap : 16;
+		int *more = realloc(fs->commit.closing, cap * sizeof(*more));
+
+		if (more) {
+			fs->commit.closing = more;
+			fs->commit.closing_cap = cap;
+		}
+	}
+	if (!fs->commit.started || fs->commit.nclosing == fs->commit.closing_cap) {
+		close(fd);
+		return;
+	}
+	fs->commit.closing[fs->commit.nclosing++] = fd;
+	pthread_cond_signal(&fs->commit.due);
+}
+
+/* (L) Close the removed objects' descriptors; drops fs->lock meanwhile. */
+static void close_removed(struct wfs_fs *fs)
+{
+	while (fs->commit.nclosing) {
+		int fd = fs->commit.closing[--fs->commit.nclosing];
+
+		pthread_mutex_unlock(&fs->lock);
+		close(fd);
+		pthread_mutex_lock(&fs->lock);
+	}
 }
 
 bool wfs_commit_sync_at_close(struct wfs_fs *fs, uint64_t size, bool asked)
@@ -81,8 +114,10 @@ static void *committer(void *arg)
 		struct timespec deadline;
 		int ret;
 
+		close_removed(fs);
 		if (!wfs_catalog_pending(fs->catalog) && !fs->commit.unsynced) {
-			pthread_cond_wait(&fs->commit.due, &fs->lock);
+			if (!fs->commit.nclosing && !fs->commit.stop)
+				pthread_cond_wait(&fs->commit.due, &fs->lock);
 			continue;
 		}
 		/* Let the batch grow for an interval; fs->lock is free meanwhile. */
@@ -142,6 +177,10 @@ void wfs_commit_stop(struct wfs_fs *fs)
 	pthread_mutex_unlock(&fs->lock);
 	pthread_join(fs->commit.thread, NULL);
 	pthread_mutex_lock(&fs->lock);
+	close_removed(fs);
+	free(fs->commit.closing);
+	fs->commit.closing = NULL;
+	fs->commit.closing_cap = 0;
 	if (wfs_catalog_batch(fs->catalog, false, NULL, NULL))
 		wfs_log(WFS_LOG_ERR, "catalog: the last changes could not be committed at unmount");
 	fs->commit.started = false;

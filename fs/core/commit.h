@@ -1,5 +1,6 @@
 /*
- * commit — when the daemon's catalog changes are committed (lib/catalog.h, wfs_catalog_batch).
+ * commit — the committer thread: when the daemon's catalog changes are committed (lib/catalog.h,
+ * wfs_catalog_batch), the group sync of small files, and closing removed objects outside fs->lock.
  *
  * Creates, unlinks, renames, xattrs and claims are savepoints of one open SQLite transaction, and
  * the batch is committed:
@@ -47,6 +48,8 @@ struct wfs_commit {
 	pthread_t thread;
 	pthread_cond_t due;  /* a batch has its first change, or the committer is to stop */
 	bool started, stop;
+	int *closing;             /* descriptors of removed objects, closed outside fs->lock */
+	size_t nclosing, closing_cap;
 	uint64_t unsynced;        /* seals committed since the last group sync, objects not synced */
 	struct timespec unsynced_since; /* CLOCK_REALTIME of the first of them */
 };
@@ -67,6 +70,13 @@ void wfs_commit_stop(struct wfs_fs *fs);
  * commit's -errno (wfs_catalog_commit: -ENOSPC, -EIO, -EBUSY), logged here.
  */
 int wfs_commit_now(struct wfs_fs *fs);
+/*
+ * (L) Close @fd (wfs_store_object_unlink_open: a removed object) on the committer thread, without
+ * fs->lock: that close frees the file's space, a filesystem's work that grows with the file (its
+ * extents; discards where the store is mounted with discard). Closed at once when no committer
+ * runs, or when the list cannot grow.
+ */
+void wfs_commit_close_later(struct wfs_fs *fs, int fd);
 /*
  * (L) Must a seal of @size bytes be durable before close(2) returns? With -o sync: when @size is
  * WFS_SYNC_CLOSE_MIN or more, when a writer asked (@asked: fsync(2)), or when no committer runs to

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "commit.h"
 #include "daemon.h"
 #include "fault.h"
 #include "gc.h"
@@ -125,7 +126,11 @@ void wfs_object_maybe_delete(struct wfs_fs *fs, const struct wfs_digest *d)
 	if (ret == 0 && wfs_catalog_object_delete(fs->catalog, d))
 		return;
 	wfs_crashpoint("delete.after-row"); /* leaves an orphan file, which fsck --repair removes */
-	ret = wfs_store_object_remove(fs->store, d);
+	ret = wfs_store_object_unlink_open(fs->store, d);
+	if (ret >= 0) {
+		wfs_commit_close_later(fs, ret); /* freeing its space, outside fs->lock */
+		ret = 0;
+	}
 	if (ret && ret != -ENOENT) {
 		char hex[WFS_DIGEST_HEX_CHARS + 1];
 
