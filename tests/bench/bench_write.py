@@ -283,10 +283,11 @@ def _prober(path, stop, conn):
         t0 = time.perf_counter()
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+        t1 = time.perf_counter()
         m[(i % npages) * PAGE]
         m.close()
         os.close(fd)
-        lat.append((t0, time.perf_counter() - t0))
+        lat.append((t0, t1 - t0, time.perf_counter() - t0))
         i += 1
         time.sleep(PROBE_EVERY)
     conn.send(lat)
@@ -334,13 +335,16 @@ def row_writers(ctx, r, order):
             lat = None
         prober.join()
         if lat is not None:  # only the probes that started while the writers ran
-            lat = [x for t, x in lat if t0 <= t <= max(e for e in ends if e is not None)] or \
-                [x for t, x in lat if t >= t0][:1]
+            lat = [x for x in lat if t0 <= x[0] <= max(e for e in ends if e is not None)] or \
+                [x for x in lat if x[0] >= t0][:1]
         if None in ends or lat is None or any(p.exitcode for p, _ in writers) or prober.exitcode:
             raise RuntimeError(f"row 2 ({side}): a writer or the prober failed")
         res[f"writers/{side}"] = 4 * ctx.writer_size / (max(ends) - t0) / 1e9
-        res[f"probe-med/{side}"] = med(lat) * 1e3 if lat else float("nan")
-        res[f"probe-max/{side}"] = max(lat) * 1e3 if lat else float("nan")
+        opens, whole = [x[1] for x in lat], [x[2] for x in lat]
+        res[f"probe-med/{side}"] = med(opens) * 1e3 if lat else float("nan")
+        res[f"probe-max/{side}"] = max(opens) * 1e3 if lat else float("nan")
+        res[f"probe-whole-med/{side}"] = med(whole) * 1e3 if lat else float("nan")
+        res[f"probe-whole-max/{side}"] = max(whole) * 1e3 if lat else float("nan")
         res[f"probe-n/{side}"] = len(lat)
     for side in order:
         rm_tree(os.path.join(ctx.sync_dir if side == "wfs" else ctx.native_dir, "writers"))
@@ -648,11 +652,13 @@ def summarize(ctx, results):
     if 2 in ctx.rows:
         rows = [line(f"aggregate GB/s, 4 × {human(ctx.writer_size)} at once", "writers", "GB/s", 0.9,
                      chart_label="4 writers")]
-        for k, label in (("probe-med", "mmap probe latency, median (ms)"),
-                         ("probe-max", "mmap probe latency, worst (ms)")):
+        for k, label, goal in (("probe-med", "probe: open + mmap, median (ms)", "< 10 ms (weightfs)"),
+                               ("probe-max", "probe: open + mmap, worst (ms)", "< 10 ms (weightfs)"),
+                               ("probe-whole-med", "probe with its page read, munmap, close: median (ms)", "—"),
+                               ("probe-whole-max", "probe with its page read, munmap, close: worst (ms)", "—")):
             w, n = series(results, f"{k}/wfs"), series(results, f"{k}/native")
             if w:
-                rows.append((f"| {label} | {med(w):.2f} | {med(n):.2f} | — | < 10 ms (weightfs) |",
+                rows.append((f"| {label} | {med(w):.2f} | {med(n):.2f} | — | {goal} |",
                              f"{label}: weightfs {f2(w)}; native {f2(n)}"))
         pn = series(results, "probe-n/wfs"), series(results, "probe-n/native")
         table("2. Four writers at once (default mount vs native without fsync), and an mmap probe",
@@ -660,7 +666,9 @@ def summarize(ctx, results):
               f"The probe: a fifth process opens an {human(PROBE_SIZE)} file sealed before, mmaps it, "
               f"reads one byte of one page, munmaps and closes it, every {PROBE_EVERY * 1e3:.0f} ms "
               f"while the writers run (probes per round: weightfs {f2(pn[0], '{:.0f}')}, native "
-              f"{f2(pn[1], '{:.0f}')}).")
+              f"{f2(pn[1], '{:.0f}')}). The goal is on open + mmap; the page read is the disk's "
+              f"(after row 4's drop_caches the page is not cached, and the read queues behind the "
+              f"writers' writeback), given for context.")
     if 3 in ctx.rows:
         tot = sum(ctx.sizes)
         rows = [line("write: temp name, close, rename", "small-write", "s", None, "{:.2f}", speed=False),
