@@ -126,13 +126,16 @@ static void *committer(void *arg)
 		       pthread_cond_timedwait(&fs->commit.due, &fs->lock, &deadline) != ETIMEDOUT)
 			;
 		if (wfs_commit_now(fs) == 0) {
-			bool group = sync_due(fs), checkpoint = !fs->commit.unsynced || group;
+			bool group = sync_due(fs), checkpoint;
 
 			/* The group sync, then the WAL into catalog.db (which syncs it): without fs->lock,
 			 * and a checkpoint only when no seal waits for the group sync. */
 			pthread_mutex_unlock(&fs->lock);
 			ret = group ? wfs_commit_sync(fs) : 0;
-			if (ret == 0 && checkpoint && (ret = wfs_catalog_checkpoint(fs->catalog)) != 0)
+			pthread_mutex_lock(&fs->lock);
+			checkpoint = ret == 0 && !fs->commit.unsynced;
+			pthread_mutex_unlock(&fs->lock);
+			if (checkpoint && (ret = wfs_catalog_checkpoint(fs->catalog)) != 0)
 				wfs_log(WFS_LOG_WARN, "catalog checkpoint: %s", strerror(-ret));
 			pthread_mutex_lock(&fs->lock);
 		} else {

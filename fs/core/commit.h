@@ -22,11 +22,12 @@
  * published without a sync and becomes durable with the next group sync: one syncfs(2) of the store
  * for every such seal of the last WFS_SYNC_INTERVAL_MS, by the committer thread (or sooner: at any
  * fsync(2), a large seal, unmount). A flush per small file is what made the demo's write phase 19x
- * a plain directory's. Order: nothing synced refers to an object that is not: every WAL sync and
- * checkpoint of the daemon comes after the syncfs of the seals committed before it
- * (wfs_commit_sync). What a power loss costs: the small files sealed in its last interval may be
- * lost (their commits, written but not synced, can reach the disk before their objects do: their
- * names then fail their first open's check with EIO, and fsck lists them).
+ * a plain directory's. Order: every WAL sync and checkpoint of the daemon comes after a syncfs
+ * that began once the seals it counts were committed (wfs_commit_sync), so what the daemon syncs
+ * refers to synced objects — except seals committed while that syncfs runs, and WAL pages the
+ * kernel writes back on its own. What a power loss costs: the small files sealed in its last
+ * interval may be lost (their commits can reach the disk before their objects: their names then
+ * fail their first open's check with EIO, and fsck lists them).
  */
 #ifndef WFS_CORE_COMMIT_H
 #define WFS_CORE_COMMIT_H
