@@ -147,7 +147,6 @@ static const char *const stmt_sql[ST_COUNT] = {
 #define WAL_CHECKPOINT_BYTES (4u << 20) /* a batching handle's WAL is checkpointed past this */
 #define BATCH_MIN_FREE (2ull * CATALOG_RESERVE + 2 * WAL_HEADROOM) /* bytes free to batch at all */
 #define BATCH_MAX 1024             /* calls in one batch at most: its frames stay far below that */
-static atomic_bool headroom_unsupported;
 
 struct wfs_catalog {
 	sqlite3 *db;
@@ -159,7 +158,9 @@ struct wfs_catalog {
 	int wal_fd;        /* read-only descriptor of the WAL, for fdatasync; -1 until needed */
 	bool reserve_used; /* released (or never allocated): allocate again when there is room */
 	bool batch;        /* wfs_catalog_batch(): calls are savepoints of one open transaction */
-	bool headroom;     /* the WAL has WAL_HEADROOM allocated past its end (wal_headroom) */
+	bool headroom;     /* the WAL has WAL_HEADROOM written past its last frame (wal_headroom) */
+	uint64_t wal_frames; /* frames in the WAL after the last commit (batching: wal_frames_hook) */
+	uint64_t page_size;  /* the database's page size, bytes (a WAL frame: 24 + this) */
 	int wal_rw;        /* read-write descriptor of the WAL, for its headroom; -1 until needed */
 	char *path;        /* catalog.db */
 	pthread_mutex_t checkpoint_lock; /* checkpoint_db: wfs_catalog_checkpoint() may run anywhere */
@@ -344,33 +345,50 @@ static void batch_lost(struct wfs_catalog *c, int ret)
 	c->pending = 0;
 }
 
+/* SQLite's word after each commit of a batching handle: the frames now in the WAL. */
+static int wal_frames_hook(void *ctx, sqlite3 *db, const char *name, int frames)
+{
+	(void)db, (void)name;
+	((struct wfs_catalog *)ctx)->wal_frames = (uint64_t)frames;
+	return SQLITE_OK;
+}
+
 /*
- * Keep WAL_HEADROOM bytes allocated past the WAL's end (FALLOC_FL_KEEP_SIZE: SQLite sees the same
- * file; its appends land in blocks that are there already). SQLite rolls a transaction back when
- * its COMMIT meets a full filesystem, and a batch's changes were answered before it: so a batch is
- * only kept open while its commit cannot need free space. Returns whether the headroom is in place.
+ * Keep WAL_HEADROOM bytes of written zeros past the WAL's last frame, by extending the file (SQLite
+ * reads frames only up to the last valid one, so a longer file changes nothing for it). SQLite rolls
+ * a transaction back when its COMMIT meets a full filesystem, and a batch's changes were answered
+ * before it: a batch is only kept open while its commit needs no free space. Written zeros, not
+ * fallocate(2): every filesystem has them, and a commit over them changes no size and no extent.
+ * Returns whether the headroom is in place.
  */
 static bool wal_headroom(struct wfs_catalog *c)
 {
+	static const char zeros[64 << 10];
 	struct statvfs sv;
 	struct stat st;
+	uint64_t used, want;
 
 	if (c->wal_rw < 0)
 		c->wal_rw = open(c->wal_path, O_RDWR | O_CLOEXEC);
-	if (c->wal_rw < 0 || fstat(c->wal_rw, &st) < 0)
-		return false;
+	if (c->wal_rw < 0 || fstat(c->wal_rw, &st) < 0 || st.st_size < 32)
+		return false; /* no WAL yet (SQLite writes its header first) */
 	/* Near full, not at all: a checkpoint cannot grow catalog.db then, so the WAL (and its index)
 	 * would grow past any headroom, and a full filesystem must fail the call that meets it. */
 	if (fstatvfs(c->wal_rw, &sv) < 0 || (uint64_t)sv.f_bavail * sv.f_frsize < BATCH_MIN_FREE)
 		return false;
-	if ((uint64_t)st.st_blocks * 512 >= (uint64_t)st.st_size + WAL_HEADROOM / 2)
+	used = 32 + c->wal_frames * (24 + c->page_size);
+	if ((uint64_t)st.st_size >= used + WAL_HEADROOM / 2)
 		return true;
-	if (fallocate(c->wal_rw, FALLOC_FL_KEEP_SIZE, st.st_size, WAL_HEADROOM) == 0)
-		return true;
-	if (errno == EOPNOTSUPP)
-		wfs_log_once(&headroom_unsupported, WFS_LOG_INFO, "catalog %s: no preallocation on this "
-			     "filesystem: every change commits by itself", c->wal_path);
-	return false;
+	want = (used + WAL_HEADROOM + 4095) & ~(uint64_t)4095;
+	for (uint64_t off = (uint64_t)st.st_size; off < want;) {
+		size_t n = want - off < sizeof(zeros) ? (size_t)(want - off) : sizeof(zeros);
+		ssize_t w = pwrite(c->wal_rw, zeros, n, (off_t)off);
+
+		if (w <= 0)
+			return false; /* ENOSPC: what was written stays, harmless */
+		off += (uint64_t)w;
+	}
+	return true;
 }
 
 /*
@@ -443,8 +461,10 @@ int wfs_catalog_batch(struct wfs_catalog *c, bool on, void (*first_pending)(void
 					 NULL, NULL, NULL));
 	if (ret)
 		return ret;
+	if (on)
+		sqlite3_wal_hook(c->db, wal_frames_hook, c); /* the PRAGMA above removed SQLite's own */
 	c->batch = on;
-	c->headroom = on && wal_headroom(c);
+	c->headroom = false; /* until the first commit tells the WAL's frames (wal_frames_hook) */
 	c->first_pending = on ? first_pending : NULL;
 	c->first_pending_ctx = on ? ctx : NULL;
 	return 0;
@@ -645,6 +665,15 @@ int wfs_catalog_open(const char *path, unsigned flags, uint32_t root_uid, uint32
 			(long long)version, SCHEMA_VERSION);
 		ret = -EIO;
 		goto fail;
+	}
+	{
+		sqlite3_stmt *ps;
+
+		c->page_size = 4096;
+		if (sqlite3_prepare_v2(c->db, "PRAGMA page_size", -1, &ps, NULL) == SQLITE_OK &&
+		    sqlite3_step(ps) == SQLITE_ROW)
+			c->page_size = (uint64_t)sqlite3_column_int64(ps, 0);
+		sqlite3_finalize(ps);
 	}
 	for (int i = 0; i < ST_COUNT; i++) {
 		int rc = sqlite3_prepare_v3(c->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &c->stmt[i],

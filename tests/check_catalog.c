@@ -1478,6 +1478,11 @@ START_TEST(test_batch_commit)
 
 	ck_assert_int_eq(wfs_catalog_batch(cat, true, count_first_pending, NULL), 0);
 	ck_assert_uint_eq(wfs_catalog_pending(cat), 0);
+	/* The first change commits at once: the WAL's headroom is known only after a commit. */
+	mkfile(ROOT, "first");
+	ck_assert_uint_eq(wfs_catalog_pending(cat), 0);
+	ck_assert(seen_elsewhere(ROOT, "first"));
+	pending_calls = 0;
 	f = mkfile(ROOT, "f");
 	ck_assert_int_eq(pending_calls, 1);
 	g = mkfile(ROOT, "g");
@@ -1511,6 +1516,7 @@ START_TEST(test_batch_commit)
 	ck_assert(seen_elsewhere(ROOT, "at-close"));
 	ck_assert_int_eq(wfs_catalog_open(db_path, 0, 0, 0, &cat), 0);
 	ck_assert_int_eq(wfs_catalog_batch(cat, true, NULL, NULL), 0);
+	mkfile(ROOT, "committed-first"); /* as above: the first change commits at once */
 	mkfile(ROOT, "at-off");
 	ck_assert(!seen_elsewhere(ROOT, "at-off"));
 	ck_assert_int_eq(wfs_catalog_batch(cat, false, NULL, NULL), 0);

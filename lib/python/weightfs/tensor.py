@@ -423,6 +423,7 @@ def _reset_claim_state():
     """Forget what was learnt about claim support (tests; a remount with another daemon)."""
     with _claims_lock:
         _claims.clear()
+    _dir_devs.clear()
 
 
 def _try_claim(fd, tmp, dev, hexdigest, nbytes):
@@ -450,14 +451,16 @@ def _try_claim(fd, tmp, dev, hexdigest, nbytes):
         raise _reraise(e, tmp, f"claiming {hexdigest} on {tmp}")
     # setxattr succeeded: on weightfs with claims the file is now sealed; a filesystem that merely
     # stores user.* xattrs (ext4, a weightfs without claims) says yes too and the file is still empty.
-    size = os.fstat(fd).st_size
+    # The digest tells which: equal to the one claimed, the file holds the nbytes hashed to it (no
+    # size to ask for: one request less per claim); otherwise the size says what happened.
     try:
         got = os.getxattr(fd, DIGEST_XATTR).decode("ascii", "replace")
     except OSError:
         got = None
-    if size == nbytes and got == hexdigest:
+    if got == hexdigest:
         _set_claim_state(dev, True)
         return True
+    size = os.fstat(fd).st_size
     if size != 0 or got is not None:  # sealed, but not with the bytes claimed: never keep that file
         raise WeightfsError(errno.EIO, f"claim of {hexdigest} on {tmp} reported success but the file "
                             f"has {size} bytes and digest {got} (expected {nbytes} bytes)", tmp)
@@ -495,6 +498,19 @@ def _set_tensor_xattrs(fd, path, name, shape):
 
 _tmp_counter = itertools.count()
 _made_dirs = set()  # directories this process created or found: no mkdir round trip per tensor
+
+
+_dir_devs = {}  # directory -> st_dev of the files created in it: no GETATTR of each new file
+
+
+def _dev_of(d, fd):
+    """st_dev of the new file fd in directory d (the same filesystem: it was created there). Kept per
+    directory: a fstat of a file being written is a round trip to weightfs each time. A stale entry
+    after a remount only picks another device's claim state; the claim is verified either way."""
+    dev = _dir_devs.get(d)
+    if dev is None:
+        dev = _dir_devs[d] = os.fstat(fd).st_dev
+    return dev
 
 
 def _create(tmp, d):
@@ -668,7 +684,7 @@ def offload(data: Any, path: PathLike, *, claim: bool = True, xattrs: bool = Tru
         # Empty content is claimed too: a claim seals at once, while an empty file that is only
         # created and closed is sealed by weightfs at release, after close(2) has returned.
         if claim:
-            claimed = _try_claim(fd, tmp, os.fstat(fd).st_dev, hexdigest, nbytes)
+            claimed = _try_claim(fd, tmp, _dev_of(d, fd), hexdigest, nbytes)
         if not claimed and nbytes > 0:
             staged = kind == "cuda" and _stage_has_cuda()
             through_kernel = xattrs and name is not None and nbytes >= PASSTHROUGH_WRITE_MIN
