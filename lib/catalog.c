@@ -432,11 +432,22 @@ static int end(struct wfs_catalog *c, int ret)
 			return ret;
 		}
 		ret = step_done(c, stmt(c, ST_RELEASE));
-		if (ret == 0 && c->pending++ == 0 && c->first_pending)
+		if (ret)
+			return ret;
+		if (!c->headroom) {
+			/* Alone in its batch (the headroom is known after each commit): committed now, and
+			 * on failure rolled back, so the caller's error means "nothing changed". */
+			ret = commit(c);
+			if (ret && !sqlite3_get_autocommit(c->db))
+				step_done(c, stmt(c, ST_ROLLBACK));
+			c->pending = 0;
+			return ret;
+		}
+		if (c->pending++ == 0 && c->first_pending)
 			c->first_pending(c->first_pending_ctx);
-		if (ret == 0 && (!c->headroom || c->pending >= BATCH_MAX))
-			ret = wfs_catalog_commit(c);
-		return ret;
+		if (c->pending >= BATCH_MAX)
+			wfs_catalog_commit(c); /* answered already: on failure the committer tries again */
+		return 0;
 	}
 	if (ret == 0) {
 		ret = commit(c);

@@ -569,7 +569,7 @@ out:
  * store's filesystem shares extents), and the copy is what gets hashed and published. Version lock
  * held, FROZEN. Returns 0 or -errno (of the copy).
  */
-#define SETTLE_TRIES 20
+#define SETTLE_TRIES 50 /* at 20, a loaded 2-core machine once published a copy after munmap */
 
 static int settle(struct wfs_version *v)
 {
