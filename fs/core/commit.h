@@ -21,8 +21,8 @@
  * the WAL's fdatasync. A smaller one is sealed and committed at close(2) as well, but its object is
  * published without a sync and becomes durable with the next group sync: one syncfs(2) of the store
  * for every such seal of the last WFS_SYNC_INTERVAL_MS, by the committer thread (or sooner: at any
- * fsync(2), a large seal, unmount). A flush per small file is what made the demo's write phase 19x
- * a plain directory's. Order: every WAL sync and checkpoint of the daemon comes after a syncfs
+ * fsync(2), a large seal, unmount). With a flush per small file (and a commit per change) the
+ * demo's write phase took 19x a plain directory's on the 2-core test machine; now 6x. Order: every WAL sync and checkpoint of the daemon comes after a syncfs
  * that began once the seals it counts were committed (wfs_commit_sync), so what the daemon syncs
  * refers to synced objects — except seals committed while that syncfs runs, and WAL pages the
  * kernel writes back on its own. What a power loss costs: the small files sealed in its last
