@@ -115,7 +115,7 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	struct wfs_attr old, now;
 	struct wfs_digest d;
 	struct timespec mtime;
-	bool existed = false, unwritten, unchanged, kernel, told, durable = false, asked, alone;
+	bool existed = false, unwritten, unchanged, kernel, told, durable = false, asked, alone, stored;
 	uint64_t size = 0;
 	int ret;
 
@@ -127,6 +127,9 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	pthread_mutex_unlock(&fs->lock);
 	ret = wfs_version_freeze(v, &d, &size, &unwritten);
 	unchanged = wfs_version_unchanged(v);
+	/* Already stored? Asked here, without fs->lock: after the kernel dropped its dentries this is a
+	 * read of objects/ab/ from a disk busy with writers' data (80-240 ms seen under the lock). */
+	stored = ret == 0 && !unchanged && wfs_store_object_exists(fs->store, &d);
 	wfs_crashpoint("seal.after-digest");
 
 	pthread_mutex_lock(&fs->lock);
@@ -146,8 +149,9 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 			ret = -ENOMEM;
 	}
 	/* A dedup hit hands the name the stored copy: it must hold these bytes. A bad one is
-	 * quarantined here, which leaves the way free to publish ours — the store heals. */
-	if (ret == 0 && !unchanged && wfs_store_object_exists(fs->store, &d))
+	 * quarantined here, which leaves the way free to publish ours — the store heals. (Asked
+	 * again now that the object is pinned: it may have gone meanwhile; the lookup is cached.) */
+	if (ret == 0 && stored && wfs_store_object_exists(fs->store, &d))
 		wfs_check_object(fs, o, 0);
 	pthread_mutex_unlock(&fs->lock);
 
