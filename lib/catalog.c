@@ -143,7 +143,7 @@ static const char *const stmt_sql[ST_COUNT] = {
  * WAL, so 8 MiB covers a few hundred deletions before the space they free comes back.
  */
 #define CATALOG_RESERVE (8u << 20) /* bytes */
-#define WAL_HEADROOM (4u << 20)    /* bytes kept allocated past the WAL's end while batching */
+#define WAL_HEADROOM (4u << 20)    /* bytes of zeros written past the WAL's last frame (batching) */
 #define WAL_CHECKPOINT_BYTES (4u << 20) /* a batching handle's WAL is checkpointed past this */
 #define BATCH_MIN_FREE (2ull * CATALOG_RESERVE + 2 * WAL_HEADROOM) /* bytes free to batch at all */
 #define BATCH_MAX 1024             /* calls in one batch at most: its frames stay far below that */

@@ -276,8 +276,9 @@ int wfs_catalog_stats(struct wfs_catalog *c, struct wfs_catalog_stats *out);
  * (catalog.db-wal), which holds every commit since the last checkpoint (SQLite syncs the WAL header
  * itself when it starts reusing the file). Safe to call from any thread, concurrently with the
  * handle's other calls (it uses a descriptor of its own), so a daemon can commit under its lock and
- * wait for the disk after dropping it: seals, fsync(2). Returns 0, or -EIO (or another -errno of
- * fdatasync); 0 on a read-only handle.
+ * wait for the disk after dropping it: seals, fsync(2). A batching handle's open batch is not in the
+ * WAL yet: wfs_catalog_commit() first. Returns 0, or -EIO (or another -errno of fdatasync); 0 on a
+ * read-only handle.
  */
 int wfs_catalog_wal_sync(struct wfs_catalog *c);
 

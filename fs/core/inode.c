@@ -1,5 +1,6 @@
 /* inode.h: the in-memory inodes and their lookup counts. Every function runs with fs->lock held. */
 #include <assert.h>
+#include <errno.h>
 #include <stdlib.h>
 
 #include "daemon.h"
@@ -33,6 +34,21 @@ struct wfs_inode *wfs_inode_get(struct wfs_fs *fs, const struct wfs_attr *attr)
 		return NULL;
 	}
 	return in;
+}
+
+int wfs_inode_get_file(struct wfs_fs *fs, uint64_t ino, bool regular_only, struct wfs_attr *attr,
+		       struct wfs_inode **out)
+{
+	int ret = wfs_catalog_getattr(fs->catalog, ino, attr);
+
+	if (ret)
+		return ret;
+	if (S_ISDIR(attr->mode))
+		return -EISDIR;
+	if (regular_only && !S_ISREG(attr->mode))
+		return -EINVAL;
+	*out = wfs_inode_get(fs, attr);
+	return *out ? 0 : -ENOMEM;
 }
 
 void wfs_inode_lookup(struct wfs_inode *in)

@@ -42,6 +42,13 @@ struct wfs_inode {
 struct wfs_inode *wfs_inode_find(struct wfs_fs *fs, uint64_t ino);
 /* The entry for @attr->ino, created with zero counts and @attr's content when absent. NULL: ENOMEM. */
 struct wfs_inode *wfs_inode_get(struct wfs_fs *fs, const struct wfs_attr *attr);
+/*
+ * (L) The entry of file @ino for an open or a change of its bytes: its catalog attributes into
+ * *@attr, then wfs_inode_get(). Returns 0 with *@out, -EISDIR (a directory), -EINVAL (with
+ * @regular_only, a symlink or special file), -ENOENT, -ENOMEM, or another -errno of the catalog.
+ */
+int wfs_inode_get_file(struct wfs_fs *fs, uint64_t ino, bool regular_only, struct wfs_attr *attr,
+		       struct wfs_inode **out);
 /* Count one kernel lookup of @in (an entry reply: lookup, create, mkdir, link, readdirplus). */
 void wfs_inode_lookup(struct wfs_inode *in);
 /*

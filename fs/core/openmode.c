@@ -336,14 +336,9 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool trunc
 	int ret;
 
 	*r = (struct wfs_open_reply){0};
-	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+	ret = wfs_inode_get_file(fs, ino, false, &a, &in);
 	if (ret)
 		return ret;
-	if (S_ISDIR(a.mode))
-		return -EISDIR;
-	in = wfs_inode_get(fs, &a);
-	if (!in)
-		return -ENOMEM;
 	/* A writer must reach the name's new inode: the kernel looks the name up again. A reader that
 	 * looked the name up before it moved opens what it found, as an open racing a rename does. */
 	if (in->io.replaced && writable)

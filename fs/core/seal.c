@@ -660,16 +660,9 @@ int wfs_seal_truncate(struct wfs_fs *fs, uint64_t ino, struct wfs_handle *h, uin
 	struct wfs_attr a;
 	int ret;
 
-	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+	ret = wfs_inode_get_file(fs, ino, true, &a, &in);
 	if (ret)
 		return ret;
-	if (S_ISDIR(a.mode))
-		return -EISDIR;
-	if (!S_ISREG(a.mode))
-		return -EINVAL;
-	in = wfs_inode_get(fs, &a);
-	if (!in)
-		return -ENOMEM;
 	if (in->io.replaced)
 		return -ESTALE; /* a stale name: the kernel looks it up again */
 	ret = h ? 0 : wfs_openmode_move(fs, in, a.nlink, news);
