@@ -215,6 +215,11 @@ static void serve_one(struct wfs_direct *d, int c)
 	wfs_log(WFS_LOG_DEBUG, "direct path: pid %d uid %u: %s", (int)cred.pid, (unsigned)cred.uid,
 		ret ? strerror(-ret) : "object sent");
 	rep.error = -ret;
+	/* The client's descriptors go before the answer: one of them is a file on the mount, and a
+	 * client that unmounts once answered found the mount busy (EBUSY) while we still held it. The
+	 * object is open by then (obj_fd), so the pin that fds[0]'s open handle gave it is not needed. */
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
 	{
 		union {
 			char buf[CMSG_SPACE(sizeof(int))];
@@ -239,8 +244,6 @@ static void serve_one(struct wfs_direct *d, int c)
 	}
 	if (obj_fd >= 0)
 		close(obj_fd);
-	for (int i = 0; i < nfds; i++)
-		close(fds[i]); /* last: the open handle of fds[0] pinned the object while we used it */
 }
 
 static void *serve(void *arg)
