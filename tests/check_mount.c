@@ -1695,6 +1695,67 @@ START_TEST(claim_other_user)
 END_TEST
 
 /* The mount root's user.weightfs.stats: totals and what only the running daemon knows. */
+/*
+ * A file read through the mount costs one page-cache copy. Without passthrough that copy is the FUSE
+ * inode's: the object's own pages, read by the first open's check and again by the daemon's reads,
+ * are dropped behind the reads (whole large folios included, and the partial last block). With
+ * passthrough the object's pages are the one copy. 256 MiB: enough for readahead to build the
+ * 2 MiB folios that a DONTNEED of each read's own range leaves cached (ext4 since Linux 6.16).
+ */
+START_TEST(read_one_page_cache_copy)
+{
+	size_t len = (256u << 20) + 12345, page = (size_t)sysconf(_SC_PAGESIZE), resident = 0, i;
+	unsigned char *a = mu_pattern(len, 91), *buf = malloc(1u << 20), *vec;
+	char name[34], op[400];
+	struct wfs_digest d;
+	size_t off = 0;
+	ssize_t n;
+	void *m;
+	int fd;
+
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_int_eq(mu_write_file(mu_path("t"), a, len), 0);
+	mu_digest_xattr(mu_path("t"), &d);
+	wfs_store_object_name(&d, name);
+	snprintf(op, sizeof(op), "%s/objects/%s", mu.store, name);
+	sync();
+	mu_daemon_stop();
+	fd = open(op, O_RDONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0); /* start cold */
+	mu_daemon_start();
+	n = 0;
+	{
+		int f = open(mu_path("t"), O_RDONLY); /* the first open's check reads the object */
+
+		ck_assert_int_ge(f, 0);
+		while ((n = read(f, buf, 1u << 20)) > 0) {
+			ck_assert_int_eq(memcmp(buf, a + off, (size_t)n), 0);
+			off += (size_t)n;
+		}
+		ck_assert_int_eq(n, 0);
+		ck_assert_uint_eq(off, len);
+		close(f);
+	}
+	m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(m, MAP_FAILED);
+	vec = malloc((len + page - 1) / page);
+	ck_assert_int_eq(mincore(m, len, vec), 0);
+	for (i = 0; i < (len + page - 1) / page; i++)
+		resident += vec[i] & 1;
+	resident *= page;
+	if (mu_passthrough_mode())
+		ck_assert_msg(resident >= len / 2, "object resident %zu of %zu bytes", resident, len);
+	else
+		ck_assert_msg(resident <= len / 8, "object resident %zu of %zu bytes", resident, len);
+	munmap(m, len);
+	close(fd);
+	free(vec);
+	free(buf);
+	free(a);
+}
+END_TEST
+
 START_TEST(stats_xattr)
 {
 	unsigned char *a = mu_pattern(100000, 85);
@@ -2154,6 +2215,7 @@ static Suite *mount_suite(void)
 		{"claim_after_restart", claim_after_restart, 60},
 		{"claim_other_user", claim_other_user, 30},
 		{"stats_xattr", stats_xattr, 30},
+		{"read_one_page_cache_copy", read_one_page_cache_copy, 60},
 		{"small_files_group_sync", small_files_group_sync, 60},
 		{"fallocate_reserves", fallocate_reserves, 60},
 		{"copy_range_claims", copy_range_claims, 60},

@@ -452,6 +452,57 @@ static int read_source(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struc
 	return *fd < 0 ? *fd : 0;
 }
 
+int wfs_openmode_read_object(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, int *fd)
+{
+	struct wfs_version *v;
+	int ret;
+
+	*fd = -1;
+	pthread_mutex_lock(&fs->lock);
+	do
+		ret = read_source(fs, h, tid, &v, fd);
+	while (ret == -EAGAIN);
+	pthread_mutex_unlock(&fs->lock);
+	if (ret == 0 && v) {
+		wfs_version_put(v);
+		*fd = -1;
+		return 1;
+	}
+	return ret;
+}
+
+/*
+ * The largest folio the page cache makes: a PMD's span (MAX_PAGECACHE_ORDER; 2 MiB with 4 KiB
+ * pages, where a page table page holds 512 eight-byte entries).
+ */
+static off_t largest_folio_bytes(void)
+{
+	long page = sysconf(_SC_PAGESIZE);
+
+	return page > 0 ? (off_t)page * (page / 8) : (off_t)2 << 20;
+}
+
+void wfs_openmode_read_done(struct wfs_fs *fs, int fd, off_t off, size_t len)
+{
+	static off_t block;
+	off_t from, to, end = off + (off_t)len;
+	struct stat st;
+
+	if (atomic_load(&fs->passthrough))
+		return; /* the object's page cache is the copy passthrough readers share */
+	if (!block)
+		block = largest_folio_bytes();
+	/* DONTNEED drops only whole folios: a large folio partly inside the range stays cached
+	 * (mm/truncate.c). So drop the blocks this read finished, and at the end of the file the
+	 * rest. Readahead beyond the read stays for the next one. */
+	from = off - off % block;
+	to = end - end % block;
+	if (to != end && fstat(fd, &st) == 0 && end >= st.st_size)
+		to = 0; /* through the end of the file */
+	if (to == 0 || to > from)
+		(void)posix_fadvise(fd, from, to ? to - from : 0, POSIX_FADV_DONTNEED);
+}
+
 ssize_t wfs_openmode_read(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, void *buf, size_t len,
 			  off_t off)
 {
@@ -484,9 +535,7 @@ ssize_t wfs_openmode_read(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, vo
 	n = pread(fd, buf, len, off);
 	if (n < 0)
 		return -errno;
-	/* Without passthrough the kernel caches these bytes for the FUSE inode; a second copy in the
-	 * backing file's page cache would only double the memory. */
-	posix_fadvise(fd, off, (off_t)n, POSIX_FADV_DONTNEED);
+	wfs_openmode_read_done(fs, fd, off, (size_t)n);
 	return n;
 }
 

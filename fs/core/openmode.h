@@ -121,12 +121,29 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool trunc
 int wfs_openmode_create(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_handle **h,
 			struct wfs_open_reply *r);
 /*
- * A daemon-served read of @len bytes at @off through @h by thread @tid: from the version being
- * written, else from the inode's current object (pinned by @h). Takes and drops fs->lock itself:
- * call it without. Returns bytes read, or -EIO (never sealed, or damaged), -ENOMEM, -errno.
+ * A daemon-served read of @len bytes at @off through @h by thread @tid, into @buf (the caller's,
+ * @len bytes): from the version being written, else from the inode's current object (pinned by @h).
+ * Takes and drops fs->lock itself: call it without. Returns bytes read (0 at or past the end), or
+ * -EIO (never sealed, or damaged), -ENOMEM, -errno.
  */
 ssize_t wfs_openmode_read(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, void *buf, size_t len,
 			  off_t off);
+/*
+ * Where a daemon-served read through @h by thread @tid gets its bytes, for a caller that sends them
+ * without copying them in (splice): 0 and *@fd, the read-only descriptor of the inode's current
+ * object (checked, pinned by @h until its release, owned by the daemon: never closed by the caller;
+ * call wfs_openmode_read_done() after reading it); or 1, *@fd -1: the version being written, read
+ * with wfs_openmode_read(). Takes and drops fs->lock itself. Returns 0, 1, or -EIO (never sealed, or
+ * damaged), -ENOMEM, -errno.
+ */
+int wfs_openmode_read_object(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, int *fd);
+/*
+ * After bytes [@off, @off + @len) of object descriptor @fd were handed to the kernel for a FUSE
+ * inode's page cache: without passthrough, the object's own cached copy of them is dropped
+ * (posix_fadvise DONTNEED), so a daemon-served file costs one page-cache copy, not two. With
+ * passthrough, nothing: the object's pages are the ones its readers share.
+ */
+void wfs_openmode_read_done(struct wfs_fs *fs, int fd, off_t off, size_t len);
 /*
  * close(2) of a descriptor of @h by thread @tid (FLUSH): seals the version when this close ends its
  * writing (writer.h). Returns 0 or the seal's -errno (close(2) returns it). @news: see seal.h.

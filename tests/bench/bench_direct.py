@@ -1,20 +1,32 @@
 #!/usr/bin/env python3
-"""The direct path against the mounted file without passthrough, and native (docs/direct.md).
+"""Reads without kernel passthrough: the daemon-served mounted file, the direct path, and native.
 
-    bench_direct.py --build BUILD [--mib 1024] [--dir DIR]     (root: drops the page cache)
+    bench_direct.py --build BUILD [--mib 1024] [--rounds 3] [--dir DIR] [--doc FILE] [--command CMD]
 
-Mounts a fresh store under DIR (default $TMPDIR) with -o passthrough=off, writes one tensor of MIB
-MiB, and reads it by mmap, touching every byte (numpy sum over a uint64 view), cold (page cache
-dropped) and warm: through the mounted file, through the direct path (weightfs.open_object), and
-natively (a plain file with the same bytes on the store's filesystem). Then the page-cache growth of
-4 names with that content read in full, through the mounted files and through the direct path.
-Prints a table and one JSON line.
+Root (drops the page cache). Mounts a fresh store under DIR (default $TMPDIR) with
+`-o passthrough=off`, as on a kernel older than 6.9 or a daemon without CAP_SYS_ADMIN
+(docs/direct.md), writes one tensor of MIB MiB under four names, and reads it each round through:
+the mounted file (the daemon serves the reads, the FUSE inode caches them), the direct path
+(`weightfs.open_object`: the object's own descriptor), and native (a plain file with the same
+bytes on the store's filesystem). Each read is timed cold (after `drop_caches`) and warm (best of
+3), by mmap (numpy sum over a uint64 view: every byte) and by pread in 1 MiB chunks. The order of
+the three sides rotates each round; the report gives medians of per-round ratios to native.
+
+Warm reads are also compared with an order-0 page cache: the same file on a tmpfs mounted
+`huge=never`, whose cache holds 4 KiB pages only, as a FUSE inode's does on kernels without FUSE
+large folios (docs/benchmarks.md says why that matters). Then the page-cache growth (meminfo Cached)
+of reading all four names in full, through the mounted files and through the direct path, each with
+a new daemon. Prints a markdown block (and writes it between the bench-direct markers of FILE with
+--doc) and one JSON line.
 """
 
 import argparse
+import datetime
 import json
 import mmap
 import os
+import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -22,16 +34,22 @@ import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 repo = os.path.dirname(os.path.dirname(here))
+sys.path.insert(0, here)
 sys.path.insert(0, os.path.join(repo, "lib", "python"))
 sys.path.insert(0, os.path.join(repo, "tests", "python"))
 import numpy as np  # noqa: E402
 import weightfs  # noqa: E402
 import wfstest  # noqa: E402
+from bench import write_doc_block  # noqa: E402  (one copy, in bench.py)
 
 MIB = 1 << 20
+BEGIN = "<!-- bench-direct:begin -->"
+END = "<!-- bench-direct:end -->"
+METHODS = ("mmap cold", "mmap warm", "pread cold", "pread warm")
 
 
 def read_map(fd, size):
+    """Seconds to read @size bytes of @fd through a fresh read-only mapping, every byte."""
     m = mmap.mmap(fd, size, prot=mmap.PROT_READ)
     try:
         t0 = time.perf_counter()
@@ -41,32 +59,119 @@ def read_map(fd, size):
         m.close()
 
 
-def timed(open_fd, size, runs=3):
-    """(cold seconds, best warm seconds) of an mmap read of the descriptor open_fd() gives."""
+def read_pread(fd, size):
+    """Seconds to pread @size bytes of @fd in 1 MiB chunks into one buffer."""
+    buf = bytearray(MIB)
+    off = 0
+    t0 = time.perf_counter()
+    while off < size:
+        n = os.preadv(fd, [buf], off)
+        if n <= 0:
+            raise OSError(f"short read at {off} of {size}")
+        off += n
+    return time.perf_counter() - t0
+
+
+def measure(open_fd, size, cold=True):
+    """GB/s of each of METHODS (cold ones only with @cold) for the descriptor open_fd() gives."""
+    out = {}
+    for method, fn in (("mmap", read_map), ("pread", read_pread)):
+        if cold:
+            wfstest.drop_caches()
+            fd = open_fd()
+            try:
+                out[f"{method} cold"] = size / fn(fd, size) / 1e9
+            finally:
+                os.close(fd)
+        fd = open_fd()
+        try:
+            fn(fd, size)  # warm-up (the cold pass when there was one)
+            out[f"{method} warm"] = size / min(fn(fd, size) for _ in range(3)) / 1e9
+        finally:
+            os.close(fd)
+    return out
+
+
+def mount(build, store, mnt):
+    subprocess.run([os.path.join(build, "weightfs"), store, mnt, "-o", "passthrough=off,nosync"], check=True)
+
+
+def unmount(mnt):
+    for cmd in (["fusermount3", "-u", mnt], ["umount", mnt]):
+        try:
+            if subprocess.run(cmd, stderr=subprocess.DEVNULL).returncode == 0:
+                break
+        except FileNotFoundError:
+            continue
+    time.sleep(0.5)
+
+
+def footprint(build, store, mnt, names, size, open_fd):
+    """Page-cache growth (bytes) of reading every name in full by mmap, a new daemon first (the
+    previous FUSE inodes' caches go with the old one), from a dropped cache."""
+    unmount(mnt)
+    mount(build, store, mnt)
     wfstest.drop_caches()
-    fd = open_fd()
-    try:
-        cold = read_map(fd, size)
-        warm = min(read_map(fd, size) for _ in range(runs))
-    finally:
-        os.close(fd)
-    return cold, warm
+    before = wfstest.cached_bytes()[0]
+    for p in names:
+        fd = open_fd(p)
+        try:
+            read_map(fd, size)
+        finally:
+            os.close(fd)
+    return wfstest.cached_bytes()[0] - before
+
+
+def report(a, size, rounds, order0, grow):
+    med = statistics.median
+    sides = ("mounted file", "direct path")
+    out = [f"Generated by `tests/bench/bench_direct.py` on "
+           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}, kernel {platform.release()}, "
+           f"{os.cpu_count()} CPUs.", "",
+           f"Command: `{a.command or ' '.join(sys.argv)}`; mount options `passthrough=off,nosync`; a "
+           f"{a.mib} MiB tensor, {a.rounds} rounds (sides rotating), medians.", "",
+           "| read | mounted file (daemon-served) | direct path | native | order-0 page cache "
+           "(tmpfs huge=never) | mounted ÷ native | direct ÷ native | mounted ÷ order-0 |",
+           "|---|---|---|---|---|---|---|---|"]
+    for m in METHODS:
+        g = {s: med(r[s][m] for r in rounds) for s in sides + ("native",)}
+        ratio = {s: med(r[s][m] / r["native"][m] for r in rounds) for s in sides}
+        o0 = order0.get(m)
+        o0_cell, vs_o0 = (f"{o0:.2f}", f"{g['mounted file'] / o0:.2f}") if o0 else ("—", "—")
+        out.append(f"| {m} (GB/s) | {g['mounted file']:.2f} | {g['direct path']:.2f} | {g['native']:.2f} | "
+                   f"{o0_cell} | **{ratio['mounted file']:.2f}** | **{ratio['direct path']:.2f}** | {vs_o0} |")
+    out += ["", "Per-round ratios to native (mounted file / direct path):", ""]
+    for m in METHODS:
+        out.append(f"- {m}: " + ", ".join(f"{r['mounted file'][m] / r['native'][m]:.2f} / "
+                                           f"{r['direct path'][m] / r['native'][m]:.2f}" for r in rounds))
+    out += ["", f"Page-cache growth, 4 names × the same {a.mib} MiB read in full by mmap (meminfo Cached, "
+            f"a new daemon each): through the mounted files **{grow['mounted files'] / size:.2f} copies** "
+            f"({grow['mounted files'] / MIB:,.0f} MiB; a plain directory of 4 files: 4), through the direct "
+            f"path **{grow['direct path'] / size:.2f} copies** ({grow['direct path'] / MIB:,.0f} MiB)."]
+    return "\n".join(out)
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(repo, "build"))
     ap.add_argument("--mib", type=int, default=1024)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--doc", help="markdown file to write the results block into")
+    ap.add_argument("--command", help="the command line to quote in the block")
     a = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench_direct: run as root (drop_caches, the FUSE and tmpfs mounts)")
     os.environ.setdefault("WEIGHTFS_LIB", os.path.join(a.build, "libweightfs.so"))
     work = tempfile.mkdtemp(prefix="wfs-bench-direct.", dir=a.dir)
-    store, mnt = os.path.join(work, "store"), os.path.join(work, "mnt")
+    store, mnt, tmpfs = (os.path.join(work, d) for d in ("store", "mnt", "order0"))
     os.mkdir(mnt)
+    os.mkdir(tmpfs)
     size = a.mib * MIB
     body = np.random.default_rng(1).integers(0, 2**63, size // 8, dtype=np.uint64).tobytes()
-    subprocess.run([os.path.join(a.build, "weightfs"), store, mnt, "-o", "passthrough=off,nosync"], check=True)
-    out = {"mib": a.mib, "mount": "passthrough=off"}
+    mount(build=a.build, store=store, mnt=mnt)
+    tmpfs_mounted = False
+    out = {"mib": a.mib, "mount": "passthrough=off", "rounds": []}
     try:
         names = [os.path.join(mnt, f"t{i}") for i in range(4)]
         for p in names:
@@ -76,33 +181,38 @@ def main():
         with open(native, "wb") as f:
             f.write(body)
         os.sync()
-        rows = [("mounted file", lambda: os.open(names[0], os.O_RDONLY)),
-                ("direct path", lambda: weightfs.open_object(names[0])),
-                ("native", lambda: os.open(native, os.O_RDONLY))]
-        print(f"mmap read of a {a.mib} MiB tensor (-o passthrough=off): GB/s cold / warm")
-        for label, fn in rows:
-            cold, warm = timed(fn, size)
-            out[label] = {"cold_gbps": round(size / cold / 1e9, 2), "warm_gbps": round(size / warm / 1e9, 2)}
-            print(f"  {label:14s} {size / cold / 1e9:6.2f} / {size / warm / 1e9:6.2f}", flush=True)
-        print("page cache growth, 4 names x the same content read in full (meminfo Cached):")
-        for label, fn in (("mounted files", lambda p: os.open(p, os.O_RDONLY)), ("direct path", weightfs.open_object)):
-            # A new daemon each time: the FUSE inodes' caches of the previous round are gone.
-            subprocess.run(["fusermount3", "-u", mnt], check=True)
-            time.sleep(0.5)
-            subprocess.run([os.path.join(a.build, "weightfs"), store, mnt, "-o", "passthrough=off,nosync"],
-                           check=True)
-            wfstest.drop_caches()
-            before = wfstest.cached_bytes()[0]
-            for p in names:
-                fd = fn(p)
-                read_map(fd, size)
-                os.close(fd)
-            grow = wfstest.cached_bytes()[0] - before
-            out[f"footprint {label}"] = {"mib": round(grow / MIB), "copies": round(grow / size, 2)}
-            print(f"  {label:14s} +{grow / MIB:7.0f} MiB = {grow / size:.2f} copies", flush=True)
+        sides = [("mounted file", lambda: os.open(names[0], os.O_RDONLY)),
+                 ("direct path", lambda: weightfs.open_object(names[0])),
+                 ("native", lambda: os.open(native, os.O_RDONLY))]
+        for r in range(a.rounds):
+            res = {}
+            for label, fn in sides[r % 3:] + sides[:r % 3]:
+                res[label] = measure(fn, size)
+                print(f"bench_direct: round {r + 1} {label:13s} " +
+                      "  ".join(f"{m} {res[label][m]:6.2f}" for m in METHODS), flush=True)
+            out["rounds"].append(res)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"huge=never,size={a.mib + 64}m", "tmpfs", tmpfs],
+                       check=True)
+        tmpfs_mounted = True
+        with open(os.path.join(tmpfs, "t"), "wb") as f:
+            f.write(body)
+        order0 = measure(lambda: os.open(os.path.join(tmpfs, "t"), os.O_RDONLY), size, cold=False)
+        out["order-0 page cache"] = order0
+        print("bench_direct: order-0 page cache " + "  ".join(f"{m} {v:6.2f}" for m, v in order0.items()))
+        subprocess.run(["umount", tmpfs], check=True)
+        tmpfs_mounted = False
+        grow = {"mounted files": footprint(a.build, store, mnt, names, size, lambda p: os.open(p, os.O_RDONLY)),
+                "direct path": footprint(a.build, store, mnt, names, size, weightfs.open_object)}
+        out["footprint_copies"] = {k: round(v / size, 2) for k, v in grow.items()}
+        block = report(a, size, out["rounds"], order0, grow)
+        print()
+        print(block)
+        if a.doc:
+            write_doc_block(a.doc, block, BEGIN, END, "bench_direct")
     finally:
-        subprocess.run(["fusermount3", "-u", mnt])
-        time.sleep(0.5)
+        if tmpfs_mounted:
+            subprocess.run(["umount", tmpfs])
+        unmount(mnt)
         subprocess.run(["rm", "-rf", work])
     print(json.dumps(out))
     return 0
