@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include "daemon.h"
 #include "inode.h"
 #include "log.h"
+#include "mounts.h"
 #include "openmode.h"
 #include "ops.h"
 #include "seal.h"
@@ -56,9 +58,97 @@ struct wfs_kernel wfs_ops_kernel(struct fuse_session *se)
 	return (struct wfs_kernel){.backing_open = backing_open, .backing_close = backing_close, .ctx = se};
 }
 
+/*
+ * The default -o readahead. Cold 1 GiB preads through a daemon-served mount on the H200 test machine,
+ * 3 rounds each against native: 1 MiB 0.71x, 2 MiB 0.79x, 4 MiB 0.92x, 8 MiB 0.71x (the kernel's
+ * 128 KiB: 0.80x, one small request in flight at a time).
+ */
+#define READAHEAD_DEFAULT (4u << 20)
+
+/*
+ * The device number ("MAJ:MIN") of the topmost weightfs mount on @dir (resolved), from
+ * /proc/self/mountinfo: a stat(2) of the mount point would wait for this daemon, not yet serving.
+ * Returns 0 or -ENOENT.
+ */
+static int mount_device(const char *dir, char dev[32])
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char *line = NULL;
+	size_t cap = 0;
+	int ret = -ENOENT;
+
+	if (!f)
+		return -ENOENT;
+	while (getline(&line, &cap, f) > 0) {
+		char majmin[32], point[PATH_MAX], type[64], *sep = strstr(line, " - "), *in, *out;
+
+		if (!sep || sscanf(line, "%*s %*s %31s %*s %4095s", majmin, point) != 2 ||
+		    sscanf(sep + 3, "%63s", type) != 1 || strcmp(type, WFS_MOUNT_TYPE) != 0)
+			continue;
+		for (in = out = point; *in; out++) { /* undo the table's octal escapes (\040: a space) */
+			if (in[0] == '\\' && in[1] >= '0' && in[1] <= '3' && in[2] && in[3]) {
+				*out = (char)((in[1] - '0') * 64 + (in[2] - '0') * 8 + (in[3] - '0'));
+				in += 4;
+			} else {
+				*out = *in++;
+			}
+		}
+		*out = '\0';
+		if (strcmp(point, dir) == 0) {
+			snprintf(dev, 32, "%s", majmin);
+			ret = 0; /* keep going: the last one is on top */
+		}
+	}
+	free(line);
+	fclose(f);
+	return ret;
+}
+
+/*
+ * How far the kernel reads ahead in the mount's files when the daemon serves them (no passthrough):
+ * -o readahead (fs->opt.readahead), by default READAHEAD_DEFAULT. The kernel's FUSE default of
+ * 128 KiB keeps one small request in flight, and a cold sequential read runs at the round trip's
+ * pace. Set through the mount's bdi in sysfs, which needs root; otherwise the kernel's default
+ * stays (logged). Only after INIT: its reply sets the bdi's readahead to at most the kernel's offer,
+ * 128 KiB. Files read through passthrough use their backing file's readahead, not this one.
+ */
+static void set_readahead(struct wfs_fs *fs)
+{
+	long kb = (long)((fs->opt.readahead >= 0 ? (uint64_t)fs->opt.readahead : READAHEAD_DEFAULT) / 1024);
+	char dev[32], path[96];
+	bool ok = false;
+	FILE *f;
+
+	if (mount_device(fs->opt.mountpoint, dev) != 0) {
+		wfs_log(WFS_LOG_INFO, "readahead: %s is not in /proc/self/mountinfo: the kernel's default stays",
+			fs->opt.mountpoint);
+		return;
+	}
+	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", dev);
+	errno = 0;
+	f = fopen(path, "we");
+	if (f) {
+		ok = fprintf(f, "%ld\n", kb) > 0;
+		ok = fclose(f) == 0 && ok; /* sysfs takes the value at the flush */
+	}
+	if (!ok)
+		wfs_log(fs->opt.readahead >= 0 ? WFS_LOG_WARN : WFS_LOG_INFO,
+			"readahead: cannot set %s to %ld KiB (%s): the kernel's default stays", path, kb,
+			strerror(errno ? errno : EIO));
+	else
+		wfs_log(WFS_LOG_DEBUG, "readahead: %ld KiB (%s)", kb, path);
+}
+
 struct wfs_fs *wfs_ops_fs(fuse_req_t req)
 {
-	return fuse_req_userdata(req);
+	struct wfs_fs *fs = fuse_req_userdata(req);
+
+	/* The first request after INIT: the kernel has processed INIT's reply (no other request is
+	 * sent before that), which reset the readahead. */
+	if (atomic_load_explicit(&fs->readahead_pending, memory_order_relaxed) &&
+	    atomic_exchange(&fs->readahead_pending, false))
+		set_readahead(fs);
+	return fs;
 }
 
 static struct wfs_handle *handle_of(const struct fuse_file_info *fi)
@@ -163,6 +253,7 @@ static void wfs_init(void *userdata, struct fuse_conn_info *conn)
 	conn->time_gran = 1;
 	/* Daemon-served reads of sealed files splice from the object (wfs_read). */
 	fuse_set_feature_flag(conn, FUSE_CAP_SPLICE_WRITE);
+	atomic_store(&fs->readahead_pending, true);
 }
 
 static void wfs_destroy(void *userdata)

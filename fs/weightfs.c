@@ -37,6 +37,7 @@ static const struct fuse_opt option_spec[] = {
 	OPT("dedup_verify=bytes", dedup_verify, 1),
 	OPT("dedup_verify=digest", dedup_verify, 0),
 	OPT("retain=%s", retain_text, 0),
+	OPT("readahead=%s", readahead_text, 0),
 	OPT("sync", sync, 1),
 	OPT("nosync", sync, 0),
 	OPT("timeout=%lf", timeout, 0),
@@ -81,6 +82,8 @@ static void usage(const char *prog)
 	       "    -o retain=SIZE           keep up to SIZE bytes (K, M, G, T suffixes) of objects no\n"
 	       "                             name uses, least recently released out first, so a later\n"
 	       "                             run writing the same weights stores nothing new (default 0)\n"
+	       "    -o readahead=SIZE        how far the kernel reads ahead of a daemon-served reader\n"
+	       "                             (no passthrough; default 4M, root only)\n"
 	       "    -o sync|nosync           fdatasync objects and sync the catalog at each seal\n"
 	       "                             (default sync)\n"
 	       "    -o timeout=SECONDS       kernel cache timeout for names and attributes (default 10)\n"
@@ -396,6 +399,7 @@ int main(int argc, char *argv[])
 	struct fuse_loop_config *loop = NULL;
 	struct wfs_fs fs = {0};
 	char fsname[PATH_MAX + 16];
+	uint64_t readahead = 0;
 	int ret = 1;
 
 	fs.opt.passthrough = -1;
@@ -442,12 +446,20 @@ int main(int argc, char *argv[])
 		ret = 2;
 		goto out;
 	}
+	if (fs.opt.readahead_text && (wfs_parse_size(fs.opt.readahead_text, &readahead) || readahead > INT64_MAX)) {
+		fprintf(stderr, "weightfs: -o readahead=%s: not a size (e.g. 4M)\n", fs.opt.readahead_text);
+		ret = 2;
+		goto out;
+	}
+	fs.opt.readahead = fs.opt.readahead_text ? (int64_t)readahead : -1;
 	if (fs.opt.timeout < 0) {
 		fprintf(stderr, "weightfs: -o timeout=%g: must be 0 or more seconds\n", fs.opt.timeout);
 		ret = 2;
 		goto out;
 	}
-	if (check_paths(fs.opt.store, cmd.mountpoint)) {
+	free(fs.opt.mountpoint);
+	fs.opt.mountpoint = strdup(cmd.mountpoint); /* resolved by fuse_parse_cmdline */
+	if (!fs.opt.mountpoint || check_paths(fs.opt.store, cmd.mountpoint)) {
 		ret = 1;
 		goto out;
 	}
@@ -549,6 +561,7 @@ out:
 	free(fs.opt.store);
 	free(fs.opt.mountpoint);
 	free(fs.opt.retain_text);
+	free(fs.opt.readahead_text);
 	fuse_opt_free_args(&args);
 	return ret;
 }

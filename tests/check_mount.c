@@ -1756,6 +1756,44 @@ START_TEST(read_one_page_cache_copy)
 }
 END_TEST
 
+/*
+ * The mount's readahead (its bdi in sysfs): 4 MiB by default, so that a cold daemon-served read keeps
+ * more than the kernel's 128 KiB in flight; -o readahead=SIZE sets it. Where sysfs is read-only (a
+ * container), the daemon says so in its log instead: @want_kb is then asserted on that line.
+ */
+static void assert_readahead_kb(long want_kb)
+{
+	struct stat st;
+	char p[96];
+	long kb = -1;
+	FILE *f;
+
+	ck_assert_int_eq(stat(mu.mnt, &st), 0);
+	snprintf(p, sizeof(p), "/sys/class/bdi/%u:%u/read_ahead_kb", major(st.st_dev), minor(st.st_dev));
+	if (access(p, W_OK) != 0) {
+		char line[64];
+
+		snprintf(line, sizeof(line), "to %ld KiB", want_kb);
+		ck_assert_int_ge(mu_log_count(line), 1);
+		return;
+	}
+	f = fopen(p, "r");
+	ck_assert_msg(f != NULL, "%s: %s", p, strerror(errno));
+	ck_assert_int_eq(fscanf(f, "%ld", &kb), 1);
+	fclose(f);
+	ck_assert_int_eq(kb, want_kb);
+}
+
+START_TEST(readahead_option)
+{
+	assert_readahead_kb(4096);
+	mu_daemon_stop();
+	snprintf(mu.opts, sizeof(mu.opts), "readahead=3M");
+	mu_daemon_start();
+	assert_readahead_kb(3072);
+}
+END_TEST
+
 START_TEST(stats_xattr)
 {
 	unsigned char *a = mu_pattern(100000, 85);
@@ -2216,6 +2254,7 @@ static Suite *mount_suite(void)
 		{"claim_other_user", claim_other_user, 30},
 		{"stats_xattr", stats_xattr, 30},
 		{"read_one_page_cache_copy", read_one_page_cache_copy, 60},
+		{"readahead_option", readahead_option, 30},
 		{"small_files_group_sync", small_files_group_sync, 60},
 		{"fallocate_reserves", fallocate_reserves, 60},
 		{"copy_range_claims", copy_range_claims, 60},

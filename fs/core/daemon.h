@@ -55,13 +55,15 @@ struct wfs_direct;
 
 struct wfs_options {
 	char *store;
-	char *mountpoint;
+	char *mountpoint;     /* as given until the command line is parsed, then resolved */
 	int passthrough;      /* -1 auto, 0 off */
 	int passthrough_writes; /* tensors written through passthrough when it is on (default 1) */
 	int verify;           /* check each object's digest on its first open (default 1) */
 	int dedup_verify;     /* compare bytes with the stored copy on a dedup hit (default 0) */
 	char *retain_text;    /* -o retain=SIZE as given */
 	uint64_t retain;      /* bytes of unreferenced objects kept for reuse (0: delete at once) */
+	char *readahead_text; /* -o readahead=SIZE as given */
+	int64_t readahead;    /* its bytes; -1: not given, READAHEAD_DEFAULT (ops.c) */
 	int sync;             /* fdatasync objects and sync seal commits */
 	double timeout;       /* entry and attribute cache timeout, seconds */
 	int foreground, debug, show_help, show_version;
@@ -108,6 +110,7 @@ struct wfs_fs {
 				       * those still open at unmount; freed at exit */
 	struct wfs_moved_ring moved;  /* (L) inodes a name just moved to for a writer (openmode.c) */
 	atomic_bool passthrough;      /* negotiated and still working */
+	atomic_bool readahead_pending; /* set at INIT: the next request sets the mount's readahead */
 	atomic_uint_fast64_t checks_placed; /* object checks read on the opener's NUMA node (check.c) */
 	bool direct_writes;           /* writable opens are direct I/O (set once by init, before any open) */
 	struct wfs_counters counters; /* (L) since this mount */
