@@ -421,8 +421,8 @@ static void new_owner(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t parent, uint
 	}
 }
 
-static int do_mknode(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t parent, const char *name,
-		     uint32_t mode, const char *target, struct wfs_attr *a)
+int wfs_ops_mknode(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t parent, const char *name, uint32_t mode,
+		   const char *target, struct wfs_attr *a)
 {
 	uint32_t uid, gid;
 	int ret = check_name(name);
@@ -441,7 +441,7 @@ static void wfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	int ret;
 
 	pthread_mutex_lock(&fs->lock);
-	ret = do_mknode(fs, req, parent, name, S_IFDIR | (mode & 07777), NULL, &a);
+	ret = wfs_ops_mknode(fs, req, parent, name, S_IFDIR | (mode & 07777), NULL, &a);
 	if (ret == 0)
 		ret = make_entry(fs, &a, &e);
 	pthread_mutex_unlock(&fs->lock);
@@ -457,15 +457,14 @@ static void wfs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, con
 
 	pthread_mutex_lock(&fs->lock);
 	if (ret == 0)
-		ret = do_mknode(fs, req, parent, name, S_IFLNK | 0777, link, &a);
+		ret = wfs_ops_mknode(fs, req, parent, name, S_IFLNK | 0777, link, &a);
 	if (ret == 0)
 		ret = make_entry(fs, &a, &e);
 	pthread_mutex_unlock(&fs->lock);
 	reply_entry_or_err(req, ret, &e);
 }
 
-/* Undo the catalog side of a create that could not be completed. fs->lock held. */
-static void undo_create(struct wfs_fs *fs, fuse_ino_t parent, const char *name)
+void wfs_ops_undo_create(struct wfs_fs *fs, fuse_ino_t parent, const char *name)
 {
 	uint64_t ino;
 
@@ -517,7 +516,7 @@ static void wfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		return;
 	}
 	pthread_mutex_lock(&fs->lock);
-	ret = do_mknode(fs, req, parent, name, S_IFREG | (mode & 07777), NULL, &a);
+	ret = wfs_ops_mknode(fs, req, parent, name, S_IFREG | (mode & 07777), NULL, &a);
 	if (ret == 0) {
 		in = wfs_inode_get(fs, &a);
 		ret = in ? 0 : -ENOMEM;
@@ -529,7 +528,7 @@ static void wfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		if (ret == 0)
 			ret = make_entry(fs, &a, &e);
 		if (ret) {
-			undo_create(fs, parent, name);
+			wfs_ops_undo_create(fs, parent, name);
 			wfs_inode_maybe_free(fs, in);
 		}
 	}
@@ -549,13 +548,13 @@ static void wfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 	int ret;
 
 	pthread_mutex_lock(&fs->lock);
-	ret = do_mknode(fs, req, parent, name, S_IFREG | (mode & 07777), NULL, &a);
+	ret = wfs_ops_mknode(fs, req, parent, name, S_IFREG | (mode & 07777), NULL, &a);
 	if (ret)
 		goto out;
 	in = wfs_inode_get(fs, &a);
 	ret = in ? wfs_openmode_create(fs, in, &h, &r) : -ENOMEM;
 	if (ret) {
-		undo_create(fs, parent, name);
+		wfs_ops_undo_create(fs, parent, name);
 		if (in)
 			wfs_inode_maybe_free(fs, in);
 		goto out;

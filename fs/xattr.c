@@ -1,11 +1,13 @@
 /*
  * The user.weightfs.* extended attributes (names in lib/weightfs.h) and stored user.* ones: user.*
  * lives in the catalog; user.weightfs.digest is computed and read-only; user.weightfs.stats (mount
- * root) is the daemon's JSON; user.weightfs.claim seals a file by digest and
+ * root) is the daemon's JSON; user.weightfs.claim seals a file by digest, user.weightfs.claims (on a
+ * directory) makes many such files at once, and
  * user.weightfs.recheck (mount root) checks an object again; user.weightfs.dtype and .shape are
  * validated against the file's size (seal.h). security.* and system.* are not stored.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -183,6 +185,149 @@ static int claim(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const char *
 	return ret;
 }
 
+/* One line of a batch claim (claim_batch()), its strings in the parsed copy of the value. */
+struct claim_line {
+	struct wfs_digest d;
+	const char *dtype, *shape, *name; /* dtype and shape "" when not given */
+};
+
+/*
+ * Split a batch claim's value (@size bytes, not NUL-terminated) into lines: copied into *@buf (the
+ * caller frees it) and *@lines (too). Returns the line count, or -EINVAL (a malformed line: too few
+ * fields, a bad digest, a name that is empty, ".", "..", has '/' or is longer than NAME_MAX), -ENOMEM.
+ */
+static ssize_t parse_claims(const char *value, size_t size, char **buf, struct claim_line **lines)
+{
+	size_t n = 0, cap = 0;
+	char *p, *end;
+
+	*lines = NULL;
+	*buf = malloc(size + 1);
+	if (!*buf)
+		return -ENOMEM;
+	memcpy(*buf, value, size);
+	(*buf)[size] = '\0';
+	for (p = *buf; *p; p = end) {
+		char *f[4];
+		int i;
+
+		end = strchr(p, '\n');
+		end = end ? (*end = '\0', end + 1) : p + strlen(p);
+		for (i = 0, f[0] = p; i < 3; i++) { /* the name is the rest: it may hold tabs */
+			char *t = strchr(f[i], '\t');
+
+			if (!t)
+				return -EINVAL;
+			*t = '\0';
+			f[i + 1] = t + 1;
+		}
+		if (n == cap) {
+			struct claim_line *more = realloc(*lines, (cap = cap ? 2 * cap : 64) * sizeof(**lines));
+
+			if (!more)
+				return -ENOMEM;
+			*lines = more;
+		}
+		if (strlen(f[0]) != WFS_DIGEST_HEX_CHARS || wfs_digest_from_hex(f[0], &(*lines)[n].d) ||
+		    !*f[3] || strcmp(f[3], ".") == 0 || strcmp(f[3], "..") == 0 || strchr(f[3], '/') ||
+		    strlen(f[3]) > NAME_MAX)
+			return -EINVAL;
+		(*lines)[n].dtype = f[1];
+		(*lines)[n].shape = f[2];
+		(*lines)[n].name = f[3];
+		n++;
+	}
+	return (ssize_t)n;
+}
+
+/* Set stored attribute @name = @value (a dtype or shape, checked first) on new inode @ino, unless
+ * @value is empty. fs->lock held. Returns 0 or -errno (-EINVAL: not a dtype or shape). */
+static int set_tensor_xattr(struct wfs_fs *fs, uint64_t ino, const char *name, const char *value)
+{
+	size_t len = strlen(value);
+	int ret;
+
+	if (len == 0)
+		return 0;
+	ret = wfs_seal_check_xattr(fs, ino, name, value, len);
+	return ret ? ret : wfs_catalog_xattr_set(fs->catalog, ino, name, value, len, 0);
+}
+
+/*
+ * setxattr(DIR, "user.weightfs.claims", LINES): many digest claims in one request, for a restart
+ * that writes the same weights under new names. Each line is "DIGEST\tDTYPE\tSHAPE\tNAME" (lines
+ * end with '\n'; DTYPE and SHAPE may be empty; NAME is the rest of the line). For each line whose
+ * NAME does not exist in DIR and whose object is stored and plausibly intact, a regular file NAME
+ * (mode 0644, owned as a create by the caller would make it) is made, given DTYPE and SHAPE as
+ * user.weightfs.dtype and .shape, and sealed as that object, as a create, setxattr and claim would.
+ * Lines whose name exists, whose object is missing or damaged, or whose DTYPE and SHAPE do not fit
+ * the object's size are passed over: the caller reads DIR to learn which names it got. The names
+ * made are returned in *@made (the caller frees each and the array; *@nmade of them) for the
+ * kernel's dentries to be dropped after the reply. fs->lock is taken per line, not for the batch.
+ * The kernel has checked write permission on DIR
+ * (and that a sticky DIR is the caller's); as for user.weightfs.claim, only the mounting user or
+ * root may claim. Returns 0, -EINVAL (a malformed value: nothing made), -ENOTDIR, -EPERM, -ENOMEM,
+ * or the -errno that stopped the batch part way (-ENOSPC, the catalog's; lines before it stay made).
+ */
+static int claim_batch(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t dir, const char *value, size_t size,
+		       char ***made, size_t *nmade)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct claim_line *lines = NULL;
+	struct wfs_attr a;
+	char *buf = NULL;
+	ssize_t n;
+	int ret = 0;
+
+	*made = NULL;
+	*nmade = 0;
+	if (ctx->uid != 0 && ctx->uid != getuid())
+		return -EPERM;
+	n = parse_claims(value, size, &buf, &lines);
+	if (n > 0 && !(*made = calloc((size_t)n, sizeof(**made))))
+		n = -ENOMEM;
+	pthread_mutex_lock(&fs->lock);
+	if (n >= 0 && (ret = wfs_catalog_getattr(fs->catalog, dir, &a)) == 0 && !S_ISDIR(a.mode))
+		ret = -ENOTDIR;
+	for (ssize_t i = 0; n > 0 && ret == 0 && i < n; i++) {
+		const struct claim_line *l = &lines[i];
+		struct stat st;
+
+		if (wfs_store_object_stat(fs->store, &l->d, &st) != 0) {
+			fs->counters.claim_misses++; /* absent: nothing to make, nothing held up */
+			continue;
+		}
+		ret = wfs_ops_mknode(fs, req, dir, l->name, S_IFREG | 0644, NULL, &a);
+		if (ret == -EEXIST) {
+			ret = 0;
+			continue;
+		}
+		if (ret)
+			break;
+		ret = set_tensor_xattr(fs, a.ino, WFS_XATTR_DTYPE, l->dtype);
+		if (ret == 0)
+			ret = set_tensor_xattr(fs, a.ino, WFS_XATTR_SHAPE, l->shape);
+		if (ret == 0)
+			ret = wfs_seal_claim(fs, a.ino, &l->d); /* may drop fs->lock */
+		if (ret == 0 && !((*made)[*nmade] = strdup(l->name)))
+			ret = -ENOMEM;
+		if (ret == 0) {
+			(*nmade)++;
+		} else {
+			wfs_ops_undo_create(fs, dir, l->name);
+			if (ret == -ENODATA || ret == -EINVAL || ret == -EEXIST)
+				ret = 0; /* damaged, or the dtype and shape do not fit: this line only */
+		}
+		/* Other requests wait for one line (~0.1 ms), not for the whole batch. */
+		pthread_mutex_unlock(&fs->lock);
+		pthread_mutex_lock(&fs->lock);
+	}
+	pthread_mutex_unlock(&fs->lock);
+	free(lines);
+	free(buf);
+	return n < 0 ? (int)n : ret;
+}
+
 /*
  * setxattr of the computed user.weightfs.digest: a copy made by an older weightfs (which listed it)
  * carries it as a plain attribute, and tar or rsync set it back. The same value as the file's own
@@ -236,6 +381,23 @@ void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *
 			pthread_mutex_unlock(&fs->lock);
 		}
 		fuse_reply_err(req, -ret);
+		return;
+	}
+	if (ret == 0 && strcmp(name, WFS_XATTR_CLAIMS) == 0) {
+		char **made;
+		size_t nmade;
+
+		ret = claim_batch(fs, req, ino, value, size, &made, &nmade);
+		fuse_reply_err(req, -ret);
+		/* After the reply: setxattr holds the directory's lock, which dropping a dentry takes.
+		 * Cached negative dentries of the new names, and the directory's attributes, go. */
+		for (size_t i = 0; i < nmade; i++) {
+			fuse_lowlevel_notify_inval_entry(fs->se, ino, made[i], strlen(made[i]));
+			free(made[i]);
+		}
+		if (nmade)
+			fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
+		free(made);
 		return;
 	}
 	if (ret == 0 && strcmp(name, WFS_XATTR_CLAIM) == 0) {

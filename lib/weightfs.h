@@ -13,6 +13,7 @@
 #define WFS_XATTR_DTYPE "user.weightfs.dtype"              /* a safetensors dtype name, e.g. "BF16" (lib/dtype.h) */
 #define WFS_XATTR_SHAPE "user.weightfs.shape"              /* a JSON array of dimensions, e.g. "[4096,1024]" */
 #define WFS_XATTR_CLAIM "user.weightfs.claim"              /* set on an empty file: seal it as a stored object */
+#define WFS_XATTR_CLAIMS "user.weightfs.claims"            /* set on a directory: new sealed files by digest */
 #define WFS_XATTR_STATS "user.weightfs.stats"              /* mount root: store and daemon statistics, JSON */
 #define WFS_XATTR_RECHECK "user.weightfs.recheck"          /* set on the mount root: re-hash an object now */
 #define WFS_XATTR_DIRECT "user.weightfs.direct"            /* any file: the direct path's socket, read-only */

@@ -1656,10 +1656,73 @@ START_TEST(claim_after_restart)
 }
 END_TEST
 
+/*
+ * user.weightfs.claims on a directory: one request makes many sealed files by digest, with their
+ * dtype and shape. Names that exist, digests not stored and dtype/shape that do not fit the object
+ * are passed over (the caller reads the directory); a malformed value makes nothing (EINVAL); a
+ * negative dentry the kernel cached for a new name goes (just after the reply).
+ */
+START_TEST(claims_batch)
+{
+	size_t len = 8192;
+	unsigned char *a = mu_pattern(len, 87);
+	char hex[WFS_DIGEST_HEX_CHARS + 1], v[1024], got[64];
+	struct wfs_digest d;
+	struct stat st;
+	ssize_t n;
+
+	ck_assert_int_eq(mu_write_file(mu_path("a"), a, len), 0);
+	mu_digest_xattr(mu_path("a"), &d);
+	wfs_digest_to_hex(&d, hex);
+	ck_assert_int_eq(mkdir(mu_path("r"), 0755), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("r/kept"), "old", 3), 0);
+	ck_assert_int_eq(stat(mu_path("r/seen"), &st), -1); /* cached as absent */
+	snprintf(v, sizeof(v),
+		 "%s\tU8\t[8192]\tx\n%s\t\t\ty z\n%s\tU8\t[3]\tbad fit\n%032d\t\t\tmissing\n%s\t\t\tkept\n"
+		 "%s\t\t\tseen\n", hex, hex, hex, 0, hex, hex);
+	ck_assert_int_eq(setxattr(mu_path("r"), WFS_XATTR_CLAIMS, v, strlen(v), 0), 0);
+	/* The negative dentry is dropped just after the reply (setxattr holds the directory's lock
+	 * until then): soon, not at once. */
+	for (int i = 0; i < 100 && stat(mu_path("r/seen"), &st) != 0; i++)
+		usleep(10000);
+	ck_assert_int_eq(stat(mu_path("r/seen"), &st), 0);
+	mu_assert_file_equals(mu_path("r/x"), a, len);
+	mu_assert_file_equals(mu_path("r/y z"), a, len);
+	mu_assert_file_equals(mu_path("r/kept"), (const unsigned char *)"old", 3);
+	ck_assert_int_eq(stat(mu_path("r/bad fit"), &st), -1);
+	ck_assert_int_eq(stat(mu_path("r/missing"), &st), -1);
+	ck_assert_int_eq(stat(mu_path("r/x"), &st), 0);
+	ck_assert_uint_eq(st.st_mode, S_IFREG | 0644);
+	ck_assert_uint_eq(st.st_uid, getuid());
+	n = getxattr(mu_path("r/x"), WFS_XATTR_DTYPE, got, sizeof(got));
+	ck_assert_int_eq(n, 2);
+	ck_assert_int_eq(memcmp(got, "U8", 2), 0);
+	n = getxattr(mu_path("r/x"), WFS_XATTR_SHAPE, got, sizeof(got));
+	ck_assert_int_eq(n, 6);
+	ck_assert_int_eq(memcmp(got, "[8192]", 6), 0);
+	ck_assert_int_eq(getxattr(mu_path("r/y z"), WFS_XATTR_DTYPE, got, sizeof(got)), -1);
+	ck_assert_int_eq(stat_counter("claims"), 3);
+	/* Malformed (a line without its fields): nothing is made. */
+	snprintf(v, sizeof(v), "%s\t\t\tnew\nnot a claim\n", hex);
+	ck_assert_int_eq(setxattr(mu_path("r"), WFS_XATTR_CLAIMS, v, strlen(v), 0), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(stat(mu_path("r/new"), &st), -1);
+	snprintf(v, sizeof(v), "%s\t\t\ta/b\n", hex);
+	ck_assert_int_eq(setxattr(mu_path("r"), WFS_XATTR_CLAIMS, v, strlen(v), 0), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	snprintf(v, sizeof(v), "%s\t\t\tb\n", hex);
+	ck_assert_int_eq(setxattr(mu_path("a"), WFS_XATTR_CLAIMS, v, strlen(v), 0), -1);
+	ck_assert_int_eq(errno, ENOTDIR);
+	/* Not stored as an attribute of the directory. */
+	ck_assert_int_eq(getxattr(mu_path("r"), WFS_XATTR_CLAIMS, got, sizeof(got)), -1);
+	free(a);
+}
+END_TEST
+
 /* With allow_other, only the mounting user may claim: a digest must not open objects to others. */
 START_TEST(claim_other_user)
 {
-	char hex[WFS_DIGEST_HEX_CHARS + 1];
+	char hex[WFS_DIGEST_HEX_CHARS + 1], line[64];
 	struct wfs_digest d;
 	pid_t pid;
 	int status;
@@ -1673,6 +1736,8 @@ START_TEST(claim_other_user)
 	wfs_digest_to_hex(&d, hex);
 	ck_assert_int_eq(chmod(mu.dir, 0755), 0);
 	ck_assert_int_eq(chmod(mu.mnt, 01777), 0);
+	ck_assert_int_eq(mkdir(mu_path("open"), 0777), 0);
+	ck_assert_int_eq(chmod(mu_path("open"), 0777), 0);
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
@@ -1686,6 +1751,10 @@ START_TEST(claim_other_user)
 		if (fsetxattr(fd, "user.weightfs.claim", hex, WFS_DIGEST_HEX_CHARS, 0) != -1 || errno != EPERM)
 			_exit(12);
 		close(fd);
+		/* A batch claim in a directory the kernel lets this user write to: refused too. */
+		snprintf(line, sizeof(line), "%s\t\t\tcopy\n", hex);
+		if (setxattr(mu_path("open"), WFS_XATTR_CLAIMS, line, strlen(line), 0) != -1 || errno != EPERM)
+			_exit(13);
 		_exit(0);
 	}
 	waitpid(pid, &status, 0);
@@ -2252,6 +2321,7 @@ static Suite *mount_suite(void)
 		{"digest_claim", digest_claim, 60},
 		{"claim_after_restart", claim_after_restart, 60},
 		{"claim_other_user", claim_other_user, 30},
+		{"claims_batch", claims_batch, 30},
 		{"stats_xattr", stats_xattr, 30},
 		{"read_one_page_cache_copy", read_one_page_cache_copy, 60},
 		{"readahead_option", readahead_option, 30},

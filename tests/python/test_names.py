@@ -84,7 +84,8 @@ def main():
 
     @T.check("xattr names: the package's are lib/weightfs.h's")
     def _():
-        for attr, macro in (("CLAIM_XATTR", "WFS_XATTR_CLAIM"), ("DIGEST_XATTR", "WFS_XATTR_DIGEST"),
+        for attr, macro in (("CLAIM_XATTR", "WFS_XATTR_CLAIM"), ("CLAIMS_XATTR", "WFS_XATTR_CLAIMS"),
+                            ("DIGEST_XATTR", "WFS_XATTR_DIGEST"),
                             ("DTYPE_XATTR", "WFS_XATTR_DTYPE"), ("SHAPE_XATTR", "WFS_XATTR_SHAPE"),
                             ("STATS_XATTR", "WFS_XATTR_STATS")):
             assert getattr(names, attr) == h[macro], attr

@@ -477,6 +477,43 @@ def first(T, a):
         assert s1.claimed == 4 and s1.written_bytes == 0, s1[1:]
         assert wfstest.objects(store) == before, "objects changed"
 
+    @T.check("claim_files: one request makes the new names; existing, unknown and malformed ones passed over")
+    def _():
+        d = os.path.join(mnt, "claims")
+        os.makedirs(d)
+        body = bytes(range(256)) * 64
+        with open(os.path.join(mnt, "claims-src"), "wb") as f:
+            f.write(body)
+        hx = weightfs.digest(body)
+        with open(os.path.join(d, "old"), "wb") as f:
+            f.write(b"old")
+        entries = [("t%d" % i, hx, "U8", [len(body)]) for i in range(300)]
+        entries += [("old", hx, None, None), ("unknown", "0" * 32, None, None), ("bad fit", hx, "F32", [3]),
+                    ("new\nline", hx, None, None)]
+        calls = []
+        real = os.setxattr
+        with mock.patch.object(weightfs.tensor.os, "setxattr",
+                               side_effect=lambda *a, **k: calls.append(a[1]) or real(*a, **k)):
+            made = weightfs.claim_files(d, entries)
+        assert made == {"t%d" % i for i in range(300)}, sorted(made)[:5]
+        assert calls == [weightfs.names.CLAIMS_XATTR], calls
+        with open(os.path.join(d, "t299"), "rb") as f:
+            assert f.read() == body
+        assert os.getxattr(os.path.join(d, "t0"), "user.weightfs.shape") == b"[16384]"
+        with open(os.path.join(d, "old"), "rb") as f:
+            assert f.read() == b"old"
+        assert sorted(set(os.listdir(d)) - made) == ["old"]
+        assert weightfs.claim_files(os.path.join(plain), entries[:1]) == set()  # not weightfs: nothing
+
+    @T.check("FrozenOffload: a fresh directory is claimed in batches, none one by one")
+    def _():
+        m = model()
+        with mock.patch.object(weightfs.frozen, "offload", side_effect=AssertionError("one by one")):
+            s = weightfs.FrozenOffload(os.path.join(mnt, "frozen-batch"), 0).offload(m)
+        assert s.claimed == 4 and s.written_bytes == 0, s[1:]
+        fo = weightfs.FrozenOffload(os.path.join(mnt, "frozen-batch"), 0)
+        assert raw(fo.load("0.weight")) == raw(m[0].weight) and fo.verify() == []
+
     @T.check("FrozenOffload on a plain directory: restart skip by stat identity, no rehash; changed file redone")
     def _():
         m = model(1)

@@ -3,6 +3,7 @@
     import weightfs
     weightfs.digest(buf)                        # XXH3-128 hex, = xxhsum -H2 = user.weightfs.digest
     r = weightfs.offload(tensor, path)          # claim by digest, write on a miss; r.claimed
+    made = weightfs.claim_files(dir, entries)   # many new files by digest, hundreds per request
     t = weightfs.load(path)                     # mmapped CPU tensor (dtype/shape from xattrs)
     weightfs.backload(path, cuda_tensor)        # file -> GPU through the pinned staging ring
     fd = weightfs.open_object(path)             # read-only fd of the object behind the name
@@ -16,9 +17,9 @@ from .direct import open_object
 from .cache import EvictResult, Prefetch, evict, prefetch, residency
 from .frozen import FrozenOffload, OffloadSummary
 from .stage import Stager, backload, offload_tensor
-from .tensor import (OffloadResult, WeightfsError, WeightfsWarning, digest, digest_file, dtype_name,
+from .tensor import (OffloadResult, WeightfsError, WeightfsWarning, claim_files, digest, digest_file, dtype_name,
                      load, offload, remove_stale_tmp, tensor_info)
 
 __all__ = ["EvictResult", "Prefetch", "evict", "prefetch", "residency", "FrozenOffload", "OffloadResult", "OffloadSummary", "Stager", "WeightfsError",
-           "WeightfsWarning", "backload", "digest", "digest_file", "dtype_name", "load", "offload",
+           "WeightfsWarning", "backload", "claim_files", "digest", "digest_file", "dtype_name", "load", "offload",
            "offload_tensor", "open_object", "remove_stale_tmp", "tensor_info"]

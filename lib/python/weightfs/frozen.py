@@ -34,7 +34,7 @@ from typing import Any, List, NamedTuple, Optional, Tuple
 
 from .stage import backload as _backload
 from .tensor import PathLike
-from .tensor import (DIGEST_XATTR, OffloadResult, WeightfsError, digest, digest_file, remove_stale_tmp,
+from .tensor import (DIGEST_XATTR, OffloadResult, WeightfsError, claim_files, digest, digest_file, remove_stale_tmp,
                      dtype_name, load, offload, _torch_dtype)
 
 __all__ = ["ENV_DIR", "FrozenOffload", "MANIFEST", "OffloadSummary", "fs_type"]
@@ -211,7 +211,9 @@ class FrozenOffload:
         device, any dtype (see weightfs.offload).
 
         Per parameter: digest on the host; skip when its file already holds that digest; else
-        weightfs.offload (claim, write on a miss). With free=True each offloaded tensor's .data is
+        weightfs.offload (claim, write on a miss). On weightfs the parameters whose files do not exist
+        yet (a restart into a new directory) are first claimed together, hundreds per request
+        (weightfs.claim_files); only the rest go one by one. With free=True each offloaded tensor's .data is
         replaced by an empty tensor of its dtype and device (its memory is released once nothing else
         refers to it); restore() brings it back. The manifest is rewritten at the end (and also when an
         error stops the call, for what was done).
@@ -222,8 +224,10 @@ class FrozenOffload:
         results = []
         remove_stale_tmp(self.dir)  # names a killed offload left behind (an hour old, process gone)
         try:
-            for name, t in _frozen_params(params):
-                results.append(self._offload_one(name, t, claim))
+            items = list(_frozen_params(params))
+            digests, claimed = self._claim_new(items) if claim and self._weightfs else ({}, set())
+            for name, t in items:
+                results.append(self._offload_one(name, t, claim, digests.get(name), claimed))
                 if free:
                     t.data = t.data.new_empty(0)
         finally:
@@ -237,14 +241,30 @@ class FrozenOffload:
             written_bytes=sum(r.written_bytes for r in results),
             seconds=time.perf_counter() - t0)
 
-    def _offload_one(self, name, t, claim):
+    def _claim_new(self, items):
+        """Claim in batches the parameters of items [(name, tensor)] whose files are not in the
+        directory. Returns ({name: digest} of those, {file names made})."""
+        present = set(os.listdir(self.dir))
+        digests, entries = {}, []
+        for name, t in items:
+            fname = file_name(name)
+            if fname in present:
+                continue  # _offload_one skips it or replaces it
+            t = t.detach()
+            digests[name] = digest(t)
+            entries.append((fname, digests[name], dtype_name(t.dtype), list(t.shape)))
+        return digests, (claim_files(self.dir, entries) if entries else set())
+
+    def _offload_one(self, name, t, claim, d=None, claimed=frozenset()):
         t = t.detach()
         path = os.path.join(self.dir, file_name(name))
         entry = self.entries.get(name)
         nbytes = t.numel() * t.element_size()
-        d = digest(t)
+        d = d or digest(t)
         dname = dtype_name(t.dtype)
-        if self._existing_digest(path, entry, nbytes) == d:
+        if os.path.basename(path) in claimed:
+            r = OffloadResult(path, d, nbytes, True)
+        elif self._existing_digest(path, entry, nbytes) == d:
             r = OffloadResult(path, d, nbytes, False, True)
         else:
             r = offload(t, path, claim=claim, fsync=self.fsync, _digest=d)

@@ -17,11 +17,12 @@ import re
 import threading
 from typing import Dict, Optional, Tuple
 
-__all__ = ["CLAIM_XATTR", "DIGEST_XATTR", "DTYPE_XATTR", "SHAPE_XATTR", "STATS_XATTR", "TMP_PREFIX",
+__all__ = ["CLAIM_XATTR", "CLAIMS_XATTR", "DIGEST_XATTR", "DTYPE_XATTR", "SHAPE_XATTR", "STATS_XATTR", "TMP_PREFIX",
            "PASSTHROUGH_WRITE_MIN", "FALLBACK_DTYPE_BYTES", "SHAPE_MAX_DIMS", "dtype_bytes", "parse_shape"]
 
 # lib/weightfs.h
 CLAIM_XATTR = "user.weightfs.claim"
+CLAIMS_XATTR = "user.weightfs.claims"  # on a directory: many claims, each making a new file
 DIGEST_XATTR = "user.weightfs.digest"
 DTYPE_XATTR = "user.weightfs.dtype"
 SHAPE_XATTR = "user.weightfs.shape"

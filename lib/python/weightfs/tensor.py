@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Sequence, Tuple, Un
 from . import direct as _direct
 from .stage import library as _library
 from .stage import offload_tensor as _offload_tensor
-from .names import CLAIM_XATTR, DIGEST_XATTR, DTYPE_XATTR, PASSTHROUGH_WRITE_MIN, SHAPE_XATTR, TMP_PREFIX
+from .names import CLAIM_XATTR, CLAIMS_XATTR, DIGEST_XATTR, DTYPE_XATTR, PASSTHROUGH_WRITE_MIN, SHAPE_XATTR, TMP_PREFIX
 from .names import FALLBACK_DTYPE_BYTES as DTYPE_BYTES
 from .names import dtype_bytes as _dtype_bytes
 from .names import parse_shape as _parse_shape
@@ -400,6 +400,54 @@ def _torch_dtype(name):
 def shape_text(shape: Sequence[int]) -> str:
     """The user.weightfs.shape spelling of a shape: '[4096,1024]', '[]' for a scalar."""
     return json.dumps([int(d) for d in shape], separators=(",", ":"))
+
+
+# The most bytes one setxattr(2) value may hold (XATTR_SIZE_MAX, linux/limits.h).
+_XATTR_SIZE_MAX = 65536
+
+
+def claim_files(directory: PathLike, entries: Sequence[Tuple[str, str, Optional[str], Optional[Sequence[int]]]]
+                ) -> set:
+    """Make many new sealed files by digest in one weightfs directory, hundreds per request.
+
+    entries: (file name, digest as 32 hex digits, safetensors dtype name or None, shape or None),
+    for names meant to be new in directory. Sends user.weightfs.claims on the directory (lines of
+    "DIGEST\tDTYPE\tSHAPE\tNAME", under 64 KiB per request): weightfs makes each name that does not
+    exist yet and whose content is stored intact as a sealed file (mode 0644, the caller's), with
+    user.weightfs.dtype and .shape, and passes over the rest. Returns the set of names made: those
+    of entries that were absent before and are listed after (the directory is read twice). Names with
+    a newline, and directories that are not on weightfs, make nothing (set()): write those. A name
+    another process creates meanwhile would be counted as made; FrozenOffload's rank directories
+    have one writer. Raises OSError (EPERM: only the mounting user or root may claim; ENOSPC, EIO
+    with the directory) and WeightfsError(EINVAL) when weightfs rejects the request's format."""
+    directory = os.fspath(directory)
+    from .frozen import fs_type  # frozen imports this module
+
+    if fs_type(directory) != "fuse.weightfs":
+        return set()
+    before = set(os.listdir(directory))
+    lines, wanted = [], set()
+    for name, hexdigest, dtype, shape in entries:
+        if name in before or name in wanted or "\n" in name or not name:
+            continue
+        wanted.add(name)
+        lines.append(f"{hexdigest}\t{dtype or ''}\t{shape_text(shape) if shape is not None else ''}\t{name}\n"
+                     .encode("utf-8", "surrogateescape"))
+    batch, size = [], 0
+    for line in lines + [None]:
+        if batch and (line is None or size + len(line) > _XATTR_SIZE_MAX):
+            try:
+                os.setxattr(directory, CLAIMS_XATTR, b"".join(batch))
+            except OSError as e:
+                if e.errno == errno.EINVAL:
+                    raise WeightfsError(errno.EINVAL, f"{directory}: weightfs rejected a batch claim's "
+                                        f"format", directory) from None
+                raise _reraise(e, directory, f"claiming {len(batch)} files in {directory}") from None
+            batch, size = [], 0
+        if line is not None:
+            batch.append(line)
+            size += len(line)
+    return wanted & set(os.listdir(directory)) if wanted else set()
 
 
 # ---- the filesystem's answer to claims, per device ---------------------------------------------
