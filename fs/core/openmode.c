@@ -482,6 +482,9 @@ static off_t largest_folio_bytes(void)
 	return page > 0 ? (off_t)page * (page / 8) : (off_t)2 << 20;
 }
 
+/* How far behind a read its drop reaches: four times the default -o readahead (what is in flight). */
+#define WFS_READ_DROP_BACK ((off_t)16 << 20)
+
 void wfs_openmode_read_done(struct wfs_fs *fs, int fd, off_t off, size_t len)
 {
 	static off_t block;
@@ -494,8 +497,13 @@ void wfs_openmode_read_done(struct wfs_fs *fs, int fd, off_t off, size_t len)
 		block = largest_folio_bytes();
 	/* DONTNEED drops only whole folios: a large folio partly inside the range stays cached
 	 * (mm/truncate.c). So drop the blocks this read finished, and at the end of the file the
-	 * rest. Readahead beyond the read stays for the next one. */
-	from = off - off % block;
+	 * rest; readahead beyond the read stays for the next one. The kernel's readahead sends
+	 * several reads at once, which finish in any order: a read that finished a block before an
+	 * earlier one read its part would leave that part cached, so the drop reaches back over the
+	 * blocks such reads can still be in (WFS_READ_DROP_BACK). */
+	from = off - off % block - WFS_READ_DROP_BACK;
+	if (from < 0)
+		from = 0;
 	to = end - end % block;
 	if (to != end && fstat(fd, &st) == 0 && end >= st.st_size)
 		to = 0; /* through the end of the file */
