@@ -4,7 +4,8 @@
  * root) is the daemon's JSON; user.weightfs.claim seals a file by digest, user.weightfs.claims (on a
  * directory) makes many such files at once, and
  * user.weightfs.recheck (mount root) checks an object again; user.weightfs.dtype and .shape are
- * validated against the file's size (seal.h). security.* and system.* are not stored.
+ * validated against the file's size (seal.h). security.*, system.* and trusted.* are not supported
+ * (EOPNOTSUPP).
  */
 #include <errno.h>
 #include <limits.h>
@@ -106,7 +107,11 @@ void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 	int ret;
 
 	if (!is_user_xattr(name)) {
-		fuse_reply_err(req, ENODATA); /* security.*, system.*: none stored */
+		/* security.*, system.* (POSIX ACLs), trusted.*: not supported, as setxattr says too.
+		 * EOPNOTSUPP rather than ENODATA: ls -l asks each file for security.selinux and
+		 * system.posix_acl_access unless a file of the device answered "not supported" (two
+		 * requests per file, the whole cost of a warm ls -l), and the kernel caches neither. */
+		fuse_reply_err(req, EOPNOTSUPP);
 		return;
 	}
 	if (size && !(buf = malloc(size))) {
@@ -450,7 +455,7 @@ void wfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	int ret = 0;
 
 	if (!is_user_xattr(name))
-		ret = -ENODATA;
+		ret = -EOPNOTSUPP; /* as getxattr and setxattr say */
 	else if (strcmp(name, WFS_XATTR_DIGEST) == 0 || strcmp(name, WFS_XATTR_STATS) == 0 ||
 		 strcmp(name, WFS_XATTR_DIRECT) == 0)
 		ret = -EPERM;

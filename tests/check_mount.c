@@ -196,6 +196,14 @@ START_TEST(xattr_protocol)
 	ck_assert_int_eq(errno, ENODATA);
 	ck_assert_int_eq(setxattr(mu_path("x"), "trusted.x", "1", 1, 0), -1);
 	ck_assert_int_eq(errno, EOPNOTSUPP);
+	/* Not supported, so said on reads too: ls -l then stops asking every file (coreutils caches a
+	 * device's "not supported"; ENODATA would mean "supported, none here"). */
+	ck_assert_int_eq(getxattr(mu_path("x"), "security.selinux", buf, sizeof(buf)), -1);
+	ck_assert_int_eq(errno, EOPNOTSUPP);
+	ck_assert_int_eq(getxattr(mu_path("x"), "system.posix_acl_access", buf, sizeof(buf)), -1);
+	ck_assert_int_eq(errno, EOPNOTSUPP);
+	ck_assert_int_eq(removexattr(mu_path("x"), "trusted.x"), -1);
+	ck_assert_int_eq(errno, EOPNOTSUPP);
 }
 END_TEST
 
