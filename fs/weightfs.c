@@ -442,12 +442,15 @@ int main(int argc, char *argv[])
 		goto out;
 	}
 	if (fs.opt.retain_text && wfs_parse_size(fs.opt.retain_text, &fs.opt.retain)) {
-		fprintf(stderr, "weightfs: -o retain=%s: not a size (e.g. 20G)\n", fs.opt.retain_text);
+		fprintf(stderr, "weightfs: -o retain=%s: not a size (e.g. 20G; units K, M, G, T, P)\n",
+			fs.opt.retain_text);
 		ret = 2;
 		goto out;
 	}
-	if (fs.opt.readahead_text && (wfs_parse_size(fs.opt.readahead_text, &readahead) || readahead > INT64_MAX)) {
-		fprintf(stderr, "weightfs: -o readahead=%s: not a size (e.g. 4M)\n", fs.opt.readahead_text);
+	if (fs.opt.readahead_text && (wfs_parse_size(fs.opt.readahead_text, &readahead) ||
+				      (readahead > 0 && readahead < 4096) || readahead > (1ull << 30))) {
+		fprintf(stderr, "weightfs: -o readahead=%s: expected 0 (none) or a size from 4K to 1G (e.g. 4M)\n",
+			fs.opt.readahead_text);
 		ret = 2;
 		goto out;
 	}

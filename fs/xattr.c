@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
@@ -18,6 +19,8 @@
 
 #include "check.h"
 #include "direct.h"
+#include "dtype.h"
+#include "log.h"
 #include "ops.h"
 #include "seal.h"
 #include "weightfs.h"
@@ -207,6 +210,9 @@ static ssize_t parse_claims(const char *value, size_t size, char **buf, struct c
 	char *p, *end;
 
 	*lines = NULL;
+	*buf = NULL;
+	if (memchr(value, '\0', size))
+		return -EINVAL; /* a NUL would cut a name, and the lines after it, short */
 	*buf = malloc(size + 1);
 	if (!*buf)
 		return -ENOMEM;
@@ -245,6 +251,31 @@ static ssize_t parse_claims(const char *value, size_t size, char **buf, struct c
 	return (ssize_t)n;
 }
 
+/*
+ * Do line @l's dtype and shape (those given) parse, and with both given, make @size bytes? A line
+ * that does not is passed over with one log line naming it (the seal's own checks would name an
+ * inode that is then removed).
+ */
+static bool claim_line_fits(const struct claim_line *l, uint64_t dir, uint64_t size)
+{
+	size_t dl = strlen(l->dtype), sl = strlen(l->shape);
+	uint64_t elements = 0;
+	int esize = dl ? wfs_dtype_size(l->dtype, dl) : 1;
+	int ret = sl ? wfs_shape_elements(l->shape, sl, &elements) : 0;
+
+	if (esize < 0 || ret) {
+		wfs_log(WFS_LOG_WARN, "claims in directory inode %llu: %s: dtype \"%s\" shape \"%s\" not valid: passed over",
+			(unsigned long long)dir, l->name, l->dtype, l->shape);
+		return false;
+	}
+	if (dl && sl && (elements > UINT64_MAX / (uint64_t)esize || elements * (uint64_t)esize != size)) {
+		wfs_log(WFS_LOG_WARN, "claims in directory inode %llu: %s: shape %s x %s is not the object's %llu bytes: "
+			"passed over", (unsigned long long)dir, l->name, l->shape, l->dtype, (unsigned long long)size);
+		return false;
+	}
+	return true;
+}
+
 /* Set stored attribute @name = @value (a dtype or shape, checked first) on new inode @ino, unless
  * @value is empty. fs->lock held. Returns 0 or -errno (-EINVAL: not a dtype or shape). */
 static int set_tensor_xattr(struct wfs_fs *fs, uint64_t ino, const char *name, const char *value)
@@ -265,13 +296,15 @@ static int set_tensor_xattr(struct wfs_fs *fs, uint64_t ino, const char *name, c
  * NAME does not exist in DIR and whose object is stored and plausibly intact, a regular file NAME
  * (mode 0644, owned as a create by the caller would make it) is made, given DTYPE and SHAPE as
  * user.weightfs.dtype and .shape, and sealed as that object, as a create, setxattr and claim would.
- * Lines whose name exists, whose object is missing or damaged, or whose DTYPE and SHAPE do not fit
- * the object's size are passed over: the caller reads DIR to learn which names it got. The names
+ * Lines whose name exists, whose object is missing or damaged, or whose DTYPE or SHAPE does not
+ * parse or (both given) does not fit the object's size are passed over (the last two logged): the
+ * caller reads DIR to learn which names it got. The names
  * made are returned in *@made (the caller frees each and the array; *@nmade of them) for the
  * kernel's dentries to be dropped after the reply. fs->lock is taken per line, not for the batch.
  * The kernel has checked write permission on DIR
  * (and that a sticky DIR is the caller's); as for user.weightfs.claim, only the mounting user or
- * root may claim. Returns 0, -EINVAL (a malformed value: nothing made), -ENOTDIR, -EPERM, -ENOMEM,
+ * root may claim. Returns 0, -EINVAL (a malformed value: a line without its four fields, a bad
+ * digest or name, a NUL byte anywhere; nothing made), -ENOTDIR, -EPERM, -ENOMEM,
  * or the -errno that stopped the batch part way (-ENOSPC, the catalog's; lines before it stay made).
  */
 static int claim_batch(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t dir, const char *value, size_t size,
@@ -302,6 +335,8 @@ static int claim_batch(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t dir, const 
 			fs->counters.claim_misses++; /* absent: nothing to make, nothing held up */
 			continue;
 		}
+		if (!claim_line_fits(l, dir, (uint64_t)st.st_size))
+			continue;
 		ret = wfs_ops_mknode(fs, req, dir, l->name, S_IFREG | 0644, NULL, &a);
 		if (ret == -EEXIST) {
 			ret = 0;

@@ -113,7 +113,8 @@ int wfs_parse_size(const char *text, uint64_t *bytes)
 
 	errno = 0;
 	v = strtod(text, &end);
-	if (end == text || errno || v < 0 || isnan(v))
+	/* Decimal digits and a point only: strtod also takes "0x10", "1e3", "inf" and a sign. */
+	if (end == text || errno || v < 0 || isnan(v) || (size_t)(end - text) != strspn(text, "0123456789."))
 		return -EINVAL;
 	if (*end) {
 		const char *u = strchr(units, *end == 'k' ? 'K' : *end);

@@ -34,7 +34,9 @@ int wfs_gc_collect(struct wfs_store *s, struct wfs_catalog *c, uint64_t retain, 
  * runs anyway); otherwise as above. */
 int wfs_gc(const char *path, uint64_t retain, bool dry_run, struct wfs_gc_report *r);
 
-/* Parse a size like "0", "4096", "512M", "20G", "1.5T" (binary units) into bytes. 0 or -EINVAL. */
+/* Parse a size like "0", "4096", "512M", "20G", "1.5T" into bytes: decimal digits (a fraction
+ * allowed), then K (or k), M, G, T or P, binary units, optionally followed by "iB" or "B". Returns 0,
+ * or -EINVAL (anything else: hex, exponents, signs, spaces, lower-case m/g/t/p). */
 int wfs_parse_size(const char *text, uint64_t *bytes);
 
 #endif

@@ -1345,7 +1345,7 @@ START_TEST(test_parse_size_rejects)
 	/* Only "k" is accepted in lower case; other lower-case units are rejected. */
 	static const char *const cases[] = {
 		"", "-1", "-1K", "abc", "K", "12Q", "20g", "512m", "1KK", "1Kx", "1iB", "4096 ", "nan", "inf",
-		"1e400", "16384P", "18446744073709551616",
+		"1e400", "16384P", "18446744073709551616", "0x10", "1e3", "+4K", " 4K",
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

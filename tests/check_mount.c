@@ -1698,6 +1698,7 @@ START_TEST(claims_batch)
 	mu_assert_file_equals(mu_path("r/y z"), a, len);
 	mu_assert_file_equals(mu_path("r/kept"), (const unsigned char *)"old", 3);
 	ck_assert_int_eq(stat(mu_path("r/bad fit"), &st), -1);
+	ck_assert_int_ge(mu_log_count("bad fit: shape [3] x U8 is not the object's 8192 bytes"), 1);
 	ck_assert_int_eq(stat(mu_path("r/missing"), &st), -1);
 	ck_assert_int_eq(stat(mu_path("r/x"), &st), 0);
 	ck_assert_uint_eq(st.st_mode, S_IFREG | 0644);

@@ -14,6 +14,7 @@
 
 #include "cache.h"
 #include "ctl.h"
+#include "mounts.h"
 
 static void cache_usage(FILE *out)
 {
@@ -33,6 +34,34 @@ static void cache_usage(FILE *out)
 		"  status  resident bytes per PATH, summed over distinct objects (shared content counts\n"
 		"          once), and per NUMA node; a closing total over all PATHs. `fincore FILE` on an\n"
 		"          object file gives the same count for one file.\n");
+}
+
+/*
+ * Without passthrough (-o passthrough=off, a kernel before 6.9, a daemon without CAP_SYS_ADMIN) the
+ * pages readers use are each mounted file's own, one copy per name, and the daemon drops the
+ * object's behind its reads: status counts, and load fills, the object files only. Says so once
+ * per mount on stderr (drop frees the names' pages too: lib/cache.c).
+ */
+static void warn_without_passthrough(const char *verb, int n, char **paths)
+{
+	char said[PATH_MAX] = "";
+
+	for (int i = 0; i < n; i++) {
+		char real[PATH_MAX], mnt[PATH_MAX], store[PATH_MAX];
+		json_t *stats;
+
+		if (!realpath(paths[i], real) || wfs_mounts_below(real, mnt, store) || strcmp(mnt, said) == 0)
+			continue;
+		snprintf(said, sizeof(said), "%s", mnt);
+		stats = wfs_ctl_mount_stats(mnt);
+		if (stats && json_is_false(json_object_get(stats, "passthrough")))
+			fprintf(stderr,
+				"weightfsctl cache %s: %s serves reads without passthrough: readers use each "
+				"name's own page cache there, which %s; `cache drop` frees it\n",
+				verb, mnt, strcmp(verb, "status") == 0 ? "this count leaves out (fincore on the names counts it)"
+								       : "this load does not fill (read the names instead)");
+		json_decref(stats);
+	}
 }
 
 static void human(char *buf, size_t len, uint64_t bytes)
@@ -292,6 +321,8 @@ int wfs_ctl_cache(int argc, char **argv)
 			return 1;
 		}
 	}
+	if (strcmp(verb, "drop") != 0)
+		warn_without_passthrough(verb, argc - optind, argv + optind);
 	if (strcmp(verb, "status") == 0)
 		ret = do_status(set, json);
 	else if (strcmp(verb, "drop") == 0)

@@ -18,6 +18,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -263,6 +264,14 @@ int wfs_ctl_resolve_store(const char *path, char *out)
 	}
 	settle(out);
 	return 0;
+}
+
+json_t *wfs_ctl_mount_stats(const char *mnt)
+{
+	char buf[8192];
+	ssize_t n = getxattr(mnt, WFS_XATTR_STATS, buf, sizeof(buf));
+
+	return n > 0 ? json_loadb(buf, (size_t)n, 0, NULL) : NULL;
 }
 
 const char *wfs_ctl_store_error(int err)

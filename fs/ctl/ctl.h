@@ -142,6 +142,11 @@ int wfs_ctl_json_print(json_t *v, size_t flags);
 int wfs_ctl_resolve_store(const char *path, char *out);
 /* What to print for wfs_ctl_resolve_store()'s error @err: "not a weightfs store ..." or strerror. */
 const char *wfs_ctl_store_error(int err);
+/*
+ * The running daemon's user.weightfs.stats (JSON, fs/xattr.c) read from mount point @mnt; NULL when
+ * no daemon answers there. The caller json_decref()s it.
+ */
+json_t *wfs_ctl_mount_stats(const char *mnt);
 
 /* ---- --store: a store's namespace, mounted for the command if need be (import, export) -------- */
 

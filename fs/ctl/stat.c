@@ -217,15 +217,9 @@ static void stat_usage(FILE *out)
  */
 static json_t *daemon_stats(const char *store)
 {
-	char mnt[PATH_MAX], buf[8192];
-	ssize_t n;
+	char mnt[PATH_MAX];
 
-	if (wfs_mounts_of(store, true, mnt))
-		return NULL;
-	n = getxattr(mnt, WFS_XATTR_STATS, buf, sizeof(buf));
-	if (n <= 0)
-		return NULL;
-	return json_loadb(buf, (size_t)n, 0, NULL);
+	return wfs_mounts_of(store, true, mnt) ? NULL : wfs_ctl_mount_stats(mnt);
 }
 
 static uint64_t json_u64(const json_t *o, const char *key)

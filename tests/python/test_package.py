@@ -489,7 +489,8 @@ def first(T, a):
             f.write(b"old")
         entries = [("t%d" % i, hx, "U8", [len(body)]) for i in range(300)]
         entries += [("old", hx, None, None), ("unknown", "0" * 32, None, None), ("bad fit", hx, "F32", [3]),
-                    ("new\nline", hx, None, None)]
+                    ("new\nline", hx, None, None), ("nul\0", hx, None, None), ("a/b", hx, None, None),
+                    ("..", hx, None, None), ("x" * 256, hx, None, None)]
         calls = []
         real = os.setxattr
         with mock.patch.object(weightfs.tensor.os, "setxattr",
@@ -504,6 +505,17 @@ def first(T, a):
             assert f.read() == b"old"
         assert sorted(set(os.listdir(d)) - made) == ["old"]
         assert weightfs.claim_files(os.path.join(plain), entries[:1]) == set()  # not weightfs: nothing
+        try:
+            weightfs.claim_files(d, [("s", hx, "U8", "16384")])
+            raise AssertionError("a string shape was taken")
+        except TypeError:
+            pass
+        try:  # a NUL anywhere in the value: EINVAL, nothing made
+            os.setxattr(d, weightfs.names.CLAIMS_XATTR, f"{hx}\t\t\tn1\0x\n{hx}\t\t\tn2\n".encode())
+            raise AssertionError("a NUL was taken")
+        except OSError as e:
+            assert e.errno == errno.EINVAL, e
+        assert not {"n1", "n2"} & set(os.listdir(d))
 
     @T.check("FrozenOffload: a fresh directory is claimed in batches, none one by one")
     def _():

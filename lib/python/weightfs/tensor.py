@@ -415,11 +415,13 @@ def claim_files(directory: PathLike, entries: Sequence[Tuple[str, str, Optional[
     "DIGEST\tDTYPE\tSHAPE\tNAME", under 64 KiB per request): weightfs makes each name that does not
     exist yet and whose content is stored intact as a sealed file (mode 0644, the caller's), with
     user.weightfs.dtype and .shape, and passes over the rest. Returns the set of names made: those
-    of entries that were absent before and are listed after (the directory is read twice). Names with
-    a newline, and directories that are not on weightfs, make nothing (set()): write those. A name
+    of entries that were absent before and are listed after (the directory is read twice). Names
+    that are not file names (empty, ".", "..", with "/", NUL or a newline, over 255 bytes) are left
+    out, and a directory that is not on weightfs makes nothing (set()): write those. A name
     another process creates meanwhile would be counted as made; FrozenOffload's rank directories
     have one writer. Raises OSError (EPERM: only the mounting user or root may claim; ENOSPC, EIO
-    with the directory) and WeightfsError(EINVAL) when weightfs rejects the request's format."""
+    with the directory), WeightfsError(EINVAL) when weightfs rejects the request's format (a digest
+    that is not 32 hex digits), TypeError for a shape that is a string."""
     directory = os.fspath(directory)
     from .frozen import fs_type  # frozen imports this module
 
@@ -428,11 +430,15 @@ def claim_files(directory: PathLike, entries: Sequence[Tuple[str, str, Optional[
     before = set(os.listdir(directory))
     lines, wanted = [], set()
     for name, hexdigest, dtype, shape in entries:
-        if name in before or name in wanted or "\n" in name or not name:
-            continue
+        if isinstance(shape, (str, bytes)):
+            raise TypeError(f"claim_files: shape of {name!r} must be a sequence of ints, not {shape!r}")
+        raw = name.encode("utf-8", "surrogateescape")
+        if (name in before or name in wanted or not raw or len(raw) > 255 or name in (".", "..")
+                or any(c in name for c in "\n/\0")):
+            continue  # not a file name weightfs would make: the caller writes it
         wanted.add(name)
-        lines.append(f"{hexdigest}\t{dtype or ''}\t{shape_text(shape) if shape is not None else ''}\t{name}\n"
-                     .encode("utf-8", "surrogateescape"))
+        lines.append(f"{hexdigest}\t{dtype or ''}\t{shape_text(shape) if shape is not None else ''}\t"
+                     .encode("ascii") + raw + b"\n")
     batch, size = [], 0
     for line in lines + [None]:
         if batch and (line is None or size + len(line) > _XATTR_SIZE_MAX):
