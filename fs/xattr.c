@@ -276,17 +276,13 @@ static bool claim_line_fits(const struct claim_line *l, uint64_t dir, uint64_t s
 	return true;
 }
 
-/* Set stored attribute @name = @value (a dtype or shape, checked first) on new inode @ino, unless
- * @value is empty. fs->lock held. Returns 0 or -errno (-EINVAL: not a dtype or shape). */
+/* Set stored attribute @name = @value (a dtype or shape that claim_line_fits() passed) on new inode
+ * @ino, unless @value is empty. fs->lock held. Returns 0 or -errno of the catalog. */
 static int set_tensor_xattr(struct wfs_fs *fs, uint64_t ino, const char *name, const char *value)
 {
 	size_t len = strlen(value);
-	int ret;
 
-	if (len == 0)
-		return 0;
-	ret = wfs_seal_check_xattr(fs, ino, name, value, len);
-	return ret ? ret : wfs_catalog_xattr_set(fs->catalog, ino, name, value, len, 0);
+	return len ? wfs_catalog_xattr_set(fs->catalog, ino, name, value, len, 0) : 0;
 }
 
 /*

@@ -147,7 +147,11 @@ class FrozenOffload:
         return doc["params"]
 
     def _manifest_text(self):
-        return json.dumps({"version": 1, "params": self.entries}, indent=1, sort_keys=True) + "\n"
+        # One parameter per line, each encoded by json's C encoder (indent= falls back to the pure
+        # Python one: 50 us per parameter, a fifth of a re-offload's time).
+        enc = json.JSONEncoder(sort_keys=True)
+        body = ",\n".join(f" {enc.encode(k)}: {enc.encode(v)}" for k, v in sorted(self.entries.items()))
+        return '{"params": {\n' + body + ("\n" if body else "") + '}, "version": 1}\n'
 
     def _write_manifest(self):
         text = self._manifest_text()
