@@ -610,6 +610,7 @@ static void wfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, str
 		object.buf[0].pos = off;
 		fuse_reply_data(req, &object, 0);
 		wfs_openmode_read_done(fs, fd, off, size);
+		close(fd);
 		return;
 	}
 	if (n < 0) {

@@ -350,7 +350,12 @@ static int claim_batch(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t dir, const 
 		if (ret == 0) {
 			(*nmade)++;
 		} else {
-			wfs_ops_undo_create(fs, dir, l->name);
+			struct wfs_attr now;
+			uint64_t ino = a.ino;
+
+			/* The claim may have dropped fs->lock: remove the name only if it is still ours. */
+			if (wfs_catalog_lookup(fs->catalog, dir, l->name, &now) == 0 && now.ino == ino)
+				wfs_ops_undo_create(fs, dir, l->name);
 			if (ret == -ENODATA || ret == -EINVAL || ret == -EEXIST)
 				ret = 0; /* damaged, or the dtype and shape do not fit: this line only */
 		}

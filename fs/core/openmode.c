@@ -462,6 +462,10 @@ int wfs_openmode_read_object(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid,
 	do
 		ret = read_source(fs, h, tid, &v, fd);
 	while (ret == -EAGAIN);
+	/* A descriptor of the caller's own: its reply ends the request, after which the handle's
+	 * RELEASE may unpin the object and close the shared one while the caller still drops pages. */
+	if (ret == 0 && !v && (*fd = fcntl(*fd, F_DUPFD_CLOEXEC, 0)) < 0)
+		ret = -errno;
 	pthread_mutex_unlock(&fs->lock);
 	if (ret == 0 && v) {
 		wfs_version_put(v);
@@ -506,9 +510,9 @@ void wfs_openmode_read_done(struct wfs_fs *fs, int fd, off_t off, size_t len)
 		from = 0;
 	to = end - end % block;
 	if (to != end && fstat(fd, &st) == 0 && end >= st.st_size)
-		to = 0; /* through the end of the file */
-	if (to == 0 || to > from)
-		(void)posix_fadvise(fd, from, to ? to - from : 0, POSIX_FADV_DONTNEED);
+		(void)posix_fadvise(fd, from, 0, POSIX_FADV_DONTNEED); /* through the end of the file */
+	else if (to > from)
+		(void)posix_fadvise(fd, from, to - from, POSIX_FADV_DONTNEED);
 }
 
 ssize_t wfs_openmode_read(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, void *buf, size_t len,

@@ -130,11 +130,11 @@ ssize_t wfs_openmode_read(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, vo
 			  off_t off);
 /*
  * Where a daemon-served read through @h by thread @tid gets its bytes, for a caller that sends them
- * without copying them in (splice): 0 and *@fd, the read-only descriptor of the inode's current
- * object (checked, pinned by @h until its release, owned by the daemon: never closed by the caller;
- * call wfs_openmode_read_done() after reading it); or 1, *@fd -1: the version being written, read
- * with wfs_openmode_read(). Takes and drops fs->lock itself. Returns 0, 1, or -EIO (never sealed, or
- * damaged), -ENOMEM, -errno.
+ * without copying them in (splice): 0 and *@fd, a read-only descriptor of the inode's current
+ * object (checked; a duplicate the caller closes, valid past the handle's release; call
+ * wfs_openmode_read_done() after reading it); or 1, *@fd -1: the version being written, read with
+ * wfs_openmode_read(). Takes and drops fs->lock itself. Returns 0, 1, or -EIO (never sealed, or
+ * damaged), -ENOMEM, -EMFILE, -errno.
  */
 int wfs_openmode_read_object(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, int *fd);
 /*
