@@ -66,45 +66,6 @@ struct wfs_kernel wfs_ops_kernel(struct fuse_session *se)
 #define READAHEAD_DEFAULT (4u << 20)
 
 /*
- * The device number ("MAJ:MIN") of the topmost weightfs mount on @dir (resolved), from
- * /proc/self/mountinfo: a stat(2) of the mount point would wait for this daemon, not yet serving.
- * Returns 0 or -ENOENT.
- */
-static int mount_device(const char *dir, char dev[32])
-{
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	char *line = NULL;
-	size_t cap = 0;
-	int ret = -ENOENT;
-
-	if (!f)
-		return -ENOENT;
-	while (getline(&line, &cap, f) > 0) {
-		char majmin[32], point[PATH_MAX], type[64], *sep = strstr(line, " - "), *in, *out;
-
-		if (!sep || sscanf(line, "%*s %*s %31s %*s %4095s", majmin, point) != 2 ||
-		    sscanf(sep + 3, "%63s", type) != 1 || strcmp(type, WFS_MOUNT_TYPE) != 0)
-			continue;
-		for (in = out = point; *in; out++) { /* undo the table's octal escapes (\040: a space) */
-			if (in[0] == '\\' && in[1] >= '0' && in[1] <= '3' && in[2] && in[3]) {
-				*out = (char)((in[1] - '0') * 64 + (in[2] - '0') * 8 + (in[3] - '0'));
-				in += 4;
-			} else {
-				*out = *in++;
-			}
-		}
-		*out = '\0';
-		if (strcmp(point, dir) == 0) {
-			snprintf(dev, 32, "%s", majmin);
-			ret = 0; /* keep going: the last one is on top */
-		}
-	}
-	free(line);
-	fclose(f);
-	return ret;
-}
-
-/*
  * How far the kernel reads ahead in the mount's files when the daemon serves them (no passthrough):
  * -o readahead (fs->opt.readahead), by default READAHEAD_DEFAULT. The kernel's FUSE default of
  * 128 KiB keeps one small request in flight, and a cold sequential read runs at the round trip's
@@ -115,11 +76,11 @@ static int mount_device(const char *dir, char dev[32])
 static void set_readahead(struct wfs_fs *fs)
 {
 	long kb = (long)((fs->opt.readahead >= 0 ? (uint64_t)fs->opt.readahead : READAHEAD_DEFAULT) / 1024);
-	char dev[32], path[96];
+	char dev[WFS_MOUNT_DEV_BYTES], path[96];
 	bool ok = false;
 	FILE *f;
 
-	if (mount_device(fs->opt.mountpoint, dev) != 0) {
+	if (wfs_mounts_device(fs->opt.mountpoint, dev) != 0) {
 		wfs_log(WFS_LOG_INFO, "readahead: %s is not in /proc/self/mountinfo: the kernel's default stays",
 			fs->opt.mountpoint);
 		return;

@@ -259,16 +259,14 @@ static ssize_t parse_claims(const char *value, size_t size, char **buf, struct c
 static bool claim_line_fits(const struct claim_line *l, uint64_t dir, uint64_t size)
 {
 	size_t dl = strlen(l->dtype), sl = strlen(l->shape);
-	uint64_t elements = 0;
-	int esize = dl ? wfs_dtype_size(l->dtype, dl) : 1;
-	int ret = sl ? wfs_shape_elements(l->shape, sl, &elements) : 0;
+	uint64_t elements, bytes;
 
-	if (esize < 0 || ret) {
+	if ((dl && wfs_dtype_size(l->dtype, dl) < 0) || (sl && wfs_shape_elements(l->shape, sl, &elements))) {
 		wfs_log(WFS_LOG_WARN, "claims in directory inode %llu: %s: dtype \"%s\" shape \"%s\" not valid: passed over",
 			(unsigned long long)dir, l->name, l->dtype, l->shape);
 		return false;
 	}
-	if (dl && sl && (elements > UINT64_MAX / (uint64_t)esize || elements * (uint64_t)esize != size)) {
+	if (dl && sl && (wfs_tensor_bytes(l->dtype, dl, l->shape, sl, &bytes) || bytes != size)) {
 		wfs_log(WFS_LOG_WARN, "claims in directory inode %llu: %s: shape %s x %s is not the object's %llu bytes: "
 			"passed over", (unsigned long long)dir, l->name, l->shape, l->dtype, (unsigned long long)size);
 		return false;

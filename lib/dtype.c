@@ -67,6 +67,23 @@ int wfs_dtype_size_at(unsigned i)
 	return k < 0 ? -EINVAL : dtypes[k].bytes;
 }
 
+int wfs_tensor_bytes(const char *dtype, size_t dlen, const char *shape, size_t slen, uint64_t *bytes)
+{
+	int esize = wfs_dtype_size(dtype, dlen);
+	uint64_t elements;
+	int ret;
+
+	if (esize < 0)
+		return -EINVAL;
+	ret = wfs_shape_elements(shape, slen, &elements);
+	if (ret)
+		return ret;
+	if (elements > UINT64_MAX / (uint64_t)esize)
+		return -EOVERFLOW;
+	*bytes = elements * (uint64_t)esize;
+	return 0;
+}
+
 const char *wfs_tmp_prefix(void)
 {
 	return WFS_TMP_PREFIX;

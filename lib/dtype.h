@@ -62,6 +62,13 @@ int wfs_shape_parse(const char *text, size_t len, uint64_t dims[WFS_SHAPE_MAX_DI
  */
 int wfs_shape_elements(const char *text, size_t len, uint64_t *elements);
 
+/*
+ * Bytes of a tensor of dtype @dtype (@dlen bytes) and shape @shape (@slen bytes, as
+ * wfs_shape_parse()): elements × bytes per element, into *@bytes. Returns 0, -EINVAL (not a dtype or
+ * not a shape) or -EOVERFLOW (more than 2^64 - 1 bytes). *@bytes is written only on success.
+ */
+int wfs_tensor_bytes(const char *dtype, size_t dlen, const char *shape, size_t slen, uint64_t *bytes);
+
 /* WFS_TMP_PREFIX (weightfs.h) as a function, so the Python package can check its copy (ctypes). */
 const char *wfs_tmp_prefix(void);
 

@@ -1,5 +1,6 @@
 /*
- * mounts — the weightfs entries of /proc/self/mounts (mounts.h).
+ * mounts — the weightfs entries of /proc/self/mounts, and of /proc/self/mountinfo for device
+ * numbers (mounts.h).
  */
 #include "mounts.h"
 
@@ -112,4 +113,39 @@ int wfs_mounts_of(const char *store, bool live, char *dir)
 int wfs_mounts_below(const char *path, char *dir, char *store)
 {
 	return search(holding, &(struct search){.key = path, .dir = dir, .store = store});
+}
+
+int wfs_mounts_device(const char *dir, char dev[WFS_MOUNT_DEV_BYTES])
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char *line = NULL;
+	size_t cap = 0;
+	int ret = -ENOENT;
+
+	if (!f)
+		return -errno;
+	while (getline(&line, &cap, f) > 0) {
+		char majmin[WFS_MOUNT_DEV_BYTES], point[PATH_MAX], type[64], *sep = strstr(line, " - "), *in, *out;
+
+		/* Fields: id, parent id, MAJ:MIN, root, mount point, ...; after " - ": type, source. */
+		if (!sep || sscanf(line, "%*s %*s %31s %*s %4095s", majmin, point) != 2 ||
+		    sscanf(sep + 3, "%63s", type) != 1 || strcmp(type, WFS_MOUNT_TYPE) != 0)
+			continue;
+		for (in = out = point; *in; out++) { /* undo the table's octal escapes (\040: a space) */
+			if (in[0] == '\\' && in[1] >= '0' && in[1] <= '3' && in[2] && in[3]) {
+				*out = (char)((in[1] - '0') * 64 + (in[2] - '0') * 8 + (in[3] - '0'));
+				in += 4;
+			} else {
+				*out = *in++;
+			}
+		}
+		*out = '\0';
+		if (strcmp(point, dir) == 0) {
+			snprintf(dev, WFS_MOUNT_DEV_BYTES, "%s", majmin);
+			ret = 0; /* keep going: the last one is on top */
+		}
+	}
+	free(line);
+	fclose(f);
+	return ret;
 }

@@ -53,4 +53,14 @@ int wfs_mounts_of(const char *store, bool live, char *dir);
  */
 int wfs_mounts_below(const char *path, char *dir, char *store);
 
+#define WFS_MOUNT_DEV_BYTES 32 /* "MAJ:MIN" and its NUL */
+
+/*
+ * The device number of the topmost weightfs mount on directory @dir (a resolved path), as "MAJ:MIN"
+ * into @dev: the name of its entry under /sys/class/bdi. From /proc/self/mountinfo, so the daemon can
+ * ask it of its own mount without a stat(2) that it would have to answer itself. Returns 0, -ENOENT
+ * (no such mount), or -errno of opening the table. @dev is meaningful only after 0.
+ */
+int wfs_mounts_device(const char *dir, char dev[WFS_MOUNT_DEV_BYTES]);
+
 #endif

@@ -110,6 +110,26 @@ START_TEST(shape_invalid)
 END_TEST
 
 /* The dimensions themselves, and the same grammar where export reads the attribute back. */
+/* Tensor bytes from dtype and shape text: elements x element size; errors for each part. */
+START_TEST(tensor_bytes)
+{
+	uint64_t b = 7;
+
+	ck_assert_int_eq(wfs_tensor_bytes("BF16", 4, "[4096,1024]", 11, &b), 0);
+	ck_assert_uint_eq(b, 4096ull * 1024 * 2);
+	ck_assert_int_eq(wfs_tensor_bytes("F32", 3, "[]", 2, &b), 0);
+	ck_assert_uint_eq(b, 4);
+	ck_assert_int_eq(wfs_tensor_bytes("U8", 2, "[0,5]", 5, &b), 0);
+	ck_assert_uint_eq(b, 0);
+	b = 7;
+	ck_assert_int_eq(wfs_tensor_bytes("XYZ", 3, "[1]", 3, &b), -EINVAL);
+	ck_assert_int_eq(wfs_tensor_bytes("F32", 3, "4096", 4, &b), -EINVAL);
+	/* 2^62 elements of 8 bytes: more than 2^64 - 1 bytes. */
+	ck_assert_int_eq(wfs_tensor_bytes("F64", 3, "[4611686018427387904]", 21, &b), -EOVERFLOW);
+	ck_assert_uint_eq(b, 7); /* written only on success */
+}
+END_TEST
+
 START_TEST(shape_dims)
 {
 	uint64_t dims[WFS_SHAPE_MAX_DIMS] = {0};
@@ -144,6 +164,7 @@ static Suite *dtype_suite(void)
 	tc = tcase_create("shape");
 	tcase_add_test(tc, shape_valid);
 	tcase_add_test(tc, shape_invalid);
+	tcase_add_test(tc, tensor_bytes);
 	suite_add_tcase(s, tc);
 	return s;
 }

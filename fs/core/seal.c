@@ -757,10 +757,7 @@ int wfs_seal_declared_size(struct wfs_fs *fs, uint64_t ino, uint64_t *bytes)
 
 	if (ret)
 		return ret;
-	if (t.elements > UINT64_MAX / (uint64_t)t.bytes)
-		return -ENODATA;
-	*bytes = t.elements * (uint64_t)t.bytes;
-	return 0;
+	return wfs_tensor_bytes(t.dtype, t.dtype_len, t.shape, t.shape_len, bytes) ? -ENODATA : 0;
 }
 
 int wfs_seal_fits(struct wfs_fs *fs, uint64_t ino, uint64_t size, const char *name, const char *value,
@@ -768,9 +765,11 @@ int wfs_seal_fits(struct wfs_fs *fs, uint64_t ino, uint64_t size, const char *na
 {
 	struct declared t;
 
+	uint64_t bytes;
+
 	if (read_declared(fs, ino, name, value, len, &t))
 		return 0;
-	if (t.elements <= size / (uint64_t)t.bytes && t.elements * (uint64_t)t.bytes == size)
+	if (wfs_tensor_bytes(t.dtype, t.dtype_len, t.shape, t.shape_len, &bytes) == 0 && bytes == size)
 		return 0;
 	wfs_log(WFS_LOG_WARN, "inode %llu (find MNT -inum %llu): %s: shape %.*s x %.*s (%d bytes) "
 		"does not make the file's %llu bytes", (unsigned long long)ino, (unsigned long long)ino, what,

@@ -41,6 +41,7 @@ import numpy as np  # noqa: E402
 import weightfs  # noqa: E402
 import wfstest  # noqa: E402
 from bench import write_doc_block  # noqa: E402  (one copy, in bench.py)
+from bench_write import unmount  # noqa: E402  (fusermount3, else umount(8): the GPU machine has no fuse3 tools)
 
 MIB = 1 << 20
 BEGIN = "<!-- bench-direct:begin -->"
@@ -96,20 +97,11 @@ def mount(build, store, mnt):
     subprocess.run([os.path.join(build, "weightfs"), store, mnt, "-o", "passthrough=off,nosync"], check=True)
 
 
-def unmount(mnt):
-    for cmd in (["fusermount3", "-u", mnt], ["umount", mnt]):
-        try:
-            if subprocess.run(cmd, stderr=subprocess.DEVNULL).returncode == 0:
-                break
-        except FileNotFoundError:
-            continue
-    time.sleep(0.5)
-
-
 def footprint(build, store, mnt, names, size, open_fd):
     """Page-cache growth (bytes) of reading every name in full by mmap, a new daemon first (the
     previous FUSE inodes' caches go with the old one), from a dropped cache."""
     unmount(mnt)
+    time.sleep(0.5)
     mount(build, store, mnt)
     wfstest.drop_caches()
     before = wfstest.cached_bytes()[0]
@@ -213,6 +205,7 @@ def main():
         if tmpfs_mounted:
             subprocess.run(["umount", tmpfs])
         unmount(mnt)
+        time.sleep(0.5)
         subprocess.run(["rm", "-rf", work])
     print(json.dumps(out))
     return 0
