@@ -367,8 +367,8 @@ static void wfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int t
 }
 
 /* Owner of a new inode: the caller, with the group of a set-group-ID parent (as ext4 does). */
-static void new_owner(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t parent, uint32_t *mode,
-		      uint32_t *uid, uint32_t *gid)
+void wfs_ops_new_owner(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t parent, uint32_t *mode, uint32_t *uid,
+		       uint32_t *gid)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct wfs_attr p;
@@ -382,15 +382,20 @@ static void new_owner(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t parent, uint
 	}
 }
 
-int wfs_ops_mknode(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t parent, const char *name, uint32_t mode,
-		   const char *target, struct wfs_attr *a)
+/*
+ * A new catalog entry @name in directory @parent for @req's caller (wfs_ops_new_owner()), of type and
+ * mode @mode (S_IFDIR | 0755, ...); @target for a symlink, else NULL. Its attributes into @a. fs->lock
+ * held. Returns 0, -ENAMETOOLONG, -EEXIST, -ENOENT, -ENOTDIR, or an -errno of the catalog.
+ */
+static int mknode(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t parent, const char *name, uint32_t mode,
+		  const char *target, struct wfs_attr *a)
 {
 	uint32_t uid, gid;
 	int ret = check_name(name);
 
 	if (ret)
 		return ret;
-	new_owner(fs, req, parent, &mode, &uid, &gid);
+	wfs_ops_new_owner(fs, req, parent, &mode, &uid, &gid);
 	return wfs_catalog_create(fs->catalog, parent, name, mode, uid, gid, target, a);
 }
 
@@ -402,7 +407,7 @@ static void wfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	int ret;
 
 	pthread_mutex_lock(&fs->lock);
-	ret = wfs_ops_mknode(fs, req, parent, name, S_IFDIR | (mode & 07777), NULL, &a);
+	ret = mknode(fs, req, parent, name, S_IFDIR | (mode & 07777), NULL, &a);
 	if (ret == 0)
 		ret = make_entry(fs, &a, &e);
 	pthread_mutex_unlock(&fs->lock);
@@ -418,14 +423,15 @@ static void wfs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, con
 
 	pthread_mutex_lock(&fs->lock);
 	if (ret == 0)
-		ret = wfs_ops_mknode(fs, req, parent, name, S_IFLNK | 0777, link, &a);
+		ret = mknode(fs, req, parent, name, S_IFLNK | 0777, link, &a);
 	if (ret == 0)
 		ret = make_entry(fs, &a, &e);
 	pthread_mutex_unlock(&fs->lock);
 	reply_entry_or_err(req, ret, &e);
 }
 
-void wfs_ops_undo_create(struct wfs_fs *fs, fuse_ino_t parent, const char *name)
+/* Remove entry @name of @parent made by mknode() that could not be completed. fs->lock held. */
+static void undo_create(struct wfs_fs *fs, fuse_ino_t parent, const char *name)
 {
 	uint64_t ino;
 
@@ -447,7 +453,7 @@ static int do_mkspecial(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t parent, co
 
 	if (ret)
 		return ret;
-	new_owner(fs, req, parent, &m, &uid, &gid);
+	wfs_ops_new_owner(fs, req, parent, &m, &uid, &gid);
 	ret = wfs_catalog_mknod(fs->catalog, parent, name, m, S_ISCHR(mode) || S_ISBLK(mode) ? rdev : 0,
 				uid, gid, NULL, &a);
 	return ret ? ret : make_entry(fs, &a, e);
@@ -477,7 +483,7 @@ static void wfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		return;
 	}
 	pthread_mutex_lock(&fs->lock);
-	ret = wfs_ops_mknode(fs, req, parent, name, S_IFREG | (mode & 07777), NULL, &a);
+	ret = mknode(fs, req, parent, name, S_IFREG | (mode & 07777), NULL, &a);
 	if (ret == 0) {
 		in = wfs_inode_get(fs, &a);
 		ret = in ? 0 : -ENOMEM;
@@ -489,7 +495,7 @@ static void wfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		if (ret == 0)
 			ret = make_entry(fs, &a, &e);
 		if (ret) {
-			wfs_ops_undo_create(fs, parent, name);
+			undo_create(fs, parent, name);
 			wfs_inode_maybe_free(fs, in);
 		}
 	}
@@ -509,13 +515,13 @@ static void wfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 	int ret;
 
 	pthread_mutex_lock(&fs->lock);
-	ret = wfs_ops_mknode(fs, req, parent, name, S_IFREG | (mode & 07777), NULL, &a);
+	ret = mknode(fs, req, parent, name, S_IFREG | (mode & 07777), NULL, &a);
 	if (ret)
 		goto out;
 	in = wfs_inode_get(fs, &a);
 	ret = in ? wfs_openmode_create(fs, in, &h, &r) : -ENOMEM;
 	if (ret) {
-		wfs_ops_undo_create(fs, parent, name);
+		undo_create(fs, parent, name);
 		if (in)
 			wfs_inode_maybe_free(fs, in);
 		goto out;

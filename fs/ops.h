@@ -26,15 +26,11 @@ void wfs_ops_news_send(struct wfs_fs *fs, struct wfs_news *news);
 /* The daemon state behind request @req. */
 struct wfs_fs *wfs_ops_fs(fuse_req_t req);
 /*
- * A new catalog entry @name in directory @parent for @req's caller (owner, and a set-group-ID
- * directory's group), of type and mode @mode (S_IFREG | 0644, ...); @target for a symlink, else NULL.
- * Its attributes into @a. fs->lock held. Returns 0, -ENAMETOOLONG, -EEXIST, -ENOENT, -ENOTDIR, or an
- * -errno of the catalog.
+ * The owner of a new entry in directory @parent made for @req's caller: the caller's uid and gid, or
+ * a set-group-ID directory's group (and for a directory, S_ISGID added to *@mode). fs->lock held.
  */
-int wfs_ops_mknode(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t parent, const char *name, uint32_t mode,
-		   const char *target, struct wfs_attr *a);
-/* Remove entry @name of @parent made by wfs_ops_mknode() that could not be completed. fs->lock held. */
-void wfs_ops_undo_create(struct wfs_fs *fs, fuse_ino_t parent, const char *name);
+void wfs_ops_new_owner(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t parent, uint32_t *mode, uint32_t *uid,
+		       uint32_t *gid);
 
 /* xattr.c */
 void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);

@@ -274,15 +274,6 @@ static bool claim_line_fits(const struct claim_line *l, uint64_t dir, uint64_t s
 	return true;
 }
 
-/* Set stored attribute @name = @value (a dtype or shape that claim_line_fits() passed) on new inode
- * @ino, unless @value is empty. fs->lock held. Returns 0 or -errno of the catalog. */
-static int set_tensor_xattr(struct wfs_fs *fs, uint64_t ino, const char *name, const char *value)
-{
-	size_t len = strlen(value);
-
-	return len ? wfs_catalog_xattr_set(fs->catalog, ino, name, value, len, 0) : 0;
-}
-
 /*
  * setxattr(DIR, "user.weightfs.claims", LINES): many digest claims in one request, for a restart
  * that writes the same weights under new names. Each line is "DIGEST\tDTYPE\tSHAPE\tNAME" (lines
@@ -306,6 +297,7 @@ static int claim_batch(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t dir, const 
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct claim_line *lines = NULL;
+	uint32_t mode = S_IFREG | 0644, uid, gid;
 	struct wfs_attr a;
 	char *buf = NULL;
 	ssize_t n;
@@ -321,9 +313,14 @@ static int claim_batch(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t dir, const 
 	pthread_mutex_lock(&fs->lock);
 	if (n >= 0 && (ret = wfs_catalog_getattr(fs->catalog, dir, &a)) == 0 && !S_ISDIR(a.mode))
 		ret = -ENOTDIR;
+	if (n > 0 && ret == 0)
+		wfs_ops_new_owner(fs, req, dir, &mode, &uid, &gid);
 	for (ssize_t i = 0; n > 0 && ret == 0 && i < n; i++) {
 		const struct claim_line *l = &lines[i];
+		struct wfs_catalog_xattr x[2];
+		size_t nx = 0;
 		struct stat st;
+		char *copy;
 
 		if (wfs_store_object_stat(fs->store, &l->d, &st) != 0) {
 			fs->counters.claim_misses++; /* absent: nothing to make, nothing held up */
@@ -331,33 +328,23 @@ static int claim_batch(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t dir, const 
 		}
 		if (!claim_line_fits(l, dir, (uint64_t)st.st_size))
 			continue;
-		ret = wfs_ops_mknode(fs, req, dir, l->name, S_IFREG | 0644, NULL, &a);
-		if (ret == -EEXIST) {
-			ret = 0;
-			continue;
-		}
-		if (ret)
-			break;
-		ret = set_tensor_xattr(fs, a.ino, WFS_XATTR_DTYPE, l->dtype);
-		if (ret == 0)
-			ret = set_tensor_xattr(fs, a.ino, WFS_XATTR_SHAPE, l->shape);
-		if (ret == 0)
-			ret = wfs_seal_claim(fs, a.ino, &l->d); /* may drop fs->lock */
-		if (ret == 0 && !((*made)[*nmade] = strdup(l->name)))
+		if (*l->dtype)
+			x[nx++] = (struct wfs_catalog_xattr){WFS_XATTR_DTYPE, l->dtype, strlen(l->dtype)};
+		if (*l->shape)
+			x[nx++] = (struct wfs_catalog_xattr){WFS_XATTR_SHAPE, l->shape, strlen(l->shape)};
+		if (!(copy = strdup(l->name))) {
 			ret = -ENOMEM;
-		if (ret == 0) {
-			(*nmade)++;
-		} else {
-			struct wfs_attr now;
-			uint64_t ino = a.ino;
-
-			/* The claim may have dropped fs->lock: remove the name only if it is still ours. */
-			if (wfs_catalog_lookup(fs->catalog, dir, l->name, &now) == 0 && now.ino == ino)
-				wfs_ops_undo_create(fs, dir, l->name);
-			if (ret == -ENODATA || ret == -EINVAL || ret == -EEXIST)
-				ret = 0; /* damaged, or the dtype and shape do not fit: this line only */
+			break;
 		}
-		/* Other requests wait for one line (~0.1 ms), not for the whole batch. */
+		/* One catalog call per line: create, attributes and seal (~15 statements fewer). */
+		ret = wfs_seal_claim_new(fs, dir, l->name, mode, uid, gid, &l->d, &st, x, nx, &a);
+		if (ret == 0)
+			(*made)[(*nmade)++] = copy;
+		else
+			free(copy);
+		if (ret == -EEXIST || ret == -ENODATA)
+			ret = 0; /* the name exists, or the object is damaged: this line only */
+		/* Other requests wait for one line (~0.05 ms), not for the whole batch. */
 		pthread_mutex_unlock(&fs->lock);
 		pthread_mutex_lock(&fs->lock);
 	}

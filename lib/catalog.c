@@ -59,6 +59,7 @@ enum stmt_id {
 	ST_GETATTR,
 	ST_LOOKUP,
 	ST_INSERT_INODE,
+	ST_INSERT_SEALED,
 	ST_INSERT_DENTRY,
 	ST_DELETE_DENTRY,
 	ST_NLINK_ADD,
@@ -98,6 +99,8 @@ static const char *const stmt_sql[ST_COUNT] = {
 		      " WHERE d.parent = ?1 AND d.name = ?2",
 	[ST_INSERT_INODE] = "INSERT INTO inodes(mode, uid, gid, nlink, size, parent, atime, mtime, ctime,"
 			    " target, rdev) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?7, ?8, ?9)",
+	[ST_INSERT_SEALED] = "INSERT INTO inodes(mode, uid, gid, nlink, size, atime, mtime, ctime, digest)"
+			     " VALUES(?1, ?2, ?3, 1, ?4, ?5, ?5, ?5, ?6)",
 	[ST_INSERT_DENTRY] = "INSERT INTO dentries(parent, name, ino) VALUES(?1, ?2, ?3)",
 	[ST_DELETE_DENTRY] = "DELETE FROM dentries WHERE parent = ?1 AND name = ?2",
 	[ST_NLINK_ADD] = "UPDATE inodes SET nlink = nlink + ?2, ctime = ?3 WHERE ino = ?1",
@@ -941,6 +944,66 @@ int wfs_catalog_mknod(struct wfs_catalog *c, uint64_t parent, const char *name, 
 		ret = wfs_catalog_getattr(c, ino, out);
 out:
 	return end(c, ret);
+}
+
+int wfs_catalog_create_sealed(struct wfs_catalog *c, uint64_t parent, const char *name, uint32_t mode,
+			      uint32_t uid, uint32_t gid, const struct wfs_digest *digest, uint64_t size,
+			      const struct wfs_catalog_xattr *xattrs, size_t nxattrs, struct wfs_attr *out)
+{
+	struct wfs_attr dir;
+	sqlite3_stmt *s;
+	int64_t t = now_ns();
+	uint64_t ino = 0;
+	int ret;
+
+	if (!S_ISREG(mode))
+		return -EINVAL;
+	ret = begin(c);
+	if (ret)
+		return ret;
+	ret = get_dir(c, parent, &dir);
+	if (ret)
+		goto out;
+	s = stmt(c, ST_INSERT_OBJECT); /* first: the inode's trigger counts the reference on this row */
+	sqlite3_bind_blob(s, 1, digest->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 2, (int64_t)size);
+	ret = step_done(c, s);
+	if (ret)
+		goto out;
+	s = stmt(c, ST_INSERT_SEALED);
+	sqlite3_bind_int64(s, 1, mode);
+	sqlite3_bind_int64(s, 2, uid);
+	sqlite3_bind_int64(s, 3, gid);
+	sqlite3_bind_int64(s, 4, (int64_t)size);
+	sqlite3_bind_int64(s, 5, t);
+	sqlite3_bind_blob(s, 6, digest->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
+	ret = step_done(c, s);
+	if (ret)
+		goto out;
+	ino = (uint64_t)sqlite3_last_insert_rowid(c->db);
+	ret = insert_dentry(c, parent, name, ino);
+	for (size_t i = 0; ret == 0 && i < nxattrs; i++) {
+		s = stmt(c, ST_XATTR_INSERT);
+		sqlite3_bind_int64(s, 1, (int64_t)ino);
+		sqlite3_bind_text(s, 2, xattrs[i].name, -1, SQLITE_STATIC);
+		sqlite3_bind_blob(s, 3, xattrs[i].len ? xattrs[i].value : "", (int)xattrs[i].len, SQLITE_STATIC);
+		ret = step_done(c, s);
+		if (ret == -EEXIST)
+			ret = -EINVAL; /* the same attribute twice in @xattrs */
+	}
+	if (ret == 0)
+		ret = touch_dir(c, parent, t);
+	if (ret == 0)
+		ret = wfs_fault("catalog.set-content"); /* test-only: the seal's commit fails */
+out:
+	ret = end(c, ret);
+	if (ret == 0) {
+		/* What a getattr would read back: every column is one bound above. */
+		*out = (struct wfs_attr){.ino = ino, .mode = mode, .uid = uid, .gid = gid, .nlink = 1,
+					 .size = size, .sealed = true, .digest = *digest};
+		out->atime = out->mtime = out->ctime = ns_to_ts(t);
+	}
+	return ret;
 }
 
 int wfs_catalog_link(struct wfs_catalog *c, uint64_t ino, uint64_t newparent, const char *newname,

@@ -13,8 +13,9 @@
  * Invariants (kept by this module, in the same transaction as the change that affects them):
  *  1. objects.refcount = number of inode rows whose digest is that object. SQL triggers maintain it,
  *     so no code path can forget it.
- *  2. A regular file's digest changes only in wfs_catalog_set_content(): from the catalog's point of
- *     view a file is either sealed (digest set, size = object bytes) or being created (digest NULL).
+ *  2. A regular file's digest changes only in wfs_catalog_set_content() (or is set at its creation,
+ *     wfs_catalog_create_sealed()): from the catalog's point of view a file is either sealed (digest
+ *     set, size = object bytes) or being created (digest NULL).
  *     Inodes still being created when the daemon died are removed by wfs_catalog_recover().
  *  3. inodes.nlink counts dentries (plus 2 + subdirectories for a directory). An inode with nlink 0
  *     lives on only while the kernel or an open file still refers to it; the daemon then calls
@@ -103,6 +104,25 @@ int wfs_catalog_create(struct wfs_catalog *c, uint64_t parent, const char *name,
  */
 int wfs_catalog_mknod(struct wfs_catalog *c, uint64_t parent, const char *name, uint32_t mode,
 		      uint64_t rdev, uint32_t uid, uint32_t gid, const char *target, struct wfs_attr *out);
+/* A stored attribute for wfs_catalog_create_sealed(): @name NUL-terminated, @value @len bytes. */
+struct wfs_catalog_xattr {
+	const char *name;
+	const void *value;
+	size_t len;
+};
+/*
+ * A new regular file @name in @parent that is sealed from the start: what wfs_catalog_create(),
+ * wfs_catalog_xattr_set() for each of @xattrs (@nxattrs of them) and wfs_catalog_set_content() do,
+ * in one transaction (one savepoint in a batch) and about a third of their statements. For digest
+ * claims of new names (user.weightfs.claims): invariant 2 holds, since no one ever sees the file
+ * unsealed. Owner @uid/@gid, permissions @mode (must be S_IFREG), all times now; the object row of
+ * @digest (@size bytes) is added if new, its file must already be in the store. *@out gets the new
+ * inode's attributes. Errors: -EEXIST (@name exists), -ENOENT (@parent gone), -ENOTDIR, -EINVAL
+ * (not S_IFREG, an attribute named twice), -ENOSPC, -EIO.
+ */
+int wfs_catalog_create_sealed(struct wfs_catalog *c, uint64_t parent, const char *name, uint32_t mode,
+			      uint32_t uid, uint32_t gid, const struct wfs_digest *digest, uint64_t size,
+			      const struct wfs_catalog_xattr *xattrs, size_t nxattrs, struct wfs_attr *out);
 /* Hard link: new dentry @newparent/@newname → @ino (not a directory). -EEXIST, -EPERM, -ENOENT. */
 int wfs_catalog_link(struct wfs_catalog *c, uint64_t ino, uint64_t newparent, const char *newname,
 		     struct wfs_attr *out);

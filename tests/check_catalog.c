@@ -701,6 +701,54 @@ START_TEST(test_set_content_refcounts)
 }
 END_TEST
 
+/* A file sealed at its creation: one transaction, as create + xattrs + set_content would leave it. */
+START_TEST(test_create_sealed)
+{
+	struct wfs_digest x = dg("X"), y = dg("Y");
+	struct wfs_catalog_xattr xa[2] = {{"user.weightfs.dtype", "BF16", 4}, {"user.weightfs.shape", "[500]", 5}};
+	struct wfs_attr out, seen;
+	uint64_t f = mkfile(ROOT, "f"), d = mkdir_(ROOT, "d");
+	int64_t t0 = now();
+	char buf[16];
+	size_t len = 0;
+
+	seal(f, "X", 1000); /* the object row exists already: one more reference */
+	ck_assert_int_eq(wfs_catalog_create_sealed(cat, d, "t", S_IFREG | 0640, 7, 8, &x, 1000, xa, 2, &out), 0);
+	ck_assert(out.sealed);
+	ck_assert_mem_eq(out.digest.bytes, x.bytes, WFS_DIGEST_BYTES);
+	ck_assert_uint_eq(out.size, 1000);
+	ck_assert_uint_eq(out.nlink, 1);
+	ck_assert_uint_eq(out.mode, S_IFREG | 0640);
+	ck_assert_int_ge(ns(&out.mtime), t0);
+	ck_assert_int_le(ns(&out.mtime), now());
+	ck_assert_int_eq(wfs_catalog_lookup(cat, d, "t", &seen), 0);
+	assert_attr_eq(&seen, &out);
+	ck_assert_uint_eq(refcount("X"), 2);
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, out.ino, "user.weightfs.dtype", buf, sizeof(buf), &len), 0);
+	ck_assert_uint_eq(len, 4);
+	ck_assert_mem_eq(buf, "BF16", 4);
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, out.ino, "user.weightfs.shape", buf, sizeof(buf), &len), 0);
+	ck_assert_mem_eq(buf, "[500]", 5);
+	seen = get(d);
+	ck_assert_int_ge(ns(&seen.mtime), t0); /* the directory changed */
+
+	/* A new object gets its row; no attributes is fine. */
+	ck_assert_int_eq(wfs_catalog_create_sealed(cat, ROOT, "y", S_IFREG | 0644, 0, 0, &y, 7, NULL, 0, &out), 0);
+	ck_assert_uint_eq(refcount("Y"), 1);
+	ck_assert_int_eq(wfs_catalog_xattr_list(cat, out.ino, buf, sizeof(buf), &len), 0);
+	ck_assert_uint_eq(len, 0);
+
+	/* Errors change nothing. */
+	ck_assert_int_eq(wfs_catalog_create_sealed(cat, d, "t", S_IFREG | 0644, 0, 0, &x, 1000, NULL, 0, &out), -EEXIST);
+	ck_assert_int_eq(wfs_catalog_create_sealed(cat, f, "u", S_IFREG | 0644, 0, 0, &x, 1000, NULL, 0, &out), -ENOTDIR);
+	ck_assert_int_eq(wfs_catalog_create_sealed(cat, d, "u", S_IFDIR | 0755, 0, 0, &x, 1000, NULL, 0, &out), -EINVAL);
+	xa[1].name = xa[0].name;
+	ck_assert_int_eq(wfs_catalog_create_sealed(cat, d, "u", S_IFREG | 0644, 0, 0, &x, 1000, xa, 2, &out), -EINVAL);
+	ck_assert_int_eq(wfs_catalog_lookup(cat, d, "u", &seen), -ENOENT);
+	ck_assert_uint_eq(refcount("X"), 2);
+}
+END_TEST
+
 struct unref_list {
 	int n, stop_after;
 	struct wfs_digest d[16];
@@ -1605,6 +1653,7 @@ static Suite *catalog_suite(void)
 	add(s, "rename_into_subtree", test_rename_into_subtree);
 	add(s, "rename_type_errors", test_rename_type_errors);
 	add(s, "set_content_refcounts", test_set_content_refcounts);
+	add(s, "create_sealed", test_create_sealed);
 	add(s, "unreferenced", test_unreferenced);
 	add(s, "inode_drop", test_inode_drop);
 	add(s, "ino_never_reused", test_ino_never_reused);

@@ -527,6 +527,29 @@ int wfs_seal_claim(struct wfs_fs *fs, uint64_t ino, const struct wfs_digest *d)
 	return ret;
 }
 
+int wfs_seal_claim_new(struct wfs_fs *fs, uint64_t parent, const char *name, uint32_t mode, uint32_t uid,
+		       uint32_t gid, const struct wfs_digest *d, const struct stat *st,
+		       const struct wfs_catalog_xattr *xattrs, size_t nxattrs, struct wfs_attr *out)
+{
+	struct wfs_object *o = wfs_object_pin(fs, d); /* the object cannot be deleted under us */
+	int ret;
+
+	if (!o)
+		return -ENOMEM;
+	ret = wfs_check_plausible(fs, o, st);
+	if (ret == -ENOENT || ret == -EIO) {
+		ret = -ENODATA;
+		fs->counters.claim_misses++;
+	}
+	if (ret == 0)
+		ret = wfs_catalog_create_sealed(fs->catalog, parent, name, mode, uid, gid, d,
+						(uint64_t)st->st_size, xattrs, nxattrs, out);
+	if (ret == 0)
+		fs->counters.claims++;
+	wfs_object_unpin(fs, o);
+	return ret;
+}
+
 /* The most one copy_file_range reply reports: its count travels in 32 bits. */
 #define COPY_RANGE_MAX ((size_t)1 << 30) /* bytes */
 

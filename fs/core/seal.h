@@ -26,6 +26,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -33,6 +34,8 @@
 
 struct wfs_fs;
 struct wfs_handle;
+struct wfs_attr;
+struct wfs_catalog_xattr;
 struct wfs_inode;
 struct wfs_news;
 struct wfs_version;
@@ -138,6 +141,20 @@ void wfs_seal_wait_release(struct wfs_fs *fs, uint64_t ino);
  *   -ENOMEM, or an -errno of the catalog (its commit failed: nothing changed).
  */
 int wfs_seal_claim(struct wfs_fs *fs, uint64_t ino, const struct wfs_digest *d);
+/*
+ * A digest claim that makes its file: new regular file @name in directory @parent (permissions
+ * @mode, owner @uid/@gid), sealed as stored object @d from the start, with stored attributes
+ * @xattrs (@nxattrs; the caller has checked that a dtype and shape among them fit the object's
+ * size, @st->st_size). @st: the object file's stat (wfs_store_object_stat()), taken under fs->lock
+ * just before, without dropping it since. What a create, setxattrs and wfs_seal_claim() do, as one
+ * catalog call (wfs_catalog_create_sealed()), for batch claims: no inode is made in memory and no
+ * version is started. May drop fs->lock (a size not as cataloged is checked by reading). Returns 0
+ * with *@out the new file's attributes, or -ENODATA (the object is damaged), -EEXIST, -ENOMEM, or an
+ * -errno of the catalog (nothing changed).
+ */
+int wfs_seal_claim_new(struct wfs_fs *fs, uint64_t parent, const char *name, uint32_t mode, uint32_t uid,
+		       uint32_t gid, const struct wfs_digest *d, const struct stat *st,
+		       const struct wfs_catalog_xattr *xattrs, size_t nxattrs, struct wfs_attr *out);
 
 /*
  * Do @size bytes make the tensor that inode @ino's dtype and shape attributes describe, with
