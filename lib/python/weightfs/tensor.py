@@ -158,8 +158,6 @@ def _digest_lib():
             P, S = ctypes.c_void_p, ctypes.c_size_t
             lib.wfs_digest_buf.argtypes = [P, S, ctypes.POINTER(_Digest)]
             lib.wfs_digest_buf.restype = None
-            lib.wfs_digest_to_hex.argtypes = [ctypes.POINTER(_Digest), ctypes.c_char_p]
-            lib.wfs_digest_to_hex.restype = None
             lib.wfs_digest_fd.argtypes = [ctypes.c_int, ctypes.POINTER(_Digest),
                                           ctypes.POINTER(ctypes.c_uint64)]
             lib.wfs_digest_fd.restype = ctypes.c_int
@@ -175,10 +173,9 @@ def _digest_lib():
         return _lib
 
 
-def _hex(lib, d):
-    out = ctypes.create_string_buffer(33)
-    lib.wfs_digest_to_hex(ctypes.byref(d), out)
-    return out.value.decode("ascii")
+def _hex(d):
+    """The digest's canonical bytes (big-endian, lib/digest.h) as 32 lower-case hex digits."""
+    return bytes(d).hex()
 
 
 def _digest_address(address, nbytes):
@@ -186,7 +183,7 @@ def _digest_address(address, nbytes):
     lib = _digest_lib()
     d = _Digest()
     lib.wfs_digest_buf(address or None, nbytes, ctypes.byref(d))
-    return _hex(lib, d)
+    return _hex(d)
 
 
 # ---- host memory behind tensors, arrays and buffers ---------------------------------------------
@@ -295,7 +292,7 @@ def _gpu_digest(t):
             lib.wfs_hasher_update(ctypes.byref(h), address, n)
         d = _Digest()
         lib.wfs_hasher_digest(ctypes.byref(h), ctypes.byref(d))
-        return _hex(lib, d)
+        return _hex(d)
     finally:
         lib.wfs_hasher_release(ctypes.byref(h))
 
@@ -354,7 +351,7 @@ def digest_file(path: PathLike) -> str:
         rc = lib.wfs_digest_fd(fd, ctypes.byref(d), ctypes.byref(n))
         if rc < 0:
             raise _err(-rc, path, f"reading {path} to digest it: {os.strerror(-rc)}")
-        return _hex(lib, d)
+        return _hex(d)
     finally:
         os.close(fd)
 
