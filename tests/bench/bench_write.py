@@ -21,11 +21,16 @@ Rows:
                round, close), GB/s from the create to the return of close, and on weightfs to the
                seal (user.weightfs.digest answers); os.sync() before each. Twice:
                the `-o nosync` mount vs native write + close, and the default mount vs native
-               write + fdatasync + close.
+               write + fdatasync + close. With it, the digest's floor: XXH3-128 of --size bytes of
+               fresh memory (libweightfs's wfs_digest_buf), and the ingest ratio a digest computed
+               after the write allows (native / (native + hash)).
   2 writers    4 processes write distinct --writer-size (512 MiB) tensors at once, as in row 1:
                aggregate GB/s = 4 x size / (start to the last close, or seal on weightfs). Meanwhile a fifth process, every
                5 ms, opens another file (8 MiB, sealed before), mmaps it, reads one byte of one page
                (a different page each time), munmaps and closes it: median and worst latency.
+               Then the same four writers on the `-o nosync` mount without the probe: the aggregate at
+               equal durability (the default mount makes a file of 64 MiB or more durable at its
+               close, which native writers without fsync do not wait for).
   3 small      --tensors N (20,000) tensors of 4 KiB-1 MiB, fixed seed, same sizes both sides; sizes
                log-triangular: the log2 size is the minimum of two uniform draws in [12, 20], so small
                tensors are more common (mean ~66 KB, 20,000 tensors ~1.3 GB per side; log-uniform
@@ -36,7 +41,9 @@ Rows:
                `ls -l DIR > /dev/null` right after the creates (warm); os.stat of every file; unlink of
                every file. Phase-major within a round (create both sides, ls both, stat both, unlink
                both), sync + drop_caches + sleep 1 s between rounds (ext4 with discard creates slowly
-               right after a big unlink). files/s.
+               right after a big unlink). files/s. With it, the FUSE floor: the mean of 20,000
+               requests the daemon answers at once (roundtrip.py), times the requests a create (4) and
+               an unlink (2) wait for, against the native operation.
   5 restart    --claims M (2,000) tensors, 4 KiB-1 MiB log-uniform (float32, fixed seed), offloaded
                with weightfs.FrozenOffload(MNT, 0).offload() into rank0/ of a fresh store (seconds of
                the call, in a worker process with torch); then unmount, mount the same store again
@@ -84,6 +91,7 @@ med = statistics.median
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import drop_caches, human, parse_size, write_doc_block  # noqa: E402  (one copy each)
+from roundtrip import per_call_us  # noqa: E402
 
 
 def tree_blocks(top):
@@ -259,7 +267,27 @@ def row_ingest(ctx, r, order):
                 os.unlink(os.path.join(d, f"ingest-{dur}.bin"))
             except FileNotFoundError:
                 pass
+    res["hash-s"] = hash_seconds(ctx, ctx.size)
     return res
+
+
+def hash_seconds(ctx, size):
+    """Seconds for XXH3-128 (libweightfs's wfs_digest_buf: one stream, the dispatched SIMD build) of
+    size bytes of fresh anonymous memory: the least a digest of bytes just written costs, since it
+    cannot start before they exist and runs at one core's memory bandwidth."""
+    import ctypes
+    lib = ctypes.CDLL(os.path.join(os.path.abspath(ctx.build), "libweightfs.so"))
+    lib.wfs_digest_buf.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    lib.wfs_digest_buf.restype = None
+    buf = bytearray(size)
+    mv = memoryview(buf)
+    for off in range(0, size, CHUNK):  # touch every page: resident, not in the caches
+        mv[off:off + 16] = os.urandom(16)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    out = (ctypes.c_uint8 * 16)()
+    t0 = time.perf_counter()
+    lib.wfs_digest_buf(addr, size, out)
+    return time.perf_counter() - t0
 
 
 # ---- row 2: four writers and an mmap prober ----------------------------------------------------
@@ -294,60 +322,72 @@ def _prober(path, stop, conn):
     conn.close()
 
 
-def row_writers(ctx, r, order):
+def writers_pass(ctx, d, r, k0, probe):
+    """Four processes write distinct ctx.writer_size tensors under d at once (each until its digest
+    answers on weightfs), with the mmap prober on d/probe.bin beside them when probe. Returns
+    (aggregate GB/s, [(start, open + mmap s, whole probe s)] of the probes that ran meanwhile)."""
     mp = multiprocessing.get_context("fork")
-    res = {}
-    for side in order:
-        d = ctx.sync_dir if side == "wfs" else ctx.native_dir
-        probe = os.path.join(d, "probe.bin")
-        wdir = os.path.join(d, "writers")
-        rm_tree(wdir)
-        os.makedirs(wdir)
-        os.sync()
-        stop, go = mp.Event(), mp.Event()
+    wfs = not d.startswith(ctx.native_dir)
+    wdir = os.path.join(d, "writers")
+    rm_tree(wdir)
+    os.makedirs(wdir)
+    os.sync()
+    stop, go = mp.Event(), mp.Event()
+    prober = None
+    if probe:
         pparent, pchild = mp.Pipe(duplex=False)
-        prober = mp.Process(target=_prober, args=(probe, stop, pchild))
+        prober = mp.Process(target=_prober, args=(os.path.join(d, "probe.bin"), stop, pchild))
         prober.start()
         pchild.close()
-        writers = []
-        for k in range(4):
-            parent, child = mp.Pipe(duplex=False)
-            stamp = (ctx.nonce << 16) | (r << 8) | (k << 1) | (side == "wfs")
-            p = mp.Process(target=_writer, args=(os.path.join(wdir, f"w{k}.bin"), ctx.writer_size,
-                                                 stamp, go, child, side == "wfs"))
-            p.start()
-            child.close()
-            writers.append((p, parent))
-        time.sleep(0.3)  # writers ready at the barrier, the prober going
-        t0 = time.perf_counter()
-        go.set()
-        ends = []
-        for p, conn in writers:
-            try:
-                ends.append(conn.recv()[1])
-            except EOFError:
-                ends.append(None)
-            p.join()
-        stop.set()
+    writers = []
+    for k in range(4):
+        parent, child = mp.Pipe(duplex=False)
+        stamp = (ctx.nonce << 16) | (r << 8) | ((k0 + k) << 1) | wfs
+        p = mp.Process(target=_writer, args=(os.path.join(wdir, f"w{k}.bin"), ctx.writer_size,
+                                             stamp, go, child, wfs))
+        p.start()
+        child.close()
+        writers.append((p, parent))
+    time.sleep(0.3)  # writers ready at the barrier, the prober going
+    t0 = time.perf_counter()
+    go.set()
+    ends = []
+    for p, conn in writers:
+        try:
+            ends.append(conn.recv()[1])
+        except EOFError:
+            ends.append(None)
+        p.join()
+    stop.set()
+    lat = []
+    if prober:
         try:
             lat = pparent.recv()
         except EOFError:
             lat = None
         prober.join()
-        if lat is not None:  # only the probes that started while the writers ran
-            lat = [x for x in lat if t0 <= x[0] <= max(e for e in ends if e is not None)] or \
-                [x for x in lat if x[0] >= t0][:1]
-        if None in ends or lat is None or any(p.exitcode for p, _ in writers) or prober.exitcode:
-            raise RuntimeError(f"row 2 ({side}): a writer or the prober failed")
-        res[f"writers/{side}"] = 4 * ctx.writer_size / (max(ends) - t0) / 1e9
+    if lat and None not in ends:  # only the probes that started while the writers ran
+        lat = [x for x in lat if t0 <= x[0] <= max(ends)] or [x for x in lat if x[0] >= t0][:1]
+    if None in ends or lat is None or any(p.exitcode for p, _ in writers) or (prober and prober.exitcode):
+        raise RuntimeError(f"row 2 ({d}): a writer or the prober failed")
+    rm_tree(wdir)
+    return 4 * ctx.writer_size / (max(ends) - t0) / 1e9, lat
+
+
+def row_writers(ctx, r, order):
+    res = {}
+    for side in order:
+        d = ctx.sync_dir if side == "wfs" else ctx.native_dir
+        res[f"writers/{side}"], lat = writers_pass(ctx, d, r, 0, True)
         opens, whole = [x[1] for x in lat], [x[2] for x in lat]
         res[f"probe-med/{side}"] = med(opens) * 1e3 if lat else float("nan")
         res[f"probe-max/{side}"] = max(opens) * 1e3 if lat else float("nan")
         res[f"probe-whole-med/{side}"] = med(whole) * 1e3 if lat else float("nan")
         res[f"probe-whole-max/{side}"] = max(whole) * 1e3 if lat else float("nan")
         res[f"probe-n/{side}"] = len(lat)
-    for side in order:
-        rm_tree(os.path.join(ctx.sync_dir if side == "wfs" else ctx.native_dir, "writers"))
+    # At equal durability (both without a sync), the same four writers on the -o nosync mount.
+    res["writers-nosync/wfs"], _ = writers_pass(ctx, ctx.nosync_dir, r, 4, False)
+    res["writers-nosync/native"] = res["writers/native"]
     return res
 
 
@@ -429,6 +469,7 @@ def row_meta(ctx, r, order):
         res[f"unlink/{side}"] = ctx.files / (time.perf_counter() - t0)
     for side in order:
         os.rmdir(dirs[side])
+    res["rtt-us"] = per_call_us(ctx.sync_dir)  # one FUSE request answered at once (roundtrip.py)
     settle()
     return res
 
@@ -583,6 +624,36 @@ def f2(xs, fmt="{:.2f}"):
     return " ".join(fmt.format(x) for x in xs)
 
 
+def hash_floor(ctx, results):
+    """Row 1's note: how far a digest computed after the bytes are written lets ingest go."""
+    hs, ns = series(results, "hash-s"), series(results, "ingest-nosync/native")
+    if not hs or not ns:
+        return None
+    native_s = [ctx.size / (x * 1e9) for x in ns]
+    ceil = [n / (n + h) for n, h in zip(native_s, hs)]
+    return (f"The digest's floor: XXH3-128 of {human(ctx.size)} in memory takes {med(hs):.3f} s here "
+            f"(rounds {f2(hs, '{:.3f}')}; one stream at one core's memory bandwidth, the dispatched SIMD "
+            f"build), against {med(native_s):.3f} s for the native write. A digest that starts once the "
+            f"bytes are written (the kernel writes them, through passthrough) can make ingest at most "
+            f"native ÷ (native + hash) = **{med(ceil):.2f}×** native; beyond that the hash must run while "
+            f"the bytes are written, before the daemon sees them.")
+
+
+def fuse_floor(results):
+    """Row 4's note: what the FUSE requests alone cost, against the native operations."""
+    rtt = series(results, "rtt-us")
+    nc, nu = series(results, "create/native"), series(results, "unlink/native")
+    if not rtt or not nc or not nu:
+        return None
+    c_us, u_us = 1e6 / med(nc), 1e6 / med(nu)
+    return (f"The FUSE floor: one request that the daemon answers at once (no lock, no catalog; "
+            f"`tests/bench/roundtrip.py`) costs {med(rtt):.1f} µs here; a native create costs {c_us:.1f} µs "
+            f"and a native unlink {u_us:.1f} µs. A create through FUSE waits for 4 requests (GETATTR of "
+            f"the directory, whose attributes the previous create invalidated; LOOKUP; CREATE; FLUSH) and "
+            f"an unlink for 2 (GETATTR, UNLINK), so with no work at all in the daemon create could reach "
+            f"**{c_us / (4 * med(rtt)):.2f}×** and unlink **{u_us / (2 * med(rtt)):.2f}×** native.")
+
+
 def summarize(ctx, results):
     """{chart label: (median ratio, goal, lower_is_better)} plus the markdown block."""
     chart = {}
@@ -648,10 +719,13 @@ def summarize(ctx, results):
               [line("no fsync: `-o nosync` vs write + close", "ingest-nosync", "GB/s", 0.9,
                     chart_label="ingest, nosync"),
                line("durable: default (`-o sync`) vs write + fdatasync + close", "ingest-sync", "GB/s", 0.9,
-                    chart_label="ingest, durable")])
+                    chart_label="ingest, durable")],
+              hash_floor(ctx, results))
     if 2 in ctx.rows:
         rows = [line(f"aggregate GB/s, 4 × {human(ctx.writer_size)} at once", "writers", "GB/s", 0.9,
-                     chart_label="4 writers")]
+                     chart_label="4 writers"),
+                line("the same, `-o nosync` (equal durability: neither side syncs)", "writers-nosync",
+                     "GB/s", None)]
         for k, label, goal in (("probe-med", "probe: open + mmap, median (ms)", "< 10 ms (weightfs)"),
                                ("probe-max", "probe: open + mmap, worst (ms)", "< 10 ms (weightfs)"),
                                ("probe-whole-med", "probe with its page read, munmap, close: median (ms)", "—"),
@@ -690,7 +764,8 @@ def summarize(ctx, results):
                line("`ls -l DIR > /dev/null`, warm (right after the creates)", "ls", "files/s", 0.5,
                     "{:,.0f}", chart_label="ls -l"),
                line("stat of every file (warm)", "stat", "files/s", None, "{:,.0f}", chart_label="stat"),
-               line("unlink of every file", "unlink", "files/s", 0.5, "{:,.0f}", chart_label="unlink")])
+               line("unlink of every file", "unlink", "files/s", 0.5, "{:,.0f}", chart_label="unlink")],
+              fuse_floor(results))
     if 5 in ctx.rows:
         out.append(f"### 5. Restart with claims: {ctx.claims:,} tensors of 4 KiB–1 MiB through "
                    "`weightfs.FrozenOffload` (seconds)")

@@ -517,6 +517,38 @@ def first(T, a):
             assert e.errno == errno.EINVAL, e
         assert not {"n1", "n2"} & set(os.listdir(d))
 
+    @T.check("claim_files: a generator over 64 KiB of lines is sent in several requests; its error comes after the one in flight")
+    def _():
+        d = os.path.join(mnt, "claims-gen")
+        os.makedirs(d)
+        body = b"generated claims" * 100
+        with open(os.path.join(mnt, "claims-gen-src"), "wb") as f:
+            f.write(body)
+        hx = weightfs.digest(body)
+        names = ["p%04d-%s" % (i, "x" * 150) for i in range(1000)]  # ~190 KB of lines: 3 requests
+        calls = []
+        real = os.setxattr
+        with mock.patch.object(weightfs.tensor.os, "setxattr",
+                               side_effect=lambda *a, **k: calls.append(len(a[2])) or real(*a, **k)):
+            made = weightfs.claim_files(d, ((n, hx, None, None) for n in names))
+        assert made == set(names), len(made)
+        assert len(calls) >= 3 and max(calls) <= 65536, calls
+        with open(os.path.join(d, names[-1]), "rb") as f:
+            assert f.read() == body
+
+        def failing():
+            for i, n in enumerate(names):
+                if i == 700:
+                    raise RuntimeError("digest failed")
+                yield "q" + n[1:], hx, None, None
+        try:
+            weightfs.claim_files(d, failing())
+            raise AssertionError("the generator's error was lost")
+        except RuntimeError as e:
+            assert "digest failed" in str(e), e
+        got = {n for n in os.listdir(d) if n.startswith("q")}
+        assert 0 < len(got) < 700 and all(int(n[1:5]) < 700 for n in got), len(got)
+
     @T.check("FrozenOffload: a fresh directory is claimed in batches, none one by one")
     def _():
         m = model()

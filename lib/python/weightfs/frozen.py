@@ -249,15 +249,19 @@ class FrozenOffload:
         """Claim in batches the parameters of items [(name, tensor)] whose files are not in the
         directory. Returns ({name: digest} of those, {file names made})."""
         present = set(os.listdir(self.dir))
-        digests, entries = {}, []
-        for name, t in items:
-            fname = file_name(name)
-            if fname in present:
-                continue  # _offload_one skips it or replaces it
-            t = t.detach()
-            digests[name] = digest(t)
-            entries.append((fname, digests[name], dtype_name(t.dtype), list(t.shape)))
-        return digests, (claim_files(self.dir, entries) if entries else set())
+        digests = {}
+
+        def entries():  # digests computed while weightfs makes the previous request's files
+            for name, t in items:
+                fname = file_name(name)
+                if fname in present:
+                    continue  # _offload_one skips it or replaces it
+                t = t.detach()
+                digests[name] = digest(t)
+                yield fname, digests[name], dtype_name(t.dtype), list(t.shape)
+
+        claimed = claim_files(self.dir, entries())
+        return digests, claimed
 
     def _offload_one(self, name, t, claim, d=None, claimed=frozenset()):
         t = t.detach()

@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import direct as _direct
 from .stage import library as _library
@@ -403,53 +403,92 @@ def shape_text(shape: Sequence[int]) -> str:
 _XATTR_SIZE_MAX = 65536
 
 
-def claim_files(directory: PathLike, entries: Sequence[Tuple[str, str, Optional[str], Optional[Sequence[int]]]]
+def claim_files(directory: PathLike, entries: Iterable[Tuple[str, str, Optional[str], Optional[Sequence[int]]]]
                 ) -> set:
     """Make many new sealed files by digest in one weightfs directory, hundreds per request.
 
     entries: (file name, digest as 32 hex digits, safetensors dtype name or None, shape or None),
-    for names meant to be new in directory. Sends user.weightfs.claims on the directory (lines of
-    "DIGEST\tDTYPE\tSHAPE\tNAME", under 64 KiB per request): weightfs makes each name that does not
-    exist yet and whose content is stored intact as a sealed file (mode 0644, the caller's), with
-    user.weightfs.dtype and .shape, and passes over the rest. Returns the set of names made: those
-    of entries that were absent before and are listed after (the directory is read twice). Names
-    that are not file names (empty, ".", "..", with "/", NUL or a newline, over 255 bytes) are left
-    out, and a directory that is not on weightfs makes nothing (set()): write those. A name
-    another process creates meanwhile would be counted as made; FrozenOffload's rank directories
-    have one writer. Raises OSError (EPERM: only the mounting user or root may claim; ENOSPC, EIO
-    with the directory), WeightfsError(EINVAL) when weightfs rejects the request's format (a digest
-    that is not 32 hex digits), TypeError for a shape that is a string."""
+    for names meant to be new in directory; any iterable, consumed once: a generator that computes
+    the digests as it goes overlaps that work with weightfs making the previous request's files
+    (each request is sent from a second thread while the next one is built). Sends
+    user.weightfs.claims on the directory (lines of "DIGEST\tDTYPE\tSHAPE\tNAME", under 64 KiB per
+    request): weightfs makes each name that does not exist yet and whose content is stored intact as
+    a sealed file (mode 0644, the caller's), with user.weightfs.dtype and .shape, and passes over
+    the rest. Returns the set of names made: those of entries that were absent before and are listed
+    after (the directory is read twice). Names that are not file names (empty, ".", "..", with "/",
+    NUL or a newline, over 255 bytes) are left out, and a directory that is not on weightfs makes
+    nothing (set()): write those. A name another process creates meanwhile would be counted as made;
+    FrozenOffload's rank directories have one writer. Raises OSError (EPERM: only the mounting user
+    or root may claim; ENOSPC, EIO with the directory), WeightfsError(EINVAL) when weightfs rejects
+    the request's format (a digest that is not 32 hex digits), TypeError for a shape that is a
+    string; an error from entries itself is raised once the request in flight has been answered.
+    Requests sent before an error stay done."""
     directory = os.fspath(directory)
     from .frozen import fs_type  # frozen imports this module
 
     if fs_type(directory) != "fuse.weightfs":
         return set()
-    before = set(os.listdir(directory))
-    lines, wanted = [], set()
-    for name, hexdigest, dtype, shape in entries:
-        if isinstance(shape, (str, bytes)):
-            raise TypeError(f"claim_files: shape of {name!r} must be a sequence of ints, not {shape!r}")
-        raw = name.encode("utf-8", "surrogateescape")
-        if (name in before or name in wanted or not raw or len(raw) > 255 or name in (".", "..")
-                or any(c in name for c in "\n/\0")):
-            continue  # not a file name weightfs would make: the caller writes it
-        wanted.add(name)
-        lines.append(f"{hexdigest}\t{dtype or ''}\t{shape_text(shape) if shape is not None else ''}\t"
-                     .encode("ascii") + raw + b"\n")
-    batch, size = [], 0
-    for line in lines + [None]:
-        if batch and (line is None or size + len(line) > _XATTR_SIZE_MAX):
+    before = None  # the directory's names, read at the first entry
+    wanted = set()
+
+    def send(value, count):
+        try:
+            os.setxattr(directory, CLAIMS_XATTR, value)
+        except OSError as e:
+            if e.errno == errno.EINVAL:
+                raise WeightfsError(errno.EINVAL, f"{directory}: weightfs rejected a batch claim's "
+                                    f"format", directory) from None
+            raise _reraise(e, directory, f"claiming {count} files in {directory}") from None
+
+    inflight = None  # (thread, [exception]) of the request being answered
+
+    def wait():
+        nonlocal inflight
+        if inflight:
+            th, err = inflight
+            th.join()
+            inflight = None
+            if err:
+                raise err[0]
+
+    def start(batch):
+        nonlocal inflight
+        wait()
+        err = []
+
+        def run(value=b"".join(batch), count=len(batch)):
             try:
-                os.setxattr(directory, CLAIMS_XATTR, b"".join(batch))
-            except OSError as e:
-                if e.errno == errno.EINVAL:
-                    raise WeightfsError(errno.EINVAL, f"{directory}: weightfs rejected a batch claim's "
-                                        f"format", directory) from None
-                raise _reraise(e, directory, f"claiming {len(batch)} files in {directory}") from None
-            batch, size = [], 0
-        if line is not None:
+                send(value, count)
+            except BaseException as e:  # raised in the caller by wait()
+                err.append(e)
+
+        th = threading.Thread(target=run, name="weightfs-claims", daemon=True)
+        th.start()
+        inflight = (th, err)
+
+    batch, size = [], 0
+    try:
+        for name, hexdigest, dtype, shape in entries:
+            if isinstance(shape, (str, bytes)):
+                raise TypeError(f"claim_files: shape of {name!r} must be a sequence of ints, not {shape!r}")
+            raw = name.encode("utf-8", "surrogateescape")
+            if before is None:
+                before = set(os.listdir(directory))
+            if (name in before or name in wanted or not raw or len(raw) > 255 or name in (".", "..")
+                    or any(c in name for c in "\n/\0")):
+                continue  # not a file name weightfs would make: the caller writes it
+            wanted.add(name)
+            line = (f"{hexdigest}\t{dtype or ''}\t{shape_text(shape) if shape is not None else ''}\t"
+                    .encode("ascii") + raw + b"\n")
+            if batch and size + len(line) > _XATTR_SIZE_MAX:
+                start(batch)
+                batch, size = [], 0
             batch.append(line)
             size += len(line)
+        if batch:
+            start(batch)
+    finally:
+        wait()  # also when entries raised: the request in flight is answered first
     return wanted & set(os.listdir(directory)) if wanted else set()
 
 
