@@ -890,6 +890,20 @@ static bool is_special(uint32_t mode)
 	return S_ISFIFO(mode) || S_ISSOCK(mode) || S_ISCHR(mode) || S_ISBLK(mode);
 }
 
+/* The attributes of an inode just inserted with these columns (all three times @t, in ns). */
+static struct wfs_attr new_attr(uint64_t ino, uint32_t mode, uint32_t uid, uint32_t gid, uint32_t nlink,
+				uint64_t size, uint64_t parent, int64_t t, const struct wfs_digest *digest,
+				uint64_t rdev)
+{
+	struct wfs_attr a = {.ino = ino, .mode = mode, .uid = uid, .gid = gid, .nlink = nlink, .size = size,
+			     .parent = parent, .sealed = digest != NULL, .rdev = rdev};
+
+	if (digest)
+		a.digest = *digest;
+	a.atime = a.mtime = a.ctime = ns_to_ts(t);
+	return a;
+}
+
 int wfs_catalog_create(struct wfs_catalog *c, uint64_t parent, const char *name, uint32_t mode,
 		       uint32_t uid, uint32_t gid, const char *target, struct wfs_attr *out)
 {
@@ -905,7 +919,7 @@ int wfs_catalog_mknod(struct wfs_catalog *c, uint64_t parent, const char *name, 
 	struct wfs_attr dir;
 	sqlite3_stmt *s;
 	int64_t t = now_ns();
-	uint64_t ino;
+	uint64_t ino = 0;
 	int ret;
 
 	if (!S_ISREG(mode) && !is_dir && !is_link && !is_special(mode))
@@ -940,10 +954,12 @@ int wfs_catalog_mknod(struct wfs_catalog *c, uint64_t parent, const char *name, 
 		ret = nlink_add(c, parent, 1, t);
 	if (ret == 0)
 		ret = touch_dir(c, parent, t);
-	if (ret == 0)
-		ret = wfs_catalog_getattr(c, ino, out);
 out:
-	return end(c, ret);
+	ret = end(c, ret);
+	if (ret == 0) /* what a getattr would read back: every column is one bound above */
+		*out = new_attr(ino, mode, uid, gid, is_dir ? 2 : 1, is_link ? strlen(target) : 0,
+				is_dir ? parent : 0, t, NULL, rdev);
+	return ret;
 }
 
 int wfs_catalog_create_sealed(struct wfs_catalog *c, uint64_t parent, const char *name, uint32_t mode,
@@ -997,12 +1013,8 @@ int wfs_catalog_create_sealed(struct wfs_catalog *c, uint64_t parent, const char
 		ret = wfs_fault("catalog.set-content"); /* test-only: the seal's commit fails */
 out:
 	ret = end(c, ret);
-	if (ret == 0) {
-		/* What a getattr would read back: every column is one bound above. */
-		*out = (struct wfs_attr){.ino = ino, .mode = mode, .uid = uid, .gid = gid, .nlink = 1,
-					 .size = size, .sealed = true, .digest = *digest};
-		out->atime = out->mtime = out->ctime = ns_to_ts(t);
-	}
+	if (ret == 0) /* what a getattr would read back: every column is one bound above */
+		*out = new_attr(ino, mode, uid, gid, 1, size, 0, t, digest, 0);
 	return ret;
 }
 
@@ -1493,7 +1505,7 @@ int wfs_catalog_set_content(struct wfs_catalog *c, uint64_t ino, const struct wf
 	sqlite3_bind_int64(s, 3, (int64_t)size);
 	sqlite3_bind_int64(s, 4, ts_to_ns(mtime));
 	ret = step_done(c, s);
-	if (ret == 0)
+	if (ret == 0 && out)
 		ret = wfs_catalog_getattr(c, ino, out);
 	if (ret == 0)
 		ret = wfs_fault("catalog.set-content"); /* test-only: the seal's commit fails */

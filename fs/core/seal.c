@@ -112,7 +112,7 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 {
 	struct wfs_version *v = in->writer;
 	struct wfs_object *o = NULL;
-	struct wfs_attr old, now;
+	struct wfs_attr old;
 	struct wfs_digest d;
 	struct timespec mtime;
 	bool existed = false, unwritten, unchanged, kernel, told, durable = false, asked, alone, stored;
@@ -173,7 +173,7 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 		if (!wfs_version_mtime(v, &mtime))
 			clock_gettime(CLOCK_REALTIME, &mtime);
 		/* Made durable below without fs->lock (the WAL's fdatasync). */
-		ret = wfs_catalog_set_content(fs->catalog, in->ino, &d, size, &mtime, false, &old, &now);
+		ret = wfs_catalog_set_content(fs->catalog, in->ino, &d, size, &mtime, false, &old, NULL);
 		if (ret == 0 && alone && (ret = wfs_commit_now(fs)) != 0)
 			wfs_catalog_rollback(fs->catalog);
 	}
@@ -456,7 +456,7 @@ static int claim_target_empty(struct wfs_fs *fs, struct wfs_inode *in, bool free
 /* wfs_seal_claim() on the inode's entry. */
 static int claim(struct wfs_fs *fs, struct wfs_inode *in, const struct wfs_digest *d)
 {
-	struct wfs_attr old, now;
+	struct wfs_attr old;
 	struct wfs_object *o;
 	struct timespec mtime;
 	bool frozen = false;
@@ -486,7 +486,7 @@ static int claim(struct wfs_fs *fs, struct wfs_inode *in, const struct wfs_diges
 		/* Not synced: the object is durable already, and the claimed name becomes durable with
 		 * the next synced commit, like a rename (trainers claim a temp name, then rename it). */
 		ret = wfs_catalog_set_content(fs->catalog, in->ino, d, (uint64_t)st.st_size, &mtime, false,
-					      &old, &now);
+					      &old, NULL);
 	}
 	if (ret == 0) {
 		if (in->writer)
