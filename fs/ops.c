@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,6 +136,98 @@ void wfs_ops_news_send(struct wfs_fs *fs, struct wfs_news *k)
 	if (k->inval)
 		fuse_lowlevel_notify_inval_inode(fs->se, k->ino, 0, 0);
 	wfs_news_release(k);
+}
+
+/*
+ * The notifier: news told after a reply, from a thread no request waits for. Telling the kernel a
+ * dentry changed takes the directory's lock (fuse_reverse_inval_entry), which a caller's next
+ * request in that directory may hold while it waits for a free request thread; with every request
+ * thread telling, none is left to answer it (seen: ten batch claims in a row hung the mount). One
+ * session per daemon process, so one notifier.
+ */
+struct news_item {
+	struct news_item *next;
+	struct wfs_news news;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t more; /* an item was queued, or the notifier is to stop */
+	struct news_item *head, **tail;
+	struct wfs_fs *fs;
+	pthread_t thread;
+	bool started, stop;
+} notifier = {.lock = PTHREAD_MUTEX_INITIALIZER, .more = PTHREAD_COND_INITIALIZER, .tail = &notifier.head};
+
+static void *notifier_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&notifier.lock);
+	for (;;) {
+		struct news_item *it = notifier.head;
+
+		if (!it) {
+			if (notifier.stop)
+				break;
+			pthread_cond_wait(&notifier.more, &notifier.lock);
+			continue;
+		}
+		notifier.head = it->next;
+		if (!notifier.head)
+			notifier.tail = &notifier.head;
+		pthread_mutex_unlock(&notifier.lock);
+		wfs_ops_news_send(notifier.fs, &it->news);
+		free(it);
+		pthread_mutex_lock(&notifier.lock);
+	}
+	pthread_mutex_unlock(&notifier.lock);
+	return NULL;
+}
+
+int wfs_ops_notifier_start(struct wfs_fs *fs)
+{
+	int ret;
+
+	notifier.fs = fs;
+	notifier.stop = false;
+	ret = pthread_create(&notifier.thread, NULL, notifier_main, NULL);
+	if (ret)
+		return -ret;
+	notifier.started = true;
+	return 0;
+}
+
+void wfs_ops_notifier_stop(void)
+{
+	if (!notifier.started)
+		return;
+	pthread_mutex_lock(&notifier.lock);
+	notifier.stop = true;
+	pthread_cond_signal(&notifier.more);
+	pthread_mutex_unlock(&notifier.lock);
+	pthread_join(notifier.thread, NULL); /* what was queued is told first */
+	notifier.started = false;
+}
+
+void wfs_ops_news_post(struct wfs_fs *fs, struct wfs_news *news)
+{
+	struct news_item *it;
+
+	if (!news->n && !news->inval)
+		return;
+	it = notifier.started ? malloc(sizeof(*it)) : NULL;
+	if (!it) {
+		wfs_ops_news_send(fs, news); /* no notifier: told here, as before it existed */
+		return;
+	}
+	it->next = NULL;
+	it->news = *news;
+	*news = (struct wfs_news){0};
+	pthread_mutex_lock(&notifier.lock);
+	*notifier.tail = it;
+	notifier.tail = &it->next;
+	pthread_cond_signal(&notifier.more);
+	pthread_mutex_unlock(&notifier.lock);
 }
 
 /* The reply to an open: how the kernel serves it (openmode.h). */

@@ -21,8 +21,20 @@ extern const struct fuse_lowlevel_ops wfs_ops;
  * request, so a release needs no request (an object's last pin may drop in the direct path).
  */
 struct wfs_kernel wfs_ops_kernel(struct fuse_session *se);
-/* Tell the kernel what @news holds (fs->lock not held), and empty it. */
+/* Tell the kernel what @news holds now, from this thread (fs->lock not held), and empty it. */
 void wfs_ops_news_send(struct wfs_fs *fs, struct wfs_news *news);
+/*
+ * Hand @news to the notifier thread, which tells the kernel soon (in order), and empty it: for many
+ * names told after a reply (a batch claim's), each of which takes the directory's lock that the
+ * caller's next request may hold while it waits for a request thread. One name told after a reply
+ * (a moved name) holds a thread for a moment only and goes through wfs_ops_news_send(), so other
+ * processes see it sooner. Told here when the notifier is not running or memory is short.
+ */
+void wfs_ops_news_post(struct wfs_fs *fs, struct wfs_news *news);
+/* Start the notifier for @fs (its session set). Returns 0 or -errno: news are then told in place. */
+int wfs_ops_notifier_start(struct wfs_fs *fs);
+/* Tell what is queued and stop the notifier; before the session is destroyed. Idempotent. */
+void wfs_ops_notifier_stop(void);
 /* The daemon state behind request @req. */
 struct wfs_fs *wfs_ops_fs(fuse_req_t req);
 /*

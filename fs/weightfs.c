@@ -532,6 +532,8 @@ int main(int argc, char *argv[])
 	if (open_catalog(&fs, false))
 		goto out_unmount;
 	wfs_commit_start(&fs); /* without it, every change commits at once */
+	if (wfs_ops_notifier_start(&fs))
+		wfs_log(WFS_LOG_WARN, "no notifier thread: dentry news are told by request threads");
 	wfs_direct_start(&fs, cmd.mountpoint); /* without it, clients read the mounted files */
 
 	if (cmd.singlethread) {
@@ -545,6 +547,7 @@ int main(int argc, char *argv[])
 	/* A positive value is the signal (SIGTERM, SIGINT, SIGHUP) that asked the loop to stop: a
 	 * requested stop (systemd's at shutdown), as clean as an unmount. Negative is an error. */
 	wfs_direct_stop(&fs);
+	wfs_ops_notifier_stop();
 	wfs_commit_stop(&fs);
 	if (ret > 0)
 		wfs_log(WFS_LOG_INFO, "signal %d (%s): unmounting %s", ret, strsignal(ret), cmd.mountpoint);

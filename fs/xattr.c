@@ -138,6 +138,8 @@ void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 		ret = wfs_catalog_getattr(fs->catalog, ino, &a);
 		if (ret == 0 && !a.sealed)
 			ret = -ENODATA;
+		if (ret == 0 && wfs_check_damaged(fs, &a.digest))
+			ret = -EIO; /* as its reads: the content is not there (writing it again heals) */
 		if (ret == 0) {
 			wfs_digest_to_hex(&a.digest, hex);
 			len = WFS_DIGEST_HEX_CHARS;
@@ -208,11 +210,15 @@ static ssize_t parse_claims(const char *value, size_t size, char **buf, struct c
 {
 	size_t n = 0, cap = 0;
 	char *p, *end;
+	const char *nul = memchr(value, '\0', size);
 
 	*lines = NULL;
 	*buf = NULL;
-	if (memchr(value, '\0', size))
-		return -EINVAL; /* a NUL would cut a name, and the lines after it, short */
+	if (nul) { /* a NUL would cut a name, and the lines after it, short */
+		wfs_log(WFS_LOG_WARN, "claims: a NUL byte at offset %zu: request refused (EINVAL)",
+			(size_t)(nul - value));
+		return -EINVAL;
+	}
 	*buf = malloc(size + 1);
 	if (!*buf)
 		return -ENOMEM;
@@ -227,8 +233,11 @@ static ssize_t parse_claims(const char *value, size_t size, char **buf, struct c
 		for (i = 0, f[0] = p; i < 3; i++) { /* the name is the rest: it may hold tabs */
 			char *t = strchr(f[i], '\t');
 
-			if (!t)
+			if (!t) {
+				wfs_log(WFS_LOG_WARN, "claims: line %zu has %d of its 4 tab-separated fields "
+					"(digest, dtype, shape, name): request refused (EINVAL)", n + 1, i + 1);
 				return -EINVAL;
+			}
 			*t = '\0';
 			f[i + 1] = t + 1;
 		}
@@ -239,10 +248,17 @@ static ssize_t parse_claims(const char *value, size_t size, char **buf, struct c
 				return -ENOMEM;
 			*lines = more;
 		}
-		if (strlen(f[0]) != WFS_DIGEST_HEX_CHARS || wfs_digest_from_hex(f[0], &(*lines)[n].d) ||
-		    !*f[3] || strcmp(f[3], ".") == 0 || strcmp(f[3], "..") == 0 || strchr(f[3], '/') ||
-		    strlen(f[3]) > NAME_MAX)
+		if (strlen(f[0]) != WFS_DIGEST_HEX_CHARS || wfs_digest_from_hex(f[0], &(*lines)[n].d)) {
+			wfs_log(WFS_LOG_WARN, "claims: line %zu: digest \"%.40s\" is not 32 hex digits: "
+				"request refused (EINVAL)", n + 1, f[0]);
 			return -EINVAL;
+		}
+		if (!*f[3] || strcmp(f[3], ".") == 0 || strcmp(f[3], "..") == 0 || strchr(f[3], '/') ||
+		    strlen(f[3]) > NAME_MAX) {
+			wfs_log(WFS_LOG_WARN, "claims: line %zu: \"%.64s\" is not a file name (empty, \".\", "
+				"\"..\", a '/', or over %d bytes): request refused (EINVAL)", n + 1, f[3], NAME_MAX);
+			return -EINVAL;
+		}
 		(*lines)[n].dtype = f[1];
 		(*lines)[n].shape = f[2];
 		(*lines)[n].name = f[3];
@@ -413,17 +429,21 @@ void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *
 		char **made;
 		size_t nmade;
 
+		struct wfs_news news = {.ino = ino, .moved = true};
+
 		ret = claim_batch(fs, req, ino, value, size, &made, &nmade);
 		fuse_reply_err(req, -ret);
-		/* After the reply: setxattr holds the directory's lock, which dropping a dentry takes.
-		 * Cached negative dentries of the new names, and the directory's attributes, go. */
+		/* After the reply (setxattr holds the directory's lock, which dropping a dentry takes),
+		 * and from the notifier, not this thread: the caller's next request holds that lock
+		 * while it waits for a free thread. Cached negative dentries of the new names, and the
+		 * directory's attributes, go. */
 		for (size_t i = 0; i < nmade; i++) {
-			fuse_lowlevel_notify_inval_entry(fs->se, ino, made[i], strlen(made[i]));
+			wfs_news_name(&news, ino, made[i]);
 			free(made[i]);
 		}
-		if (nmade)
-			fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
 		free(made);
+		news.inval = news.n > 0;
+		wfs_ops_news_post(fs, &news);
 		return;
 	}
 	if (ret == 0 && strcmp(name, WFS_XATTR_CLAIM) == 0) {

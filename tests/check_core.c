@@ -19,6 +19,7 @@
 #include "daemon.h"
 #include "digest.h"
 #include "inode.h"
+#include "map.h"
 #include "object.h"
 #include "openmode.h"
 #include "seal.h"
@@ -705,10 +706,48 @@ START_TEST(openmode_writer_daemon_served)
 }
 END_TEST
 
+/* Tearing a table down: every entry popped once, also when entries are added part way. */
+START_TEST(map_pop_empties_once)
+{
+	enum { N = 20000 };
+	struct wfs_map m;
+	struct wfs_map_node *nodes = calloc(N + 100, sizeof(*nodes)), *n;
+	unsigned char *seen = calloc(N + 100, 1);
+	size_t popped = 0;
+
+	ck_assert(nodes && seen);
+	wfs_map_init(&m);
+	for (size_t i = 0; i < N; i++) {
+		nodes[i].key = i * 2654435761u;
+		ck_assert_int_eq(wfs_map_insert(&m, &nodes[i]), 0);
+	}
+	while ((n = wfs_map_pop(&m)) != NULL) {
+		size_t i = (size_t)(n - nodes);
+
+		ck_assert(!seen[i]);
+		seen[i] = 1;
+		if (++popped == N / 2) /* an insert part way: the scan starts over and finds it */
+			for (size_t j = N; j < N + 100; j++) {
+				nodes[j].key = j;
+				ck_assert_int_eq(wfs_map_insert(&m, &nodes[j]), 0);
+			}
+	}
+	ck_assert_uint_eq(popped, N + 100);
+	ck_assert_uint_eq(m.count, 0);
+	wfs_map_release(&m);
+	free(nodes);
+	free(seen);
+}
+END_TEST
+
 static Suite *core_suite(void)
 {
 	Suite *s = suite_create("core");
 	TCase *tc;
+
+	tc = tcase_create("map");
+	tcase_add_test(tc, map_pop_empties_once);
+	suite_add_tcase(s, tc);
 
 	tc = tcase_create("version");
 	tcase_add_checked_fixture(tc, core_setup, core_teardown);

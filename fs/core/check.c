@@ -227,6 +227,17 @@ int wfs_check_object(struct wfs_fs *fs, struct wfs_object *o, pid_t tid)
 	return fs->opt.verify ? verify(fs, o, false, tid) : 0;
 }
 
+bool wfs_check_damaged(struct wfs_fs *fs, const struct wfs_digest *d)
+{
+	struct wfs_check *c = check_find(fs, d);
+	struct stat st;
+
+	if (!c || !c->bad)
+		return false;
+	/* Quarantined or missing, or the damaged file still there: not a good copy published since. */
+	return wfs_store_object_stat(fs->store, d, &st) != 0 || same_file(c, &st);
+}
+
 int wfs_check_plausible(struct wfs_fs *fs, struct wfs_object *o, const struct stat *st)
 {
 	struct wfs_check *c = check_find(fs, wfs_object_digest(o));
@@ -261,9 +272,7 @@ void wfs_checks_release(struct wfs_fs *fs)
 {
 	struct wfs_map_node *n;
 
-	while ((n = wfs_map_any(&fs->checks)) != NULL) {
-		wfs_map_remove(&fs->checks, n);
+	while ((n = wfs_map_pop(&fs->checks)) != NULL)
 		free(n);
-	}
 	wfs_map_release(&fs->checks);
 }

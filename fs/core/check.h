@@ -35,6 +35,11 @@ struct wfs_object;
  */
 int wfs_check_object(struct wfs_fs *fs, struct wfs_object *o, pid_t tid);
 /*
+ * Has a check this run found object @d damaged (quarantined, missing, or the same damaged file),
+ * with no good copy published since? No read: what the daemon knows. fs->lock held.
+ */
+bool wfs_check_damaged(struct wfs_fs *fs, const struct wfs_digest *d);
+/*
  * Is pinned object @o (whose file @st describes) plausibly intact, without reading it? Yes when its
  * size is the cataloged one and no check this run found it damaged; otherwise it is checked now, as
  * by wfs_check_object() (may drop fs->lock). For digest claims: the first open of the claimed name

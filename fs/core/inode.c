@@ -101,10 +101,9 @@ void wfs_inodes_release(struct wfs_fs *fs)
 {
 	struct wfs_map_node *n;
 
-	while ((n = wfs_map_any(&fs->inodes)) != NULL) {
+	while ((n = wfs_map_pop(&fs->inodes)) != NULL) {
 		struct wfs_inode *in = (struct wfs_inode *)n;
 
-		wfs_map_remove(&fs->inodes, n);
 		if (in->writer)
 			wfs_version_put(in->writer); /* unsealed: never published, gone at next mount */
 		free(in);

@@ -20,6 +20,7 @@ void wfs_map_init(struct wfs_map *m)
 	m->buckets = NULL;
 	m->nbuckets = 0;
 	m->count = 0;
+	m->drained = 0;
 }
 
 void wfs_map_release(struct wfs_map *m)
@@ -86,6 +87,7 @@ int wfs_map_insert(struct wfs_map *m, struct wfs_map_node *n)
 	h = bucket(m, n->key);
 	n->next = m->buckets[h];
 	m->buckets[h] = n;
+	m->drained = 0;
 	m->count++;
 	return 0;
 }
@@ -104,11 +106,21 @@ void wfs_map_remove(struct wfs_map *m, struct wfs_map_node *n)
 	assert(!"wfs_map_remove: not in the map");
 }
 
-struct wfs_map_node *wfs_map_any(const struct wfs_map *m)
+struct wfs_map_node *wfs_map_pop(struct wfs_map *m)
 {
-	for (size_t i = 0; i < m->nbuckets; i++)
-		if (m->buckets[i])
-			return m->buckets[i];
+	/* Buckets before m->drained are empty (nothing was inserted since): each is looked at once,
+	 * so emptying the table is linear, not a scan from bucket 0 per entry. */
+	for (size_t i = m->drained; i < m->nbuckets; i++) {
+		struct wfs_map_node *n = m->buckets[i];
+
+		if (n) {
+			m->buckets[i] = n->next;
+			m->count--;
+			m->drained = i;
+			return n;
+		}
+	}
+	m->drained = m->nbuckets;
 	return NULL;
 }
 

@@ -22,6 +22,7 @@ struct wfs_map {
 	struct wfs_map_node **buckets;
 	size_t nbuckets; /* a power of two, or 0 before the first insert */
 	size_t count;    /* entries */
+	size_t drained;  /* wfs_map_pop(): buckets before this one are empty */
 };
 
 /* An empty map (allocates nothing). */
@@ -36,8 +37,9 @@ struct wfs_map_node *wfs_map_next(struct wfs_map_node *n, uint64_t key);
 int wfs_map_insert(struct wfs_map *m, struct wfs_map_node *n);
 /* Remove @n, which must be in @m. */
 void wfs_map_remove(struct wfs_map *m, struct wfs_map_node *n);
-/* Some entry of @m, or NULL when empty (for tearing a table down). */
-struct wfs_map_node *wfs_map_any(const struct wfs_map *m);
+/* Remove and return some entry of @m, or NULL when empty: for tearing a table down, in time linear
+ * in the table's size over all calls (an insert starts the scan over). */
+struct wfs_map_node *wfs_map_pop(struct wfs_map *m);
 /* The key of digest-keyed tables: the digest's first 8 bytes (uniformly distributed already). */
 uint64_t wfs_map_digest_key(const struct wfs_digest *d);
 

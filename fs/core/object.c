@@ -184,10 +184,9 @@ void wfs_objects_release(struct wfs_fs *fs)
 {
 	struct wfs_map_node *n;
 
-	while ((n = wfs_map_any(&fs->objects)) != NULL) {
+	while ((n = wfs_map_pop(&fs->objects)) != NULL) {
 		struct wfs_object *o = (struct wfs_object *)n;
 
-		wfs_map_remove(&fs->objects, n);
 		if (o->fd >= 0)
 			close(o->fd);
 		free(o);

@@ -26,6 +26,7 @@ import mmap
 import os
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from unittest import mock
@@ -510,6 +511,15 @@ def first(T, a):
             raise AssertionError("a string shape was taken")
         except TypeError:
             pass
+        for bad, exc in (((hx.encode(), "U8", None), ValueError), ((hx + "\n", "U8", None), ValueError),
+                         ((hx, "f32", None), ValueError), ((hx, torch.float32, None), ValueError),
+                         ((hx, "U8", [64.0]), TypeError)):
+            try:
+                weightfs.claim_files(d, [("typed",) + bad])
+                raise AssertionError(f"{bad!r} was taken")
+            except exc:
+                pass
+        assert "typed" not in os.listdir(d)
         try:  # a NUL anywhere in the value: EINVAL, nothing made
             os.setxattr(d, weightfs.names.CLAIMS_XATTR, f"{hx}\t\t\tn1\0x\n{hx}\t\t\tn2\n".encode())
             raise AssertionError("a NUL was taken")
@@ -548,6 +558,95 @@ def first(T, a):
             assert "digest failed" in str(e), e
         got = {n for n in os.listdir(d) if n.startswith("q")}
         assert 0 < len(got) < 700 and all(int(n[1:5]) < 700 for n in got), len(got)
+
+    @T.check("claim_files: 40 requests in a row do not hang the mount (dentry news from the notifier)")
+    def _():
+        # Each request's new names are told to the kernel after its reply, which takes the
+        # directory's lock; the next request holds that lock while it waits for a request thread.
+        # Told from the request threads, ten requests in a row could leave none free: a hang.
+        d = os.path.join(mnt, "claims-many")
+        os.makedirs(d)
+        body = b"many claims" * 10
+        with open(os.path.join(mnt, "claims-many-src"), "wb") as f:
+            f.write(body)
+        hx = weightfs.digest(body)
+        names = ["m%05d_%s" % (i, "y" * 100) for i in range(18000)]
+        lines = [f"{hx}\t\t\t{n}\n".encode() for n in names]
+        per = 65536 // len(lines[0])
+        values = [b"".join(lines[i:i + per]) for i in range(0, len(lines), per)]  # 40 requests
+
+        def claim_all():  # back to back, as the hang needed (seen 1 run in 6 before the notifier)
+            for v in values:
+                os.setxattr(d, weightfs.names.CLAIMS_XATTR, v)
+            done.append(True)
+        done = []
+        th = threading.Thread(target=claim_all, daemon=True)
+        th.start()
+        th.join(120)
+        assert not th.is_alive(), "the batch claims hung (the mount is stuck)"
+        assert done and set(os.listdir(d)) == set(names), len(os.listdir(d))
+        assert os.stat(os.path.join(d, names[-1])).st_size == len(body)
+        assert weightfs.claim_files(d, [(n, hx, None, None) for n in names]) == set()  # all exist
+
+    def since_mount(key):
+        return json.loads(os.getxattr(mnt, "user.weightfs.stats"))["since_mount"][key]
+
+    @T.check("FrozenOffload: a new parameter is claimed once (the batch), then written")
+    def _():
+        misses = since_mount("claim_misses")
+        s = weightfs.FrozenOffload(os.path.join(mnt, "frozen-once"), 0).offload(model(seed=7))
+        assert s.written >= 2 and s.written + s.claimed == 4, s[1:]  # LayerNorm's ones/zeros: stored
+        assert since_mount("claim_misses") - misses == s.written, (since_mount("claim_misses") - misses, s[1:])
+
+    @T.check("FrozenOffload: batch claims refused (EPERM: not the mounting user) -> bytes written, one warning")
+    def _():
+        real = os.setxattr
+
+        def refuse(target, attr, value, *a, **k):
+            if attr in ("user.weightfs.claims", "user.weightfs.claim"):
+                raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+            return real(target, attr, value, *a, **k)
+        wt._reset_warnings()
+        wt._reset_claim_state()
+        m = model(seed=8)
+        with mock.patch.object(wt.os, "setxattr", refuse), warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            s = weightfs.FrozenOffload(os.path.join(mnt, "frozen-eperm"), 0).offload(m)
+        msgs = [str(x.message) for x in w if issubclass(x.category, weightfs.WeightfsWarning)]
+        assert len(msgs) == 1 and "EPERM" in msgs[0], msgs
+        assert s.written == 4 and s.claimed == 0, s[1:]
+        fo = weightfs.FrozenOffload(os.path.join(mnt, "frozen-eperm"), 0)
+        assert raw(fo.load("0.weight")) == raw(m[0].weight) and fo.verify() == []
+        wt._reset_claim_state()
+
+    @T.check("FrozenOffload: a name whose object was found damaged is written again, which heals it")
+    def _():
+        m = model(seed=9)
+        fo = weightfs.FrozenOffload(os.path.join(mnt, "frozen-heal"), 0)
+        fo.offload(m)
+        path = fo.path("0.weight")
+        hx = os.getxattr(path, "user.weightfs.digest").decode()
+        obj = os.path.join(store, "objects", hx[:2], hx[2:])
+        os.chmod(obj, 0o644)
+        with open(obj, "r+b") as f:  # one byte flipped in place: same size, same file
+            b = f.read(1)
+            f.seek(0)
+            f.write(bytes([b[0] ^ 0xFF]))
+        os.chmod(obj, 0o444)
+        try:
+            os.setxattr(mnt, "user.weightfs.recheck", hx.encode())
+        except OSError as e:
+            assert e.errno == errno.EIO, e  # found damaged now: quarantined
+        try:
+            os.getxattr(path, "user.weightfs.digest")
+            raise AssertionError("the digest of a damaged name was given")
+        except OSError as e:
+            assert e.errno == errno.EIO, e
+        s = weightfs.FrozenOffload(os.path.join(mnt, "frozen-heal"), 0).offload(m)
+        assert s.written == 1 and s.skipped == 3, s[1:]
+        assert os.getxattr(path, "user.weightfs.digest").decode() == hx
+        assert raw(weightfs.FrozenOffload(os.path.join(mnt, "frozen-heal"), 0).load("0.weight")) == \
+            raw(m[0].weight)
 
     @T.check("FrozenOffload: a fresh directory is claimed in batches, none one by one")
     def _():

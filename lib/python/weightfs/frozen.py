@@ -35,7 +35,7 @@ from typing import Any, List, NamedTuple, Optional, Tuple
 from .stage import backload as _backload
 from .tensor import PathLike
 from .tensor import (DIGEST_XATTR, OffloadResult, WeightfsError, claim_files, digest, digest_file, remove_stale_tmp,
-                     dtype_name, load, offload, _torch_dtype)
+                     dtype_name, load, offload, _claims_refused, _torch_dtype)
 
 __all__ = ["ENV_DIR", "FrozenOffload", "MANIFEST", "OffloadSummary", "fs_type"]
 
@@ -203,8 +203,9 @@ class FrozenOffload:
             d = os.getxattr(path, DIGEST_XATTR).decode("ascii", "replace")
             if len(d) == 32:
                 return d
-        except OSError:
-            pass
+        except OSError as e:
+            if e.errno == errno.EIO:
+                return None  # weightfs: its content was found damaged; writing it again heals it
         if entry and entry.get("stat") == [st.st_ino, st.st_size, st.st_mtime_ns]:
             return entry.get("digest")
         return digest_file(path)
@@ -231,7 +232,7 @@ class FrozenOffload:
             items = list(_frozen_params(params))
             digests, claimed = self._claim_new(items) if claim and self._weightfs else ({}, set())
             for name, t in items:
-                results.append(self._offload_one(name, t, claim, digests.get(name), claimed))
+                results.append(self._offload_one(name, t, claim, digests.get(name), claimed, digests))
                 if free:
                     t.data = t.data.new_empty(0)
         finally:
@@ -260,10 +261,15 @@ class FrozenOffload:
                 digests[name] = digest(t)
                 yield fname, digests[name], dtype_name(t.dtype), list(t.shape)
 
-        claimed = claim_files(self.dir, entries())
+        try:
+            claimed = claim_files(self.dir, entries())
+        except OSError as e:  # claims refused here (another user than the mounting one): write
+            if not _claims_refused(e, os.stat(self.dir).st_dev, self.dir):
+                raise
+            claimed = set()
         return digests, claimed
 
-    def _offload_one(self, name, t, claim, d=None, claimed=frozenset()):
+    def _offload_one(self, name, t, claim, d=None, claimed=frozenset(), batch=frozenset()):
         t = t.detach()
         path = os.path.join(self.dir, file_name(name))
         entry = self.entries.get(name)
@@ -275,7 +281,9 @@ class FrozenOffload:
         elif self._existing_digest(path, entry, nbytes) == d:
             r = OffloadResult(path, d, nbytes, False, True)
         else:
-            r = offload(t, path, claim=claim, fsync=self.fsync, _digest=d)
+            # A name the batch claim asked for and did not get: its content is not stored (or
+            # claims are refused here); claiming it again one by one would only miss again.
+            r = offload(t, path, claim=claim and name not in batch, fsync=self.fsync, _digest=d)
             if r.digest != d:
                 raise WeightfsError(errno.EIO, f"{path}: tensor {name!r} changed while it was being "
                                     f"offloaded ({d} then {r.digest})", path)

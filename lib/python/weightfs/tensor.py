@@ -29,6 +29,7 @@ import errno
 import hashlib
 import itertools
 import json
+import operator
 import os
 import re
 import sys
@@ -396,8 +397,10 @@ def _torch_dtype(name):
 
 def shape_text(shape: Sequence[int]) -> str:
     """The user.weightfs.shape spelling of a shape: '[4096,1024]', '[]' for a scalar."""
-    return json.dumps([int(d) for d in shape], separators=(",", ":"))
+    return json.dumps([operator.index(d) for d in shape], separators=(",", ":"))  # 64.0: TypeError
 
+
+_HEX32 = re.compile(r"[0-9a-fA-F]{32}")
 
 # The most bytes one setxattr(2) value may hold (XATTR_SIZE_MAX, linux/limits.h).
 _XATTR_SIZE_MAX = 65536
@@ -420,8 +423,9 @@ def claim_files(directory: PathLike, entries: Iterable[Tuple[str, str, Optional[
     nothing (set()): write those. A name another process creates meanwhile would be counted as made;
     FrozenOffload's rank directories have one writer. Raises OSError (EPERM: only the mounting user
     or root may claim; ENOSPC, EIO with the directory), WeightfsError(EINVAL) when weightfs rejects
-    the request's format (a digest that is not 32 hex digits), TypeError for a shape that is a
-    string; an error from entries itself is raised once the request in flight has been answered.
+    the request's format, TypeError for a shape that is a string or has a non-integer dimension,
+    ValueError for a digest that is not 32 hex digits or a dtype that is not a safetensors dtype
+    name; an error from entries itself is raised once the request in flight has been answered.
     Requests sent before an error stay done."""
     directory = os.fspath(directory)
     from .frozen import fs_type  # frozen imports this module
@@ -437,7 +441,7 @@ def claim_files(directory: PathLike, entries: Iterable[Tuple[str, str, Optional[
         except OSError as e:
             if e.errno == errno.EINVAL:
                 raise WeightfsError(errno.EINVAL, f"{directory}: weightfs rejected a batch claim's "
-                                    f"format", directory) from None
+                                    f"format (its log names the line)", directory) from None
             raise _reraise(e, directory, f"claiming {count} files in {directory}") from None
 
     inflight = None  # (thread, [exception]) of the request being answered
@@ -471,6 +475,11 @@ def claim_files(directory: PathLike, entries: Iterable[Tuple[str, str, Optional[
         for name, hexdigest, dtype, shape in entries:
             if isinstance(shape, (str, bytes)):
                 raise TypeError(f"claim_files: shape of {name!r} must be a sequence of ints, not {shape!r}")
+            if not isinstance(hexdigest, str) or not _HEX32.fullmatch(hexdigest):
+                raise ValueError(f"claim_files: digest of {name!r} must be 32 hex digits, not {hexdigest!r}")
+            if dtype is not None and (not isinstance(dtype, str) or dtype not in _dtype_bytes()):
+                raise ValueError(f"claim_files: dtype of {name!r} must be a safetensors dtype name "
+                                 f"('BF16', 'F32', ...), not {dtype!r}")
             raw = name.encode("utf-8", "surrogateescape")
             if before is None:
                 before = set(os.listdir(directory))
@@ -516,6 +525,23 @@ def _reset_claim_state():
     _dir_devs.clear()
 
 
+def _claims_refused(e, dev, directory):
+    """Is OSError e a claim's "not here" (EPERM: not the mounting user; ENOTSUP: no claims on this
+    filesystem)? Then claims are off for device dev, with one warning naming directory: the caller
+    writes the bytes."""
+    if e.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+        _set_claim_state(dev, False)
+        _warn_once("claim-unsupported", f"claims are not supported on the filesystem of {directory} "
+                   f"({e.strerror}); writing the bytes of every tensor there")
+        return True
+    if e.errno == errno.EPERM:
+        _set_claim_state(dev, False)
+        _warn_once("claim-eperm", f"claims refused on {directory} (EPERM: this process is not the "
+                   "mounting user); writing the bytes of every tensor there")
+        return True
+    return False
+
+
 def _try_claim(fd, tmp, dev, hexdigest, nbytes):
     """Claim hexdigest on the new empty file open at fd. True when the file is now sealed with those
     nbytes; False when the bytes must be written (no such object, or claims unsupported here)."""
@@ -528,15 +554,7 @@ def _try_claim(fd, tmp, dev, hexdigest, nbytes):
         if e.errno == errno.ENODATA:
             _set_claim_state(dev, True)  # only weightfs answers "no such object"
             return False
-        if e.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
-            _set_claim_state(dev, False)
-            _warn_once("claim-unsupported", f"claims are not supported on the filesystem of "
-                       f"{os.path.dirname(tmp)} ({e.strerror}); writing the bytes of every tensor there")
-            return False
-        if e.errno == errno.EPERM:
-            _set_claim_state(dev, False)
-            _warn_once("claim-eperm", f"claims refused on {os.path.dirname(tmp)} (EPERM: this process is "
-                       "not the mounting user); writing the bytes of every tensor there")
+        if _claims_refused(e, dev, os.path.dirname(tmp)):
             return False
         raise _reraise(e, tmp, f"claiming {hexdigest} on {tmp}")
     # setxattr succeeded: on weightfs with claims the file is now sealed; a filesystem that merely
