@@ -114,7 +114,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 	/* A seal only commits once the object file is in objects/, so the object is good again. */
 	[ST_INSERT_OBJECT] = "INSERT INTO objects(digest, size) VALUES(?1, ?2)"
 			     " ON CONFLICT(digest) DO UPDATE SET state = 0",
-	[ST_SET_CONTENT] = "UPDATE inodes SET digest = ?2, size = ?3, mtime = ?4, ctime = ?4 WHERE ino = ?1",
+	[ST_SET_CONTENT] = "UPDATE inodes SET digest = ?2, size = ?3, mtime = ?4, ctime = ?5 WHERE ino = ?1",
 	[ST_READLINK] = "SELECT mode, target FROM inodes WHERE ino = ?1",
 	[ST_READDIR] = "SELECT d.id, d.name, " ATTR_COLS " FROM dentries d JOIN inodes i ON i.ino = d.ino"
 		       " WHERE d.parent = ?1 AND d.id > ?2 ORDER BY d.id",
@@ -1504,6 +1504,7 @@ int wfs_catalog_set_content(struct wfs_catalog *c, uint64_t ino, const struct wf
 	sqlite3_bind_blob(s, 2, digest->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
 	sqlite3_bind_int64(s, 3, (int64_t)size);
 	sqlite3_bind_int64(s, 4, ts_to_ns(mtime));
+	sqlite3_bind_int64(s, 5, now_ns()); /* ctime is the change's time, whatever mtime the writer set */
 	ret = step_done(c, s);
 	if (ret == 0 && out)
 		ret = wfs_catalog_getattr(c, ino, out);

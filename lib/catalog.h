@@ -179,7 +179,7 @@ int wfs_catalog_setattr(struct wfs_catalog *c, uint64_t ino, const struct wfs_at
 
 /*
  * Seal: point regular file @ino at object @digest of @size bytes (adding the object row if new),
- * set mtime/ctime to @mtime. When @durable, the commit is synced to disk before returning. The
+ * set mtime to @mtime (what the writer set with utimes(2), else the seal's time) and ctime to now. When @durable, the commit is synced to disk before returning. The
  * object file must already be published (store.h). *@old gets the previous content, if any
  * (old->sealed false otherwise) so the caller can release it; *@out the attributes after (@out may
  * be NULL: not read back). -ENOENT, -EISDIR, -ENOSPC, -EIO.
