@@ -31,6 +31,35 @@ static bool dir_has_entries(const char *path)
 	return found;
 }
 
+/*
+ * @path made absolute with its links resolved into @real (PATH_MAX bytes); a @path that does not
+ * exist yet (init creates it) by its parent's. Returns 0 or -errno of realpath(3).
+ */
+static int resolve(const char *path, char *real)
+{
+	char parent[PATH_MAX], *slash;
+	const char *base;
+
+	if (realpath(path, real))
+		return 0;
+	if (errno != ENOENT || strlen(path) >= sizeof(parent))
+		return -errno;
+	strcpy(parent, path);
+	slash = strrchr(parent, '/');
+	base = slash ? slash + 1 : parent;
+	if (slash == parent)
+		strcpy(parent, "/");
+	else if (slash)
+		*slash = '\0';
+	if (!realpath(slash ? parent : ".", real))
+		return -errno;
+	if (strlen(real) + 1 + strlen(path + (base - parent)) >= PATH_MAX)
+		return -ENAMETOOLONG;
+	strcat(real, strcmp(real, "/") == 0 ? "" : "/");
+	strcat(real, path + (base - parent));
+	return 0;
+}
+
 static void init_usage(FILE *out)
 {
 	fprintf(out, "usage: weightfsctl init STORE\n\n"
@@ -56,10 +85,17 @@ int wfs_ctl_init(int argc, char **argv)
 	if (ret != WFS_CTL_GO_ON)
 		return ret;
 	path = argv[optind];
-	if (realpath(path, real) && wfs_mounts_below(real, mnt, store) == 0) {
-		fprintf(stderr, "weightfsctl init: %s: inside the weightfs mount %s (of %s): a store must live "
-			"outside any mount of one\n", path, mnt, store);
-		return 1;
+	if (resolve(path, real) == 0) {
+		if (wfs_mounts_on(real, store) == 0) {
+			fprintf(stderr, "weightfsctl init: %s: a weightfs mount point (of %s): a store must live "
+				"outside any mount of one\n", path, store);
+			return 1;
+		}
+		if (wfs_mounts_below(real, mnt, store) == 0) {
+			fprintf(stderr, "weightfsctl init: %s: inside the weightfs mount %s (of %s): a store must "
+				"live outside any mount of one\n", path, mnt, store);
+			return 1;
+		}
 	}
 	snprintf(db, sizeof(db), "%s/" WFS_STORE_CATALOG, path);
 	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode) && access(db, F_OK) == 0) {

@@ -572,6 +572,15 @@ if "$DAEMON" "$NS" "$NM" -o nosync && printf 'w' >"$NM/w" && [ "$(cat "$NM/w")" 
 else
 	fail "a store made by weightfsctl init mounts"
 fi
+run "$CTL" init "$NM"
+expect "weightfsctl init on a live mount point: exit 1, nothing written into the mount" 1 "" \
+	"^weightfsctl init: $NM: a weightfs mount point \(of $NS\): a store must live outside"
+run "$CTL" init "$NM/newsub"
+expect "weightfsctl init of a new directory inside a mount: exit 1" 1 "" \
+	"^weightfsctl init: $NM/newsub: inside the weightfs mount $NM "
+got=$(ls -A "$NM")
+[ "$got" = w ] && [ ! -e "$NS/newsub" ]
+verdict "refused inits left the mount as it was" $? "the mount holds: $got"
 mountpoint -q "$NM" && fusermount3 -u "$NM"
 flock -w 10 "$NS/lock" true
 run "$CTL" init "$work/no/such/parent"
