@@ -339,6 +339,15 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool trunc
 	ret = wfs_inode_get_file(fs, ino, false, &a, &in);
 	if (ret)
 		return ret;
+	if (writable && in->writer && wfs_openmode_writers_closed(in)) {
+		/* The last writer closed and its seal is coming (its release; a passthrough tensor's
+		 * hash): wait for it, so that this writer finds the name sealed and moves it away from
+		 * its readers, instead of waiting for passthrough readers that stay (ETXTBSY). */
+		wfs_seal_wait_release(fs, ino);
+		ret = wfs_inode_get_file(fs, ino, false, &a, &in);
+		if (ret)
+			return ret;
+	}
 	/* A writer must reach the name's new inode: the kernel looks the name up again. A reader that
 	 * looked the name up before it moved opens what it found, as an open racing a rename does. */
 	if (in->io.replaced && writable)

@@ -439,6 +439,26 @@ def first(T, a):
         assert raw(weightfs.load(f"{d}/all-I32")) == old
         assert not [f for f in os.listdir(d) if f.startswith(".wfs-tmp-")]
 
+    @T.check("a tensor mapped by torch.from_file(shared=True) and numpy.memmap opens O_RDWR (no ETXTBSY)")
+    def _():
+        # torch's shared mapping opens the file read-write: a passthrough writer of the declared
+        # tensor, sealed at its release; a writable open right after waits for that seal and moves
+        # the name away from the mappings instead of failing with ETXTBSY.
+        p = os.path.join(mnt, "pkg", "shared-map")
+        old = np.arange(2 << 20, dtype=np.float32)
+        weightfs.offload(old, p)
+        t = torch.from_file(p, shared=True, size=old.size, dtype=torch.float32)
+        m = np.memmap(p, dtype=np.float32, mode="r")
+        fd = os.open(p, os.O_RDWR)
+        try:
+            os.pwrite(fd, np.zeros(4, np.float32).tobytes(), 0)
+        finally:
+            os.close(fd)
+        assert float(m[1]) == 1.0 and float(t[1]) == 1.0  # the mappings keep the old bytes
+        with open(p, "rb") as f:
+            assert np.frombuffer(f.read(16), np.float32).tolist() == [0.0] * 4
+        del t, m
+
     # ---- FrozenOffload ----
     def model(seed=0):
         torch.manual_seed(seed)
