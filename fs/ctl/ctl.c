@@ -257,6 +257,8 @@ int wfs_ctl_resolve_store(const char *path, char *out)
 	snprintf(probe, sizeof(probe), "%s/" WFS_STORE_CATALOG, real);
 	if (access(probe, F_OK) == 0) {
 		snprintf(out, PATH_MAX, "%s", real);
+	} else if (errno == EACCES) {
+		return -EACCES; /* a store this user may not read (mode 0700), not "no store" */
 	} else {
 		ret = wfs_mounts_on(real, out);
 		if (ret)

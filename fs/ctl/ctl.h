@@ -136,8 +136,8 @@ int wfs_ctl_json_print(json_t *v, size_t flags);
  * weightfs mount at @path (the daemon mounts with fsname=STORE). Writes an absolute path into @out
  * (PATH_MAX bytes). When the store is mounted, its daemon is first asked (fsync of the mount point)
  * to commit its batch of changes, so that catalog.db shows all of them. Returns 0, -EMEDIUMTYPE
- * (@path exists but is neither), or -errno from realpath (-ENOENT: no such path) or reading the
- * mount table (lib/mounts.h).
+ * (@path exists but is neither), -EACCES (a store this user may not read: mode 0700), or -errno
+ * from realpath (-ENOENT: no such path) or reading the mount table (lib/mounts.h).
  */
 int wfs_ctl_resolve_store(const char *path, char *out);
 /* What to print for wfs_ctl_resolve_store()'s error @err: "not a weightfs store ..." or strerror. */

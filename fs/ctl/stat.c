@@ -407,12 +407,21 @@ int wfs_ctl_stat(int argc, char **argv)
 	ret = wfs_ctl_parse(&cmd, argc, argv);
 	if (ret != WFS_CTL_GO_ON)
 		return ret;
+	if (json && prometheus) {
+		fprintf(stderr, "weightfsctl stat: --json and --prometheus: choose one\n");
+		return 2;
+	}
 	ret = wfs_ctl_resolve_store(argv[optind], store);
 	if (ret == -EMEDIUMTYPE) {
 		char real[PATH_MAX], mnt[PATH_MAX];
 
-		if (!prometheus && realpath(argv[optind], real) && wfs_mounts_below(real, mnt, store) == 0)
-			return stat_subtree(argv[optind], real, mnt, store, json);
+		if (realpath(argv[optind], real) && wfs_mounts_below(real, mnt, store) == 0) {
+			if (!prometheus)
+				return stat_subtree(argv[optind], real, mnt, store, json);
+			fprintf(stderr, "weightfsctl stat: %s: --prometheus prints a store's totals: give the "
+				"store or its mount point (%s), not a directory below it\n", argv[optind], mnt);
+			return 1;
+		}
 	}
 	if (ret) {
 		fprintf(stderr, "weightfsctl stat: %s: %s\n", argv[optind], wfs_ctl_store_error(ret));
