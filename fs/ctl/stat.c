@@ -435,6 +435,14 @@ int wfs_ctl_stat(int argc, char **argv)
 	if (ret && access(db, R_OK) < 0)
 		ret = -errno; /* SQLite says only "cannot open" for a store this user cannot enter */
 	daemon = daemon_stats(store);
+	if (!daemon) {
+		char mnt[PATH_MAX];
+
+		if (wfs_mounts_of(store, false, mnt) == 0 && wfs_mounts_of(store, true, mnt) != 0)
+			fprintf(stderr, "weightfsctl stat: %s is mounted on %s, but its daemon does not answer "
+				"(it died): the catalog's totals only; unmount it: fusermount3 -u %s\n",
+				store, mnt, mnt);
+	}
 	if (ret && daemon) {
 		/* Another user of a mount: the store is private, but the daemon tells its totals. */
 		from_daemon = true;
