@@ -7,10 +7,13 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
 #include "ctl.h"
+#include "mounts.h"
 #include "st_import.h"
 #include "weightfs.h"
 
@@ -34,6 +37,44 @@ static void import_usage(FILE *out)
 		"Each tensor appears under its name only complete and with its xattrs; tensors written\n"
 		"before an error stay. Progress is shown on a terminal.\n\n"
 		"exit status: 0 imported, 1 malformed checkpoint or failed import, 2 usage error\n");
+}
+
+/*
+ * Does directory @dir (which may not exist yet) lie in a store's own directory, outside any weightfs
+ * mount: under an ancestor holding catalog.db and objects/? Its path into @store (PATH_MAX bytes).
+ * Importing there would write plain files among the store's objects.
+ */
+static bool inside_store(const char *dir, char *store)
+{
+	char real[PATH_MAX], probe[PATH_MAX + 16], mnt[PATH_MAX], of[PATH_MAX];
+	struct stat st;
+
+	if (strlen(dir) >= sizeof(real))
+		return false;
+	strcpy(real, dir);
+	while (!realpath(real, store)) { /* the deepest part of @dir that exists */
+		char *slash = strrchr(real, '/');
+
+		if (!slash || slash == real)
+			return false;
+		*slash = '\0';
+	}
+	strcpy(real, store);
+	if (wfs_mounts_below(real, mnt, of) == 0 || wfs_mounts_on(real, of) == 0)
+		return false; /* through a mount: the namespace, whatever its names */
+	for (char *slash;; *slash = '\0') { /* @real, then each of its ancestors but / */
+		snprintf(probe, sizeof(probe), "%s/objects", real);
+		if (stat(probe, &st) == 0 && S_ISDIR(st.st_mode)) {
+			snprintf(probe, sizeof(probe), "%s/" WFS_STORE_CATALOG, real);
+			if (access(probe, F_OK) == 0) {
+				snprintf(store, PATH_MAX, "%s", real);
+				return true;
+			}
+		}
+		slash = strrchr(real, '/');
+		if (!slash || slash == real)
+			return false;
+	}
 }
 
 int wfs_ctl_import(int argc, char **argv)
@@ -77,6 +118,15 @@ int wfs_ctl_import(int argc, char **argv)
 		fprintf(stderr, "weightfsctl import: %s: %s\n", dir_arg,
 			c == -EINVAL ? "'..' would leave the store" : strerror(-c));
 		goto out;
+	}
+	if (!store) {
+		char where[PATH_MAX];
+
+		if (inside_store(dir, where)) {
+			fprintf(stderr, "weightfsctl import: %s: inside the weightfs store %s itself: import "
+				"through its mount, or with --store %s\n", dir_arg, where, where);
+			goto out;
+		}
 	}
 	ret = wfs_st_import_run(im, dir) ? 1 : 0;
 	wfs_ctl_progress_clear(&ui.progress);

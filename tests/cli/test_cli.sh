@@ -472,6 +472,11 @@ PY
 	fi
 	run "$CTL" import --store "$FX" "$FX/model.safetensors"
 	expect "import --store on a directory that is no store: exit 1" 1 "" "not a weightfs store"
+	run "$CTL" import "$FX/model.safetensors" "$work/pstore/objects/evil"
+	expect "import into a store's own objects/: exit 1, names the store" 1 "" \
+		"inside the weightfs store $work/pstore itself"
+	[ ! -e "$work/pstore/objects/evil" ]
+	verdict "the refused import wrote nothing into the store" $?
 	run "$CTL" export --store "$work/pstore" ../.. "$work/escape.safetensors"
 	expect "export --store with a '..' DIR: exit 1" 1 "" "'\.\.' would leave the store"
 	# The store lock is honoured: the private daemon cannot take a store another process holds.
