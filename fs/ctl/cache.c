@@ -298,6 +298,11 @@ int wfs_ctl_cache(int argc, char **argv)
 		fprintf(stderr, "weightfsctl cache load: --numa-node and --device: give one\n");
 		return 2;
 	}
+	if (bind && node < 0 && device < 0) {
+		fprintf(stderr, "weightfsctl cache load: --bind needs --numa-node N or --device N (the node "
+			"to bind to)\n");
+		return 2;
+	}
 	if (device >= 0) {
 		node = wfs_cache_numa_node_of_device((int)device);
 		if (node == -ENODEV) {

@@ -70,7 +70,7 @@ static void fsck_usage(FILE *out)
 		"  --repair        fix what is safe: quarantine corrupt objects, remove orphans and tmp\n"
 		"                  leftovers, recount refcounts and links (needs the store unmounted)\n"
 		"  --rate BYTES/S  read objects at most this fast (e.g. 200M), to stay out of a trainer's way\n"
-		"                  when the store is mounted\n"
+		"                  when the store is mounted (0, the default: as fast as the disk reads)\n"
 		"  --json          machine-readable report\n\n"
 		"With the store mounted the check is read-only (an online scrub). Progress is shown on a\n"
 		"terminal.\n\n"
