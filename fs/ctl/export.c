@@ -67,12 +67,13 @@ int wfs_ctl_export(int argc, char **argv)
 	wfs_ctl_progress_init(&ui.progress, true);
 	wfs_ctl_catch_signals();
 	if (stat(out_arg, &st) == 0) { /* before a private mount is made for nothing */
-		if (!opt.force) {
-			fprintf(stderr, "weightfsctl export: %s: exists (--force replaces it)\n", out_arg);
+		if (!S_ISREG(st.st_mode)) {
+			fprintf(stderr, "weightfsctl export: %s: exists and is not a regular file (the output is "
+				"a .safetensors file; --force replaces a file only)\n", out_arg);
 			return 1;
 		}
-		if (!S_ISREG(st.st_mode)) {
-			fprintf(stderr, "weightfsctl export: %s: exists and is not a regular file\n", out_arg);
+		if (!opt.force) {
+			fprintf(stderr, "weightfsctl export: %s: exists (--force replaces it)\n", out_arg);
 			return 1;
 		}
 	}
