@@ -890,6 +890,16 @@ static bool is_special(uint32_t mode)
 	return S_ISFIFO(mode) || S_ISSOCK(mode) || S_ISCHR(mode) || S_ISBLK(mode);
 }
 
+/* The object row of @digest (@size bytes), added if new; marked good (its file is in objects/). */
+static int insert_object(struct wfs_catalog *c, const struct wfs_digest *digest, uint64_t size)
+{
+	sqlite3_stmt *s = stmt(c, ST_INSERT_OBJECT);
+
+	sqlite3_bind_blob(s, 1, digest->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 2, (int64_t)size);
+	return step_done(c, s);
+}
+
 /* The attributes of an inode just inserted with these columns (all three times @t, in ns). */
 static struct wfs_attr new_attr(uint64_t ino, uint32_t mode, uint32_t uid, uint32_t gid, uint32_t nlink,
 				uint64_t size, uint64_t parent, int64_t t, const struct wfs_digest *digest,
@@ -980,10 +990,7 @@ int wfs_catalog_create_sealed(struct wfs_catalog *c, uint64_t parent, const char
 	ret = get_dir(c, parent, &dir);
 	if (ret)
 		goto out;
-	s = stmt(c, ST_INSERT_OBJECT); /* first: the inode's trigger counts the reference on this row */
-	sqlite3_bind_blob(s, 1, digest->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
-	sqlite3_bind_int64(s, 2, (int64_t)size);
-	ret = step_done(c, s);
+	ret = insert_object(c, digest, size); /* first: the inode's trigger counts the reference on it */
 	if (ret)
 		goto out;
 	s = stmt(c, ST_INSERT_SEALED);
@@ -1493,10 +1500,7 @@ int wfs_catalog_set_content(struct wfs_catalog *c, uint64_t ino, const struct wf
 		ret = -EISDIR;
 	if (ret)
 		goto out;
-	s = stmt(c, ST_INSERT_OBJECT);
-	sqlite3_bind_blob(s, 1, digest->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
-	sqlite3_bind_int64(s, 2, (int64_t)size);
-	ret = step_done(c, s);
+	ret = insert_object(c, digest, size);
 	if (ret)
 		goto out;
 	s = stmt(c, ST_SET_CONTENT);
