@@ -900,6 +900,22 @@ static int insert_object(struct wfs_catalog *c, const struct wfs_digest *digest,
 	return step_done(c, s);
 }
 
+/*
+ * Start a call that makes an entry in directory @parent: its transaction (begin()) and the check that
+ * @parent is a directory still linked (get_dir()). Returns 0 with the transaction open, or -errno with
+ * nothing left open: -ENOTDIR, -ENOENT, or the catalog's.
+ */
+static int begin_in_dir(struct wfs_catalog *c, uint64_t parent)
+{
+	struct wfs_attr dir;
+	int ret = begin(c);
+
+	if (ret)
+		return ret;
+	ret = get_dir(c, parent, &dir);
+	return ret ? end(c, ret) : 0;
+}
+
 /* The attributes of an inode just inserted with these columns (all three times @t, in ns). */
 static struct wfs_attr new_attr(uint64_t ino, uint32_t mode, uint32_t uid, uint32_t gid, uint32_t nlink,
 				uint64_t size, uint64_t parent, int64_t t, const struct wfs_digest *digest,
@@ -926,7 +942,6 @@ int wfs_catalog_mknod(struct wfs_catalog *c, uint64_t parent, const char *name, 
 		      uint64_t rdev, uint32_t uid, uint32_t gid, const char *target, struct wfs_attr *out)
 {
 	bool is_dir = S_ISDIR(mode), is_link = S_ISLNK(mode);
-	struct wfs_attr dir;
 	sqlite3_stmt *s;
 	int64_t t = now_ns();
 	uint64_t ino = 0;
@@ -938,12 +953,9 @@ int wfs_catalog_mknod(struct wfs_catalog *c, uint64_t parent, const char *name, 
 		return -EINVAL;
 	if (rdev && !S_ISCHR(mode) && !S_ISBLK(mode))
 		return -EINVAL;
-	ret = begin(c);
+	ret = begin_in_dir(c, parent);
 	if (ret)
 		return ret;
-	ret = get_dir(c, parent, &dir);
-	if (ret)
-		goto out;
 	s = stmt(c, ST_INSERT_INODE);
 	sqlite3_bind_int64(s, 1, mode);
 	sqlite3_bind_int64(s, 2, uid);
@@ -976,7 +988,6 @@ int wfs_catalog_create_sealed(struct wfs_catalog *c, uint64_t parent, const char
 			      uint32_t uid, uint32_t gid, const struct wfs_digest *digest, uint64_t size,
 			      const struct wfs_catalog_xattr *xattrs, size_t nxattrs, struct wfs_attr *out)
 {
-	struct wfs_attr dir;
 	sqlite3_stmt *s;
 	int64_t t = now_ns();
 	uint64_t ino = 0;
@@ -984,12 +995,9 @@ int wfs_catalog_create_sealed(struct wfs_catalog *c, uint64_t parent, const char
 
 	if (!S_ISREG(mode))
 		return -EINVAL;
-	ret = begin(c);
+	ret = begin_in_dir(c, parent);
 	if (ret)
 		return ret;
-	ret = get_dir(c, parent, &dir);
-	if (ret)
-		goto out;
 	ret = insert_object(c, digest, size); /* first: the inode's trigger counts the reference on it */
 	if (ret)
 		goto out;

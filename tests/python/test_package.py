@@ -498,14 +498,18 @@ def first(T, a):
         assert s1.claimed == 4 and s1.written_bytes == 0, s1[1:]
         assert wfstest.objects(store) == before, "objects changed"
 
+    def stored(path, body):
+        """Write body to path on the mount (its object is then stored) and return its digest."""
+        with open(path, "wb") as f:
+            f.write(body)
+        return weightfs.digest(body)
+
     @T.check("claim_files: one request makes the new names; existing, unknown and malformed ones passed over")
     def _():
         d = os.path.join(mnt, "claims")
         os.makedirs(d)
         body = bytes(range(256)) * 64
-        with open(os.path.join(mnt, "claims-src"), "wb") as f:
-            f.write(body)
-        hx = weightfs.digest(body)
+        hx = stored(os.path.join(mnt, "claims-src"), body)
         with open(os.path.join(d, "old"), "wb") as f:
             f.write(b"old")
         entries = [("t%d" % i, hx, "U8", [len(body)]) for i in range(300)]
@@ -552,9 +556,7 @@ def first(T, a):
         d = os.path.join(mnt, "claims-gen")
         os.makedirs(d)
         body = b"generated claims" * 100
-        with open(os.path.join(mnt, "claims-gen-src"), "wb") as f:
-            f.write(body)
-        hx = weightfs.digest(body)
+        hx = stored(os.path.join(mnt, "claims-gen-src"), body)
         names = ["p%04d-%s" % (i, "x" * 150) for i in range(1000)]  # ~190 KB of lines: 3 requests
         calls = []
         real = os.setxattr
@@ -587,9 +589,7 @@ def first(T, a):
         d = os.path.join(mnt, "claims-many")
         os.makedirs(d)
         body = b"many claims" * 10
-        with open(os.path.join(mnt, "claims-many-src"), "wb") as f:
-            f.write(body)
-        hx = weightfs.digest(body)
+        hx = stored(os.path.join(mnt, "claims-many-src"), body)
         names = ["m%05d_%s" % (i, "y" * 100) for i in range(18000)]
         lines = [f"{hx}\t\t\t{n}\n".encode() for n in names]
         per = 65536 // len(lines[0])
