@@ -533,6 +533,7 @@ int main(int argc, char *argv[])
 	if (open_catalog(&fs, false))
 		goto out_unmount;
 	wfs_commit_start(&fs); /* without it, every change commits at once */
+	wfs_check_start(&fs);  /* without it, objects sealed on a declared digest wait for a first open */
 	if (wfs_ops_notifier_start(&fs))
 		wfs_log(WFS_LOG_WARN, "no notifier thread: dentry news are told by request threads");
 	wfs_direct_start(&fs, cmd.mountpoint); /* without it, clients read the mounted files */
@@ -549,6 +550,7 @@ int main(int argc, char *argv[])
 	 * requested stop (systemd's at shutdown), as clean as an unmount. Negative is an error. */
 	wfs_direct_stop(&fs);
 	wfs_ops_notifier_stop();
+	wfs_check_stop(&fs);
 	wfs_commit_stop(&fs);
 	if (ret > 0)
 		wfs_log(WFS_LOG_INFO, "signal %d (%s): unmounting %s", ret, strsignal(ret), cmd.mountpoint);

@@ -63,7 +63,8 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		return ret;
 #define U64(v) json_integer((json_int_t)(v))
 	o = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:b, s:s, "
-		      "s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}}",
+		      "s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
+		      "s:o, s:o}}",
 		      "names", U64(st.names), "directories", U64(st.directories), "symlinks", U64(st.symlinks),
 		      "logical_bytes", U64(st.logical_bytes), "objects", U64(st.objects),
 		      "physical_bytes", U64(st.object_bytes),
@@ -83,6 +84,7 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		      "seals_synced", U64(k->seals_synced), "group_syncs", U64(k->group_syncs),
 		      "seals_awaiting_sync", U64(fs->commit.unsynced),
 		      "checks_on_opener_node", U64(atomic_load(&fs->checks_placed)),
+		      "seals_declared", U64(k->seals_declared), "checks_after_seal", U64(k->checks_after_seal),
 		      "verify_failures", U64(k->verify_failures));
 #undef U64
 	/* Three decimals are what a ratio needs; JSON_REAL_PRECISION counts significant digits. */
@@ -371,14 +373,17 @@ static int claim_batch(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t dir, const 
 }
 
 /*
- * setxattr of the computed user.weightfs.digest: a copy made by an older weightfs (which listed it)
- * carries it as a plain attribute, and tar or rsync set it back. The same value as the file's own
- * digest changes nothing: 1 (succeed, store nothing). Any other value: -EPERM (the digest is
- * computed). fs->lock not held.
+ * setxattr of the computed user.weightfs.digest. On a file being written, it is its writer's word
+ * for the digest of the bytes it writes (wfs_seal_declare(): a tensor written through passthrough
+ * is then sealed without a second pass over its bytes): 1 (taken). On a sealed file: a copy made by
+ * an older weightfs (which listed it) carries it as a plain attribute, and tar or rsync set it
+ * back; the same value as the file's own digest changes nothing: 1 (succeed, store nothing). Any
+ * other value: -EPERM (the digest is computed). fs->lock not held.
  */
 static int digest_unchanged(struct wfs_fs *fs, fuse_ino_t ino, const char *value, size_t size)
 {
 	char hex[WFS_DIGEST_HEX_CHARS + 1];
+	struct wfs_digest d;
 	struct wfs_attr a;
 	int ret;
 
@@ -386,7 +391,14 @@ static int digest_unchanged(struct wfs_fs *fs, fuse_ino_t ino, const char *value
 		size--;
 	if (size != WFS_DIGEST_HEX_CHARS)
 		return -EPERM;
+	memcpy(hex, value, size);
+	hex[size] = '\0';
 	pthread_mutex_lock(&fs->lock);
+	/* Being written: the writer declares the digest its bytes will have (seal.h). */
+	if (wfs_digest_from_hex(hex, &d) == 0 && wfs_seal_declare(fs, ino, &d) == 1) {
+		pthread_mutex_unlock(&fs->lock);
+		return 1;
+	}
 	wfs_seal_wait_release(fs, ino);
 	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
 	pthread_mutex_unlock(&fs->lock);

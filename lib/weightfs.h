@@ -9,7 +9,8 @@
 
 /* ---- extended attributes (weightfs(8)) ---- */
 #define WFS_XATTR_PREFIX "user.weightfs."                  /* every attribute below starts so */
-#define WFS_XATTR_DIGEST "user.weightfs.digest"            /* sealed file: content digest, 32 hex, read-only */
+#define WFS_XATTR_DIGEST "user.weightfs.digest"            /* sealed file: content digest, 32 hex; set
+							     * while writing: the writer's declared digest */
 #define WFS_XATTR_DTYPE "user.weightfs.dtype"              /* a safetensors dtype name, e.g. "BF16" (lib/dtype.h) */
 #define WFS_XATTR_SHAPE "user.weightfs.shape"              /* a JSON array of dimensions, e.g. "[4096,1024]" */
 #define WFS_XATTR_CLAIM "user.weightfs.claim"              /* set on an empty file: seal it as a stored object */

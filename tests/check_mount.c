@@ -2305,6 +2305,92 @@ START_TEST(empty_tensor_file_unlogged)
 }
 END_TEST
 
+/* Write @len bytes of @data to tensor @name (made by create_tensor()) through a second open, as
+ * lib/tensorfile.h does, declaring @hex (32 hex digits) as their digest before close(2); with
+ * @second_writer another writable descriptor is open meanwhile. */
+static void write_declared(const char *name, const unsigned char *data, size_t len, const char *hex,
+			   bool second_writer)
+{
+	int fd = open(mu_path(name), O_WRONLY), fd2 = -1;
+
+	ck_assert_int_ge(fd, 0);
+	if (second_writer) {
+		fd2 = open(mu_path(name), O_WRONLY);
+		ck_assert_int_ge(fd2, 0);
+	}
+	ck_assert_int_eq(tu_write_all(fd, data, len), 0);
+	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.digest", hex, WFS_DIGEST_HEX_CHARS, 0), 0);
+	if (fd2 >= 0)
+		ck_assert_int_eq(close(fd2), 0);
+	ck_assert_int_eq(close(fd), 0);
+}
+
+/*
+ * A writer may declare the digest of the bytes it writes (setxattr user.weightfs.digest on the open
+ * file, as weightfs.offload does). A tensor written through passthrough is then sealed on it, the
+ * daemon not reading its bytes again, and the checker thread checks it soon after. A wrong
+ * declaration costs that name only: its object fails the check (quarantined, EIO, logged). With
+ * passthrough off the daemon hashed the bytes as they came: a wrong declaration is logged and the
+ * name sealed with its bytes' digest. Never taken: a declaration of a stored digest (a name gets a
+ * stored object only for bytes that hash to it), nor one beside a second writer.
+ */
+START_TEST(declared_digest)
+{
+	size_t len = 8u << 20;
+	unsigned char *a = mu_pattern(len, 21), *b = mu_pattern(len, 22), *c = mu_pattern(len, 23);
+	bool pt = mu_passthrough_mode();
+	char hex[WFS_DIGEST_HEX_CHARS + 1], zeros[WFS_DIGEST_HEX_CHARS + 1];
+	struct wfs_digest da, dc, got;
+
+	wfs_digest_buf(a, len, &da);
+	wfs_digest_to_hex(&da, hex);
+	memset(zeros, '0', WFS_DIGEST_HEX_CHARS);
+	zeros[WFS_DIGEST_HEX_CHARS] = '\0';
+
+	/* Right: sealed on it, then checked by the checker thread. */
+	create_tensor("a", "[2097152]", "F32");
+	write_declared("a", a, len, hex, false);
+	mu_digest_xattr(mu_path("a"), &got);
+	ck_assert(wfs_digest_equal(&got, &da));
+	ck_assert_int_eq(stat_counter("seals_declared"), pt ? 1 : 0);
+	MU_EVENTUALLY(stat_counter("checks_after_seal") == (pt ? 1 : 0));
+	ck_assert_int_eq(stat_counter("objects_unverified"), 0);
+	mu_assert_file_equals(mu_path("a"), a, len);
+
+	/* Wrong, and new content: through passthrough, EIO once checked; else sealed as its bytes. */
+	create_tensor("b", "[2097152]", "F32");
+	write_declared("b", b, len, zeros, false);
+	if (pt) {
+		MU_EVENTUALLY(stat_counter("verify_failures") == 1);
+		ck_assert_int_eq(open(mu_path("b"), O_RDONLY), -1);
+		ck_assert_int_eq(errno, EIO);
+		ck_assert_int_eq(mu_log_count("sealed on the digest its writer declared"), 1);
+	} else {
+		mu_assert_file_equals(mu_path("b"), b, len);
+		ck_assert_int_eq(mu_log_count("declared a digest its bytes do not have"), 1);
+	}
+
+	/* A stored digest declared over other bytes: hashed, sealed as those bytes. */
+	create_tensor("c", "[2097152]", "F32");
+	write_declared("c", c, len, hex, false);
+	wfs_digest_buf(c, len, &dc);
+	mu_digest_xattr(mu_path("c"), &got);
+	ck_assert(wfs_digest_equal(&got, &dc));
+	mu_assert_file_equals(mu_path("c"), c, len);
+
+	/* Beside a second writable descriptor: hashed. */
+	create_tensor("d", "[2097152]", "F32");
+	write_declared("d", c, len, zeros, true);
+	mu_digest_xattr(mu_path("d"), &got);
+	ck_assert(wfs_digest_equal(&got, &dc));
+	ck_assert_int_eq(stat_counter("seals_declared"), pt ? 2 : 0);
+	ck_assert_int_eq(mu_log_count("declared a digest its bytes do not have"), pt ? 2 : 3);
+	free(a);
+	free(b);
+	free(c);
+}
+END_TEST
+
 static Suite *mount_suite(void)
 {
 	Suite *s = suite_create("mount");
@@ -2356,6 +2442,7 @@ static Suite *mount_suite(void)
 		{"copy_range_claims", copy_range_claims, 60},
 		{"empty_tensor_file_unlogged", empty_tensor_file_unlogged, 30},
 		{"tensor_through_passthrough", tensor_through_passthrough, 60},
+		{"declared_digest", declared_digest, 60},
 		{"memmap_sizing_write_not_data", memmap_sizing_write_not_data, 30},
 	};
 

@@ -5,6 +5,7 @@
 #include <numaif.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -266,6 +267,107 @@ int wfs_check_recheck(struct wfs_fs *fs, const struct wfs_digest *d)
 	ret = verify(fs, o, true, 0); /* read now, even with -o verify=none: asked for */
 	wfs_object_unpin(fs, o);
 	return ret;
+}
+
+void wfs_check_soon(struct wfs_fs *fs, const struct wfs_digest *d)
+{
+	struct wfs_checker *k = &fs->checker;
+
+	if (!k->started || k->stop)
+		return;
+	if (k->n == k->cap) {
+		size_t cap = k->cap ? 2 * k->cap : 64;
+		struct wfs_digest *more = realloc(k->queue, cap * sizeof(*more));
+
+		if (!more)
+			return; /* its first open checks it */
+		k->queue = more;
+		k->cap = cap;
+	}
+	k->queue[k->n++] = *d;
+	pthread_cond_signal(&k->due);
+}
+
+static void *checker(void *arg)
+{
+	struct wfs_fs *fs = arg;
+	struct wfs_checker *k = &fs->checker;
+
+	/* Below the request threads: a check is never what a caller waits for, unless it opens the
+	 * object, and then it waits on the check itself. */
+	setpriority(PRIO_PROCESS, (id_t)gettid(), 10);
+	pthread_mutex_lock(&fs->lock);
+	for (;;) {
+		struct wfs_object *o;
+		struct wfs_digest d;
+
+		while (!k->stop && k->n == 0)
+			pthread_cond_wait(&k->due, &fs->lock);
+		if (k->stop)
+			break;
+		d = k->queue[0];
+		memmove(k->queue, k->queue + 1, --k->n * sizeof(*k->queue));
+		o = wfs_object_pin(fs, &d); /* not deleted while it is read */
+		if (!o)
+			continue;
+		if (wfs_store_object_exists(fs->store, &d)) { /* its names may be gone already */
+			char hex[WFS_DIGEST_HEX_CHARS + 1];
+			int ret = verify(fs, o, false, 0);
+
+			fs->counters.checks_after_seal++;
+			if (ret == -EIO) {
+				wfs_digest_to_hex(&d, hex);
+				wfs_log(WFS_LOG_ERR, "object %s was sealed on the digest its writer declared "
+					"(setxattr user.weightfs.digest): the bytes written are other content", hex);
+			}
+		}
+		wfs_object_unpin(fs, o);
+	}
+	pthread_mutex_unlock(&fs->lock);
+	return NULL;
+}
+
+int wfs_check_start(struct wfs_fs *fs)
+{
+	struct wfs_checker *k = &fs->checker;
+	int ret;
+
+	if (!fs->opt.verify)
+		return 0; /* nothing is published unread (wfs_seal_declare) */
+	ret = pthread_cond_init(&k->due, NULL);
+	if (ret)
+		return -ret;
+	pthread_mutex_lock(&fs->lock);
+	k->stop = false;
+	ret = pthread_create(&k->thread, NULL, checker, fs);
+	k->started = ret == 0;
+	pthread_mutex_unlock(&fs->lock);
+	if (ret) {
+		pthread_cond_destroy(&k->due);
+		wfs_log(WFS_LOG_WARN, "no checker thread (%s): objects sealed on a declared digest are "
+			"checked at their first open", strerror(ret));
+	}
+	return -ret;
+}
+
+void wfs_check_stop(struct wfs_fs *fs)
+{
+	struct wfs_checker *k = &fs->checker;
+
+	if (!k->started)
+		return;
+	pthread_mutex_lock(&fs->lock);
+	k->stop = true;
+	pthread_cond_signal(&k->due);
+	pthread_mutex_unlock(&fs->lock);
+	pthread_join(k->thread, NULL);
+	pthread_mutex_lock(&fs->lock);
+	k->started = false;
+	free(k->queue);
+	k->queue = NULL;
+	k->n = k->cap = 0;
+	pthread_mutex_unlock(&fs->lock);
+	pthread_cond_destroy(&k->due);
 }
 
 void wfs_checks_release(struct wfs_fs *fs)

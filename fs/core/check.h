@@ -9,6 +9,9 @@
  * with EIO, until the same content is written again: the seal publishes a good copy, marks it
  * checked here (wfs_check_mark_good()) and its catalog row OK.
  *
+ * Objects published under a digest their writer declared (seal.h) are the other unread kind: the
+ * checker thread reads them soon after their seal (wfs_check_soon()).
+ *
  * One entry per digest checked this run, private to check.c. Two openers of one unchecked object:
  * the second waits for the first's check (fs->check_done) instead of reading it again.
  * All functions run with fs->lock held; those that read bytes drop it meanwhile (said below).
@@ -16,6 +19,9 @@
 #ifndef WFS_CORE_CHECK_H
 #define WFS_CORE_CHECK_H
 
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -24,6 +30,15 @@
 
 struct wfs_fs;
 struct wfs_object;
+
+/* The checker thread's state, in struct wfs_fs (all (L)): objects to check soon, oldest first. */
+struct wfs_checker {
+	pthread_t thread;
+	pthread_cond_t due;         /* an object was queued, or the checker is to stop */
+	bool started, stop;
+	struct wfs_digest *queue;
+	size_t n, cap;
+};
 
 /*
  * Make sure object @o (pinned by the caller) holds the bytes its digest names, reading it once per
@@ -62,6 +77,23 @@ int wfs_check_count(struct wfs_fs *fs, uint64_t *verified, uint64_t *unverified)
  * until rewritten), -ENODATA (no such object), or another -errno.
  */
 int wfs_check_recheck(struct wfs_fs *fs, const struct wfs_digest *d);
+/*
+ * Object @d was published on its writer's word (a declared digest, seal.h): queue it for the checker
+ * thread, which reads and checks it as a first open would (quarantined and logged on a mismatch), so
+ * that the first open usually finds it checked; an open that comes first checks it itself, or waits
+ * for the checker's read (fs->check_done). Without a checker (not started, or the queue cannot grow)
+ * the first open checks it. fs->lock held.
+ */
+void wfs_check_soon(struct wfs_fs *fs, const struct wfs_digest *d);
+/*
+ * Start the checker thread (niced: it reads what the writers just wrote, from the page cache, while
+ * they go on). Call before the session loop, fs->lock not held. Returns 0 or -errno (then objects
+ * queued by wfs_check_soon() are checked by their first open).
+ */
+int wfs_check_start(struct wfs_fs *fs);
+/* Stop the checker after the check it is doing; objects still queued are checked by their first open
+ * after the next mount. Idempotent; fs->lock not held. */
+void wfs_check_stop(struct wfs_fs *fs);
 /* At exit: free every entry. */
 void wfs_checks_release(struct wfs_fs *fs);
 

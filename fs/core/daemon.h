@@ -10,7 +10,7 @@
  *   openmode.[ch]  the kernel's open-mode rule (passthrough or daemon-served) and open handles
  *                  (struct wfs_handle); a writer beside readers (the name moves to a new inode)
  *   object.[ch]    objects in use: pins, the read descriptor, the passthrough backing id (private)
- *   check.[ch]     an object's bytes against its digest; quarantine (private)
+ *   check.[ch]     an object's bytes against its digest; quarantine; the checker thread (private)
  *   version.[ch]   the bytes of one version being written: memory or tmp file, hashing (private)
  *   seal.[ch]      a name's write path: starting versions, counting writers, seal, claim, abandon
  *   writer.[ch]    whose close(2) ends the writing (read from /proc)
@@ -31,6 +31,7 @@
  *               waiting for closing readers (openmode.c)
  *   check_done  an object check finished: openers waiting for the same object's check (check.c)
  *   commit.due  the catalog's batch got its first change, or the committer is to stop (commit.c)
+ *   checker.due an object was queued for the checker thread, or it is to stop (check.c)
  */
 #ifndef WFS_CORE_DAEMON_H
 #define WFS_CORE_DAEMON_H
@@ -43,6 +44,7 @@
 #include <time.h>
 
 #include "catalog.h"
+#include "check.h"
 #include "commit.h"
 #include "digest.h"
 #include "kernel.h"
@@ -90,6 +92,9 @@ struct wfs_counters {
 	uint64_t seals_synced;      /* seals durable before their close(2) returned: large or fsync'd
 				     * (-o sync; commit.h) */
 	uint64_t group_syncs;       /* syncfs(2) of the store for the small files' seals (commit.c) */
+	uint64_t seals_declared;    /* new objects published under their writer's declared digest,
+				     * checked after the seal (seal.h, wfs_seal_declare) */
+	uint64_t checks_after_seal; /* of those, checked by the checker thread (check.c) */
 };
 
 struct wfs_fs {
@@ -97,6 +102,7 @@ struct wfs_fs {
 	struct wfs_store *store;
 	struct wfs_catalog *catalog;  /* (L) */
 	struct wfs_commit commit;     /* (L) the committer of the catalog's batch (commit.c) */
+	struct wfs_checker checker;   /* (L) objects to check soon, and the thread that does (check.c) */
 	struct wfs_kernel kernel;     /* set before the session loop starts (kernel.h) */
 	struct fuse_session *se;      /* the handlers' session; the core never uses it */
 	pthread_mutex_t lock;

@@ -127,6 +127,9 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	pthread_mutex_unlock(&fs->lock);
 	ret = wfs_version_freeze(v, &d, &size, &unwritten);
 	unchanged = wfs_version_unchanged(v);
+	if (ret == 0 && wfs_version_declared_wrong(v))
+		wfs_log(WFS_LOG_WARN, "inode %llu: its writer declared a digest its bytes do not have: "
+			"sealed with the digest of the bytes", (unsigned long long)in->ino);
 	/* Already stored? Asked here, without fs->lock: after the kernel dropped its dentries this is a
 	 * read of objects/ab/ from a disk busy with writers' data (80-240 ms seen under the lock). */
 	stored = ret == 0 && !unchanged && wfs_store_object_exists(fs->store, &d);
@@ -189,7 +192,13 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 		if (existed) {
 			fs->counters.dedup_hits++;
 		} else {
-			wfs_check_mark_good(fs, &d); /* its bytes are the ones hashed above */
+			if (wfs_version_trusted(v)) {
+				/* Published on its writer's word: read and checked before any open uses it. */
+				fs->counters.seals_declared++;
+				wfs_check_soon(fs, &d);
+			} else {
+				wfs_check_mark_good(fs, &d); /* its bytes are the ones hashed above */
+			}
 			fs->counters.objects_published++;
 			fs->counters.bytes_published += size;
 		}
@@ -504,6 +513,17 @@ static int claim(struct wfs_fs *fs, struct wfs_inode *in, const struct wfs_diges
 	if (ret == 0 && old.sealed && !wfs_digest_equal(&old.digest, d))
 		wfs_object_maybe_delete(fs, &old.digest); /* the empty object, when no other name has it */
 	return ret;
+}
+
+int wfs_seal_declare(struct wfs_fs *fs, uint64_t ino, const struct wfs_digest *d)
+{
+	struct wfs_inode *in = wfs_inode_find(fs, ino);
+
+	if (!in || !in->writer)
+		return 0;
+	if (!fs->opt.verify)
+		return 1; /* taken, and not used: nothing would check the bytes, so the seal hashes them */
+	return wfs_version_declare(in->writer, d) == 0 ? 1 : 0;
 }
 
 int wfs_seal_claim(struct wfs_fs *fs, uint64_t ino, const struct wfs_digest *d)

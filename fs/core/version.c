@@ -49,6 +49,11 @@ struct wfs_version {
 				    * lock; -1 when none. Closed when the version is freed */
 	bool copied_to_publish;    /* (V) the writers' file was still open for writing at the seal:
 				    * a copy of it was published (settle()) */
+	unsigned joins;            /* writable handles that joined as writers, ever; atomic */
+	bool has_declared;         /* (V) its writer declared the digest of its bytes */
+	struct wfs_digest declared;
+	bool trusted;              /* (V) FROZEN with the declared digest, its bytes not hashed */
+	bool declared_wrong;       /* (V) the bytes hashed at the freeze are not the declared digest */
 };
 
 void wfs_version_get(struct wfs_version *v)
@@ -484,6 +489,23 @@ uint64_t wfs_version_size(struct wfs_version *v)
 }
 
 /* Digest of the version's bytes (version lock held). Returns 0 or -errno. */
+/*
+ * May the seal take the declared digest instead of reading the tmp file to hash it (version lock
+ * held)? Only for bytes the kernel wrote (passthrough: the daemon saw none of them; the daemon path
+ * hashes as the bytes arrive, or rereads them when they came out of order), only for content new
+ * to the store, only when one writable handle ever wrote the version (a second one's bytes are
+ * not what the first declared), and not for a copy made because the file was still writable at the
+ * seal (the writer may have changed it since it declared). A stored object is never handed
+ * to a name on a declaration: that would read any object whose digest the writer knows. The bytes
+ * are checked before their first read (check.h); see docs/integrity.md.
+ */
+static bool declared_trusted(struct wfs_version *v)
+{
+	return v->has_declared && v->kernel && !v->copied_to_publish &&
+	       __atomic_load_n(&v->joins, __ATOMIC_RELAXED) <= 1 &&
+	       !wfs_store_object_exists(v->store, &v->declared);
+}
+
 static int version_digest(struct wfs_version *v, struct wfs_digest *d)
 {
 	uint64_t bytes;
@@ -495,16 +517,21 @@ static int version_digest(struct wfs_version *v, struct wfs_digest *d)
 	}
 	if (v->in_order && v->hasher.bytes == v->size) {
 		wfs_hasher_digest(&v->hasher, d);
-		return 0;
-	}
-	if (v->tmp.fd < 0) {
+	} else if (v->tmp.fd < 0) {
 		wfs_digest_buf(v->mem, v->size, d);
+	} else if (declared_trusted(v)) {
+		*d = v->declared;
+		v->trusted = true;
 		return 0;
+	} else {
+		ret = wfs_digest_fd(v->tmp.fd, d, &bytes);
+		if (ret == 0 && bytes != v->size)
+			ret = -EIO;
+		if (ret)
+			return ret;
 	}
-	ret = wfs_digest_fd(v->tmp.fd, d, &bytes);
-	if (ret == 0 && bytes != v->size)
-		ret = -EIO;
-	return ret;
+	v->declared_wrong = v->has_declared && !wfs_digest_equal(d, &v->declared);
+	return 0;
 }
 
 /*
@@ -643,6 +670,28 @@ bool wfs_version_unchanged(struct wfs_version *v)
 	return same;
 }
 
+/*
+ * A version FROZEN with its declared digest (trusted), whose object has been stored meanwhile: hash
+ * the bytes after all (version lock held). Returns 0 when they are the declared content, -EIO
+ * (logged) when not, or -errno of reading the tmp file.
+ */
+static int hash_declared(struct wfs_version *v)
+{
+	char hex[WFS_DIGEST_HEX_CHARS + 1];
+	struct wfs_digest got;
+	uint64_t bytes;
+	int ret = wfs_digest_fd(v->tmp.fd, &got, &bytes);
+
+	if (ret)
+		return ret;
+	v->trusted = false;
+	if (bytes == v->size && wfs_digest_equal(&got, &v->declared))
+		return 0;
+	wfs_digest_to_hex(&v->declared, hex);
+	wfs_log(WFS_LOG_ERR, "seal refused (EIO): the bytes written are not the declared digest %s", hex);
+	return -EIO;
+}
+
 /* Release the bytes and mark DONE (version lock held). */
 static void finish(struct wfs_version *v)
 {
@@ -664,7 +713,11 @@ int wfs_version_publish(struct wfs_version *v, const struct wfs_digest *d, bool 
 	assert(v->frozen && !v->done);
 	unchanged = v->has_base && !v->modified;
 	*existed = unchanged || wfs_store_object_exists(v->store, d);
-	if (*existed) {
+	if (*existed && v->trusted) {
+		/* Stored since the freeze trusted the declaration: a name gets a stored object only
+		 * for bytes that hash to it. */
+		ret = hash_declared(v);
+	} else if (*existed) {
 		/* Already stored: this copy is not needed. */
 		if (dedup_verify && !unchanged)
 			ret = v->hash_only ? -ENOSPC : compare_stored(v, d);
@@ -745,6 +798,42 @@ void wfs_version_thaw(struct wfs_version *v)
 void wfs_version_writer_add(struct wfs_version *v)
 {
 	v->writers++;
+	__atomic_add_fetch(&v->joins, 1, __ATOMIC_RELAXED);
+}
+
+int wfs_version_declare(struct wfs_version *v, const struct wfs_digest *d)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&v->lock);
+	if (v->frozen) {
+		ret = -EAGAIN;
+	} else {
+		v->declared = *d;
+		v->has_declared = true;
+	}
+	pthread_mutex_unlock(&v->lock);
+	return ret;
+}
+
+bool wfs_version_trusted(struct wfs_version *v)
+{
+	bool trusted;
+
+	pthread_mutex_lock(&v->lock);
+	trusted = v->trusted;
+	pthread_mutex_unlock(&v->lock);
+	return trusted;
+}
+
+bool wfs_version_declared_wrong(struct wfs_version *v)
+{
+	bool wrong;
+
+	pthread_mutex_lock(&v->lock);
+	wrong = v->declared_wrong;
+	pthread_mutex_unlock(&v->lock);
+	return wrong;
 }
 
 unsigned wfs_version_writer_drop(struct wfs_version *v)

@@ -108,13 +108,28 @@ bool wfs_version_has_data(struct wfs_version *v);
  * frozen either way.
  */
 int wfs_version_freeze(struct wfs_version *v, struct wfs_digest *d, uint64_t *size, bool *unwritten);
+/*
+ * The writer's word for the digest of the bytes it writes (setxattr user.weightfs.digest while
+ * writing; seal.h). The freeze takes it instead of reading the tmp file to hash it when the
+ * kernel wrote the bytes (passthrough: the daemon saw none of them), object @d is not stored yet
+ * and only one writable handle ever wrote @v; wfs_version_trusted()
+ * then says so, and the object must be checked before its first read (check.h). Otherwise the
+ * bytes are hashed as before, and wfs_version_declared_wrong() says whether they differ from @d.
+ * Returns 0 or -EAGAIN (FROZEN or DONE: too late for this version).
+ */
+int wfs_version_declare(struct wfs_version *v, const struct wfs_digest *d);
+/* Was @v frozen (and published, when it was new content) with its declared digest, unhashed? */
+bool wfs_version_trusted(struct wfs_version *v);
+/* Did the freeze hash @v's bytes and find them other than the declared digest? */
+bool wfs_version_declared_wrong(struct wfs_version *v);
 /* Is the FROZEN version the unchanged copy of its base object (its digest is the base's)? */
 bool wfs_version_unchanged(struct wfs_version *v);
 /*
  * FROZEN → DONE: make object @d (the digest wfs_version_freeze() gave) hold these bytes. When the
  * store has it already (or the version is its unchanged base), nothing is written and *@existed is
  * set; with @dedup_verify the bytes are compared first (-EIO, logged, on an XXH3 collision; -ENOSPC
- * for a hash-only version, whose bytes are gone). Otherwise the tmp file is published under @d
+ * for a hash-only version, whose bytes are gone); a trusted version is hashed first (-EIO, logged,
+ * when its bytes are not the declared digest: the name keeps nothing it did not write). Otherwise the tmp file is published under @d
  * (with @durable: fdatasync unless the store is NOSYNC, link, directory sync; without: the link
  * only, made durable by a later wfs_store_sync()). The bytes are released either way.
  * Returns 0, -ENOSPC (hash-only and new content), or -errno of the store.
@@ -162,7 +177,8 @@ bool wfs_version_error_told(struct wfs_version *v);
 
 /*
  * Writer count (fs->lock held): writable handles that wrote to (or truncated) @v since their last
- * flush. The last one to leave seals the version (seal.c).
+ * flush. The last one to leave seals the version (seal.c). Each add also counts as a join, for
+ * wfs_version_declare().
  */
 void wfs_version_writer_add(struct wfs_version *v);
 /* One writer less; returns how many are left. */

@@ -16,14 +16,16 @@ weightfs / native of a speed (so higher is better) except row 5's, which is a ra
 times (lower is better). Native writes as trainers do (no fsync) unless a row says otherwise.
 
 Rows:
-  1 ingest     one --size tensor (1 GiB) written as trainers write it (create, dtype and shape
-               xattrs, close, open again, write in 1 MiB chunks with distinct content every chunk and
-               round, close), GB/s from the create to the return of close, and on weightfs to the
-               seal (user.weightfs.digest answers); os.sync() before each. Twice:
-               the `-o nosync` mount vs native write + close, and the default mount vs native
-               write + fdatasync + close. With it, the digest's floor: XXH3-128 of --size bytes of
-               fresh memory (libweightfs's wfs_digest_buf), and the ingest ratio a digest computed
-               after the write allows (native / (native + hash)).
+  1 ingest     one --size tensor (1 GiB) in host memory (distinct content in every 1 MiB chunk and
+               round) written as trainers write it: on weightfs weightfs.offload(buf, path,
+               claim=False) (temp name, dtype and shape xattrs, reopened to write through passthrough
+               while a second thread hashes the memory, digest declared, close, seal, rename), on
+               native write in 16 MiB chunks + close; GB/s until offload returns (the seal included)
+               or close returns; os.sync() before each. Twice: the `-o nosync` mount vs native write
+               + close, and the default mount vs native write + fdatasync + close. With it: XXH3-128
+               of --size bytes of fresh memory (libweightfs's wfs_digest_buf), the ingest ratio a
+               digest computed after the write would allow (native / (native + hash)), and the first
+               open after the offload (it waits for the daemon's check of the declared digest).
   2 writers    4 processes write distinct --writer-size (512 MiB) tensors at once, as in row 1:
                aggregate GB/s = 4 x size / (start to the last close, or seal on weightfs). Meanwhile a fifth process, every
                5 ms, opens another file (8 MiB, sealed before), mmaps it, reads one byte of one page
@@ -82,6 +84,7 @@ BEGIN = "<!-- bench-write:begin -->"
 END = "<!-- bench-write:end -->"
 PAGE = 4096
 CHUNK = 1 << 20
+WRITE_CHUNK = 16 << 20  # bytes per write(2) of a native tensor: what weightfs.offload writes at a time
 PROBE_SIZE = 8 << 20
 PROBE_EVERY = 0.005
 SEED = 20261130
@@ -182,6 +185,8 @@ def unmount(mnt, lazy=False):
 # ---- writing and reading ----------------------------------------------------------------------
 
 _BUF = None
+_TENSOR = None
+BUILD = "build"  # set by main(): the package() loads this build's libweightfs.so
 
 
 def chunk_buf():
@@ -196,36 +201,60 @@ def write_all(fd, view):
         view = view[os.write(fd, view):]
 
 
-def write_tensor(path, size, stamp, datasync, sealed=False):
-    """Write one tensor as trainers do through lib/tensorfile.h's protocol: create, set dtype (U8)
-    and shape ([size]), close, open again to write (weightfs writes such a tensor of 4 MiB or more
-    through kernel passthrough), size bytes in 1 MiB chunks (each stamped with stamp and its index)
-    [+ fdatasync] + close; with sealed, until user.weightfs.digest answers too (weightfs seals a
-    passthrough-written tensor at its release, just after close: this counts the hash and the
-    publish). Returns seconds."""
-    buf = chunk_buf()
+def tensor_bytes(size, stamp):
+    """A trainer's tensor in host memory: size bytes, the random 1 MiB chunk_buf() over and over,
+    each MiB stamped with stamp and its index (distinct content in every chunk, writer and round).
+    One buffer per process, restamped in place."""
+    global _TENSOR
+    if _TENSOR is None or len(_TENSOR) != size:
+        _TENSOR = None
+        _TENSOR = bytearray(size)
+        chunk = chunk_buf()
+        for off in range(0, size, CHUNK):
+            n = min(CHUNK, size - off)
+            _TENSOR[off:off + n] = chunk[:n]
+    for i, off in enumerate(range(0, size, CHUNK)):
+        _TENSOR[off:off + 16] = stamp.to_bytes(8, "little") + i.to_bytes(8, "little")
+    return _TENSOR
+
+
+def package():
+    """The weightfs Python package of this tree, on this build's libweightfs.so."""
+    os.environ.setdefault("WEIGHTFS_LIB", os.path.join(os.path.abspath(BUILD), "libweightfs.so"))
+    if os.path.join(REPO, "lib", "python") not in sys.path:
+        sys.path.insert(0, os.path.join(REPO, "lib", "python"))
+    import weightfs
+    return weightfs
+
+
+def write_tensor(path, buf, datasync, wfs):
+    """Write tensor buf (host memory) to path as a trainer does; returns seconds. On weightfs:
+    weightfs.offload(buf, path, claim=False), the package's writer (create a temp name, dtype U8 and
+    shape [size], open it again to write through kernel passthrough, write while a second thread
+    hashes the same memory, declare the digest, close, wait for the seal, rename): the time includes
+    the seal (publish, and on the default mount the fdatasync). Native: open(O_CREAT|O_TRUNC), write
+    in 16 MiB chunks [+ fdatasync], close."""
     t0 = time.perf_counter()
+    if wfs:
+        package().offload(buf, path, claim=False)
+        return time.perf_counter() - t0
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        os.setxattr(fd, "user.weightfs.shape", f"[{size}]".encode("ascii"))
-        os.setxattr(fd, "user.weightfs.dtype", b"U8")
-    finally:
-        os.close(fd)
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        off = i = 0
-        while off < size:
-            n = min(CHUNK, size - off)
-            buf[0:16] = stamp.to_bytes(8, "little") + i.to_bytes(8, "little")
-            write_all(fd, memoryview(buf)[:n])
-            off += n
-            i += 1
+        mv = memoryview(buf)
+        for off in range(0, len(buf), WRITE_CHUNK):
+            write_all(fd, mv[off:off + WRITE_CHUNK])
         if datasync:
             os.fdatasync(fd)
     finally:
         os.close(fd)
-    if sealed:
-        os.getxattr(path, "user.weightfs.digest")
+    return time.perf_counter() - t0
+
+
+def first_open_seconds(path):
+    """open + close of a file just written: on weightfs the first open of an object sealed on its
+    writer's declared digest waits for its check (the checker thread's, or its own)."""
+    t0 = time.perf_counter()
+    os.close(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
     return time.perf_counter() - t0
 
 
@@ -257,10 +286,13 @@ def row_ingest(ctx, r, order):
                 os.unlink(path)
             except FileNotFoundError:
                 pass
-            os.sync()
             stamp = (ctx.nonce << 16) | (r << 4) | (dur == "sync") << 1 | (side == "wfs")
-            s = write_tensor(path, ctx.size, stamp, native_sync and side == "native", side == "wfs")
+            buf = tensor_bytes(ctx.size, stamp)
+            os.sync()
+            s = write_tensor(path, buf, native_sync and side == "native", side == "wfs")
             res[f"ingest-{dur}/{side}"] = ctx.size / s / 1e9
+            if side == "wfs":
+                res[f"ingest-{dur}-open-s"] = first_open_seconds(path)
     for dur in ("nosync", "sync"):
         for d in (ctx.nosync_dir if dur == "nosync" else ctx.sync_dir, ctx.native_dir):
             try:
@@ -292,13 +324,13 @@ def hash_seconds(ctx, size):
 
 # ---- row 2: four writers and an mmap prober ----------------------------------------------------
 
-def _writer(path, size, stamp, go, conn, sealed):
-    global _BUF
-    _BUF = None  # a fresh random buffer per writer
-    chunk_buf()
+def _writer(path, size, stamp, go, conn, wfs):
+    global _BUF, _TENSOR
+    _BUF = _TENSOR = None  # a fresh random buffer per writer
+    buf = tensor_bytes(size, stamp)
     go.wait()
     t0 = time.perf_counter()
-    write_tensor(path, size, stamp, False, sealed)
+    write_tensor(path, buf, False, wfs)
     conn.send((t0, time.perf_counter()))
     conn.close()
 
@@ -625,18 +657,28 @@ def f2(xs, fmt="{:.2f}"):
 
 
 def hash_floor(ctx, results):
-    """Row 1's note: how far a digest computed after the bytes are written lets ingest go."""
+    """Row 1's note: the digest against the write, and what the check after the seal costs."""
     hs, ns = series(results, "hash-s"), series(results, "ingest-nosync/native")
     if not hs or not ns:
         return None
     native_s = [ctx.size / (x * 1e9) for x in ns]
     ceil = [n / (n + h) for n, h in zip(native_s, hs)]
-    return (f"The digest's floor: XXH3-128 of {human(ctx.size)} in memory takes {med(hs):.3f} s here "
+    opens = series(results, "ingest-nosync-open-s")
+    after = ""
+    if opens:
+        after = (f" The daemon checks an object sealed on a declared digest after the seal, on its "
+                 f"checker thread (docs/integrity.md): an open right after the offload waits for that "
+                 f"check, {med(opens):.3f} s here (rounds {f2(opens, '{:.3f}')}; `-o nosync` mount), "
+                 f"time that is not in the ratios above: a trainer opens its tensor at backload, "
+                 f"long after.")
+    return (f"The digest: XXH3-128 of {human(ctx.size)} in memory takes {med(hs):.3f} s here "
             f"(rounds {f2(hs, '{:.3f}')}; one stream at one core's memory bandwidth, the dispatched SIMD "
-            f"build), against {med(native_s):.3f} s for the native write. A digest that starts once the "
-            f"bytes are written (the kernel writes them, through passthrough) can make ingest at most "
-            f"native ÷ (native + hash) = **{med(ceil):.2f}×** native; beyond that the hash must run while "
-            f"the bytes are written, before the daemon sees them.")
+            f"build), against {med(native_s):.3f} s for the native write. Hashed after the write (as the "
+            f"daemon would, reading the file the kernel wrote through passthrough), ingest could reach at "
+            f"most native ÷ (native + hash) = **{med(ceil):.2f}×** native. `weightfs.offload` hashes "
+            f"on a second thread while it writes, and declares the digest on the open file before "
+            f"close(2) (setxattr `user.weightfs.digest`); the seal takes it for new content instead of "
+            f"reading the file again.{after}")
 
 
 def fuse_floor(results):
@@ -714,7 +756,8 @@ def summarize(ctx, results):
         out.append("")
 
     if 1 in ctx.rows:
-        table(f"1. Large tensor: {human(ctx.size)} in 1 MiB chunks + close (GB/s)",
+        table(f"1. Large tensor: {human(ctx.size)} from memory, `weightfs.offload(claim=False)` vs "
+              f"write + close (GB/s)",
               "| durability | weightfs | native | ratio | goal |",
               [line("no fsync: `-o nosync` vs write + close", "ingest-nosync", "GB/s", 0.9,
                     chart_label="ingest, nosync"),
@@ -914,6 +957,8 @@ def main():
         where = argparse.Namespace(rounds=saved["rounds"], quick=saved["quick"])
         return 0 if draw_chart(where, chart, args.chart or "bench-write.png") else 1
     q = args.quick
+    global BUILD
+    BUILD = args.build
     ctx = argparse.Namespace(
         build=args.build, work=os.path.abspath(args.work), rounds=args.rounds, quick=q,
         size=parse_size(args.size or ("64MiB" if q else "1GiB")),
@@ -973,7 +1018,8 @@ def main():
         for d in (ctx.sync_dir, ctx.nosync_dir):
             os.makedirs(d)
         for d in (ctx.sync_dir, ctx.native_dir):  # row 2's probe file, sealed before the writers run
-            write_tensor(os.path.join(d, "probe.bin"), PROBE_SIZE, ctx.nonce, d == ctx.native_dir)
+            write_tensor(os.path.join(d, "probe.bin"), tensor_bytes(PROBE_SIZE, ctx.nonce), False,
+                         d != ctx.native_dir)
         for r in range(ctx.rounds):
             order = ["wfs", "native"] if r % 2 == 0 else ["native", "wfs"]
             res = {}

@@ -294,6 +294,29 @@ def first(T, a):
             assert raw(x) == raw(t)
             assert os.getxattr(res[r].path, "user.weightfs.dtype") == b"BF16"
 
+    @T.check("offload(claim=False) of a large tensor: hashed while written, digest declared, checked after")
+    def _():
+        def stats():
+            return json.loads(os.getxattr(mnt, "user.weightfs.stats"))
+        n = max(wt.PASSTHROUGH_WRITE_MIN, 4 << 20) // 4
+        t = make("declared", torch.float32, (n,))
+        before = stats()["since_mount"]
+        r = weightfs.offload(t, os.path.join(mnt, "pkg", "declared"), claim=False)
+        assert r.digest == weightfs.digest(t) and not r.claimed
+        assert os.getxattr(r.path, "user.weightfs.digest").decode() == r.digest
+        after = stats()["since_mount"]
+        if after["opens_passthrough_write"] > before["opens_passthrough_write"]:  # passthrough on
+            assert after["seals_declared"] == before["seals_declared"] + 1, (before, after)
+        deadline = time.monotonic() + 10
+        while stats()["objects_unverified"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stats()["objects_unverified"] == 0, stats()
+        assert raw(weightfs.load(r.path)) == raw(t)
+        # The same on a plain directory: the bytes, and no stray digest attribute.
+        p = weightfs.offload(t, os.path.join(plain, "declared"), claim=False)
+        assert p.digest == r.digest and raw(weightfs.load(p.path)) == raw(t)
+        assert "user.weightfs.digest" not in os.listxattr(p.path), os.listxattr(p.path)
+
     @T.check("claim: raw interface: ENODATA unknown digest, EEXIST non-empty, EINVAL malformed")
     def _():
         d = os.path.join(mnt, "raw")

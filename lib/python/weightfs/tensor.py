@@ -746,7 +746,8 @@ def offload(data: Any, path: PathLike, *, claim: bool = True, xattrs: bool = Tru
     never a partial one (this is also what avoids ETXTBSY on weightfs while path is mapped).
 
     Steps: (1) digest on the host (CPU memory in place; a CUDA tensor through a 64 MiB host buffer,
-    one D2H pass). (2) When claim is true and the file system has not shown it lacks claims, set
+    one D2H pass); with claim false, host memory of PASSTHROUGH_WRITE_MIN bytes or more is hashed
+    on a second thread while (3) writes it. (2) When claim is true and the file system has not shown it lacks claims, set
     user.weightfs.claim on the new empty file: on a hit weightfs seals it with the stored object and no
     bytes move. The result is checked (size and user.weightfs.digest), so a filesystem that only
     stores the attribute (ext4, or a weightfs without claims) is detected: one warning, then bytes are
@@ -755,7 +756,9 @@ def offload(data: Any, path: PathLike, *, claim: bool = True, xattrs: bool = Tru
     128 MiB ring, a second D2H pass, never a full host copy) when libweightfs has CUDA, else through
     the 64 MiB host buffer chunk by chunk. A miss on a CUDA tensor therefore moves the bytes
     device-to-host twice (about 2 x bytes / 20+ GB/s, small next to the write itself); a hit once.
-    (4) close(2) seals the file (weightfs reports ENOSPC/EIO there); fsync=True fdatasyncs first
+    (4) close(2) seals the file (weightfs reports ENOSPC/EIO there); a tensor written through
+    passthrough is first given its digest (setxattr user.weightfs.digest on the open file), which
+    weightfs takes instead of reading the bytes again to hash them; fsync=True fdatasyncs first
     (weightfs's default -o sync already makes the seal durable). (5) With xattrs true, set
     user.weightfs.dtype (safetensors name) and user.weightfs.shape ('[d0,d1]') when the dtype has a
     name (else one warning). (6) rename over path.
@@ -765,17 +768,32 @@ def offload(data: Any, path: PathLike, *, claim: bool = True, xattrs: bool = Tru
     WeightfsError(EIO) when a claim reported success but the file does not hold the claimed bytes,
     TypeError/ValueError for data that cannot be offloaded. Thread-safe for distinct paths."""
     kind, keep, name, shape = _describe(data)
-    # _digest: the caller (FrozenOffload) already hashed these exact bytes.
+    host = None
+    # _digest: the caller (FrozenOffload) already hashed these exact bytes. Without a claim to make,
+    # host memory written through passthrough is hashed while it is written (_DigestThread).
     if kind == "cuda":
         nbytes = keep.numel() * keep.element_size()
         hexdigest = _digest or _gpu_digest(keep)
     elif kind == "cpu":
         keep, address, nbytes = _torch_host(keep)
-        hexdigest = _digest or _digest_address(address, nbytes)
     else:
-        with _HostBytes(keep) as host:
-            nbytes = host.nbytes
-            hexdigest = _digest or _digest_address(host.address, nbytes)
+        host = _HostBytes(keep)
+        address, nbytes = host.address, host.nbytes
+    try:
+        if kind != "cuda":
+            parallel = not claim and not _digest and nbytes >= PASSTHROUGH_WRITE_MIN
+            hexdigest = _digest or (None if parallel else _digest_address(address, nbytes))
+        return _offload_bytes(kind, keep, name, shape, path, claim, xattrs, fsync, stager, hexdigest,
+                              nbytes, None if kind == "cuda" else address)
+    finally:
+        if host is not None:
+            host.close()
+
+
+def _offload_bytes(kind, keep, name, shape, path, claim, xattrs, fsync, stager, hexdigest, nbytes,
+                   address):
+    """offload() once the bytes are located: hexdigest None means hash host memory at address
+    while it is written."""
     if name is None:
         _warn_once("dtype-unnamed", f"dtype of {path} has no safetensors name; {DTYPE_XATTR} and "
                    f"{SHAPE_XATTR} are not set on such tensors")
@@ -785,6 +803,7 @@ def offload(data: Any, path: PathLike, *, claim: bool = True, xattrs: bool = Tru
     claimed = False
     sealed_later = False  # written through passthrough: weightfs seals it at the release
     fd = -1
+    hasher = None
     try:
         fd = _create(tmp, d)
         if xattrs:
@@ -805,6 +824,8 @@ def offload(data: Any, path: PathLike, *, claim: bool = True, xattrs: bool = Tru
             elif through_kernel:
                 cfd, fd = fd, -1
                 fd = _reopen_to_write(cfd, tmp)
+            if hexdigest is None:
+                hasher = _DigestThread(address, nbytes)
             if staged:
                 # The stager writes through a descriptor of its own (O_TRUNC). A small tensor's
                 # descriptor stays open so that nothing is sealed before the bytes are in: the seal
@@ -822,7 +843,11 @@ def offload(data: Any, path: PathLike, *, claim: bool = True, xattrs: bool = Tru
                     _write_all(fd, mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv, tmp)
                 finally:
                     mv.release()
+        if hasher is not None:
+            hexdigest, hasher = hasher.digest(), None
         if fd >= 0:
+            if sealed_later and not claimed and _is_weightfs(_dev_of(d, fd)):
+                _declare(fd, tmp, hexdigest)
             if fsync and not claimed:
                 os.fdatasync(fd)
             cfd, fd = fd, -1
@@ -837,6 +862,8 @@ def offload(data: Any, path: PathLike, *, claim: bool = True, xattrs: bool = Tru
         except OSError as e:
             raise _reraise(e, path, f"renaming {tmp} to {path}") from None
     except BaseException:
+        if hasher is not None:
+            hasher.join()  # it reads the caller's memory: done before the caller may free it
         if fd >= 0:
             try:
                 os.close(fd)
@@ -848,6 +875,66 @@ def offload(data: Any, path: PathLike, *, claim: bool = True, xattrs: bool = Tru
             pass
         raise
     return OffloadResult(path, hexdigest, nbytes, claimed)
+
+
+class _DigestThread(threading.Thread):
+    """XXH3-128 of nbytes of host memory at address, on a thread of its own, while the caller
+    writes the same bytes (the hash releases the GIL): the digest costs no time of its own when
+    the write is the slower of the two. The memory must stay as it is until digest() or join()."""
+
+    def __init__(self, address, nbytes):
+        super().__init__(name="weightfs-digest", daemon=True)
+        self._args = (address, nbytes)
+        self._result = self._error = None
+        self.start()
+
+    def run(self):
+        try:
+            self._result = _digest_address(*self._args)
+        except BaseException as e:  # handed to digest()
+            self._error = e
+
+    def digest(self):
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+_weightfs_devs = {}  # st_dev -> is it a weightfs mount (from /proc/self/mountinfo)
+
+
+def _is_weightfs(dev):
+    """Is device dev (a file's st_dev) a weightfs mount? Read from /proc/self/mountinfo once per
+    device; False when it cannot be told."""
+    known = _weightfs_devs.get(dev)
+    if known is None:
+        known = False
+        want = f"{os.major(dev)}:{os.minor(dev)}"
+        try:
+            with open("/proc/self/mountinfo") as f:
+                for line in f:
+                    left, _, right = line.partition(" - ")
+                    fields = left.split()
+                    if len(fields) > 2 and fields[2] == want and right:
+                        known = right.split()[0] == "fuse.weightfs"
+                        break
+        except OSError:
+            pass
+        _weightfs_devs[dev] = known
+    return known
+
+
+def _declare(fd, tmp, hexdigest):
+    """Tell weightfs the digest of the bytes written to fd (a tensor written through passthrough,
+    not closed yet): its seal then publishes them under it instead of reading them all again to
+    hash them, and checks them soon after (docs/integrity.md). A weightfs that does not take
+    declarations answers EPERM: the seal hashes, as before."""
+    try:
+        os.setxattr(fd, DIGEST_XATTR, hexdigest.encode("ascii"))
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise _reraise(e, tmp, f"declaring the digest {hexdigest} of {tmp}") from None
 
 
 _have_cuda = None
