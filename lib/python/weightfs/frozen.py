@@ -44,6 +44,17 @@ ENV_DIR = "SKYRL_FROZEN_OFFLOAD_DIR"
 _NAME_MAX = 200
 
 
+class _Facts(NamedTuple):
+    """What FrozenOffload computes once per parameter it claims: file name, digest (32 hex),
+    safetensors dtype name (or None), shape (list of ints), bytes, torch dtype (str)."""
+    file: str
+    digest: str
+    dtype: Optional[str]
+    shape: List[int]
+    nbytes: int
+    torch_dtype: str
+
+
 class OffloadSummary(NamedTuple):
     """What one FrozenOffload.offload() call did. results: [OffloadResult] in parameter order.
     tensors/bytes: all of them; written/claimed/skipped: how many took each path; written_bytes: bytes
@@ -230,9 +241,13 @@ class FrozenOffload:
         remove_stale_tmp(self.dir)  # names a killed offload left behind (an hour old, process gone)
         try:
             items = list(_frozen_params(params))
-            digests, claimed = self._claim_new(items) if claim and self._weightfs else ({}, set())
+            facts, claimed = self._claim_new(items) if claim and self._weightfs else ({}, set())
             for name, t in items:
-                results.append(self._offload_one(name, t, claim, digests.get(name), claimed, digests))
+                f = facts.get(name)
+                if f is not None and f.file in claimed:
+                    results.append(self._claimed(name, f))
+                else:
+                    results.append(self._offload_one(name, t, claim, f.digest if f else None, facts))
                 if free:
                     t.data = t.data.new_empty(0)
         finally:
@@ -248,9 +263,9 @@ class FrozenOffload:
 
     def _claim_new(self, items):
         """Claim in batches the parameters of items [(name, tensor)] whose files are not in the
-        directory. Returns ({name: digest} of those, {file names made})."""
+        directory. Returns ({name: _Facts} of those, {file names made})."""
         present = set(os.listdir(self.dir))
-        digests = {}
+        facts = {}
 
         def entries():  # digests computed while weightfs makes the previous request's files
             for name, t in items:
@@ -258,8 +273,9 @@ class FrozenOffload:
                 if fname in present:
                     continue  # _offload_one skips it or replaces it
                 t = t.detach()
-                digests[name] = digest(t)
-                yield fname, digests[name], dtype_name(t.dtype), list(t.shape)
+                f = facts[name] = _Facts(fname, digest(t), dtype_name(t.dtype), list(t.shape),
+                                         t.numel() * t.element_size(), str(t.dtype))
+                yield fname, f.digest, f.dtype, f.shape
 
         try:
             claimed = claim_files(self.dir, entries())
@@ -267,18 +283,22 @@ class FrozenOffload:
             if not _claims_refused(e, os.stat(self.dir).st_dev, self.dir):
                 raise
             claimed = set()
-        return digests, claimed
+        return facts, claimed
 
-    def _offload_one(self, name, t, claim, d=None, claimed=frozenset(), batch=frozenset()):
+    def _claimed(self, name, f):
+        """The result and manifest entry of parameter name, claimed by _claim_new (facts f)."""
+        self.entries[name] = {"file": f.file, "digest": f.digest, "bytes": f.nbytes,
+                              "dtype": f.dtype or f.torch_dtype, "shape": f.shape}
+        return OffloadResult(os.path.join(self.dir, f.file), f.digest, f.nbytes, True)
+
+    def _offload_one(self, name, t, claim, d=None, batch=frozenset()):
         t = t.detach()
         path = os.path.join(self.dir, file_name(name))
         entry = self.entries.get(name)
         nbytes = t.numel() * t.element_size()
         d = d or digest(t)
         dname = dtype_name(t.dtype)
-        if os.path.basename(path) in claimed:
-            r = OffloadResult(path, d, nbytes, True)
-        elif self._existing_digest(path, entry, nbytes) == d:
+        if self._existing_digest(path, entry, nbytes) == d:
             r = OffloadResult(path, d, nbytes, False, True)
         else:
             # A name the batch claim asked for and did not get: its content is not stored (or

@@ -28,7 +28,6 @@ import ctypes
 import errno
 import hashlib
 import itertools
-import json
 import operator
 import os
 import re
@@ -359,6 +358,9 @@ def digest_file(path: PathLike) -> str:
 
 # ---- dtype names -------------------------------------------------------------------------------
 
+_torch_dtype_names = {}  # torch dtype -> its safetensors name or None, as found (one per dtype)
+
+
 def dtype_name(dtype: Any) -> Optional[str]:
     """The safetensors name (BF16, F16, F32, F64, I8, U8, I16, I32, I64, BOOL, ...) of a torch dtype,
     a numpy dtype (or anything numpy.dtype() takes) or a safetensors name; None when it has none
@@ -366,11 +368,18 @@ def dtype_name(dtype: Any) -> Optional[str]:
     if isinstance(dtype, str) and dtype.upper() in _dtype_bytes():
         return dtype.upper()
     if type(dtype).__module__ == "torch":
+        try:
+            return _torch_dtype_names[dtype]
+        except KeyError:
+            pass
         name = str(dtype).removeprefix("torch.")
+        found = None
         for st, tn in _TORCH_NAMES.items():
             if tn == name:
-                return st
-        return None
+                found = st
+                break
+        _torch_dtype_names[dtype] = found
+        return found
     try:
         import numpy
     except ImportError:
@@ -397,7 +406,7 @@ def _torch_dtype(name):
 
 def shape_text(shape: Sequence[int]) -> str:
     """The user.weightfs.shape spelling of a shape: '[4096,1024]', '[]' for a scalar."""
-    return json.dumps([operator.index(d) for d in shape], separators=(",", ":"))  # 64.0: TypeError
+    return "[" + ",".join([str(operator.index(d)) for d in shape]) + "]"  # 64.0: TypeError
 
 
 _HEX32 = re.compile(r"[0-9a-fA-F]{32}")
