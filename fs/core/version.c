@@ -501,7 +501,7 @@ uint64_t wfs_version_size(struct wfs_version *v)
  */
 static bool declared_trusted(struct wfs_version *v)
 {
-	return v->has_declared && v->kernel && !v->copied_to_publish &&
+	return v->has_declared && __atomic_load_n(&v->kernel, __ATOMIC_ACQUIRE) && !v->copied_to_publish &&
 	       __atomic_load_n(&v->joins, __ATOMIC_RELAXED) <= 1 &&
 	       !wfs_store_object_exists(v->store, &v->declared);
 }
