@@ -648,18 +648,34 @@ def _create(tmp, d):
         raise _reraise(e, tmp, f"creating {tmp}") from None
 
 
+SEAL_WAIT_SECONDS = 30.0  # how long _await_seal waits for a passthrough-written tensor's seal
+
+
 def _await_seal(tmp, hexdigest):
     """Wait for weightfs to seal tmp (written through passthrough: sealed at its release, moments
     after close), reading its user.weightfs.digest, which waits for that seal; then the tensor is
     an object before anyone opens it, and the daemon's digest is checked against the host's
-    (OSError EIO when they differ). Elsewhere (no such attribute) this is one failed getxattr."""
-    try:
-        got = os.getxattr(tmp, DIGEST_XATTR).decode("ascii", "replace").strip()
-    except OSError:
-        return
-    if hexdigest and got != hexdigest:
-        raise OSError(errno.EIO, f"weightfs: {tmp}: sealed as {got}, but the tensor's bytes hash to "
-                      f"{hexdigest}: the file does not hold what was written", tmp)
+    (OSError EIO when they differ). The digest answered is the last seal's: when the release is
+    slow to reach the daemon (its request threads busy, or waiting on the catalog while the disk
+    is flooded with writeback), that can still be the empty file's seal from before the bytes, so
+    another digest is asked again, with backoff, for up to SEAL_WAIT_SECONDS before it counts as a
+    mismatch. Elsewhere (no such attribute) this is one failed getxattr."""
+    deadline, delay = None, 0.001
+    while True:
+        try:
+            got = os.getxattr(tmp, DIGEST_XATTR).decode("ascii", "replace").strip()
+        except OSError:
+            return
+        if not hexdigest or got == hexdigest:
+            return
+        now = time.monotonic()
+        if deadline is None:
+            deadline = now + SEAL_WAIT_SECONDS
+        elif now >= deadline:
+            raise OSError(errno.EIO, f"weightfs: {tmp}: sealed as {got}, but the tensor's bytes hash "
+                          f"to {hexdigest}: the file does not hold what was written", tmp)
+        time.sleep(delay)
+        delay = min(2 * delay, 0.05)
 
 
 def _reopen_to_write(fd, tmp):
