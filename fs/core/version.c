@@ -35,7 +35,9 @@ struct wfs_version {
 	bool written;              /* (V) data written (not only created or truncated); atomic */
 	bool only_extended;        /* (V) the one write so far was a single byte past the end (how
 				    * numpy.memmap sizes a file before it maps it); atomic */
-	pthread_mutex_t mtime_lock; /* @mtime_set and @mtime: utimes(2) must not wait for a seal's I/O */
+	pthread_mutex_t note_lock;  /* what handlers note for the seal under fs->lock, which must not wait
+				    * for a seal's I/O (the version lock): @mtime_set, @mtime, @has_declared,
+				    * @declared. Innermost: nothing is taken while it is held */
 	bool mtime_set;            /* utimes after the last write: the seal keeps @mtime */
 	struct timespec mtime;
 	bool has_base;             /* (V) started as a copy of object @base */
@@ -50,10 +52,11 @@ struct wfs_version {
 	bool copied_to_publish;    /* (V) the writers' file was still open for writing at the seal:
 				    * a copy of it was published (settle()) */
 	unsigned joins;            /* writable handles that joined as writers, ever; atomic */
-	bool has_declared;         /* (V) its writer declared the digest of its bytes */
+	bool has_declared;         /* (note_lock) its writer declared the digest of its bytes */
 	struct wfs_digest declared;
-	bool trusted;              /* (V) FROZEN with the declared digest, its bytes not hashed */
-	bool declared_wrong;       /* (V) the bytes hashed at the freeze are not the declared digest */
+	bool trusted;              /* (V) FROZEN with the declared digest, its bytes not hashed; atomic */
+	bool declared_wrong;       /* (V) the bytes hashed at the freeze are not the declared digest;
+				    * atomic */
 };
 
 void wfs_version_get(struct wfs_version *v)
@@ -74,7 +77,7 @@ void wfs_version_put(struct wfs_version *v)
 		close(v->size_fd);
 	free(v->mem);
 	wfs_hasher_release(&v->hasher);
-	pthread_mutex_destroy(&v->mtime_lock);
+	pthread_mutex_destroy(&v->note_lock);
 	pthread_mutex_destroy(&v->lock);
 	free(v);
 }
@@ -164,7 +167,7 @@ struct wfs_version *wfs_version_new(struct wfs_store *store, int *err)
 		return NULL;
 	}
 	pthread_mutex_init(&v->lock, NULL);
-	pthread_mutex_init(&v->mtime_lock, NULL);
+	pthread_mutex_init(&v->note_lock, NULL);
 	v->refs = 1;
 	v->store = store;
 	v->in_order = true;
@@ -353,9 +356,9 @@ ssize_t wfs_version_write(struct wfs_version *v, const void *buf, size_t len, of
 	v->modified = true;
 	__atomic_store_n(&v->only_extended, extends, __ATOMIC_RELEASE);
 	__atomic_store_n(&v->written, true, __ATOMIC_RELEASE);
-	pthread_mutex_lock(&v->mtime_lock);
+	pthread_mutex_lock(&v->note_lock);
 	v->mtime_set = false; /* a write after utimes moves mtime again */
-	pthread_mutex_unlock(&v->mtime_lock);
+	pthread_mutex_unlock(&v->note_lock);
 out:
 	pthread_mutex_unlock(&v->lock);
 	return ret;
@@ -499,15 +502,30 @@ uint64_t wfs_version_size(struct wfs_version *v)
  * to a name on a declaration: that would read any object whose digest the writer knows. The bytes
  * are checked before their first read (check.h); see docs/integrity.md.
  */
-static bool declared_trusted(struct wfs_version *v)
+static bool declared_trusted(struct wfs_version *v, const struct wfs_digest *declared)
 {
-	return v->has_declared && __atomic_load_n(&v->kernel, __ATOMIC_ACQUIRE) && !v->copied_to_publish &&
+	return __atomic_load_n(&v->kernel, __ATOMIC_ACQUIRE) && !v->copied_to_publish &&
 	       __atomic_load_n(&v->joins, __ATOMIC_RELAXED) <= 1 &&
-	       !wfs_store_object_exists(v->store, &v->declared);
+	       !wfs_store_object_exists(v->store, declared);
+}
+
+/* The declared digest into *@d, if the writer declared one (any lock but note_lock held). */
+static bool declaration(struct wfs_version *v, struct wfs_digest *d)
+{
+	bool has;
+
+	pthread_mutex_lock(&v->note_lock);
+	has = v->has_declared;
+	if (has)
+		*d = v->declared;
+	pthread_mutex_unlock(&v->note_lock);
+	return has;
 }
 
 static int version_digest(struct wfs_version *v, struct wfs_digest *d)
 {
+	struct wfs_digest declared;
+	bool has_declared = declaration(v, &declared);
 	uint64_t bytes;
 	int ret;
 
@@ -519,9 +537,9 @@ static int version_digest(struct wfs_version *v, struct wfs_digest *d)
 		wfs_hasher_digest(&v->hasher, d);
 	} else if (v->tmp.fd < 0) {
 		wfs_digest_buf(v->mem, v->size, d);
-	} else if (declared_trusted(v)) {
-		*d = v->declared;
-		v->trusted = true;
+	} else if (has_declared && declared_trusted(v, &declared)) {
+		*d = declared;
+		__atomic_store_n(&v->trusted, true, __ATOMIC_RELEASE);
 		return 0;
 	} else {
 		ret = wfs_digest_fd(v->tmp.fd, d, &bytes);
@@ -530,7 +548,7 @@ static int version_digest(struct wfs_version *v, struct wfs_digest *d)
 		if (ret)
 			return ret;
 	}
-	v->declared_wrong = v->has_declared && !wfs_digest_equal(d, &v->declared);
+	__atomic_store_n(&v->declared_wrong, has_declared && !wfs_digest_equal(d, &declared), __ATOMIC_RELEASE);
 	return 0;
 }
 
@@ -675,7 +693,7 @@ bool wfs_version_unchanged(struct wfs_version *v)
  * the bytes after all (version lock held). Returns 0 when they are the declared content, -EIO
  * (logged) when not, or -errno of reading the tmp file.
  */
-static int hash_declared(struct wfs_version *v)
+static int hash_declared(struct wfs_version *v, const struct wfs_digest *d)
 {
 	char hex[WFS_DIGEST_HEX_CHARS + 1];
 	struct wfs_digest got;
@@ -684,10 +702,10 @@ static int hash_declared(struct wfs_version *v)
 
 	if (ret)
 		return ret;
-	v->trusted = false;
-	if (bytes == v->size && wfs_digest_equal(&got, &v->declared))
+	__atomic_store_n(&v->trusted, false, __ATOMIC_RELEASE);
+	if (bytes == v->size && wfs_digest_equal(&got, d))
 		return 0;
-	wfs_digest_to_hex(&v->declared, hex);
+	wfs_digest_to_hex(d, hex);
 	wfs_log(WFS_LOG_ERR, "seal refused (EIO): the bytes written are not the declared digest %s", hex);
 	return -EIO;
 }
@@ -716,7 +734,7 @@ int wfs_version_publish(struct wfs_version *v, const struct wfs_digest *d, bool 
 	if (*existed && v->trusted) {
 		/* Stored since the freeze trusted the declaration: a name gets a stored object only
 		 * for bytes that hash to it. */
-		ret = hash_declared(v);
+		ret = hash_declared(v, d);
 	} else if (*existed) {
 		/* Already stored: this copy is not needed. */
 		if (dedup_verify && !unchanged)
@@ -745,21 +763,21 @@ void wfs_version_discard(struct wfs_version *v)
 
 void wfs_version_set_mtime(struct wfs_version *v, const struct timespec *mtime)
 {
-	pthread_mutex_lock(&v->mtime_lock);
+	pthread_mutex_lock(&v->note_lock);
 	v->mtime_set = true;
 	v->mtime = *mtime;
-	pthread_mutex_unlock(&v->mtime_lock);
+	pthread_mutex_unlock(&v->note_lock);
 }
 
 bool wfs_version_mtime(struct wfs_version *v, struct timespec *mtime)
 {
 	bool set;
 
-	pthread_mutex_lock(&v->mtime_lock);
+	pthread_mutex_lock(&v->note_lock);
 	set = v->mtime_set;
 	if (set)
 		*mtime = v->mtime;
-	pthread_mutex_unlock(&v->mtime_lock);
+	pthread_mutex_unlock(&v->note_lock);
 	return set;
 }
 
@@ -803,37 +821,25 @@ void wfs_version_writer_add(struct wfs_version *v)
 
 int wfs_version_declare(struct wfs_version *v, const struct wfs_digest *d)
 {
-	int ret = 0;
-
-	pthread_mutex_lock(&v->lock);
-	if (v->frozen) {
-		ret = -EAGAIN;
-	} else {
-		v->declared = *d;
-		v->has_declared = true;
-	}
-	pthread_mutex_unlock(&v->lock);
-	return ret;
+	/* Not the version lock: a seal holds it while it hashes, and the caller holds fs->lock. A
+	 * declaration that lands just after the freeze looked is not used: the seal hashes. */
+	if (wfs_version_frozen(v))
+		return -EAGAIN;
+	pthread_mutex_lock(&v->note_lock);
+	v->declared = *d;
+	v->has_declared = true;
+	pthread_mutex_unlock(&v->note_lock);
+	return 0;
 }
 
 bool wfs_version_trusted(struct wfs_version *v)
 {
-	bool trusted;
-
-	pthread_mutex_lock(&v->lock);
-	trusted = v->trusted;
-	pthread_mutex_unlock(&v->lock);
-	return trusted;
+	return __atomic_load_n(&v->trusted, __ATOMIC_ACQUIRE);
 }
 
 bool wfs_version_declared_wrong(struct wfs_version *v)
 {
-	bool wrong;
-
-	pthread_mutex_lock(&v->lock);
-	wrong = v->declared_wrong;
-	pthread_mutex_unlock(&v->lock);
-	return wrong;
+	return __atomic_load_n(&v->declared_wrong, __ATOMIC_ACQUIRE);
 }
 
 unsigned wfs_version_writer_drop(struct wfs_version *v)

@@ -26,7 +26,8 @@
  * fs->lock held (it comes first in the lock order); the write path calls the I/O ones without it,
  * so that other inodes do not wait for this one's disk. What the handlers ask under fs->lock while
  * a seal may hold the version lock for its hashing and fdatasync — wfs_version_size(),
- * _frozen(), _has_data(), _kernel_written(), _set_mtime() — does not take it.
+ * _frozen(), _has_data(), _kernel_written(), _set_mtime(), _declare(), _trusted(),
+ * _declared_wrong() — does not take it.
  */
 #ifndef WFS_CORE_VERSION_H
 #define WFS_CORE_VERSION_H
