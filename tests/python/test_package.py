@@ -317,6 +317,32 @@ def first(T, a):
         assert p.digest == r.digest and raw(weightfs.load(p.path)) == raw(t)
         assert "user.weightfs.digest" not in os.listxattr(p.path), os.listxattr(p.path)
 
+    @T.check("offload: a seal slow to come (the previous digest answered first) is waited for; a wrong one is EIO")
+    def _():
+        real = os.getxattr
+        answers = []
+
+        def slow(target, attr, *a, **k):
+            if attr == "user.weightfs.digest" and answers:
+                return answers.pop(0).encode()
+            return real(target, attr, *a, **k)
+        p = os.path.join(mnt, "pkg", "slowseal")
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "wb") as f:
+            f.write(b"x" * 100)
+        want = weightfs.digest(b"x" * 100)
+        answers[:] = ["99aa06d3014798d86001c324468d497f"] * 2  # the empty file's digest, twice
+        with mock.patch("os.getxattr", slow):
+            wt._await_seal(p, want)
+        assert not answers, answers
+        with mock.patch("os.getxattr", lambda *a, **k: b"99aa06d3014798d86001c324468d497f"), \
+                mock.patch.object(wt, "SEAL_WAIT_SECONDS", 0.05):
+            try:
+                wt._await_seal(p, want)
+                raise AssertionError("a digest that never comes was accepted")
+            except OSError as e:
+                assert e.errno == errno.EIO and "does not hold what was written" in str(e), e
+
     @T.check("claim: raw interface: ENODATA unknown digest, EEXIST non-empty, EINVAL malformed")
     def _():
         d = os.path.join(mnt, "raw")
