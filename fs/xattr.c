@@ -373,31 +373,50 @@ static int claim_batch(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t dir, const 
 }
 
 /*
- * setxattr of the computed user.weightfs.digest. On a file being written, it is its writer's word
- * for the digest of the bytes it writes (wfs_seal_declare(): a tensor written through passthrough
- * is then sealed without a second pass over its bytes): 1 (taken). On a sealed file: a copy made by
+ * setxattr of the computed user.weightfs.digest. On a file being written, from the mounting user or
+ * root, it is its writer's word for the digest of the bytes it writes (wfs_seal_declare(): a tensor
+ * written through passthrough is then sealed without a second pass over its bytes): 1 (taken). On a sealed file: a copy made by
  * an older weightfs (which listed it) carries it as a plain attribute, and tar or rsync set it
  * back; the same value as the file's own digest changes nothing: 1 (succeed, store nothing). Any
- * other value: -EPERM (the digest is computed). fs->lock not held.
+ * other value: -EPERM (the digest is computed). A declaration by another user: -EPERM; one that
+ * is not 32 hex digits: -EINVAL. fs->lock not held.
  */
-static int digest_unchanged(struct wfs_fs *fs, fuse_ino_t ino, const char *value, size_t size)
+static int digest_set(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const char *value, size_t size)
 {
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	char hex[WFS_DIGEST_HEX_CHARS + 1];
 	struct wfs_digest d;
 	struct wfs_attr a;
+	bool hex_ok;
 	int ret;
 
 	if (size > 0 && value[size - 1] == '\n')
 		size--;
-	if (size != WFS_DIGEST_HEX_CHARS)
-		return -EPERM;
-	memcpy(hex, value, size);
-	hex[size] = '\0';
+	hex_ok = size == WFS_DIGEST_HEX_CHARS;
+	if (hex_ok) {
+		memcpy(hex, value, size);
+		hex[size] = '\0';
+		hex_ok = wfs_digest_from_hex(hex, &d) == 0;
+	}
 	pthread_mutex_lock(&fs->lock);
-	/* Being written: the writer declares the digest its bytes will have (seal.h). */
-	if (wfs_digest_from_hex(hex, &d) == 0 && wfs_seal_declare(fs, ino, &d) == 1) {
+	/* Being written: the writer declares the digest its bytes will have (seal.h). Only the
+	 * mounting user (or root), as for claims: a name sealed on a wrong declaration reads the
+	 * declared content once it is stored, so a declaration is a claim of what comes later. */
+	if (wfs_seal_writing(fs, ino)) {
+		if (ctx->uid != 0 && ctx->uid != getuid())
+			ret = -EPERM;
+		else if (!hex_ok)
+			ret = -EINVAL;
+		else
+			ret = wfs_seal_declare(fs, ino, &d);
+		if (ret != 0) { /* 0: its seal began meanwhile; answered as for a sealed file */
+			pthread_mutex_unlock(&fs->lock);
+			return ret;
+		}
+	}
+	if (!hex_ok) {
 		pthread_mutex_unlock(&fs->lock);
-		return 1;
+		return -EPERM;
 	}
 	wfs_seal_wait_release(fs, ino);
 	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
@@ -417,7 +436,7 @@ void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *
 	if (!is_user_xattr(name))
 		ret = -EOPNOTSUPP;
 	else if (strcmp(name, WFS_XATTR_DIGEST) == 0)
-		ret = digest_unchanged(fs, ino, value, size);
+		ret = digest_set(fs, req, ino, value, size);
 	else if (strcmp(name, WFS_XATTR_STATS) == 0 || strcmp(name, WFS_XATTR_DIRECT) == 0 ||
 		 (ino != FUSE_ROOT_ID && strcmp(name, WFS_XATTR_RECHECK) == 0))
 		ret = -EPERM; /* computed, or a request only the mount root takes */

@@ -111,9 +111,12 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_TOUCH_DIR] = "UPDATE inodes SET mtime = ?2, ctime = ?2 WHERE ino = ?1",
 	[ST_SETATTR] = "UPDATE inodes SET mode = ?2, uid = ?3, gid = ?4, atime = ?5, mtime = ?6, ctime = ?7"
 		       " WHERE ino = ?1",
-	/* A seal only commits once the object file is in objects/, so the object is good again. */
-	[ST_INSERT_OBJECT] = "INSERT INTO objects(digest, size) VALUES(?1, ?2)"
-			     " ON CONFLICT(digest) DO UPDATE SET state = 0",
+	/* A seal only commits once the object file is in objects/, so a quarantined object is good
+	 * again; one published on a declared digest stays so until it is checked (a claim or a dedup
+	 * onto it does not check it). */
+	[ST_INSERT_OBJECT] = "INSERT INTO objects(digest, size, state) VALUES(?1, ?2, ?3)"
+			     " ON CONFLICT(digest) DO UPDATE SET state ="
+			     " CASE WHEN state = 2 AND ?3 = 0 THEN 2 ELSE ?3 END",
 	[ST_SET_CONTENT] = "UPDATE inodes SET digest = ?2, size = ?3, mtime = ?4, ctime = ?5 WHERE ino = ?1",
 	[ST_READLINK] = "SELECT mode, target FROM inodes WHERE ino = ?1",
 	[ST_READDIR] = "SELECT d.id, d.name, " ATTR_COLS " FROM dentries d JOIN inodes i ON i.ino = d.ino"
@@ -891,12 +894,14 @@ static bool is_special(uint32_t mode)
 }
 
 /* The object row of @digest (@size bytes), added if new; marked good (its file is in objects/). */
-static int insert_object(struct wfs_catalog *c, const struct wfs_digest *digest, uint64_t size)
+static int insert_object(struct wfs_catalog *c, const struct wfs_digest *digest, uint64_t size,
+			 enum wfs_object_state state)
 {
 	sqlite3_stmt *s = stmt(c, ST_INSERT_OBJECT);
 
 	sqlite3_bind_blob(s, 1, digest->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
 	sqlite3_bind_int64(s, 2, (int64_t)size);
+	sqlite3_bind_int(s, 3, state);
 	return step_done(c, s);
 }
 
@@ -998,7 +1003,7 @@ int wfs_catalog_create_sealed(struct wfs_catalog *c, uint64_t parent, const char
 	ret = begin_in_dir(c, parent);
 	if (ret)
 		return ret;
-	ret = insert_object(c, digest, size); /* first: the inode's trigger counts the reference on it */
+	ret = insert_object(c, digest, size, WFS_OBJECT_OK); /* first: the inode's trigger counts it */
 	if (ret)
 		goto out;
 	s = stmt(c, ST_INSERT_SEALED);
@@ -1488,9 +1493,10 @@ out:
 }
 
 int wfs_catalog_set_content(struct wfs_catalog *c, uint64_t ino, const struct wfs_digest *digest,
-			    uint64_t size, const struct timespec *mtime, bool durable,
+			    uint64_t size, const struct timespec *mtime, unsigned flags,
 			    struct wfs_attr *old, struct wfs_attr *out)
 {
+	bool durable = flags & WFS_CONTENT_DURABLE;
 	struct wfs_attr before;
 	sqlite3_stmt *s;
 	int ret;
@@ -1508,7 +1514,8 @@ int wfs_catalog_set_content(struct wfs_catalog *c, uint64_t ino, const struct wf
 		ret = -EISDIR;
 	if (ret)
 		goto out;
-	ret = insert_object(c, digest, size);
+	ret = insert_object(c, digest, size,
+			    (flags & WFS_CONTENT_DECLARED) ? WFS_OBJECT_DECLARED : WFS_OBJECT_OK);
 	if (ret)
 		goto out;
 	s = stmt(c, ST_SET_CONTENT);

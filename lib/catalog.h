@@ -177,15 +177,22 @@ enum wfs_attr_valid {
 int wfs_catalog_setattr(struct wfs_catalog *c, uint64_t ino, const struct wfs_attr *in,
 			unsigned valid, struct wfs_attr *out);
 
+/* wfs_catalog_set_content()'s @flags. */
+enum wfs_content_flags {
+	WFS_CONTENT_DURABLE = 1 << 0,  /* the commit is synced to disk before returning */
+	WFS_CONTENT_DECLARED = 1 << 1, /* a new object row starts as WFS_OBJECT_DECLARED (its bytes were
+					* published on their writer's declared digest, unread) */
+};
 /*
- * Seal: point regular file @ino at object @digest of @size bytes (adding the object row if new),
- * set mtime to @mtime (what the writer set with utimes(2), else the seal's time) and ctime to now. When @durable, the commit is synced to disk before returning. The
- * object file must already be published (store.h). *@old gets the previous content, if any
- * (old->sealed false otherwise) so the caller can release it; *@out the attributes after (@out may
- * be NULL: not read back). -ENOENT, -EISDIR, -ENOSPC, -EIO.
+ * Seal: point regular file @ino at object @digest of @size bytes (adding the object row if new, or
+ * making a quarantined row OK again: the object file is published again), set mtime to @mtime (what
+ * the writer set with utimes(2), else the seal's time) and ctime to now. @flags: enum
+ * wfs_content_flags. The object file must already be published (store.h). *@old gets the previous
+ * content, if any (old->sealed false otherwise) so the caller can release it; *@out the attributes
+ * after (@out may be NULL: not read back). -ENOENT, -EISDIR, -ENOSPC, -EIO.
  */
 int wfs_catalog_set_content(struct wfs_catalog *c, uint64_t ino, const struct wfs_digest *digest,
-			    uint64_t size, const struct timespec *mtime, bool durable,
+			    uint64_t size, const struct timespec *mtime, unsigned flags,
 			    struct wfs_attr *old, struct wfs_attr *out);
 
 /* Target of symlink @ino into @buf (NUL-terminated, truncated to @size - 1). -EINVAL if not a link. */
@@ -231,6 +238,8 @@ int wfs_catalog_object_get(struct wfs_catalog *c, const struct wfs_digest *d, ui
 enum wfs_object_state {
 	WFS_OBJECT_OK = 0,
 	WFS_OBJECT_QUARANTINED = 1, /* its bytes did not match its digest; moved to STORE/quarantine */
+	WFS_OBJECT_DECLARED = 2,    /* published on the digest its writer declared, not read since: the
+				     * daemon checks it before any use, even with -o verify=none */
 };
 /* Set object @d's state. -ENOENT if the catalog has no such object. */
 int wfs_catalog_object_set_state(struct wfs_catalog *c, const struct wfs_digest *d,

@@ -2391,6 +2391,97 @@ START_TEST(declared_digest)
 }
 END_TEST
 
+/*
+ * Declared digests against their three ways to hurt others. A wrong declaration left unchecked (the
+ * checker held back by a test-only fault): a write of the declared content by another name checks
+ * the stored copy before deduping onto it, so that name gets its own bytes and the bad copy is
+ * quarantined. The unchecked state survives a restart: a daemon with -o verify=none checks it still,
+ * at its start. And a user other than the mounting one cannot declare (EPERM; allow_other), nor does
+ * a malformed value pass for one (EINVAL).
+ */
+START_TEST(declared_digest_unchecked)
+{
+	size_t len = 8u << 20;
+	unsigned char *a = mu_pattern(len, 31), *b = mu_pattern(len, 32);
+	char hb[WFS_DIGEST_HEX_CHARS + 1];
+	struct wfs_digest db, got;
+	pid_t pid;
+	int status, fd;
+
+	if (!mu_passthrough_mode())
+		return; /* declarations are taken only for bytes the kernel wrote */
+	wfs_digest_buf(b, len, &db);
+	wfs_digest_to_hex(&db, hb);
+	mu_daemon_stop();
+	snprintf(mu.fault, sizeof(mu.fault), "checker.check=EIO:0");
+	snprintf(mu.opts, sizeof(mu.opts), "allow_other");
+	mu_daemon_start();
+
+	/* "lie" holds a, declared as b's digest: published unchecked. */
+	create_tensor("lie", "[2097152]", "F32");
+	write_declared("lie", a, len, hb, false);
+	mu_digest_xattr(mu_path("lie"), &got);
+	ck_assert(wfs_digest_equal(&got, &db));
+	ck_assert_int_eq(stat_counter("seals_declared"), 1);
+	ck_assert_int_eq(stat_counter("objects_unverified"), 1);
+	/* b written under another name: the stored copy is read first, found bad, replaced. */
+	create_tensor("honest", "[2097152]", "F32");
+	fd = open(mu_path("honest"), O_WRONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(tu_write_all(fd, b, len), 0);
+	ck_assert_int_eq(close(fd), 0);
+	mu_digest_xattr(mu_path("honest"), &got);
+	ck_assert(wfs_digest_equal(&got, &db));
+	mu_assert_file_equals(mu_path("honest"), b, len);
+	ck_assert_int_eq(stat_counter("verify_failures"), 1);
+	ck_assert_int_eq(stat_counter("dedup_hits"), 0);
+	/* The declaring name now reads the content it declared, as a claim of it would. */
+	mu_assert_file_equals(mu_path("lie"), b, len);
+
+	/* Another lie, and a restart with -o verify=none before it was checked. */
+	create_tensor("lie2", "[2097152]", "F32");
+	b[0] ^= 1;
+	wfs_digest_buf(b, len, &db);
+	wfs_digest_to_hex(&db, hb);
+	write_declared("lie2", a, len, hb, false);
+	mu_digest_xattr(mu_path("lie2"), &got);
+	mu_daemon_stop();
+	mu.fault[0] = '\0';
+	snprintf(mu.opts, sizeof(mu.opts), "allow_other,verify=none");
+	mu_daemon_start();
+	MU_EVENTUALLY(stat_counter("verify_failures") == 1); /* the checker, at the start */
+	ck_assert_int_eq(open(mu_path("lie2"), O_RDONLY), -1);
+	ck_assert_int_eq(errno, EIO);
+
+	/* Another user may write but not declare; a malformed declaration is EINVAL. */
+	ck_assert_int_eq(chmod(mu.dir, 0755), 0);
+	ck_assert_int_eq(chmod(mu.mnt, 0777), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		if (setgid(65534) || setuid(65534))
+			_exit(10);
+		fd = open(mu_path("theirs"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+		if (fd < 0 || write(fd, "x", 1) != 1)
+			_exit(11);
+		if (fsetxattr(fd, "user.weightfs.digest", hb, WFS_DIGEST_HEX_CHARS, 0) != -1 || errno != EPERM)
+			_exit(12);
+		_exit(close(fd) == 0 ? 0 : 13);
+	}
+	waitpid(pid, &status, 0);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "other user: status %d",
+		      WEXITSTATUS(status));
+	fd = open(mu_path("mine"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, "x", 1), 1);
+	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.digest", "abc", 3, 0), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(close(fd), 0);
+	free(a);
+	free(b);
+}
+END_TEST
+
 static Suite *mount_suite(void)
 {
 	Suite *s = suite_create("mount");
@@ -2443,6 +2534,7 @@ static Suite *mount_suite(void)
 		{"empty_tensor_file_unlogged", empty_tensor_file_unlogged, 30},
 		{"tensor_through_passthrough", tensor_through_passthrough, 60},
 		{"declared_digest", declared_digest, 60},
+		{"declared_digest_unchecked", declared_digest_unchecked, 60},
 		{"memmap_sizing_write_not_data", memmap_sizing_write_not_data, 30},
 	};
 

@@ -42,7 +42,9 @@ struct wfs_checker {
 
 /*
  * Make sure object @o (pinned by the caller) holds the bytes its digest names, reading it once per
- * daemon run (and again if the object file changes); with -o verify=none, 0 at once. A read is
+ * daemon run (and again if the object file changes); with -o verify=none, 0 at once, unless the
+ * object was published on a declared digest and not read since (then it is read: wfs_check_soon())
+ * or a check this run found it damaged (-EIO). A read is
  * placed on thread @tid's NUMA node (its memory policy preferred there while reading), so the page
  * cache it fills lands where the opener will map it; @tid 0: anywhere. May drop fs->lock while
  * reading. On a mismatch the object is quarantined, one line is logged, and this and every later call
@@ -78,8 +80,8 @@ int wfs_check_count(struct wfs_fs *fs, uint64_t *verified, uint64_t *unverified)
  */
 int wfs_check_recheck(struct wfs_fs *fs, const struct wfs_digest *d);
 /*
- * Object @d was published on its writer's word (a declared digest, seal.h): queue it for the checker
- * thread, which reads and checks it as a first open would (quarantined and logged on a mismatch), so
+ * Object @d was published on its writer's word (a declared digest, seal.h; catalog state
+ * WFS_OBJECT_DECLARED until a check reads it, then OK): queue it for the checker thread, which reads and checks it as a first open would (quarantined and logged on a mismatch), so
  * that the first open usually finds it checked; an open that comes first checks it itself, or waits
  * for the checker's read (fs->check_done). Without a checker (not started, or the queue cannot grow)
  * the first open checks it. fs->lock held.
@@ -87,8 +89,9 @@ int wfs_check_recheck(struct wfs_fs *fs, const struct wfs_digest *d);
 void wfs_check_soon(struct wfs_fs *fs, const struct wfs_digest *d);
 /*
  * Start the checker thread (niced: it reads what the writers just wrote, from the page cache, while
- * they go on). Call before the session loop, fs->lock not held. Returns 0 or -errno (then objects
- * queued by wfs_check_soon() are checked by their first open).
+ * they go on) and queue the objects an earlier run published on a declared digest and did not check
+ * (catalog state WFS_OBJECT_DECLARED). Call before the session loop, fs->lock not held. Returns 0
+ * or -errno (then objects queued by wfs_check_soon() are checked by their first open).
  */
 int wfs_check_start(struct wfs_fs *fs);
 /* Stop the checker after the check it is doing; objects still queued are checked by their first open

@@ -19,6 +19,7 @@ struct wfs_object {
 	unsigned pins;  /* (L) open handles using it + seals publishing it + checks and claims */
 	int fd;         /* (L) O_RDONLY, for daemon-served reads; -1 until needed */
 	int backing_id; /* (L) passthrough backing id, 0 when not registered */
+	bool publishing; /* (L) a seal of this content is deciding whether it is stored, and linking it */
 };
 
 static atomic_bool warned_passthrough;
@@ -60,6 +61,16 @@ void wfs_object_repin(struct wfs_object *o)
 {
 	assert(o->pins > 0);
 	o->pins++;
+}
+
+bool wfs_object_publishing(const struct wfs_object *o)
+{
+	return o->publishing;
+}
+
+void wfs_object_set_publishing(struct wfs_object *o, bool publishing)
+{
+	o->publishing = publishing;
 }
 
 const struct wfs_digest *wfs_object_digest(const struct wfs_object *o)

@@ -33,6 +33,13 @@ void wfs_object_repin(struct wfs_object *o);
  * the object deleted when nothing refers to it (wfs_object_maybe_delete()).
  */
 void wfs_object_unpin(struct wfs_fs *fs, struct wfs_object *o);
+/*
+ * Is a seal of @o's content between its "stored already?" and its link (seal.c)? Seals of one
+ * content take that step one at a time, so that none dedups onto a copy another is publishing
+ * unread (a declared digest, seal.h). Set by that seal, which holds a pin meanwhile.
+ */
+bool wfs_object_publishing(const struct wfs_object *o);
+void wfs_object_set_publishing(struct wfs_object *o, bool publishing);
 /* The digest @o is the object of. */
 const struct wfs_digest *wfs_object_digest(const struct wfs_object *o);
 /*

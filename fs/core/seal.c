@@ -116,6 +116,7 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	struct wfs_digest d;
 	struct timespec mtime;
 	bool existed = false, unwritten, unchanged, kernel, told, durable = false, asked, alone, stored;
+	bool publishing = false, trusted = false;
 	uint64_t size = 0;
 	int ret;
 
@@ -130,9 +131,6 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	if (ret == 0 && wfs_version_declared_wrong(v))
 		wfs_log(WFS_LOG_WARN, "inode %llu: its writer declared a digest its bytes do not have: "
 			"sealed with the digest of the bytes", (unsigned long long)in->ino);
-	/* Already stored? Asked here, without fs->lock: after the kernel dropped its dentries this is a
-	 * read of objects/ab/ from a disk busy with writers' data (80-240 ms seen under the lock). */
-	stored = ret == 0 && !unchanged && wfs_store_object_exists(fs->store, &d);
 	wfs_crashpoint("seal.after-digest");
 
 	pthread_mutex_lock(&fs->lock);
@@ -151,11 +149,25 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 		if (!o)
 			ret = -ENOMEM;
 	}
-	/* A dedup hit hands the name the stored copy: it must hold these bytes. A bad one is
-	 * quarantined here, which leaves the way free to publish ours — the store heals. (Asked
-	 * again now that the object is pinned: it may have gone meanwhile; the lookup is cached.) */
-	if (ret == 0 && stored && wfs_store_object_exists(fs->store, &d))
-		wfs_check_object(fs, o, 0);
+	if (ret == 0 && !unchanged) {
+		/* One seal of a content at a time asks "stored already?" and links its copy, so that
+		 * none dedups onto a copy that another publishes on its writer's declared digest,
+		 * unread, between this one's question and its link. */
+		while (wfs_object_publishing(o))
+			pthread_cond_wait(&fs->seal_done, &fs->lock);
+		wfs_object_set_publishing(o, true);
+		publishing = true;
+		/* Asked without fs->lock: after the kernel dropped its dentries this is a read of
+		 * objects/ab/ from a disk busy with writers' data (80-240 ms seen under the lock). The
+		 * answer holds until the publish: the object is pinned, no other seal links it. */
+		pthread_mutex_unlock(&fs->lock);
+		stored = wfs_store_object_exists(fs->store, &d);
+		pthread_mutex_lock(&fs->lock);
+		/* A dedup hit hands the name the stored copy: it must hold these bytes. A bad one is
+		 * quarantined here, which leaves the way free to publish ours — the store heals. */
+		if (stored)
+			wfs_check_object(fs, o, 0);
+	}
 	pthread_mutex_unlock(&fs->lock);
 
 	if (ret == 0)
@@ -176,7 +188,11 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 		if (!wfs_version_mtime(v, &mtime))
 			clock_gettime(CLOCK_REALTIME, &mtime);
 		/* Made durable below without fs->lock (the WAL's fdatasync). */
-		ret = wfs_catalog_set_content(fs->catalog, in->ino, &d, size, &mtime, false, &old, NULL);
+		/* Published on its writer's word: the catalog says so until it is checked, so that a
+		 * restart checks it too, whatever -o verify says (check.h). */
+		trusted = !existed && wfs_version_trusted(v);
+		ret = wfs_catalog_set_content(fs->catalog, in->ino, &d, size, &mtime,
+					      trusted ? WFS_CONTENT_DECLARED : 0, &old, NULL);
 		if (ret == 0 && alone && (ret = wfs_commit_now(fs)) != 0)
 			wfs_catalog_rollback(fs->catalog);
 	}
@@ -192,7 +208,7 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 		if (existed) {
 			fs->counters.dedup_hits++;
 		} else {
-			if (wfs_version_trusted(v)) {
+			if (trusted) {
 				/* Published on its writer's word: read and checked before any open uses it. */
 				fs->counters.seals_declared++;
 				wfs_check_soon(fs, &d);
@@ -210,6 +226,8 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	in->io.cache_valid = false;
 	wfs_version_put(v); /* the inode's reference */
 	wfs_version_put(v); /* ours */
+	if (publishing)
+		wfs_object_set_publishing(o, false); /* the next seal of this content finds it stored */
 	pthread_cond_broadcast(&fs->seal_done);
 	if (o)
 		wfs_object_unpin(fs, o); /* deletes the object again if the commit failed */
@@ -494,7 +512,7 @@ static int claim(struct wfs_fs *fs, struct wfs_inode *in, const struct wfs_diges
 		clock_gettime(CLOCK_REALTIME, &mtime);
 		/* Not synced: the object is durable already, and the claimed name becomes durable with
 		 * the next synced commit, like a rename (trainers claim a temp name, then rename it). */
-		ret = wfs_catalog_set_content(fs->catalog, in->ino, d, (uint64_t)st.st_size, &mtime, false,
+		ret = wfs_catalog_set_content(fs->catalog, in->ino, d, (uint64_t)st.st_size, &mtime, 0,
 					      &old, NULL);
 	}
 	if (ret == 0) {
@@ -513,6 +531,13 @@ static int claim(struct wfs_fs *fs, struct wfs_inode *in, const struct wfs_diges
 	if (ret == 0 && old.sealed && !wfs_digest_equal(&old.digest, d))
 		wfs_object_maybe_delete(fs, &old.digest); /* the empty object, when no other name has it */
 	return ret;
+}
+
+bool wfs_seal_writing(struct wfs_fs *fs, uint64_t ino)
+{
+	struct wfs_inode *in = wfs_inode_find(fs, ino);
+
+	return in && in->writer && !wfs_version_frozen(in->writer);
 }
 
 int wfs_seal_declare(struct wfs_fs *fs, uint64_t ino, const struct wfs_digest *d)

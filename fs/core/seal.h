@@ -130,14 +130,17 @@ void wfs_seal_set_mtime(struct wfs_fs *fs, uint64_t ino, const struct timespec *
 void wfs_seal_wait_release(struct wfs_fs *fs, uint64_t ino);
 
 /*
- * setxattr user.weightfs.digest on inode @ino while a version of it is being written: its writer's
- * word for the digest its bytes will have at the seal (wfs_version_declare(): taken for new content
+ * setxattr user.weightfs.digest on inode @ino while a version of it is being written (by the
+ * mounting user or root: the handler checks): its writer's word for the digest its bytes will have
+ * at the seal (wfs_version_declare(): taken for new content
  * written through passthrough, whose seal would otherwise read the whole file to hash it; the object
  * is then checked before its first read, check.h, wfs_check_soon). With -o verify=none it is taken
  * and not used. Returns 1 (taken), or 0 when @ino has no version being written (or one being
  * sealed): the caller treats the request as a sealed file's (only its own digest may be set).
  */
 int wfs_seal_declare(struct wfs_fs *fs, uint64_t ino, const struct wfs_digest *d);
+/* Is a version of inode @ino being written, not yet being sealed (where a declaration goes)? */
+bool wfs_seal_writing(struct wfs_fs *fs, uint64_t ino);
 
 /*
  * Digest claim (setxattr user.weightfs.claim) on inode @ino: seal the empty regular file as stored

@@ -250,9 +250,12 @@ static void print_daemon_stats(const json_t *d)
 	       "without passthrough)\n",
 	       (unsigned long long)json_u64(k, "opens_passthrough"), (unsigned long long)json_u64(k, "opens_daemon"));
 	printf("tensor writes:      %llu through passthrough (%llu sealed from a copy: the file was still "
-	       "writable at its release)\n",
+	       "writable at its release; %llu sealed on their writer's declared digest, %llu of those "
+	       "checked since)\n",
 	       (unsigned long long)json_u64(k, "opens_passthrough_write"),
-	       (unsigned long long)json_u64(k, "published_copies"));
+	       (unsigned long long)json_u64(k, "published_copies"),
+	       (unsigned long long)json_u64(k, "seals_declared"),
+	       (unsigned long long)json_u64(k, "checks_after_seal"));
 	printf("durability:         %llu seals durable at close (large or fsync'd), %llu group syncs "
 	       "for the small ones, %llu waiting for the next\n",
 	       (unsigned long long)json_u64(k, "seals_synced"), (unsigned long long)json_u64(k, "group_syncs"),
