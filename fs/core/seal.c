@@ -177,6 +177,15 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 
 	wfs_crashpoint("seal.before-commit");
 	pthread_mutex_lock(&fs->lock);
+	if (publishing) {
+		/* Linked (or found stored): the next seal of this content may ask. A copy this seal
+		 * hashed is good; one published on a declaration is not until the checker says so. */
+		if (ret == 0 && !existed && !wfs_version_trusted(v))
+			wfs_check_mark_good(fs, &d);
+		wfs_object_set_publishing(o, false);
+		publishing = false;
+		pthread_cond_broadcast(&fs->seal_done);
+	}
 	/* A seal that a caller waits for and that is to be durable (large, or fsync'd) is committed at
 	 * once and alone (the batch before it first), so a failed commit fails this seal and nothing
 	 * else. The others join the batch, like a rename: committed within WFS_COMMIT_INTERVAL_MS. */
@@ -212,8 +221,6 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 				/* Published on its writer's word: read and checked before any open uses it. */
 				fs->counters.seals_declared++;
 				wfs_check_soon(fs, &d);
-			} else {
-				wfs_check_mark_good(fs, &d); /* its bytes are the ones hashed above */
 			}
 			fs->counters.objects_published++;
 			fs->counters.bytes_published += size;
@@ -226,8 +233,6 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	in->io.cache_valid = false;
 	wfs_version_put(v); /* the inode's reference */
 	wfs_version_put(v); /* ours */
-	if (publishing)
-		wfs_object_set_publishing(o, false); /* the next seal of this content finds it stored */
 	pthread_cond_broadcast(&fs->seal_done);
 	if (o)
 		wfs_object_unpin(fs, o); /* deletes the object again if the commit failed */

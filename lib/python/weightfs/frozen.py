@@ -69,6 +69,11 @@ class OffloadSummary(NamedTuple):
     written_bytes: int
     seconds: float
 
+    def __repr__(self) -> str:  # the counts: results holds one line per tensor
+        return (f"OffloadSummary(tensors={self.tensors}, bytes={self.bytes}, written={self.written}, "
+                f"claimed={self.claimed}, skipped={self.skipped}, written_bytes={self.written_bytes}, "
+                f"seconds={self.seconds:.3f}, results=[{len(self.results)} OffloadResult])")
+
 
 def file_name(param: str) -> str:
     """The file name of parameter param under rank{N}/ (see the module comment)."""
@@ -85,12 +90,21 @@ def file_name(param: str) -> str:
 
 def _frozen_params(params):
     """[(name, tensor)] from an nn.Module (its parameters with requires_grad False), a mapping
-    name -> tensor, or an iterable of (name, tensor)."""
+    name -> tensor, or an iterable of (name, tensor). TypeError for a name that is not a string or
+    a value that is not a tensor (anything with .detach())."""
     if hasattr(params, "named_parameters") and callable(params.named_parameters):
         return [(n, p) for n, p in params.named_parameters() if not p.requires_grad]
-    if hasattr(params, "items"):
-        return list(params.items())
-    return list(params)
+    items = list(params.items()) if hasattr(params, "items") else list(params)
+    for item in items:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise TypeError(f"FrozenOffload.offload: expected (name, tensor) pairs, got {item!r:.80}")
+        name, t = item
+        if not isinstance(name, str):
+            raise TypeError(f"FrozenOffload.offload: parameter name {name!r:.80} is not a string")
+        if not callable(getattr(t, "detach", None)):
+            raise TypeError(f"FrozenOffload.offload: parameter {name!r}: {type(t).__name__} is not a "
+                            "tensor (torch.Tensor)")
+    return items
 
 
 def fs_type(path: PathLike) -> Optional[str]:
