@@ -18,9 +18,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
+#include "digest.h"
 #include "log.h"
+#include "weightfs.h"
 
 #ifdef WFS_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -53,6 +56,7 @@ struct stage_item {
 	int err;              /* guarded: first error wins */
 	bool done;            /* guarded */
 	char msg[WFS_STAGE_MSG_MAX]; /* guarded until done */
+	char digest[WFS_DIGEST_HEX_CHARS + 1]; /* it.digest's copy ("" for none); it.digest points here */
 };
 
 struct wfs_stage_batch {
@@ -315,6 +319,8 @@ static void item_finish(struct wfs_stager *st, struct stage_item *it)
 	if (it->fd >= 0) {
 		bool failed = item_failed(st, it);
 
+		if (offload && !failed && it->digest[0])
+			(void)fsetxattr(it->fd, WFS_XATTR_DIGEST, it->digest, WFS_DIGEST_HEX_CHARS, 0);
 		if (offload && !failed && (it->it.flags & WFS_STAGE_FSYNC) && fsync(it->fd) < 0)
 			item_fail(st, it, -errno, "fsync: %s", strerror(errno));
 		/* On weightfs close(2) seals the file: ENOSPC or EIO from the seal arrive here. A read-only
@@ -940,9 +946,13 @@ int wfs_stage_submit(struct wfs_stager *st, const struct wfs_stage_item *items, 
 		const struct wfs_stage_item *w = &items[i];
 		bool offload = w->flags & WFS_STAGE_OFFLOAD;
 
+		struct wfs_digest d;
+
 		if (!w->path || (!w->mem && w->bytes) ||
 		    (offload && (w->offset || (w->flags & WFS_STAGE_EXACT))) ||
-		    (!offload && (w->flags & WFS_STAGE_FSYNC)))
+		    (!offload && (w->flags & WFS_STAGE_FSYNC)) ||
+		    (w->digest && (!offload || strlen(w->digest) != WFS_DIGEST_HEX_CHARS ||
+				   wfs_digest_from_hex(w->digest, &d))))
 			return -EINVAL;
 		if (w->offset > UINT64_MAX - w->bytes || w->offset + w->bytes > (uint64_t)INT64_MAX)
 			return -EOVERFLOW;
@@ -967,6 +977,9 @@ int wfs_stage_submit(struct wfs_stager *st, const struct wfs_stage_item *items, 
 		it->fd = -1;
 		it->nchunks = items[i].bytes ? (items[i].bytes + S - 1) / S : 1;
 		it->chunks_left = it->nchunks;
+		if (items[i].digest)
+			memcpy(it->digest, items[i].digest, sizeof(it->digest));
+		it->it.digest = it->digest[0] ? it->digest : NULL;
 		it->it.path = strdup(items[i].path);
 		if (!it->it.path) {
 			r = -ENOMEM;
@@ -1070,11 +1083,11 @@ int wfs_stage_load(struct wfs_stager *st, const char *path, uint64_t offset, uin
 }
 
 int wfs_stage_offload(struct wfs_stager *st, const void *mem, uint64_t bytes, const char *path,
-		      unsigned flags, char *err, size_t errlen)
+		      unsigned flags, const char *digest, char *err, size_t errlen)
 {
 	struct wfs_stage_item item = {
 		.path = path, .bytes = bytes, .mem = (void *)(uintptr_t)mem,
-		.flags = WFS_STAGE_OFFLOAD | (flags & WFS_STAGE_FSYNC),
+		.flags = WFS_STAGE_OFFLOAD | (flags & WFS_STAGE_FSYNC), .digest = digest,
 	};
 
 	return run_one(st, &item, err, errlen);

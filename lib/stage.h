@@ -106,6 +106,12 @@ struct wfs_stage_item {
 	uint64_t bytes;
 	void *mem;
 	unsigned flags; /* WFS_STAGE_* item flags */
+	/* Offload, or NULL: the XXH3-128 digest of the @bytes at @mem (32 hex digits, lib/digest.h),
+	 * set as user.weightfs.digest on the file before its close: on weightfs the seal then takes it
+	 * instead of reading the file back to hash it (a declaration, docs/integrity.md). Only for a
+	 * file on weightfs: elsewhere it would be stored as an ordinary attribute. Copied. Its errors
+	 * are not the item's (the seal hashes instead). */
+	const char *digest;
 };
 
 struct wfs_stager;
@@ -149,7 +155,8 @@ void wfs_stage_free(struct wfs_stager *st);
  * comes first. On success *@out owns the batch: wait for it with wfs_stage_wait() and free it with
  * wfs_stage_batch_free(). @n may be 0.
  * Errors (nothing is queued): -EINVAL (NULL path, NULL mem with bytes > 0, offload with offset != 0,
- * EXACT on an offload), -EOVERFLOW (offset + bytes overflows), -ENOMEM.
+ * EXACT on an offload, a digest on a backload or one that is not 32 hex digits), -EOVERFLOW (offset +
+ * bytes overflows), -ENOMEM.
  * Per-item errors (missing file, short file, EIO, ...) come back through wfs_stage_wait() and
  * wfs_stage_result(), never from here.
  */
@@ -178,13 +185,13 @@ void wfs_stage_batch_free(struct wfs_stage_batch *b);
 /*
  * Synchronous conveniences: one item, submitted, waited for and freed. Backload @bytes bytes of
  * @path from @offset into @mem (@flags: WFS_STAGE_EXACT), or offload @bytes bytes of @mem into a new
- * @path (@flags: WFS_STAGE_FSYNC). Return as wfs_stage_result(); on failure the message is written
- * to @err when not NULL.
+ * @path (@flags: WFS_STAGE_FSYNC; @digest: as struct wfs_stage_item's, or NULL). Return as
+ * wfs_stage_result(); on failure the message is written to @err when not NULL.
  */
 int wfs_stage_load(struct wfs_stager *st, const char *path, uint64_t offset, uint64_t bytes, void *mem,
 		   unsigned flags, char *err, size_t errlen);
 int wfs_stage_offload(struct wfs_stager *st, const void *mem, uint64_t bytes, const char *path,
-		      unsigned flags, char *err, size_t errlen);
+		      unsigned flags, const char *digest, char *err, size_t errlen);
 
 /* Counters and configuration of @st, copied into *@out. Thread-safe. */
 void wfs_stage_stats(struct wfs_stager *st, struct wfs_stage_stats *out);

@@ -17,8 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
+#include "digest.h"
 #include "stage.h"
 #include "testutil.h"
 
@@ -183,11 +185,11 @@ START_TEST(test_batch_errors)
 	tpath(ps, sizeof(ps), "short.bin");
 	tpath(pb, sizeof(pb), "big.bin");
 	tpath(pz, sizeof(pz), "b.bin");
-	items[0] = (struct wfs_stage_item){ pa, 0, 3 * BUF_BYTES + 5, ga, WFS_STAGE_EXACT };
-	items[1] = (struct wfs_stage_item){ pm, 0, 4096, gs, WFS_STAGE_EXACT };
-	items[2] = (struct wfs_stage_item){ ps, 0, 4096, gs, WFS_STAGE_EXACT };
-	items[3] = (struct wfs_stage_item){ pb, 0, 4096, gm, WFS_STAGE_EXACT };
-	items[4] = (struct wfs_stage_item){ pz, 0, 4096, gz, WFS_STAGE_EXACT };
+	items[0] = (struct wfs_stage_item){ pa, 0, 3 * BUF_BYTES + 5, ga, WFS_STAGE_EXACT, NULL };
+	items[1] = (struct wfs_stage_item){ pm, 0, 4096, gs, WFS_STAGE_EXACT, NULL };
+	items[2] = (struct wfs_stage_item){ ps, 0, 4096, gs, WFS_STAGE_EXACT, NULL };
+	items[3] = (struct wfs_stage_item){ pb, 0, 4096, gm, WFS_STAGE_EXACT, NULL };
+	items[4] = (struct wfs_stage_item){ pz, 0, 4096, gz, WFS_STAGE_EXACT, NULL };
 	ck_assert_int_eq(wfs_stage_submit(st, items, 5, &b), 0);
 	/* The lowest-numbered failure is reported. */
 	ck_assert_int_eq(wfs_stage_wait(b), -ENOENT);
@@ -225,13 +227,16 @@ START_TEST(test_submit_invalid)
 	struct wfs_stage_batch *b = NULL;
 	char buf[16];
 	struct wfs_stage_item bad[] = {
-		{ NULL, 0, 1, buf, 0 },
-		{ "x", 0, 1, NULL, 0 },
-		{ "x", 1, 1, buf, WFS_STAGE_OFFLOAD },
-		{ "x", 0, 1, buf, WFS_STAGE_OFFLOAD | WFS_STAGE_EXACT },
-		{ "x", 0, 1, buf, WFS_STAGE_FSYNC },
+		{ NULL, 0, 1, buf, 0, NULL },
+		{ "x", 0, 1, NULL, 0, NULL },
+		{ "x", 1, 1, buf, WFS_STAGE_OFFLOAD, NULL },
+		{ "x", 0, 1, buf, WFS_STAGE_OFFLOAD | WFS_STAGE_EXACT, NULL },
+		{ "x", 0, 1, buf, WFS_STAGE_FSYNC, NULL },
+		{ "x", 0, 1, buf, 0, "0123456789abcdef0123456789abcdef" },  /* a digest on a backload */
+		{ "x", 0, 1, buf, WFS_STAGE_OFFLOAD, "0123456789abcdef" },  /* not 32 hex digits */
+		{ "x", 0, 1, buf, WFS_STAGE_OFFLOAD, "0123456789abcdef0123456789abcdeg" },
 	};
-	struct wfs_stage_item ovf = { "x", UINT64_MAX - 1, 4, buf, 0 };
+	struct wfs_stage_item ovf = { "x", UINT64_MAX - 1, 4, buf, 0, NULL };
 	struct wfs_stage_opts o;
 	struct wfs_stager *st2 = NULL;
 	char err[WFS_STAGE_MSG_MAX];
@@ -314,7 +319,9 @@ START_TEST(test_offload_roundtrip)
 	size_t n = rt_sizes[_i];
 	struct wfs_stager *st = host_stager(NBUF, BUF_BYTES, 3);
 	unsigned char *src = malloc(n ? n : 1), *got;
-	char p[512], err[WFS_STAGE_MSG_MAX];
+	char p[512], err[WFS_STAGE_MSG_MAX], hex[WFS_DIGEST_HEX_CHARS + 1], xv[64];
+	struct wfs_digest d;
+	ssize_t xn;
 	size_t gn;
 	struct wfs_stage_stats s;
 
@@ -322,11 +329,20 @@ START_TEST(test_offload_roundtrip)
 	tpath(p, sizeof(p), "off.bin");
 	/* An old, longer file under the name must be replaced, not overwritten in place. */
 	free(write_file("off.bin", n + 5000, 9));
-	ck_assert_msg(wfs_stage_offload(st, src, n, p, n % 2 ? WFS_STAGE_FSYNC : 0, err, sizeof(err)) == 0,
-		      "%s", err);
+	/* Odd sizes also declare the digest: set on the file before its close (on a plain filesystem
+	 * with user xattrs it is stored as it is; on weightfs it is the seal's). */
+	wfs_digest_buf(src, n, &d);
+	wfs_digest_to_hex(&d, hex);
+	ck_assert_msg(wfs_stage_offload(st, src, n, p, n % 2 ? WFS_STAGE_FSYNC : 0, n % 2 ? hex : NULL, err,
+					sizeof(err)) == 0, "%s", err);
 	got = read_file(p, &gn);
 	ck_assert_uint_eq(gn, n);
 	ck_assert_int_eq(memcmp(got, src, n), 0);
+	xn = getxattr(p, "user.weightfs.digest", xv, sizeof(xv));
+	if (n % 2 && !(xn < 0 && (errno == ENOTSUP || errno == EOPNOTSUPP)))
+		ck_assert(xn == WFS_DIGEST_HEX_CHARS && memcmp(xv, hex, WFS_DIGEST_HEX_CHARS) == 0);
+	else if (!(n % 2))
+		ck_assert_int_eq(xn, -1);
 	wfs_stage_stats(st, &s);
 	ck_assert_uint_eq(s.bytes_offloaded, n);
 	wfs_stage_free(st);
@@ -342,13 +358,13 @@ START_TEST(test_offload_errors)
 	char p[512], err[WFS_STAGE_MSG_MAX];
 
 	tpath(p, sizeof(p), "no/such/dir/x.bin");
-	ck_assert_int_eq(wfs_stage_offload(st, src, sizeof(src), p, 0, err, sizeof(err)), -ENOENT);
+	ck_assert_int_eq(wfs_stage_offload(st, src, sizeof(src), p, 0, NULL, err, sizeof(err)), -ENOENT);
 	ck_assert_ptr_nonnull(strstr(err, "x.bin: create: No such file or directory"));
 	/* A device node takes the bytes but is never unlinked, not even on failure. */
 	if (access("/dev/full", W_OK) == 0) {
 		struct stat sb;
 
-		ck_assert_int_eq(wfs_stage_offload(st, src, sizeof(src), "/dev/full", 0, err, sizeof(err)), -ENOSPC);
+		ck_assert_int_eq(wfs_stage_offload(st, src, sizeof(src), "/dev/full", 0, NULL, err, sizeof(err)), -ENOSPC);
 		ck_assert_ptr_nonnull(strstr(err, "/dev/full: write at byte 0"));
 		ck_assert_int_eq(stat("/dev/full", &sb), 0);
 		ck_assert(S_ISCHR(sb.st_mode));
@@ -400,8 +416,8 @@ START_TEST(test_read_eio)
 	ck_assert_int_eq(wfs_stage_new(&o, &st, NULL, 0), 0);
 	tpath(pg, sizeof(pg), "good.bin");
 	tpath(pb, sizeof(pb), "bad.bin");
-	items[0] = (struct wfs_stage_item){ pb, 0, n, g1, WFS_STAGE_EXACT };
-	items[1] = (struct wfs_stage_item){ pg, 0, n, g2, WFS_STAGE_EXACT };
+	items[0] = (struct wfs_stage_item){ pb, 0, n, g1, WFS_STAGE_EXACT, NULL };
+	items[1] = (struct wfs_stage_item){ pg, 0, n, g2, WFS_STAGE_EXACT, NULL };
 	ck_assert_int_eq(wfs_stage_submit(st, items, 2, &b), 0);
 	ck_assert_int_eq(wfs_stage_wait(b), -EIO);
 	ck_assert_int_eq(wfs_stage_result(b, 0, &msg), -EIO);
@@ -416,12 +432,12 @@ START_TEST(test_read_eio)
 	/* A write fault during offload fails the item and leaves no partial file behind. */
 	plan = (struct fault_plan){ "out.bin", BUF_BYTES, -EIO, WFS_STAGE_IO_WRITE };
 	tpath(pb, sizeof(pb), "out.bin");
-	ck_assert_int_eq(wfs_stage_offload(st, good, n, pb, 0, want, sizeof(want)), -EIO);
+	ck_assert_int_eq(wfs_stage_offload(st, good, n, pb, 0, NULL, want, sizeof(want)), -EIO);
 	ck_assert_ptr_nonnull(strstr(want, "out.bin: write at byte 65536: Input/output error"));
 	ck_assert_int_eq(access(pb, F_OK), -1);
 	/* A close(2) error (how weightfs reports a failed seal) fails the offload the same way. */
 	plan = (struct fault_plan){ "out.bin", 0, -ENOSPC, WFS_STAGE_IO_CLOSE };
-	ck_assert_int_eq(wfs_stage_offload(st, good, n, pb, WFS_STAGE_FSYNC, want, sizeof(want)), -ENOSPC);
+	ck_assert_int_eq(wfs_stage_offload(st, good, n, pb, WFS_STAGE_FSYNC, NULL, want, sizeof(want)), -ENOSPC);
 	ck_assert_ptr_nonnull(strstr(want, "out.bin: close: No space left on device"));
 	ck_assert_int_eq(access(pb, F_OK), -1);
 	ck_assert_int_eq(count_fds(), fds);
@@ -454,7 +470,7 @@ START_TEST(test_ring_bound)
 		d = write_file(name, 100, 1000 + i);
 		free(d);
 		tpath(paths[i], 512, name);
-		items[i] = (struct wfs_stage_item){ paths[i], 0, 100, small + 100 * i, WFS_STAGE_EXACT };
+		items[i] = (struct wfs_stage_item){ paths[i], 0, 100, small + 100 * i, WFS_STAGE_EXACT, NULL };
 	}
 	ck_assert_int_eq(wfs_stage_submit(st, items, nsmall, &b), 0);
 	tpath(p, sizeof(p), "big.bin");
@@ -599,7 +615,7 @@ START_TEST(test_gpu_roundtrip)
 	ck_assert_uint_eq(got[n], 0);
 	/* And back out: device → file → same bytes. */
 	tpath(p, sizeof(p), "g.out");
-	ck_assert_msg(wfs_stage_offload(st, dev, n, p, WFS_STAGE_FSYNC, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(wfs_stage_offload(st, dev, n, p, WFS_STAGE_FSYNC, NULL, err, sizeof(err)) == 0, "%s", err);
 	back = read_file(p, &bn);
 	ck_assert_uint_eq(bn, n);
 	ck_assert_int_eq(memcmp(back, want, n), 0);

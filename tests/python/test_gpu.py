@@ -13,6 +13,7 @@ N failed".
 """
 
 import argparse
+import json
 import os
 import sys
 import warnings
@@ -54,11 +55,18 @@ def main():
     roots = [("plain", a.plain)] + ([("weightfs", a.mnt)] if a.mnt else [])
     for label, root in roots:
         def case(root=root, label=label):
+            def declared():  # None: no passthrough, where nothing is declared
+                s = json.loads(os.getxattr(root, "user.weightfs.stats"))
+                return s["since_mount"]["seals_declared"] if s["passthrough"] else None
+            before = declared() if label == "weightfs" else None
             r1 = weightfs.offload(big, os.path.join(root, "gpu", "rank0", "big"))
+            if before is not None:  # staged through the ring, its digest declared: not read back
+                assert declared() == before + 1, (before, declared())
             r2 = weightfs.offload(big, os.path.join(root, "gpu", "rank1", "big"))
             r3 = weightfs.offload(nc, os.path.join(root, "gpu", "rank0", "nc"))
             assert not r1.claimed and r1.bytes == big.numel() * 2
             assert r2.claimed == (label == "weightfs"), r2
+            assert "user.weightfs.digest" not in os.listxattr(r1.path), os.listxattr(r1.path)
             assert r1.digest == weightfs.digest_file(r1.path) == weightfs.digest_file(r2.path)
             assert wfstest.xxhsum(r1.path) == r1.digest
             for r, t in ((r1, big), (r2, big), (r3, nc)):

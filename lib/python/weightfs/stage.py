@@ -117,7 +117,8 @@ def library() -> ctypes.CDLL:
         lib.wfs_stage_free.restype = None
         lib.wfs_stage_load.argtypes = [P, ctypes.c_char_p, U64, U64, P, ctypes.c_uint, ctypes.c_char_p, S]
         lib.wfs_stage_load.restype = ctypes.c_int
-        lib.wfs_stage_offload.argtypes = [P, P, U64, ctypes.c_char_p, ctypes.c_uint, ctypes.c_char_p, S]
+        lib.wfs_stage_offload.argtypes = [P, P, U64, ctypes.c_char_p, ctypes.c_uint, ctypes.c_char_p,
+                                          ctypes.c_char_p, S]
         lib.wfs_stage_offload.restype = ctypes.c_int
         lib.wfs_stage_stats.argtypes = [P, ctypes.POINTER(_Stats)]
         lib.wfs_stage_stats.restype = None
@@ -188,11 +189,15 @@ class Stager:
         if rc < 0:
             raise _error(rc, err)
 
-    def offload(self, ptr: int, nbytes: int, path: PathLike, fsync: bool = False) -> None:
-        """Write nbytes bytes at memory address ptr into a new file at path (no partial file on error)."""
+    def offload(self, ptr: int, nbytes: int, path: PathLike, fsync: bool = False,
+                digest: Optional[str] = None) -> None:
+        """Write nbytes bytes at memory address ptr into a new file at path (no partial file on error).
+        digest: the bytes' XXH3-128 (32 hex digits), declared on a weightfs file before its close so
+        that its seal does not read it back (only for a file on weightfs; lib/stage.h)."""
         err = ctypes.create_string_buffer(_MSG_MAX)
         rc = self._lib.wfs_stage_offload(self._handle(), ptr, nbytes, os.fsencode(path),
-                                         _FSYNC if fsync else 0, err, _MSG_MAX)
+                                         _FSYNC if fsync else 0,
+                                         digest.encode("ascii") if digest else None, err, _MSG_MAX)
         if rc < 0:
             raise _error(rc, err)
 
@@ -261,12 +266,14 @@ def backload(path: PathLike, tensor: Any, offset: int = 0, length: Optional[int]
     return tensor
 
 
-def offload_tensor(tensor: Any, path: PathLike, fsync: bool = False, stager: Optional[Stager] = None) -> None:
+def offload_tensor(tensor: Any, path: PathLike, fsync: bool = False, stager: Optional[Stager] = None,
+                   digest: Optional[str] = None) -> None:
     """Write a contiguous CUDA tensor's bytes into a new file at path, chunk by chunk through the ring
     (never a full host copy). On weightfs the file is sealed at close; a seal error (ENOSPC, EIO) is
-    raised as OSError and the file is removed."""
+    raised as OSError and the file is removed. digest: the tensor's XXH3-128, declared before the
+    close (a file on weightfs only: Stager.offload)."""
     nbytes = _check_tensor(tensor, "offload_tensor")
-    _stager_for(tensor, stager).offload(tensor.data_ptr(), nbytes, path, fsync=fsync)
+    _stager_for(tensor, stager).offload(tensor.data_ptr(), nbytes, path, fsync=fsync, digest=digest)
 
 
 def selftest():

@@ -829,6 +829,7 @@ def _offload_bytes(kind, keep, name, shape, path, claim, xattrs, fsync, stager, 
     sealed_later = False  # written through passthrough: weightfs seals it at the release
     fd = -1
     hasher = None
+    declare = False  # written through passthrough on weightfs: the digest goes with the bytes
     try:
         fd = _create(tmp, d)
         if xattrs:
@@ -841,6 +842,7 @@ def _offload_bytes(kind, keep, name, shape, path, claim, xattrs, fsync, stager, 
             staged = kind == "cuda" and _stage_has_cuda()
             through_kernel = xattrs and name is not None and nbytes >= PASSTHROUGH_WRITE_MIN
             sealed_later = through_kernel
+            declare = through_kernel and _is_weightfs(_dev_of(d, fd))
             if through_kernel and staged:
                 # The stager opens the file again itself (O_TRUNC): with this descriptor closed
                 # first, weightfs writes the tensor through kernel passthrough (lib/weightfs.h).
@@ -856,7 +858,8 @@ def _offload_bytes(kind, keep, name, shape, path, claim, xattrs, fsync, stager, 
                 # descriptor stays open so that nothing is sealed before the bytes are in: the seal
                 # is at its close below; a large one's was closed above (an empty file is sealed
                 # empty, then written), and the stager's close is the seal.
-                _offload_tensor(keep, tmp, fsync=fsync, stager=stager)
+                _offload_tensor(keep, tmp, fsync=fsync, stager=stager,
+                                digest=hexdigest if declare else None)
             elif kind == "cuda":
                 for address, n in _gpu_chunks(keep):
                     _write_all(fd, _address_view(address, n), tmp)
@@ -871,7 +874,7 @@ def _offload_bytes(kind, keep, name, shape, path, claim, xattrs, fsync, stager, 
         if hasher is not None:
             hexdigest, hasher = hasher.digest(), None
         if fd >= 0:
-            if sealed_later and not claimed and _is_weightfs(_dev_of(d, fd)):
+            if sealed_later and not claimed and declare:
                 _declare(fd, tmp, hexdigest)
             if fsync and not claimed:
                 os.fdatasync(fd)
