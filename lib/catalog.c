@@ -1764,15 +1764,18 @@ int wfs_catalog_object_get(struct wfs_catalog *c, const struct wfs_digest *d, ui
 int wfs_catalog_object_set_state(struct wfs_catalog *c, const struct wfs_digest *d,
 				 enum wfs_object_state state)
 {
-	sqlite3_stmt *s = stmt(c, ST_OBJECT_STATE);
-	int ret;
+	sqlite3_stmt *s;
+	int ret = begin(c); /* a change like the others: it joins the batch, not a commit of its own */
 
+	if (ret)
+		return ret;
+	s = stmt(c, ST_OBJECT_STATE);
 	sqlite3_bind_blob(s, 1, d->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
 	sqlite3_bind_int(s, 2, state);
 	ret = step_done(c, s);
 	if (ret == 0 && sqlite3_changes(c->db) == 0)
 		ret = -ENOENT;
-	return ret;
+	return end(c, ret);
 }
 
 static int object_delete_once(struct wfs_catalog *c, const struct wfs_digest *d)
