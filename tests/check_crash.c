@@ -240,6 +240,54 @@ START_TEST(daemon_killed_after_batched_changes)
 }
 END_TEST
 
+/*
+ * A tensor sealed on a wrong declared digest, the daemon killed after the object's link and before
+ * its commit: the object file is there, unlisted, its bytes never read. A daemon with -o
+ * verify=none still reads such an object before anything uses it: a claim of that digest is
+ * refused (ENODATA), and a write of the declared content under another name stores its own bytes.
+ */
+START_TEST(declared_lie_killed_before_commit)
+{
+	size_t len = 8u << 20;
+	unsigned char *a, *b;
+	char hb[WFS_DIGEST_HEX_CHARS + 1];
+	struct wfs_digest db, got;
+	int fd;
+
+	if (!mu_passthrough_mode())
+		return; /* no declaration is taken without passthrough */
+	a = mu_pattern(len, 41);
+	b = mu_pattern(len, 42);
+	wfs_digest_buf(b, len, &db);
+	wfs_digest_to_hex(&db, hb);
+	mu_create_tensor("lie", "[2097152]", "F32");
+	mu_daemon_stop();
+	snprintf(mu.crash_at, sizeof(mu.crash_at), "seal.before-commit"); /* the lie's seal is the next */
+	mu_daemon_start();
+	mu_write_declared("lie", a, len, hb, false);
+	for (int i = 0; i < 500 && !daemon_gone(); i++)
+		usleep(10 * 1000);
+	snprintf(mu.opts, sizeof(mu.opts), "verify=none");
+	crash_restart();
+
+	fd = open(mu_path("claimed"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.claim", hb, WFS_DIGEST_HEX_CHARS, 0), -1);
+	ck_assert_int_eq(errno, ENODATA);
+	ck_assert_int_eq(close(fd), 0);
+	mu_create_tensor("honest", "[2097152]", "F32");
+	fd = open(mu_path("honest"), O_WRONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(tu_write_all(fd, b, len), 0);
+	ck_assert_int_eq(close(fd), 0);
+	mu_digest_xattr(mu_path("honest"), &got);
+	ck_assert(wfs_digest_equal(&got, &db));
+	mu_assert_file_equals(mu_path("honest"), b, len);
+	free(a);
+	free(b);
+}
+END_TEST
+
 static Suite *crash_suite(void)
 {
 	Suite *s = suite_create("crash");
@@ -267,6 +315,12 @@ static Suite *crash_suite(void)
 	tcase_add_checked_fixture(tc, mu_setup, mu_teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, daemon_killed_after_batched_changes);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("declared_lie_killed_before_commit");
+	tcase_add_checked_fixture(tc, mu_setup, mu_teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, declared_lie_killed_before_commit);
 	suite_add_tcase(s, tc);
 	return s;
 }

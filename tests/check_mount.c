@@ -2191,16 +2191,6 @@ START_TEST(memmap_sizing_write_not_data)
 END_TEST
 
 /* A new file @name with dtype and shape set, closed: the tensor protocol's first steps. */
-static void create_tensor(const char *name, const char *shape, const char *dtype)
-{
-	int fd = open(mu_path(name), O_WRONLY | O_CREAT | O_EXCL, 0644);
-
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.shape", shape, strlen(shape), 0), 0);
-	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.dtype", dtype, strlen(dtype), 0), 0);
-	ck_assert_int_eq(close(fd), 0);
-}
-
 /*
  * A tensor of WFS_PASSTHROUGH_WRITE_MIN bytes or more, opened for writing after its dtype and shape
  * are set (lib/tensorfile.h), is written through kernel passthrough when passthrough is on. Its
@@ -2220,7 +2210,7 @@ START_TEST(tensor_through_passthrough)
 	int fd, rfd;
 
 	ck_assert_uint_ge(len, WFS_PASSTHROUGH_WRITE_MIN);
-	create_tensor("t", "[2097152]", "F32");
+	mu_create_tensor("t", "[2097152]", "F32");
 	fd = open(mu_path("t"), O_WRONLY);
 	ck_assert_int_ge(fd, 0);
 	rfd = open(mu_path("t"), O_RDONLY); /* beside the writer */
@@ -2237,7 +2227,7 @@ START_TEST(tensor_through_passthrough)
 	ck_assert_int_eq(stat_counter("opens_passthrough_write"), mu_passthrough_mode() ? 1 : 0);
 
 	/* numpy.memmap's way: size it, map it, close the descriptor, fill the mapping, unmap. */
-	create_tensor("m", "[2097152]", "F32");
+	mu_create_tensor("m", "[2097152]", "F32");
 	fd = open(mu_path("m"), O_RDWR);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(ftruncate(fd, (off_t)len), 0);
@@ -2255,7 +2245,7 @@ START_TEST(tensor_through_passthrough)
 	ck_assert_int_eq(stat_counter("opens_passthrough_write"), mu_passthrough_mode() ? 2 : 0);
 
 	/* A short tensor: close(2) says so, the name stays as it was (empty). */
-	create_tensor("s", "[2097152]", "F32");
+	mu_create_tensor("s", "[2097152]", "F32");
 	fd = open(mu_path("s"), O_WRONLY);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(write(fd, data, 1000), 1000);
@@ -2305,26 +2295,6 @@ START_TEST(empty_tensor_file_unlogged)
 }
 END_TEST
 
-/* Write @len bytes of @data to tensor @name (made by create_tensor()) through a second open, as
- * lib/tensorfile.h does, declaring @hex (32 hex digits) as their digest before close(2); with
- * @second_writer another writable descriptor is open meanwhile. */
-static void write_declared(const char *name, const unsigned char *data, size_t len, const char *hex,
-			   bool second_writer)
-{
-	int fd = open(mu_path(name), O_WRONLY), fd2 = -1;
-
-	ck_assert_int_ge(fd, 0);
-	if (second_writer) {
-		fd2 = open(mu_path(name), O_WRONLY);
-		ck_assert_int_ge(fd2, 0);
-	}
-	ck_assert_int_eq(tu_write_all(fd, data, len), 0);
-	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.digest", hex, WFS_DIGEST_HEX_CHARS, 0), 0);
-	if (fd2 >= 0)
-		ck_assert_int_eq(close(fd2), 0);
-	ck_assert_int_eq(close(fd), 0);
-}
-
 /*
  * A writer may declare the digest of the bytes it writes (setxattr user.weightfs.digest on the open
  * file, as weightfs.offload does). A tensor written through passthrough is then sealed on it, the
@@ -2348,8 +2318,8 @@ START_TEST(declared_digest)
 	zeros[WFS_DIGEST_HEX_CHARS] = '\0';
 
 	/* Right: sealed on it, then checked by the checker thread. */
-	create_tensor("a", "[2097152]", "F32");
-	write_declared("a", a, len, hex, false);
+	mu_create_tensor("a", "[2097152]", "F32");
+	mu_write_declared("a", a, len, hex, false);
 	mu_digest_xattr(mu_path("a"), &got);
 	ck_assert(wfs_digest_equal(&got, &da));
 	ck_assert_int_eq(stat_counter("seals_declared"), pt ? 1 : 0);
@@ -2358,8 +2328,8 @@ START_TEST(declared_digest)
 	mu_assert_file_equals(mu_path("a"), a, len);
 
 	/* Wrong, and new content: through passthrough, EIO once checked; else sealed as its bytes. */
-	create_tensor("b", "[2097152]", "F32");
-	write_declared("b", b, len, zeros, false);
+	mu_create_tensor("b", "[2097152]", "F32");
+	mu_write_declared("b", b, len, zeros, false);
 	if (pt) {
 		MU_EVENTUALLY(stat_counter("verify_failures") == 1);
 		ck_assert_int_eq(open(mu_path("b"), O_RDONLY), -1);
@@ -2371,16 +2341,16 @@ START_TEST(declared_digest)
 	}
 
 	/* A stored digest declared over other bytes: hashed, sealed as those bytes. */
-	create_tensor("c", "[2097152]", "F32");
-	write_declared("c", c, len, hex, false);
+	mu_create_tensor("c", "[2097152]", "F32");
+	mu_write_declared("c", c, len, hex, false);
 	wfs_digest_buf(c, len, &dc);
 	mu_digest_xattr(mu_path("c"), &got);
 	ck_assert(wfs_digest_equal(&got, &dc));
 	mu_assert_file_equals(mu_path("c"), c, len);
 
 	/* Beside a second writable descriptor: hashed. */
-	create_tensor("d", "[2097152]", "F32");
-	write_declared("d", c, len, zeros, true);
+	mu_create_tensor("d", "[2097152]", "F32");
+	mu_write_declared("d", c, len, zeros, true);
 	mu_digest_xattr(mu_path("d"), &got);
 	ck_assert(wfs_digest_equal(&got, &dc));
 	ck_assert_int_eq(stat_counter("seals_declared"), pt ? 2 : 0);
@@ -2421,14 +2391,14 @@ START_TEST(declared_digest_unchecked)
 		goto other_user; /* declarations are taken only for bytes the kernel wrote */
 
 	/* "lie" holds a, declared as b's digest: published unchecked. */
-	create_tensor("lie", "[2097152]", "F32");
-	write_declared("lie", a, len, hb, false);
+	mu_create_tensor("lie", "[2097152]", "F32");
+	mu_write_declared("lie", a, len, hb, false);
 	mu_digest_xattr(mu_path("lie"), &got);
 	ck_assert(wfs_digest_equal(&got, &db));
 	ck_assert_int_eq(stat_counter("seals_declared"), 1);
 	ck_assert_int_eq(stat_counter("objects_unverified"), 1);
 	/* b written under another name: the stored copy is read first, found bad, replaced. */
-	create_tensor("honest", "[2097152]", "F32");
+	mu_create_tensor("honest", "[2097152]", "F32");
 	fd = open(mu_path("honest"), O_WRONLY);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(tu_write_all(fd, b, len), 0);
@@ -2442,11 +2412,11 @@ START_TEST(declared_digest_unchecked)
 	mu_assert_file_equals(mu_path("lie"), b, len);
 
 	/* Another lie, and a restart with -o verify=none before it was checked. */
-	create_tensor("lie2", "[2097152]", "F32");
+	mu_create_tensor("lie2", "[2097152]", "F32");
 	b[0] ^= 1;
 	wfs_digest_buf(b, len, &db);
 	wfs_digest_to_hex(&db, hb);
-	write_declared("lie2", a, len, hb, false);
+	mu_write_declared("lie2", a, len, hb, false);
 	mu_digest_xattr(mu_path("lie2"), &got);
 	mu_daemon_stop();
 	mu.fault[0] = '\0';

@@ -271,6 +271,38 @@ static inline void mu_assert_file_equals(const char *p, const unsigned char *wan
 	free(got);
 }
 
+/* A new tensor file @name (mode 0644) with user.weightfs.shape @shape and .dtype @dtype, closed
+ * before any byte, as lib/tensorfile.h makes one: its next writable open is passthrough. */
+static inline void mu_create_tensor(const char *name, const char *shape, const char *dtype)
+{
+	int fd = open(mu_path(name), O_WRONLY | O_CREAT | O_EXCL, 0644);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.shape", shape, strlen(shape), 0), 0);
+	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.dtype", dtype, strlen(dtype), 0), 0);
+	ck_assert_int_eq(close(fd), 0);
+}
+
+/* Write @len bytes of @data to tensor @name (made by mu_create_tensor()) through a second open, as
+ * lib/tensorfile.h does, declaring @hex (32 hex digits) as their digest before close(2); with
+ * @second_writer another writable descriptor is open meanwhile. */
+static inline void mu_write_declared(const char *name, const unsigned char *data, size_t len,
+				     const char *hex, bool second_writer)
+{
+	int fd = open(mu_path(name), O_WRONLY), fd2 = -1;
+
+	ck_assert_int_ge(fd, 0);
+	if (second_writer) {
+		fd2 = open(mu_path(name), O_WRONLY);
+		ck_assert_int_ge(fd2, 0);
+	}
+	ck_assert_int_eq(tu_write_all(fd, data, len), 0);
+	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.digest", hex, WFS_DIGEST_HEX_CHARS, 0), 0);
+	if (fd2 >= 0)
+		ck_assert_int_eq(close(fd2), 0);
+	ck_assert_int_eq(close(fd), 0);
+}
+
 static inline void mu_digest_xattr(const char *p, struct wfs_digest *d)
 {
 	char hex[WFS_DIGEST_HEX_CHARS + 1] = {0};

@@ -24,6 +24,7 @@ struct wfs_check {
 	bool bad;                 /* (L) mismatch or missing: quarantined, logged once */
 	bool declared;            /* (L) published on its writer's declared digest and not read since
 				   * (catalog state WFS_OBJECT_DECLARED): checked even with -o verify=none */
+	bool listed;              /* (L) the catalog has its row (-o verify=none reads an unlisted one) */
 	ino_t st_ino;             /* (L) the object file as checked: a different file is checked again */
 	off_t st_size;
 	struct timespec st_mtim;
@@ -83,7 +84,7 @@ void wfs_check_mark_good(struct wfs_fs *fs, const struct wfs_digest *d)
 	struct wfs_check *c;
 	struct stat st;
 
-	if (!fs->opt.verify || wfs_store_object_stat(fs->store, d, &st))
+	if (wfs_store_object_stat(fs->store, d, &st))
 		return;
 	c = check_get(fs, d);
 	if (c)
@@ -241,11 +242,31 @@ static bool declared(struct wfs_fs *fs, const struct wfs_digest *d)
 	return c && c->declared;
 }
 
+/*
+ * Does the catalog list object @d, or did this daemon check or publish it (fs->lock held)? An
+ * object file it does not list is what a seal killed between its link and its commit leaves: with
+ * a declared digest, bytes nobody read.
+ */
+static bool listed(struct wfs_fs *fs, const struct wfs_digest *d)
+{
+	struct wfs_check *c = check_find(fs, d);
+	uint64_t refs, bytes;
+
+	if (c && (c->ok || c->listed))
+		return true;
+	if (wfs_catalog_object_get(fs->catalog, d, &refs, &bytes))
+		return false;
+	c = check_get(fs, d);
+	if (c)
+		c->listed = true;
+	return true;
+}
+
 int wfs_check_object(struct wfs_fs *fs, struct wfs_object *o, pid_t tid)
 {
 	const struct wfs_digest *d = wfs_object_digest(o);
 
-	if (fs->opt.verify || declared(fs, d))
+	if (fs->opt.verify || declared(fs, d) || !listed(fs, d))
 		return verify(fs, o, false, tid);
 	return wfs_check_damaged(fs, d) ? -EIO : 0; /* -o verify=none: what a check found still holds */
 }

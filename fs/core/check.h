@@ -43,8 +43,9 @@ struct wfs_checker {
 /*
  * Make sure object @o (pinned by the caller) holds the bytes its digest names, reading it once per
  * daemon run (and again if the object file changes); with -o verify=none, 0 at once, unless the
- * object was published on a declared digest and not read since (then it is read: wfs_check_soon())
- * or a check this run found it damaged (-EIO). A read is
+ * object was published on a declared digest and not read since (then it is read: wfs_check_soon()),
+ * the catalog does not list it (a seal killed between its link and its commit: read too), or a
+ * check this run found it damaged (-EIO). A read is
  * placed on thread @tid's NUMA node (its memory policy preferred there while reading), so the page
  * cache it fills lands where the opener will map it; @tid 0: anywhere. May drop fs->lock while
  * reading. On a mismatch the object is quarantined, one line is logged, and this and every later call
@@ -64,7 +65,8 @@ bool wfs_check_damaged(struct wfs_fs *fs, const struct wfs_digest *d);
  * Returns 0, -EIO (damaged), or another -errno.
  */
 int wfs_check_plausible(struct wfs_fs *fs, struct wfs_object *o, const struct stat *st);
-/* Record object @d, just published by this daemon from bytes it hashed itself, as checked. */
+/* Record object @d, just published by this daemon from bytes it hashed itself, as checked (with any
+ * -o verify: the record also tells wfs_check_object() that the object is known). */
 void wfs_check_mark_good(struct wfs_fs *fs, const struct wfs_digest *d);
 /*
  * Referenced, not quarantined objects whose bytes this daemon run has checked (*@verified: by a first

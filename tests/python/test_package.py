@@ -343,6 +343,19 @@ def first(T, a):
             except OSError as e:
                 assert e.errno == errno.EIO and "does not hold what was written" in str(e), e
 
+    @T.check("FrozenOffload: a tensor that changed while it was offloaded (not its digest) -> EIO, named")
+    def _():
+        t = make("changed", torch.float32, (1 << 20,))  # 4 MiB: written through passthrough
+        fo = weightfs.FrozenOffload(os.path.join(mnt, "frozen-changed"), 0)
+        with mock.patch("weightfs.frozen.digest", lambda x: "0123456789abcdef0123456789abcdef"), \
+                mock.patch.object(wt, "SEAL_WAIT_SECONDS", 0.2):
+            try:
+                fo.offload({"w": t})
+                raise AssertionError("no error")
+            except OSError as e:  # WeightfsError from the final check (or, daemon-served, the seal)
+                assert e.errno == errno.EIO, e
+                assert "changed while it was being offloaded" in str(e) or "sealed as" in str(e), e
+
     @T.check("claim: raw interface: ENODATA unknown digest, EEXIST non-empty, EINVAL malformed")
     def _():
         d = os.path.join(mnt, "raw")

@@ -33,6 +33,7 @@ import time
 from typing import Any, List, NamedTuple, Optional, Tuple
 
 from .stage import backload as _backload
+from .names import PASSTHROUGH_WRITE_MIN
 from .tensor import PathLike
 from .tensor import (DIGEST_XATTR, OffloadResult, WeightfsError, claim_files, digest, digest_file, remove_stale_tmp,
                      dtype_name, load, offload, _claims_refused, _torch_dtype)
@@ -248,6 +249,11 @@ class FrozenOffload:
         refers to it); restore() brings it back. The manifest is rewritten at the end (and also when an
         error stops the call, for what was done).
 
+        On weightfs a tensor written through passthrough is sealed on the digest computed before it
+        was written (declared; weightfs checks the bytes right after): a tensor that changed while
+        it was offloaded is found there, and this call opens every such file once at its end (which
+        waits for those checks, mostly done by then) and raises WeightfsError(EIO) naming it.
+
         Returns OffloadSummary. Raises what weightfs.offload raises (OSError, WeightfsError,
         TypeError/ValueError) for the first parameter that fails; earlier ones stay offloaded."""
         t0 = time.perf_counter()
@@ -267,6 +273,7 @@ class FrozenOffload:
         finally:
             if results:
                 self._write_manifest()
+        self._await_checks(items, results)
         return OffloadSummary(
             results=results, tensors=len(results), bytes=sum(r.bytes for r in results),
             written=sum(1 for r in results if not r.claimed and not r.skipped),
@@ -298,6 +305,25 @@ class FrozenOffload:
                 raise
             claimed = set()
         return facts, claimed
+
+    def _await_checks(self, items, results):
+        """Open each tensor this call wrote through passthrough on weightfs (sealed on the digest
+        taken before its bytes were written, then checked by the daemon): WeightfsError(EIO) for
+        the first whose bytes are not that digest. The open waits for a check still running."""
+        if not self._weightfs:
+            return
+        for (name, _), r in zip(items, results):
+            if r.claimed or r.skipped or r.bytes < PASSTHROUGH_WRITE_MIN:
+                continue
+            try:
+                os.close(os.open(r.path, os.O_RDONLY | os.O_CLOEXEC))
+            except OSError as e:
+                if e.errno != errno.EIO:
+                    raise
+                raise WeightfsError(errno.EIO, f"{r.path}: tensor {name!r} changed while it was being "
+                                    f"offloaded: its bytes are not the digest {r.digest} taken before "
+                                    f"they were written (weightfs's check failed; offload it again)",
+                                    r.path) from None
 
     def _claimed(self, name, f):
         """The result and manifest entry of parameter name, claimed by _claim_new (facts f)."""

@@ -788,6 +788,11 @@ def offload(data: Any, path: PathLike, *, claim: bool = True, xattrs: bool = Tru
     user.weightfs.dtype (safetensors name) and user.weightfs.shape ('[d0,d1]') when the dtype has a
     name (else one warning). (6) rename over path.
 
+    The tensor must not change until offload returns. One written through passthrough is sealed on
+    the digest taken before (or while) it was written, and weightfs checks its bytes right after: a
+    change meanwhile makes the file fail with EIO from then on, found by that check, not by this
+    call (FrozenOffload.offload waits for those checks at its end and raises).
+
     Returns OffloadResult(path, digest, bytes, claimed). On any error the temporary file is removed and
     path is left as it was. Raises OSError (ENOSPC, EIO, EACCES, ... with the path and what failed),
     WeightfsError(EIO) when a claim reported success but the file does not hold the claimed bytes,
