@@ -321,9 +321,10 @@ int wfs_seal_leave(struct wfs_fs *fs, struct wfs_handle *h, bool at_release, pid
 		 * thread that wrote last, while its process is still there to ask. */
 		sig = wfs_writer_killed_by(tid ? tid : h->writer_tid);
 		if (sig) {
-			wfs_log(WFS_LOG_WARN, "inode %llu: writer killed by signal %d before it finished: "
-				"nothing sealed%s", (unsigned long long)in->ino, sig,
-				in->sealed ? ", the name keeps its previous content" : "");
+			if (!wfs_version_error_told(v)) /* else logged at its close (check_close) */
+				wfs_log(WFS_LOG_WARN, "inode %llu: writer killed by signal %d before it "
+					"finished: nothing sealed%s", (unsigned long long)in->ino, sig,
+					in->sealed ? ", the name keeps its previous content" : "");
 			wfs_seal_abandon(fs, in);
 			writer_gone(fs, in, news);
 		} else {
