@@ -634,7 +634,11 @@ def _create(tmp, d):
     """Create the new file tmp (O_EXCL) in directory d, making d first when it is missing."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
     if d not in _made_dirs:
-        os.makedirs(d, exist_ok=True)
+        try:
+            os.makedirs(d, exist_ok=True)
+        except FileExistsError:  # d, or a directory above it, is a file
+            raise NotADirectoryError(errno.ENOTDIR, f"{d}: a component of the path is not a directory",
+                                     d) from None
         _made_dirs.add(d)
     try:
         return os.open(tmp, flags, 0o644)
@@ -828,6 +832,8 @@ def _offload_bytes(kind, keep, name, shape, path, claim, xattrs, fsync, stager, 
         _warn_once("dtype-unnamed", f"dtype of {path} has no safetensors name; {DTYPE_XATTR} and "
                    f"{SHAPE_XATTR} are not set on such tensors")
     path = os.fspath(path)
+    if path.endswith(os.sep) or os.path.basename(path) in (".", ".."):
+        raise IsADirectoryError(errno.EISDIR, f"offload: {path} names a directory, not a file", path)
     d = os.path.dirname(os.path.abspath(path))
     tmp = _tmp_name(os.path.join(d, os.path.basename(path)))
     claimed = False
