@@ -28,14 +28,13 @@ import errno
 import hashlib
 import json
 import os
-import re
 import time
 from typing import Any, List, NamedTuple, Optional, Tuple
 
 from .stage import backload as _backload
 from .names import PASSTHROUGH_WRITE_MIN
 from .tensor import PathLike
-from .tensor import (DIGEST_XATTR, OffloadResult, WeightfsError, claim_files, digest, digest_file, remove_stale_tmp,
+from .tensor import (DIGEST_XATTR, OffloadResult, WeightfsError, claim_files, digest, digest_file, fs_type, remove_stale_tmp,
                      dtype_name, load, offload, _claims_refused, _torch_dtype)
 
 __all__ = ["ENV_DIR", "FrozenOffload", "MANIFEST", "OffloadSummary", "fs_type"]
@@ -106,27 +105,6 @@ def _frozen_params(params):
             raise TypeError(f"FrozenOffload.offload: parameter {name!r}: {type(t).__name__} is not a "
                             "tensor (torch.Tensor)")
     return items
-
-
-def fs_type(path: PathLike) -> Optional[str]:
-    """The filesystem type of the mount holding path, from /proc/self/mountinfo ('fuse.weightfs',
-    'ext4', ...), or None when it cannot be told."""
-    real = os.path.realpath(path)
-    best, best_type = "", None
-    try:
-        with open("/proc/self/mountinfo") as f:
-            for line in f:
-                left, _, right = line.partition(" - ")
-                fields = left.split()
-                if len(fields) < 5 or not right:
-                    continue
-                mnt = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
-                inside = real == mnt or real.startswith(mnt.rstrip("/") + "/")
-                if inside and len(mnt) >= len(best):
-                    best, best_type = mnt, right.split()[0]
-    except OSError:
-        return None
-    return best_type
 
 
 class FrozenOffload:

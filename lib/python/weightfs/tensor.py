@@ -437,8 +437,6 @@ def claim_files(directory: PathLike, entries: Iterable[Tuple[str, str, Optional[
     name; an error from entries itself is raised once the request in flight has been answered.
     Requests sent before an error stay done."""
     directory = os.fspath(directory)
-    from .frozen import fs_type  # frozen imports this module
-
     if fs_type(directory) != "fuse.weightfs":
         return set()
     before = None  # the directory's names, read at the first entry
@@ -940,26 +938,46 @@ class _DigestThread(threading.Thread):
         return self._result
 
 
-_weightfs_devs = {}  # st_dev -> is it a weightfs mount (from /proc/self/mountinfo)
+def _mounts():
+    """(major:minor, mount point, filesystem type) of each mount, from /proc/self/mountinfo (mount
+    points unescaped); [] when it cannot be read."""
+    out = []
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                fields = left.split()
+                if len(fields) < 5 or not right:
+                    continue
+                mnt = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+                out.append((fields[2], mnt, right.split()[0]))
+    except OSError:
+        pass
+    return out
+
+
+def fs_type(path: PathLike) -> Optional[str]:
+    """The filesystem type of the mount holding path ('fuse.weightfs', 'ext4', ...), or None when
+    it cannot be told."""
+    real = os.path.realpath(path)
+    best, best_type = "", None
+    for _, mnt, kind in _mounts():
+        inside = real == mnt or real.startswith(mnt.rstrip("/") + "/")
+        if inside and len(mnt) >= len(best):
+            best, best_type = mnt, kind
+    return best_type
+
+
+_weightfs_devs = {}  # st_dev -> is it a weightfs mount
 
 
 def _is_weightfs(dev):
-    """Is device dev (a file's st_dev) a weightfs mount? Read from /proc/self/mountinfo once per
-    device; False when it cannot be told."""
+    """Is device dev (a file's st_dev) a weightfs mount? Asked of _mounts() once per device; False
+    when it cannot be told."""
     known = _weightfs_devs.get(dev)
     if known is None:
-        known = False
         want = f"{os.major(dev)}:{os.minor(dev)}"
-        try:
-            with open("/proc/self/mountinfo") as f:
-                for line in f:
-                    left, _, right = line.partition(" - ")
-                    fields = left.split()
-                    if len(fields) > 2 and fields[2] == want and right:
-                        known = right.split()[0] == "fuse.weightfs"
-                        break
-        except OSError:
-            pass
+        known = any(dn == want and kind == "fuse.weightfs" for dn, _, kind in _mounts())
         _weightfs_devs[dev] = known
     return known
 
