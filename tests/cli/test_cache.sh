@@ -93,10 +93,12 @@ run "$CTL" cache load "$MNT/rank0" "$MNT/rank1" --numa-node 0 --json
 expect "load --numa-node 0: read $N MiB once (distinct objects)" 0 "\"bytes\": $((NB + 5)),.*\"numa_node\": 0, \"policy\": \"preferred\""
 run "$CTL" cache status "$MNT" --json
 res=$(total_resident)
-if [ "$rc" -eq 0 ] && [ "${res:-0}" -ge "$NB" ] && grep -q "\"node_resident_bytes\":{\"0\":$res}" <<<"$out"; then
+# Reclaim may take a page back between the load and the status on a busy machine (CI saw one 4 KiB
+# page of 256 MiB gone), so the amount needs 99%; the placement check is exact.
+if [ "$rc" -eq 0 ] && [ "${res:-0}" -ge $((NB * 99 / 100)) ] && grep -q "\"node_resident_bytes\":{\"0\":$res}" <<<"$out"; then
 	ok "status: after load, every resident byte is on node 0 (move_pages)"
 else
-	fail "status: node 0 after load" "stdout: $out"
+	fail "status: node 0 after load (want >= 99% of $NB bytes resident, all on node 0)" "stdout: $out"
 fi
 run "$CTL" cache load "$MNT/rank0" --numa-node 99
 expect "load --numa-node 99: refused, naming the nodes there are" 1 "" "no NUMA node 99 here \(nodes 0-[0-9]+\)|NUMA is not available"
