@@ -101,6 +101,28 @@ static void set_readahead(struct wfs_fs *fs)
 		wfs_log(WFS_LOG_DEBUG, "readahead: %ld KiB (%s)", kb, path);
 }
 
+_Atomic uint64_t wfs_ops_requests[WFS_REQ_COUNT];
+
+json_t *wfs_ops_requests_json(void)
+{
+	static const char *const names[] = {
+#define WFS_OPS_NAME(n) #n,
+		WFS_OPS_REQUESTS(WFS_OPS_NAME)
+#undef WFS_OPS_NAME
+	};
+	json_t *o = json_object();
+
+	for (size_t i = 0; o && i < WFS_REQ_COUNT; i++) {
+		uint64_t n = atomic_load_explicit(&wfs_ops_requests[i], memory_order_relaxed);
+
+		if (n && json_object_set_new(o, names[i], json_integer((json_int_t)n))) {
+			json_decref(o);
+			o = NULL;
+		}
+	}
+	return o;
+}
+
 struct wfs_fs *wfs_ops_fs(fuse_req_t req)
 {
 	struct wfs_fs *fs = fuse_req_userdata(req);
@@ -237,6 +259,7 @@ static void set_open_reply(struct fuse_file_info *fi, struct wfs_handle *h, cons
 	fi->backing_id = r->backing_id;
 	fi->keep_cache = r->keep_cache;
 	fi->direct_io = r->direct_io;
+	fi->noflush = r->noflush;
 }
 
 /* stat(2) view of @a; a file being written shows the size written so far. fs->lock held. */
@@ -321,6 +344,7 @@ static void wfs_destroy(void *userdata)
 
 static void wfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
+	WFS_OPS_COUNT(LOOKUP);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct fuse_entry_param e;
 	struct wfs_attr a;
@@ -344,6 +368,7 @@ static void wfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void wfs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
+	WFS_OPS_COUNT(FORGET);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 
 	pthread_mutex_lock(&fs->lock);
@@ -354,6 +379,7 @@ static void wfs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 
 static void wfs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
 {
+	WFS_OPS_COUNT(BATCH_FORGET);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 
 	pthread_mutex_lock(&fs->lock);
@@ -365,6 +391,7 @@ static void wfs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_da
 
 static void wfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	WFS_OPS_COUNT(GETATTR);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct wfs_attr a;
 	struct stat st;
@@ -441,6 +468,7 @@ static int do_setattr(struct wfs_fs *fs, fuse_ino_t ino, const struct stat *st, 
 static void wfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 			struct fuse_file_info *fi)
 {
+	WFS_OPS_COUNT(SETATTR);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct wfs_news news = {0};
 	struct stat st;
@@ -494,6 +522,7 @@ static int mknode(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t parent, const ch
 
 static void wfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
+	WFS_OPS_COUNT(MKDIR);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct fuse_entry_param e;
 	struct wfs_attr a;
@@ -509,6 +538,7 @@ static void wfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 
 static void wfs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
+	WFS_OPS_COUNT(SYMLINK);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct fuse_entry_param e;
 	struct wfs_attr a;
@@ -558,6 +588,7 @@ static int do_mkspecial(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t parent, co
  */
 static void wfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
+	WFS_OPS_COUNT(MKNOD);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct fuse_entry_param e;
 	struct wfs_inode *in = NULL;
@@ -599,6 +630,7 @@ static void wfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 static void wfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		       struct fuse_file_info *fi)
 {
+	WFS_OPS_COUNT(CREATE);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct fuse_entry_param e;
 	struct wfs_open_reply r;
@@ -632,6 +664,7 @@ out:
 
 static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	WFS_OPS_COUNT(OPEN);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	bool truncate = fi->flags & O_TRUNC;
 	bool writable = (fi->flags & O_ACCMODE) != O_RDONLY || truncate;
@@ -654,6 +687,7 @@ static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 static void wfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
+	WFS_OPS_COUNT(READ);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct fuse_bufvec object = FUSE_BUFVEC_INIT(size);
 	char *buf;
@@ -693,6 +727,7 @@ static void wfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, str
 static void wfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		      struct fuse_file_info *fi)
 {
+	WFS_OPS_COUNT(WRITE);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	bool mode_changed;
 	ssize_t n;
@@ -709,6 +744,7 @@ static void wfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 static void wfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
 			  struct fuse_file_info *fi)
 {
+	WFS_OPS_COUNT(FALLOCATE);
 	(void)ino;
 	fuse_reply_err(req, -wfs_seal_fallocate(wfs_ops_fs(req), handle_of(fi), tid_of(req), mode, off, len));
 }
@@ -717,6 +753,7 @@ static void wfs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 				fuse_ino_t ino_out, off_t off_out, struct fuse_file_info *fi_out, size_t len,
 				int flags)
 {
+	WFS_OPS_COUNT(COPY_FILE_RANGE);
 	ssize_t n = flags ? -EINVAL
 			  : wfs_seal_copy_range(wfs_ops_fs(req), handle_of(fi_in), off_in, handle_of(fi_out), off_out,
 						len, fuse_req_ctx(req)->uid, tid_of(req));
@@ -732,6 +769,7 @@ static void wfs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 /* close(2): the last writable handle's flush seals, and its errors come back from close(2). */
 static void wfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	WFS_OPS_COUNT(FLUSH);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct wfs_news news = {0};
 	int ret;
@@ -747,6 +785,7 @@ static void wfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	WFS_OPS_COUNT(RELEASE);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct wfs_news news = {0};
 
@@ -780,12 +819,14 @@ static void sync_common(fuse_req_t req, struct wfs_handle *h)
 
 static void wfs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
+	WFS_OPS_COUNT(FSYNC);
 	(void)ino, (void)datasync;
 	sync_common(req, handle_of(fi));
 }
 
 static void wfs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
+	WFS_OPS_COUNT(FSYNCDIR);
 	(void)ino, (void)datasync, (void)fi;
 	sync_common(req, NULL);
 }
@@ -806,17 +847,20 @@ static void wfs_unlink_common(fuse_req_t req, fuse_ino_t parent, const char *nam
 
 static void wfs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
+	WFS_OPS_COUNT(UNLINK);
 	wfs_unlink_common(req, parent, name, false);
 }
 
 static void wfs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
+	WFS_OPS_COUNT(RMDIR);
 	wfs_unlink_common(req, parent, name, true);
 }
 
 static void wfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 		       const char *newname, unsigned int flags)
 {
+	WFS_OPS_COUNT(RENAME);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	uint64_t replaced = 0;
 	int ret = check_name(newname);
@@ -832,6 +876,7 @@ static void wfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse
 
 static void wfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
+	WFS_OPS_COUNT(LINK);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct fuse_entry_param e;
 	struct wfs_attr a;
@@ -848,6 +893,7 @@ static void wfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const
 
 static void wfs_readlink(fuse_req_t req, fuse_ino_t ino)
 {
+	WFS_OPS_COUNT(READLINK);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	char buf[PATH_MAX];
 	int ret;
@@ -863,6 +909,7 @@ static void wfs_readlink(fuse_req_t req, fuse_ino_t ino)
 
 static void wfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	WFS_OPS_COUNT(OPENDIR);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct wfs_attr a;
 	int ret;
@@ -882,6 +929,7 @@ static void wfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 
 static void wfs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	WFS_OPS_COUNT(RELEASEDIR);
 	(void)ino, (void)fi;
 	fuse_reply_err(req, 0);
 }
@@ -978,6 +1026,7 @@ done:
 
 static void wfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
+	WFS_OPS_COUNT(READDIR);
 	(void)fi;
 	readdir_common(req, ino, size, off, false);
 }
@@ -985,12 +1034,14 @@ static void wfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, 
 static void wfs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			    struct fuse_file_info *fi)
 {
+	WFS_OPS_COUNT(READDIRPLUS);
 	(void)fi;
 	readdir_common(req, ino, size, off, true);
 }
 
 static void wfs_statfs(fuse_req_t req, fuse_ino_t ino)
 {
+	WFS_OPS_COUNT(STATFS);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct statvfs st;
 	int ret;

@@ -11,6 +11,10 @@
 #define FUSE_USE_VERSION 317
 #include <fuse_lowlevel.h>
 
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
 #include "daemon.h"
 
 extern const struct fuse_lowlevel_ops wfs_ops;
@@ -43,6 +47,26 @@ struct wfs_fs *wfs_ops_fs(fuse_req_t req);
  */
 void wfs_ops_new_owner(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t parent, uint32_t *mode, uint32_t *uid,
 		       uint32_t *gid);
+
+/*
+ * FUSE requests by opcode, counted since the mount (user.weightfs.stats "requests", weightfsctl
+ * stat): what an operation costs in round trips, measured in a run instead of read off -d. Names are
+ * the kernel's (include/uapi/linux/fuse.h, FUSE_LOOKUP ...). Each handler counts its request first.
+ */
+#define WFS_OPS_REQUESTS(X) X(LOOKUP) X(FORGET) X(BATCH_FORGET) X(GETATTR) X(SETATTR) X(READLINK) \
+	X(MKNOD) X(MKDIR) X(UNLINK) X(RMDIR) X(SYMLINK) X(RENAME) X(LINK) X(OPEN) X(READ) X(WRITE) \
+	X(FALLOCATE) X(COPY_FILE_RANGE) X(FLUSH) X(RELEASE) X(FSYNC) X(OPENDIR) X(READDIR) X(READDIRPLUS) \
+	X(RELEASEDIR) X(FSYNCDIR) X(STATFS) X(SETXATTR) X(GETXATTR) X(LISTXATTR) X(REMOVEXATTR) X(CREATE)
+enum wfs_ops_request {
+#define WFS_OPS_ENUM(n) WFS_REQ_##n,
+	WFS_OPS_REQUESTS(WFS_OPS_ENUM)
+#undef WFS_OPS_ENUM
+	WFS_REQ_COUNT
+};
+extern _Atomic uint64_t wfs_ops_requests[WFS_REQ_COUNT];
+#define WFS_OPS_COUNT(n) atomic_fetch_add_explicit(&wfs_ops_requests[WFS_REQ_##n], 1, memory_order_relaxed)
+/* The counts as a JSON object {"LOOKUP": n, ...}, opcodes seen only; a new reference, NULL on ENOMEM. */
+json_t *wfs_ops_requests_json(void);
 
 /* xattr.c */
 void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);

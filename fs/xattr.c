@@ -64,7 +64,7 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 #define U64(v) json_integer((json_int_t)(v))
 	o = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:b, s:s, "
 		      "s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-		      "s:o, s:o}}",
+		      "s:o, s:o, s:o}}",
 		      "names", U64(st.names), "directories", U64(st.directories), "symlinks", U64(st.symlinks),
 		      "logical_bytes", U64(st.logical_bytes), "objects", U64(st.objects),
 		      "physical_bytes", U64(st.object_bytes),
@@ -85,7 +85,7 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		      "seals_awaiting_sync", U64(fs->commit.unsynced),
 		      "checks_on_opener_node", U64(atomic_load(&fs->checks_placed)),
 		      "seals_declared", U64(k->seals_declared), "checks_after_seal", U64(k->checks_after_seal),
-		      "verify_failures", U64(k->verify_failures));
+		      "verify_failures", U64(k->verify_failures), "requests", wfs_ops_requests_json());
 #undef U64
 	/* Three decimals are what a ratio needs; JSON_REAL_PRECISION counts significant digits. */
 	dump = o ? json_dumps(o, JSON_REAL_PRECISION(6)) : NULL;
@@ -105,6 +105,7 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 
 void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
+	WFS_OPS_COUNT(GETXATTR);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	char *buf = NULL;
 	size_t len = 0;
@@ -430,6 +431,7 @@ static int digest_set(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const c
 void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
 			 int flags)
 {
+	WFS_OPS_COUNT(SETXATTR);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	int ret = 0;
 
@@ -505,6 +507,7 @@ void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *
  */
 void wfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
+	WFS_OPS_COUNT(LISTXATTR);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	char *buf = NULL;
 	size_t len = 0;
@@ -523,6 +526,7 @@ void wfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 
 void wfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
+	WFS_OPS_COUNT(REMOVEXATTR);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	int ret = 0;
 

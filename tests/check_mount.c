@@ -1479,6 +1479,92 @@ static long long stat_counter(const char *key)
 }
 
 /*
+ * `: > f` and truncate -s 0 of a tensor empty it, whichever path wrote it (a tensor of 4 MiB or more
+ * is written through passthrough): an empty file fits every dtype/shape declaration, as before its
+ * bytes were written; the declaration stays. A size that does not fit is still refused at close(2).
+ */
+START_TEST(declared_tensor_emptied)
+{
+	size_t len = 8 << 20;
+	unsigned char *a = mu_pattern(len, 98);
+	struct stat st;
+	char buf[16];
+	int fd;
+
+	mu_create_tensor("e", "[2097152]", "F32");
+	mu_write_tensor("e", a, len, NULL, false);
+	mu_assert_file_equals(mu_path("e"), a, len);
+	fd = open(mu_path("e"), O_WRONLY | O_TRUNC); /* the shell's `: > e` */
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(close(fd), 0);
+	ck_assert_int_eq(stat(mu_path("e"), &st), 0);
+	ck_assert_int_eq(st.st_size, 0);
+	ck_assert_int_eq(getxattr(mu_path("e"), "user.weightfs.dtype", buf, sizeof(buf)), 3);
+	mu_write_tensor("e", a, len, NULL, false); /* filled again */
+	mu_assert_file_equals(mu_path("e"), a, len);
+	ck_assert_int_eq(truncate(mu_path("e"), 0), 0);
+	ck_assert_int_eq(stat(mu_path("e"), &st), 0);
+	ck_assert_int_eq(st.st_size, 0);
+	fd = open(mu_path("e"), O_WRONLY | O_TRUNC); /* a short tensor is still refused */
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(tu_write_all(fd, a, 4096), 0);
+	ck_assert_int_eq(close(fd), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(stat(mu_path("e"), &st), 0);
+	ck_assert_int_eq(st.st_size, 0);
+	free(a);
+}
+END_TEST
+
+/* FUSE requests of opcode @name since the mount ("requests" of user.weightfs.stats; 0 if none yet). */
+static long long requests_of(const char *name)
+{
+	char buf[4096], needle[64], *at, *req;
+	ssize_t n = getxattr(mu.mnt, "user.weightfs.stats", buf, sizeof(buf) - 1);
+
+	ck_assert_msg(n > 0, "getxattr stats: %s", strerror(errno));
+	buf[n] = '\0';
+	req = strstr(buf, "\"requests\": {");
+	ck_assert_msg(req != NULL, "no requests in %s", buf);
+	snprintf(needle, sizeof(needle), "\"%s\": ", name);
+	at = strstr(req, needle);
+	return at && at < strchr(req, '}') ? strtoll(at + strlen(needle), NULL, 10) : 0;
+}
+
+/*
+ * A read-only open served by passthrough is opened with FOPEN_NOFLUSH: its close(2) sends no FLUSH
+ * (nothing to do there), so open + mmap + close costs OPEN alone, with a descriptor dup()ed as
+ * Python's mmap does. A daemon-served one still flushes (its close is counted for the release wait).
+ */
+START_TEST(read_only_close_sends_no_flush)
+{
+	unsigned char *a = mu_pattern(100000, 97);
+	long long flush0, pt0, open0;
+	int fd, fd2;
+
+	ck_assert_int_eq(mu_write_file(mu_path("r"), a, 100000), 0);
+	usleep(200000); /* the writer's release, so the open may go passthrough */
+	flush0 = requests_of("FLUSH");
+	open0 = requests_of("OPEN");
+	pt0 = stat_counter("opens_passthrough");
+	fd = open(mu_path("r"), O_RDONLY);
+	ck_assert_int_ge(fd, 0);
+	fd2 = dup(fd);
+	ck_assert_int_ge(fd2, 0);
+	ck_assert_int_eq(close(fd2), 0);
+	ck_assert_int_eq(close(fd), 0);
+	ck_assert_int_eq(requests_of("OPEN") - open0, 1);
+	if (mu_passthrough_mode()) {
+		ck_assert_int_eq(stat_counter("opens_passthrough") - pt0, 1);
+		ck_assert_int_eq(requests_of("FLUSH") - flush0, 0);
+	} else {
+		ck_assert_int_eq(requests_of("FLUSH") - flush0, 2);
+	}
+	free(a);
+}
+END_TEST
+
+/*
  * -o sync: a small file's seal joins the group sync (one syncfs for the seals of 200 ms, commit.h);
  * a file of WFS_SYNC_CLOSE_MIN (64 MiB) or more, or one whose writer called fsync(2), is durable
  * before its close(2) returns.
@@ -2500,6 +2586,8 @@ static Suite *mount_suite(void)
 		{"read_one_page_cache_copy", read_one_page_cache_copy, 60},
 		{"readahead_option", readahead_option, 30},
 		{"small_files_group_sync", small_files_group_sync, 60},
+		{"read_only_close_sends_no_flush", read_only_close_sends_no_flush, 30},
+		{"declared_tensor_emptied", declared_tensor_emptied, 30},
 		{"fallocate_reserves", fallocate_reserves, 60},
 		{"copy_range_claims", copy_range_claims, 60},
 		{"empty_tensor_file_unlogged", empty_tensor_file_unlogged, 30},

@@ -396,6 +396,7 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool trunc
 			return ret;
 		}
 	}
+	r->noflush = !writable && h->passthrough;
 	count_open(fs, h);
 	*hp = h;
 	return 0;

@@ -99,6 +99,9 @@ struct wfs_open_reply {
 	int backing_id;   /* > 0: passthrough on this backing file; 0: daemon-served */
 	bool keep_cache;  /* daemon-served: the inode's page cache still holds this content */
 	bool direct_io;   /* writes go to the daemon without the FUSE page cache (fs->direct_writes) */
+	bool noflush;     /* FOPEN_NOFLUSH: close(2) sends no FLUSH (a read-only passthrough open, whose
+			   * flush has nothing to do: one round trip less per close, two for a process
+			   * that dup()s the descriptor as Python's mmap does) */
 };
 
 /*
@@ -147,6 +150,7 @@ void wfs_openmode_read_done(struct wfs_fs *fs, int fd, off_t off, size_t len);
 /*
  * close(2) of a descriptor of @h by thread @tid (FLUSH): seals the version when this close ends its
  * writing (writer.h). Returns 0 or the seal's -errno (close(2) returns it). @news: see seal.h.
+ * Never sent for a read-only passthrough handle (noflush in its open reply).
  */
 int wfs_openmode_flush(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struct wfs_news *news);
 /*

@@ -841,8 +841,8 @@ int wfs_seal_fits(struct wfs_fs *fs, uint64_t ino, uint64_t size, const char *na
 
 	uint64_t bytes;
 
-	if (read_declared(fs, ino, name, value, len, &t))
-		return 0;
+	if (size == 0 || read_declared(fs, ino, name, value, len, &t))
+		return 0; /* empty fits every declaration: a tensor before its bytes, or emptied (`: > f`) */
 	if (wfs_tensor_bytes(t.dtype, t.dtype_len, t.shape, t.shape_len, &bytes) == 0 && bytes == size)
 		return 0;
 	wfs_log(WFS_LOG_WARN, "inode %llu (find MNT -inum %llu): %s: shape %.*s x %.*s (%d bytes) "

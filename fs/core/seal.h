@@ -172,8 +172,10 @@ int wfs_seal_claim_new(struct wfs_fs *fs, uint64_t parent, const char *name, uin
 /*
  * Do @size bytes make the tensor that inode @ino's dtype and shape attributes describe, with
  * attribute @name taken as @value (@len bytes) instead of its stored value when @name is not NULL?
- * 0 when they do or when the two are not both set; -EINVAL (logged, naming the inode and @what, e.g.
- * "seal refused") when elements × dtype bytes != @size.
+ * 0 when they do, when the two are not both set, or when @size is 0 (every declaration admits an
+ * empty file: the tensor before its bytes are written, or one emptied by `: > f` or truncate -s 0);
+ * -EINVAL (logged, naming the inode and @what, e.g. "seal refused") when elements × dtype bytes !=
+ * @size.
  */
 int wfs_seal_fits(struct wfs_fs *fs, uint64_t ino, uint64_t size, const char *name, const char *value,
 		  size_t len, const char *what);

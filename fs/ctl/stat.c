@@ -229,6 +229,39 @@ static uint64_t json_u64(const json_t *o, const char *key)
 	return json_is_integer(v) ? (uint64_t)json_integer_value(v) : 0;
 }
 
+/* The FUSE requests since the mount, by opcode, most first ("requests" of the daemon's stats). */
+static void print_requests(const json_t *r)
+{
+	struct req {
+		const char *name;
+		uint64_t n;
+	} v[64];
+	size_t n = 0, total = 0;
+	const char *key;
+	json_t *val;
+
+	if (!json_is_object(r) || json_object_size(r) == 0)
+		return;
+	json_object_foreach((json_t *)r, key, val) {
+		if (n < sizeof(v) / sizeof(v[0]) && json_is_integer(val)) {
+			v[n].name = key;
+			v[n].n = (uint64_t)json_integer_value(val);
+			total += v[n++].n;
+		}
+	}
+	for (size_t i = 1; i < n; i++) /* insertion sort: a few dozen opcodes */
+		for (size_t j = i; j > 0 && v[j].n > v[j - 1].n; j--) {
+			struct req t = v[j];
+
+			v[j] = v[j - 1];
+			v[j - 1] = t;
+		}
+	printf("FUSE requests:      %zu since mount:", total);
+	for (size_t i = 0; i < n; i++)
+		printf("%s %s %llu", i ? "," : "", v[i].name, (unsigned long long)v[i].n);
+	printf("\n");
+}
+
 static void print_daemon_stats(const json_t *d)
 {
 	const json_t *k = json_object_get(d, "since_mount");
@@ -262,6 +295,7 @@ static void print_daemon_stats(const json_t *d)
 	       (unsigned long long)json_u64(k, "seals_awaiting_sync"));
 	printf("direct since mount: %llu object descriptors handed out\n",
 	       (unsigned long long)json_u64(k, "opens_direct"));
+	print_requests(json_object_get(k, "requests"));
 }
 
 /*
@@ -386,6 +420,14 @@ static int stat_prometheus(const char *store, const struct wfs_catalog_stats *st
 		snprintf(name, sizeof(name), "%s_total", key);
 		snprintf(help, sizeof(help), "Daemon counter %s since mount.", key);
 		metric(name, help, "counter", labels, (double)json_integer_value(v));
+	}
+	since = json_object_get(since, "requests");
+	if (json_object_size(since)) {
+		printf("# HELP weightfs_fuse_requests_total FUSE requests since mount, by opcode.\n"
+		       "# TYPE weightfs_fuse_requests_total counter\n");
+		json_object_foreach(since, key, v)
+			printf("weightfs_fuse_requests_total{%s,opcode=\"%s\"} %llu\n", labels, key,
+			       (unsigned long long)json_integer_value(v));
 	}
 	return 0;
 }

@@ -440,6 +440,7 @@ def row_small(ctx, r, order):
         os.makedirs(d)
         os.sync()
         names = [os.path.join(d, f"model.layers.{i}.weight") for i in range(len(ctx.sizes))]
+        q0 = fuse_requests(ctx) if side == "wfs" else None
         t0 = time.perf_counter()
         for i, (name, size) in enumerate(zip(names, ctx.sizes)):
             off = (i * 4099) % 4096
@@ -453,9 +454,13 @@ def row_small(ctx, r, order):
                 os.close(fd)
             os.rename(tmp, name)
         t1 = time.perf_counter()
+        q1 = fuse_requests(ctx) if side == "wfs" else None
         for name in names:
             touch_pages(name)
         t2 = time.perf_counter()
+        if side == "wfs":
+            res["req/small-write"] = per_op(q0, q1, len(names))
+            res["req/small-read"] = per_op(q1, fuse_requests(ctx), len(names))
         res[f"small-write/{side}"] = t1 - t0
         res[f"small-read/{side}"] = t2 - t1
         res[f"small/{side}"] = t2 - t0
@@ -463,6 +468,19 @@ def row_small(ctx, r, order):
         rm_tree(os.path.join(ctx.sync_dir if side == "wfs" else ctx.native_dir, "small"))
     settle()
     return res
+
+
+def fuse_requests(ctx):
+    """The sync mount's FUSE requests so far, by opcode (user.weightfs.stats, counted by the daemon)."""
+    stats = json.loads(os.getxattr(os.path.dirname(ctx.sync_dir), "user.weightfs.stats"))
+    return stats["since_mount"].get("requests", {})
+
+
+def per_op(before, after, n):
+    """Requests per operation between two fuse_requests() readings, over n operations (the second
+    reading's own GETXATTR left out)."""
+    d = {k: after.get(k, 0) - before.get(k, 0) - (k == "GETXATTR") for k in after}
+    return {k: v / n for k, v in d.items() if v > 0}
 
 
 def settle():
@@ -479,26 +497,26 @@ def row_meta(ctx, r, order):
     for side in order:
         rm_tree(dirs[side])
         os.makedirs(dirs[side])
+    def phase(key, side, work):
+        """Time work() for one side; on weightfs also count its FUSE requests per file."""
+        q0 = fuse_requests(ctx) if side == "wfs" else None
+        t0 = time.perf_counter()
+        work()
+        res[f"{key}/{side}"] = ctx.files / (time.perf_counter() - t0)
+        if side == "wfs":
+            time.sleep(0.2)  # RELEASE and FORGET arrive after the calls return
+            res[f"req/{key}"] = per_op(q0, fuse_requests(ctx), ctx.files)
+
     for side in order:
         drop_caches()
-        t0 = time.perf_counter()
-        for p in names[side]:
-            os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
-        res[f"create/{side}"] = ctx.files / (time.perf_counter() - t0)
+        phase("create", side, lambda: [os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                                                        0o644)) for p in names[side]])
     for side in order:
-        t0 = time.perf_counter()
-        subprocess.run(["ls", "-l", dirs[side]], stdout=subprocess.DEVNULL, check=True)
-        res[f"ls/{side}"] = ctx.files / (time.perf_counter() - t0)
+        phase("ls", side, lambda: subprocess.run(["ls", "-l", dirs[side]], stdout=subprocess.DEVNULL, check=True))
     for side in order:
-        t0 = time.perf_counter()
-        for p in names[side]:
-            os.stat(p)
-        res[f"stat/{side}"] = ctx.files / (time.perf_counter() - t0)
+        phase("stat", side, lambda: [os.stat(p) for p in names[side]])
     for side in order:
-        t0 = time.perf_counter()
-        for p in names[side]:
-            os.unlink(p)
-        res[f"unlink/{side}"] = ctx.files / (time.perf_counter() - t0)
+        phase("unlink", side, lambda: [os.unlink(p) for p in names[side]])
     for side in order:
         os.rmdir(dirs[side])
     res["rtt-us"] = per_call_us(ctx.sync_dir)  # one FUSE request answered at once (roundtrip.py)
@@ -681,6 +699,29 @@ def hash_floor(ctx, results):
             f"reading the file again.{after}")
 
 
+ASYNC_REQUESTS = ("RELEASE", "RELEASEDIR", "FORGET", "BATCH_FORGET")  # sent after the call returns
+
+
+def waited(req):
+    """Requests per operation that the caller waits for (all but ASYNC_REQUESTS)."""
+    return sum(v for k, v in req.items() if k not in ASYNC_REQUESTS)
+
+
+def requests_note(results, keys):
+    """The FUSE requests per operation that the daemon counted in round 1, for keys (label, key)."""
+    parts = []
+    for label, key in keys:
+        req = next((x[key] for x in results if key in x), None)
+        if req is None:
+            continue
+        ops = ", ".join(f"{k} {v:.2f}" for k, v in sorted(req.items(), key=lambda kv: -kv[1]))
+        parts.append(f"{label}: {ops or 'none'} ({waited(req):.2f} waited for)")
+    if not parts:
+        return None
+    return ("FUSE requests per operation, counted by the daemon (`requests` in `user.weightfs.stats`, "
+            "round 1; the caller waits for all but " + ", ".join(ASYNC_REQUESTS) + "): " + "; ".join(parts) + ".")
+
+
 def fuse_floor(results):
     """Row 4's note: what the FUSE requests alone cost, against the native operations."""
     rtt = series(results, "rtt-us")
@@ -688,12 +729,15 @@ def fuse_floor(results):
     if not rtt or not nc or not nu:
         return None
     c_us, u_us = 1e6 / med(nc), 1e6 / med(nu)
+    rc = next((waited(x["req/create"]) for x in results if "req/create" in x), 4)
+    ru = next((waited(x["req/unlink"]) for x in results if "req/unlink" in x), 2)
     return (f"The FUSE floor: one request that the daemon answers at once (no lock, no catalog; "
             f"`tests/bench/roundtrip.py`) costs {med(rtt):.1f} µs here; a native create costs {c_us:.1f} µs "
-            f"and a native unlink {u_us:.1f} µs. A create through FUSE waits for 4 requests (GETATTR of "
-            f"the directory, whose attributes the previous create invalidated; LOOKUP; CREATE; FLUSH) and "
-            f"an unlink for 2 (GETATTR, UNLINK), so with no work at all in the daemon create could reach "
-            f"**{c_us / (4 * med(rtt)):.2f}×** and unlink **{u_us / (2 * med(rtt)):.2f}×** native.")
+            f"and a native unlink {u_us:.1f} µs. A create through FUSE waits for {rc:.2f} requests and an "
+            f"unlink for {ru:.2f} (counted below), so with no work at all in the daemon create could reach "
+            f"**{c_us / (rc * med(rtt)):.2f}×** and unlink **{u_us / (ru * med(rtt)):.2f}×** native. "
+            + (requests_note(results, [("create", "req/create"), ("`ls -l`, per file", "req/ls"),
+                                       ("stat", "req/stat"), ("unlink", "req/unlink")]) or ""))
 
 
 def summarize(ctx, results):
@@ -798,7 +842,9 @@ def summarize(ctx, results):
               "Sizes: log2(size) is the minimum of two uniform draws in [12, 20] (fixed seed, the same "
               "sizes on both sides): 4 KiB–1 MiB with small tensors more common, which keeps 20,000 "
               "tensors at ~1.3 GB per side (log-uniform sizes would be ~3.8 GB). The read phase runs "
-              "right after the writes (warm).")
+              "right after the writes (warm). " +
+              (requests_note(results, [("write (per tensor)", "req/small-write"),
+                                       ("read (per tensor)", "req/small-read")]) or ""))
     if 4 in ctx.rows:
         table(f"4. Metadata: {ctx.files:,} empty files (files/s)",
               "| operation | weightfs | native | ratio | goal |",

@@ -172,10 +172,11 @@ expect "drop --numa-node: usage error" 2
 # ---- stat --prometheus ----------------------------------------------------------------------------
 "$CTL" cache load "$MNT/rank0" >/dev/null
 run "$CTL" stat --prometheus "$MNT"
-bad=$(grep -Ev '^(# (HELP|TYPE) weightfs_[a-z_]+ .+|weightfs_[a-z_]+\{store="[^"]*"(,node="[0-9]+")?\} [0-9.e+-]+)$' <<<"$out" | head -n 3)
+bad=$(grep -Ev '^(# (HELP|TYPE) weightfs_[a-z_]+ .+|weightfs_[a-z_]+\{store="[^"]*"(,node="[0-9]+"|,opcode="[A-Z_]+")?\} [0-9.e+-]+)$' <<<"$out" | head -n 3)
 res=$(sed -nE 's/^weightfs_resident_bytes\{[^}]*\} ([0-9]+)$/\1/p' <<<"$out")
 if [ "$rc" -eq 0 ] && [ -z "$bad" ] && grep -q '^weightfs_names{store="'"$STORE"'"} 3$' <<<"$out" &&
 	grep -Eq '^weightfs_dedup_ratio\{.*\} (2|1\.99)' <<<"$out" && grep -q '^weightfs_claims_total{' <<<"$out" &&
+	grep -Eq '^weightfs_fuse_requests_total\{store="[^"]*",opcode="LOOKUP"\} [1-9]' <<<"$out" &&
 	grep -q '^weightfs_quarantined_objects{.*} 0$' <<<"$out" && [ "${res:-0}" -ge $((NB * 99 / 100)) ]; then
 	ok "stat --prometheus: text format, names 3, dedup 2x, resident $res bytes, daemon counters"
 else
