@@ -126,7 +126,7 @@ static int direct_object(struct wfs_direct *d, int fd, pid_t pid, int *obj_fd, u
 	if (st.st_dev != dev)
 		return -EXDEV;
 
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	in = wfs_inode_find(fs, (uint64_t)st.st_ino);
 	if (!in || in->io.nopen == 0)
 		ret = -ESTALE;
@@ -140,7 +140,7 @@ static int direct_object(struct wfs_direct *d, int fd, pid_t pid, int *obj_fd, u
 		ret = -EBUSY; /* rewritten while the object was checked */
 	if (o)
 		digest = *wfs_object_digest(o);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 
 	/* Pinned: the object file stays while we open it, without fs->lock. */
 	if (ret == 0) {
@@ -156,14 +156,14 @@ static int direct_object(struct wfs_direct *d, int fd, pid_t pid, int *obj_fd, u
 		}
 	}
 
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	/* Usually not the last pin (@fd's handle pins the object it read at open); if the name was
 	 * rewritten in between, this last unpin releases a backing id like any other (kernel.h). */
 	if (o)
 		wfs_object_unpin(fs, o);
 	if (ret == 0)
 		fs->counters.opens_direct++;
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	return ret;
 }
 

@@ -337,9 +337,9 @@ static void wfs_destroy(void *userdata)
 {
 	struct wfs_fs *fs = userdata;
 
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	wfs_catalog_sync(fs->catalog);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 }
 
 static void wfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -350,12 +350,12 @@ static void wfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct wfs_attr a;
 	int ret = check_name(name);
 
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	if (ret == 0)
 		ret = wfs_catalog_lookup(fs->catalog, parent, name, &a);
 	if (ret == 0)
 		ret = make_entry(fs, &a, &e);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	if (ret == -ENOENT) {
 		/* Negative entry: the kernel may cache the absence; creates go through us anyway. */
 		memset(&e, 0, sizeof(e));
@@ -371,9 +371,9 @@ static void wfs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 	WFS_OPS_COUNT(FORGET);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	wfs_inode_forget(fs, ino, nlookup);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	fuse_reply_none(req);
 }
 
@@ -382,10 +382,10 @@ static void wfs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_da
 	WFS_OPS_COUNT(BATCH_FORGET);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	for (size_t i = 0; i < count; i++)
 		wfs_inode_forget(fs, forgets[i].ino, forgets[i].nlookup);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	fuse_reply_none(req);
 }
 
@@ -398,11 +398,11 @@ static void wfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	int ret;
 
 	(void)fi;
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
 	if (ret == 0)
 		attr_to_stat(&a, wfs_inode_find(fs, ino), &st);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
@@ -474,9 +474,9 @@ static void wfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int t
 	struct stat st;
 	int ret;
 
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	ret = do_setattr(fs, ino, attr, to_set, fi, &st, &news);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	/* A moved name is told after the reply: truncate(2) holds the old inode's lock meanwhile. */
 	if (!news.moved)
 		wfs_ops_news_send(fs, &news);
@@ -528,11 +528,11 @@ static void wfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	struct wfs_attr a;
 	int ret;
 
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	ret = mknode(fs, req, parent, name, S_IFDIR | (mode & 07777), NULL, &a);
 	if (ret == 0)
 		ret = make_entry(fs, &a, &e);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	reply_entry_or_err(req, ret, &e);
 }
 
@@ -544,12 +544,12 @@ static void wfs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, con
 	struct wfs_attr a;
 	int ret = strlen(link) >= PATH_MAX ? -ENAMETOOLONG : 0;
 
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	if (ret == 0)
 		ret = mknode(fs, req, parent, name, S_IFLNK | 0777, link, &a);
 	if (ret == 0)
 		ret = make_entry(fs, &a, &e);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	reply_entry_or_err(req, ret, &e);
 }
 
@@ -597,16 +597,16 @@ static void wfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 
 	if (!S_ISREG(mode)) {
 		if (S_ISFIFO(mode) || S_ISSOCK(mode) || S_ISCHR(mode) || S_ISBLK(mode)) {
-			pthread_mutex_lock(&fs->lock);
+			wfs_lock(&fs->lock);
 			ret = do_mkspecial(fs, req, parent, name, mode, rdev, &e);
-			pthread_mutex_unlock(&fs->lock);
+			wfs_unlock(&fs->lock);
 		} else {
 			ret = -EINVAL;
 		}
 		reply_entry_or_err(req, ret, &e);
 		return;
 	}
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	ret = mknode(fs, req, parent, name, S_IFREG | (mode & 07777), NULL, &a);
 	if (ret == 0) {
 		in = wfs_inode_get(fs, &a);
@@ -623,7 +623,7 @@ static void wfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			wfs_inode_maybe_free(fs, in);
 		}
 	}
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	reply_entry_or_err(req, ret, &e);
 }
 
@@ -639,7 +639,7 @@ static void wfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 	struct wfs_attr a;
 	int ret;
 
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	ret = mknode(fs, req, parent, name, S_IFREG | (mode & 07777), NULL, &a);
 	if (ret)
 		goto out;
@@ -655,7 +655,7 @@ static void wfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 	assert(ret == 0);
 	set_open_reply(fi, h, &r);
 out:
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
@@ -673,9 +673,9 @@ static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct wfs_handle *h;
 	int ret;
 
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	ret = wfs_openmode_open(fs, ino, writable, truncate, tid_of(req), &h, &r, &news);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	if (ret) {
 		fuse_reply_err(req, -ret);
 	} else {
@@ -775,9 +775,9 @@ static void wfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int ret;
 
 	(void)ino;
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	ret = wfs_openmode_flush(fs, handle_of(fi), tid_of(req), &news);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	/* Before the reply: once a killed writer's exit is seen, its name is gone from the kernel. */
 	wfs_ops_news_send(fs, &news);
 	fuse_reply_err(req, -ret);
@@ -790,9 +790,9 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	struct wfs_news news = {0};
 
 	(void)ino;
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	wfs_openmode_release(fs, handle_of(fi), tid_of(req), &news);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	wfs_ops_news_send(fs, &news);
 	fuse_reply_err(req, 0);
 }
@@ -807,11 +807,11 @@ static void sync_common(fuse_req_t req, struct wfs_handle *h)
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	int ret;
 
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	if (h && h->writing)
 		wfs_version_ask_durable(h->writing);
 	ret = wfs_commit_now(fs);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	if (ret == 0)
 		ret = wfs_commit_sync(fs);
 	fuse_reply_err(req, -ret);
@@ -837,11 +837,11 @@ static void wfs_unlink_common(fuse_req_t req, fuse_ino_t parent, const char *nam
 	uint64_t ino;
 	int ret;
 
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	ret = wfs_catalog_unlink(fs->catalog, parent, name, dir, &ino);
 	if (ret == 0)
 		wfs_inode_maybe_drop(fs, ino);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	fuse_reply_err(req, -ret);
 }
 
@@ -865,12 +865,12 @@ static void wfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse
 	uint64_t replaced = 0;
 	int ret = check_name(newname);
 
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	if (ret == 0)
 		ret = wfs_catalog_rename(fs->catalog, parent, name, newparent, newname, flags, &replaced);
 	if (ret == 0 && replaced)
 		wfs_inode_maybe_drop(fs, replaced);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	fuse_reply_err(req, -ret);
 }
 
@@ -882,12 +882,12 @@ static void wfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const
 	struct wfs_attr a;
 	int ret = check_name(newname);
 
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	if (ret == 0)
 		ret = wfs_catalog_link(fs->catalog, ino, newparent, newname, &a);
 	if (ret == 0)
 		ret = make_entry(fs, &a, &e);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	reply_entry_or_err(req, ret, &e);
 }
 
@@ -898,9 +898,9 @@ static void wfs_readlink(fuse_req_t req, fuse_ino_t ino)
 	char buf[PATH_MAX];
 	int ret;
 
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	ret = wfs_catalog_readlink(fs->catalog, ino, buf, sizeof(buf));
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
@@ -914,9 +914,9 @@ static void wfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	struct wfs_attr a;
 	int ret;
 
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	if (ret == 0 && !S_ISDIR(a.mode))
 		ret = -ENOTDIR;
 	if (ret) {
@@ -995,7 +995,7 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
 	if (ret == 0 && !S_ISDIR(a.mode))
 		ret = -ENOTDIR;
@@ -1016,7 +1016,7 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 	if (ret == 0)
 		ret = wfs_catalog_readdir(fs->catalog, ino, off > 2 ? (uint64_t)off - 2 : 0, dirbuf_entry, &d);
 done:
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else

@@ -52,10 +52,14 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 	struct wfs_catalog_stats st;
 	struct wfs_counters *k = &fs->counters;
 	uint64_t verified, unverified;
+	const struct wfs_lock *l = &fs->lock;
+	char site[160];
 	json_t *o;
 	char *dump;
 	int ret;
 
+	snprintf(site, sizeof(site), "%s:%d to %s:%d", l->max_site ? l->max_site : "", l->max_line,
+		 l->max_end_site ? l->max_end_site : "", l->max_end_line);
 	ret = wfs_catalog_stats(fs->catalog, &st);
 	if (ret == 0)
 		ret = wfs_check_count(fs, &verified, &unverified);
@@ -64,7 +68,7 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 #define U64(v) json_integer((json_int_t)(v))
 	o = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:b, s:s, "
 		      "s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-		      "s:o, s:o, s:o}}",
+		      "s:o, s:o, s:o}, s:{s:f, s:s, s:o, s:f}}",
 		      "names", U64(st.names), "directories", U64(st.directories), "symlinks", U64(st.symlinks),
 		      "logical_bytes", U64(st.logical_bytes), "objects", U64(st.objects),
 		      "physical_bytes", U64(st.object_bytes),
@@ -85,7 +89,9 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		      "seals_awaiting_sync", U64(fs->commit.unsynced),
 		      "checks_on_opener_node", U64(atomic_load(&fs->checks_placed)),
 		      "seals_declared", U64(k->seals_declared), "checks_after_seal", U64(k->checks_after_seal),
-		      "verify_failures", U64(k->verify_failures), "requests", wfs_ops_requests_json());
+		      "verify_failures", U64(k->verify_failures), "requests", wfs_ops_requests_json(),
+		      "lock", "held_max_ms", (double)l->held_max_ns / 1e6, "held_max_at", site,
+		      "holds_slow", U64(l->slow), "holds_slow_ms", (double)l->slow_ns / 1e6);
 #undef U64
 	/* Three decimals are what a ratio needs; JSON_REAL_PRECISION counts significant digits. */
 	dump = o ? json_dumps(o, JSON_REAL_PRECISION(6)) : NULL;
@@ -124,7 +130,7 @@ void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	if (ino == FUSE_ROOT_ID && strcmp(name, WFS_XATTR_STATS) == 0) {
 		char *text = NULL;
 
@@ -152,7 +158,7 @@ void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 	} else {
 		ret = wfs_catalog_xattr_get(fs->catalog, ino, name, buf, size, &len);
 	}
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	reply_xattr(req, ret, size, buf, len);
 	free(buf);
 }
@@ -192,9 +198,9 @@ static int claim(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const char *
 	ret = digest_request(req, value, size, &d);
 	if (ret)
 		return ret;
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	ret = wfs_seal_claim(fs, ino, &d);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	return ret;
 }
 
@@ -329,7 +335,7 @@ static int claim_batch(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t dir, const 
 	n = parse_claims(value, size, &buf, &lines);
 	if (n > 0 && !(*made = calloc((size_t)n, sizeof(**made))))
 		n = -ENOMEM;
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	if (n >= 0 && (ret = wfs_catalog_getattr(fs->catalog, dir, &a)) == 0 && !S_ISDIR(a.mode))
 		ret = -ENOTDIR;
 	if (n > 0 && ret == 0)
@@ -364,10 +370,10 @@ static int claim_batch(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t dir, const 
 		if (ret == -EEXIST || ret == -ENODATA)
 			ret = 0; /* the name exists, or the object is damaged: this line only */
 		/* Other requests wait for one line (~0.05 ms), not for the whole batch. */
-		pthread_mutex_unlock(&fs->lock);
-		pthread_mutex_lock(&fs->lock);
+		wfs_unlock(&fs->lock);
+		wfs_lock(&fs->lock);
 	}
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	free(lines);
 	free(buf);
 	return n < 0 ? (int)n : ret;
@@ -399,7 +405,7 @@ static int digest_set(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const c
 		hex[size] = '\0';
 		hex_ok = wfs_digest_from_hex(hex, &d) == 0;
 	}
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	/* Being written: the writer declares the digest its bytes will have (seal.h). Only the
 	 * mounting user (or root), as for claims: a name sealed on a wrong declaration reads the
 	 * declared content once it is stored, so a declaration is a claim of what comes later. */
@@ -411,17 +417,17 @@ static int digest_set(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const c
 		else
 			ret = wfs_seal_declare(fs, ino, &d);
 		if (ret != 0) { /* 0: its seal began meanwhile; answered as for a sealed file */
-			pthread_mutex_unlock(&fs->lock);
+			wfs_unlock(&fs->lock);
 			return ret;
 		}
 	}
 	if (!hex_ok) {
-		pthread_mutex_unlock(&fs->lock);
+		wfs_unlock(&fs->lock);
 		return -EPERM;
 	}
 	wfs_seal_wait_release(fs, ino);
 	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	if (ret || !a.sealed)
 		return -EPERM;
 	wfs_digest_to_hex(&a.digest, hex);
@@ -451,9 +457,9 @@ void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *
 
 		ret = digest_request(req, value, size, &d);
 		if (ret == 0) {
-			pthread_mutex_lock(&fs->lock);
+			wfs_lock(&fs->lock);
 			ret = wfs_check_recheck(fs, &d);
-			pthread_mutex_unlock(&fs->lock);
+			wfs_unlock(&fs->lock);
 		}
 		fuse_reply_err(req, -ret);
 		return;
@@ -489,12 +495,12 @@ void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *
 		return;
 	}
 	if (ret == 0) {
-		pthread_mutex_lock(&fs->lock);
+		wfs_lock(&fs->lock);
 		if (strcmp(name, WFS_XATTR_DTYPE) == 0 || strcmp(name, WFS_XATTR_SHAPE) == 0)
 			ret = wfs_seal_check_xattr(fs, ino, name, value, size);
 		if (ret == 0)
 			ret = wfs_catalog_xattr_set(fs->catalog, ino, name, value, size, flags);
-		pthread_mutex_unlock(&fs->lock);
+		wfs_unlock(&fs->lock);
 	}
 	fuse_reply_err(req, -ret);
 }
@@ -517,9 +523,9 @@ void wfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	ret = wfs_catalog_xattr_list(fs->catalog, ino, buf, size, &len);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	reply_xattr(req, ret, size, buf, len);
 	free(buf);
 }
@@ -536,9 +542,9 @@ void wfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 		 strcmp(name, WFS_XATTR_DIRECT) == 0)
 		ret = -EPERM;
 	if (ret == 0) {
-		pthread_mutex_lock(&fs->lock);
+		wfs_lock(&fs->lock);
 		ret = wfs_catalog_xattr_remove(fs->catalog, ino, name);
-		pthread_mutex_unlock(&fs->lock);
+		wfs_unlock(&fs->lock);
 	}
 	fuse_reply_err(req, -ret);
 }

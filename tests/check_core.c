@@ -19,6 +19,7 @@
 #include "daemon.h"
 #include "digest.h"
 #include "inode.h"
+#include "lock.h"
 #include "map.h"
 #include "object.h"
 #include "openmode.h"
@@ -263,7 +264,7 @@ START_TEST(seal_publishes_then_dedups)
 	struct wfs_inode *a, *b;
 
 	tu_fill(buf, sizeof(buf), 3);
-	pthread_mutex_lock(&fs.lock);
+	wfs_lock(&fs.lock);
 	a = new_file("a");
 	b = new_file("b");
 	ck_assert_int_eq(seal_bytes(a, buf, sizeof(buf)), 0);
@@ -275,7 +276,7 @@ START_TEST(seal_publishes_then_dedups)
 	ck_assert_uint_eq(fs.counters.objects_published, 1);
 	ck_assert_uint_eq(fs.counters.dedup_hits, 1);
 	ck_assert_uint_eq(fs.counters.bytes_published, sizeof(buf));
-	pthread_mutex_unlock(&fs.lock);
+	wfs_unlock(&fs.lock);
 }
 END_TEST
 
@@ -289,7 +290,7 @@ START_TEST(seal_rewrite_copies_base)
 	int err;
 
 	tu_fill(buf, sizeof(buf), 4);
-	pthread_mutex_lock(&fs.lock);
+	wfs_lock(&fs.lock);
 	in = new_file("w");
 	ck_assert_int_eq(seal_bytes(in, buf, sizeof(buf)), 0);
 	old = in->digest;
@@ -303,7 +304,7 @@ START_TEST(seal_rewrite_copies_base)
 	memcpy(want + 100, "XYZ", 3);
 	assert_sealed_as(in->ino, want, sizeof(want));
 	ck_assert(!wfs_store_object_exists(fs.store, &old)); /* no name has it, nothing pins it */
-	pthread_mutex_unlock(&fs.lock);
+	wfs_unlock(&fs.lock);
 }
 END_TEST
 
@@ -314,7 +315,7 @@ START_TEST(seal_holds_size_to_dtype_shape)
 	struct wfs_inode *in;
 	char bytes[12] = {0};
 
-	pthread_mutex_lock(&fs.lock);
+	wfs_lock(&fs.lock);
 	in = new_file("t");
 	ck_assert_int_eq(wfs_catalog_xattr_set(fs.catalog, in->ino, WFS_XATTR_DTYPE, "F32", 3, 0), 0);
 	ck_assert_int_eq(wfs_catalog_xattr_set(fs.catalog, in->ino, WFS_XATTR_SHAPE, "[4]", 3, 0), 0);
@@ -334,7 +335,7 @@ START_TEST(seal_holds_size_to_dtype_shape)
 		wfs_version_put(v);
 	}
 	assert_sealed_as(in->ino, bytes, sizeof(bytes));
-	pthread_mutex_unlock(&fs.lock);
+	wfs_unlock(&fs.lock);
 }
 END_TEST
 
@@ -347,7 +348,7 @@ START_TEST(seal_last_writer_seals)
 	struct wfs_inode *in;
 	int err;
 
-	pthread_mutex_lock(&fs.lock);
+	wfs_lock(&fs.lock);
 	in = new_file("two");
 	h1.inode = h2.inode = in;
 	v = wfs_seal_writer(&fs, in, true, &err);
@@ -363,7 +364,7 @@ START_TEST(seal_last_writer_seals)
 	assert_sealed_as(in->ino, "abc", 3);
 	ck_assert_uint_eq(news.n, 0);
 	wfs_news_release(&news);
-	pthread_mutex_unlock(&fs.lock);
+	wfs_unlock(&fs.lock);
 }
 END_TEST
 
@@ -377,7 +378,7 @@ START_TEST(seal_failed_new_name_removed)
 	struct wfs_attr a;
 	int err;
 
-	pthread_mutex_lock(&fs.lock);
+	wfs_lock(&fs.lock);
 	in = new_file("gone");
 	h.inode = in;
 	ck_assert_int_eq(wfs_catalog_xattr_set(fs.catalog, in->ino, WFS_XATTR_DTYPE, "F32", 3, 0), 0);
@@ -392,7 +393,7 @@ START_TEST(seal_failed_new_name_removed)
 	ck_assert(news.inval && !news.moved);
 	ck_assert_int_eq(wfs_catalog_lookup(fs.catalog, WFS_ROOT_INO, "gone", &a), -ENOENT);
 	wfs_news_release(&news);
-	pthread_mutex_unlock(&fs.lock);
+	wfs_unlock(&fs.lock);
 }
 END_TEST
 
@@ -408,7 +409,7 @@ START_TEST(claim_cases)
 	tu_fill(buf, sizeof(buf), 5);
 	wfs_digest_buf(buf, sizeof(buf), &d);
 	wfs_digest_buf("nothing", 7, &missing);
-	pthread_mutex_lock(&fs.lock);
+	wfs_lock(&fs.lock);
 	src = new_file("src");
 	ck_assert_int_eq(seal_bytes(src, buf, sizeof(buf)), 0);
 	dst = new_file("dst")->ino; /* by number: a claim frees the entry of an inode nobody holds */
@@ -422,7 +423,7 @@ START_TEST(claim_cases)
 	ck_assert_uint_eq(fs.counters.claims, 1);
 	assert_sealed_as(dst, buf, sizeof(buf));
 	ck_assert_int_eq(wfs_seal_claim(&fs, dst, &d), -EEXIST); /* has content now */
-	pthread_mutex_unlock(&fs.lock);
+	wfs_unlock(&fs.lock);
 }
 END_TEST
 
@@ -453,7 +454,7 @@ START_TEST(openmode_passthrough_shared)
 	struct wfs_news news = {0};
 	uint64_t ino;
 
-	pthread_mutex_lock(&fs.lock);
+	wfs_lock(&fs.lock);
 	ino = sealed_file("p", "hello", 5);
 	ck_assert_int_eq(open_ino(ino, false, &h1, &r1, &news), 0);
 	ck_assert_int_eq(open_ino(ino, false, &h2, &r2, &news), 0);
@@ -468,7 +469,7 @@ START_TEST(openmode_passthrough_shared)
 	ck_assert_int_eq(kern.last_closed, r1.backing_id);
 	ck_assert_ptr_null(wfs_inode_find(&fs, ino)); /* no lookups, no opens: freed */
 	ck_assert_uint_eq(fs.counters.opens_passthrough, 2);
-	pthread_mutex_unlock(&fs.lock);
+	wfs_unlock(&fs.lock);
 }
 END_TEST
 
@@ -480,7 +481,7 @@ START_TEST(openmode_cached_excludes_passthrough)
 	struct wfs_news news = {0};
 	uint64_t ino;
 
-	pthread_mutex_lock(&fs.lock);
+	wfs_lock(&fs.lock);
 	ino = sealed_file("c", "hello", 5);
 	ck_assert_int_eq(open_ino(ino, true, &w, &rw, &news), 0);
 	ck_assert_int_eq(rw.backing_id, 0);
@@ -491,7 +492,7 @@ START_TEST(openmode_cached_excludes_passthrough)
 	wfs_openmode_release(&fs, r, 0, &news);
 	wfs_openmode_release(&fs, w, 0, &news);
 	ck_assert_uint_eq(fs.counters.opens_daemon, 2);
-	pthread_mutex_unlock(&fs.lock);
+	wfs_unlock(&fs.lock);
 }
 END_TEST
 
@@ -505,7 +506,7 @@ START_TEST(openmode_writer_beside_readers)
 	struct wfs_attr a, link;
 	uint64_t ino;
 
-	pthread_mutex_lock(&fs.lock);
+	wfs_lock(&fs.lock);
 	ino = sealed_file("m", "hello", 5);
 	ck_assert_int_eq(open_ino(ino, false, &r, &rr, &news), 0);
 	ck_assert_int_gt(rr.backing_id, 0);
@@ -529,7 +530,7 @@ START_TEST(openmode_writer_beside_readers)
 	ck_assert_int_eq(open_ino(ino, true, &w, &rw, &news), -ETXTBSY);
 	ck_assert_uint_eq(news.n, 0);
 	wfs_openmode_release(&fs, r, 0, &news);
-	pthread_mutex_unlock(&fs.lock);
+	wfs_unlock(&fs.lock);
 }
 END_TEST
 
@@ -543,7 +544,7 @@ START_TEST(openmode_unsealed_and_daemon_reads)
 	char back[16];
 	uint64_t ino;
 
-	pthread_mutex_lock(&fs.lock);
+	wfs_lock(&fs.lock);
 	in = new_file("u");
 	ino = in->ino;
 	wfs_inode_maybe_free(&fs, in);
@@ -552,12 +553,12 @@ START_TEST(openmode_unsealed_and_daemon_reads)
 	atomic_store(&fs.passthrough, false);
 	ck_assert_int_eq(open_ino(ino, false, &h, &r, &news), 0);
 	ck_assert_int_eq(r.backing_id, 0);
-	pthread_mutex_unlock(&fs.lock);
+	wfs_unlock(&fs.lock);
 	ck_assert_int_eq(wfs_openmode_read(&fs, h, 0, back, sizeof(back), 0), 6);
 	ck_assert_mem_eq(back, "daemon", 6);
-	pthread_mutex_lock(&fs.lock);
+	wfs_lock(&fs.lock);
 	wfs_openmode_release(&fs, h, 0, &news);
-	pthread_mutex_unlock(&fs.lock);
+	wfs_unlock(&fs.lock);
 }
 END_TEST
 
@@ -571,19 +572,19 @@ START_TEST(openmode_write_flush_seals)
 	bool mode_changed;
 	uint64_t ino;
 
-	pthread_mutex_lock(&fs.lock);
+	wfs_lock(&fs.lock);
 	in = new_file("f");
 	ino = in->ino;
 	ck_assert_int_eq(wfs_openmode_create(&fs, in, &h, &r), 0);
-	pthread_mutex_unlock(&fs.lock);
+	wfs_unlock(&fs.lock);
 	ck_assert_int_eq(wfs_seal_write(&fs, h, 0, gettid(), "weights", 7, 0, &mode_changed), 7);
 	ck_assert(!mode_changed);
-	pthread_mutex_lock(&fs.lock);
+	wfs_lock(&fs.lock);
 	ck_assert_int_eq(wfs_openmode_flush(&fs, h, gettid(), &news), 0);
 	assert_sealed_as(ino, "weights", 7);
 	wfs_openmode_release(&fs, h, gettid(), &news);
 	ck_assert_ptr_null(wfs_inode_find(&fs, ino));
-	pthread_mutex_unlock(&fs.lock);
+	wfs_unlock(&fs.lock);
 }
 END_TEST
 
@@ -614,7 +615,7 @@ START_TEST(openmode_passthrough_writer)
 	int kfd;
 
 	tu_fill(data, len, 9);
-	pthread_mutex_lock(&fs.lock);
+	wfs_lock(&fs.lock);
 	ino = declared_tensor("big");
 	ck_assert_int_eq(open_ino(ino, true, &w, &rw, &news), 0);
 	ck_assert_int_gt(rw.backing_id, 0);
@@ -636,7 +637,7 @@ START_TEST(openmode_passthrough_writer)
 	ck_assert_int_eq(kern.closed, 0); /* the reader still uses it */
 	wfs_openmode_release(&fs, r, 0, &news);
 	ck_assert_int_eq(kern.closed, 1);
-	pthread_mutex_unlock(&fs.lock);
+	wfs_unlock(&fs.lock);
 	free(data);
 }
 END_TEST
@@ -657,7 +658,7 @@ START_TEST(openmode_passthrough_writer_still_open)
 	int kfd;
 
 	tu_fill(data, len, 10);
-	pthread_mutex_lock(&fs.lock);
+	wfs_lock(&fs.lock);
 	ino = declared_tensor("held");
 	ck_assert_int_eq(open_ino(ino, true, &w, &rw, &news), 0);
 	kfd = backing_open_as(rw.backing_id, O_RDWR);
@@ -673,7 +674,7 @@ START_TEST(openmode_passthrough_writer_still_open)
 	ck_assert_int_eq(tu_read_file(path, (void **)&back, &back_len), 0);
 	ck_assert_uint_eq(back_len, len);
 	ck_assert(memcmp(back, data, len) == 0);
-	pthread_mutex_unlock(&fs.lock);
+	wfs_unlock(&fs.lock);
 	free(back);
 	free(data);
 }
@@ -688,7 +689,7 @@ START_TEST(openmode_writer_daemon_served)
 	struct wfs_inode *in;
 	uint64_t ino;
 
-	pthread_mutex_lock(&fs.lock);
+	wfs_lock(&fs.lock);
 	in = new_file("plain");
 	ino = in->ino;
 	ck_assert_int_eq(seal_bytes(in, "x", 1), 0);
@@ -702,7 +703,7 @@ START_TEST(openmode_writer_daemon_served)
 	ck_assert_int_eq(rw.backing_id, 0);
 	wfs_openmode_release(&fs, w, 0, &news);
 	ck_assert_uint_eq(fs.counters.opens_passthrough_write, 0);
-	pthread_mutex_unlock(&fs.lock);
+	wfs_unlock(&fs.lock);
 }
 END_TEST
 
@@ -740,6 +741,42 @@ START_TEST(map_pop_empties_once)
 }
 END_TEST
 
+/*
+ * fs->lock's record (lock.h): the longest hold with where it was taken and released, holds of
+ * WFS_LOCK_SLOW_MS or more counted; time waiting on a condition variable is not a hold.
+ */
+START_TEST(lock_records_long_holds)
+{
+	struct timespec deadline;
+	pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+	struct wfs_lock l;
+	int taken;
+
+	ck_assert_int_eq(wfs_lock_init(&l), 0);
+	wfs_lock(&l);
+	wfs_unlock(&l);
+	ck_assert_uint_eq(l.slow, 0);
+	ck_assert_uint_lt(l.held_max_ns, (uint64_t)WFS_LOCK_SLOW_MS * 1000000u);
+	wfs_lock(&l);
+	taken = __LINE__ - 1;
+	deadline = wfs_deadline_in(3 * WFS_LOCK_SLOW_MS);
+	ck_assert_int_eq(wfs_lock_timedwait(&c, &l, &deadline), ETIMEDOUT); /* waiting: no hold */
+	wfs_unlock(&l);
+	ck_assert_uint_eq(l.slow, 0);
+	wfs_lock(&l);
+	taken = __LINE__ - 1;
+	usleep(2 * WFS_LOCK_SLOW_MS * 1000);
+	wfs_unlock(&l);
+	ck_assert_uint_eq(l.slow, 1);
+	ck_assert_uint_ge(l.held_max_ns, (uint64_t)2 * WFS_LOCK_SLOW_MS * 1000000u);
+	ck_assert_uint_ge(l.slow_ns, l.held_max_ns);
+	ck_assert_str_eq(l.max_site, __func__);
+	ck_assert_int_eq(l.max_line, taken);
+	ck_assert_int_eq(l.max_end_line, taken + 3);
+	wfs_lock_destroy(&l);
+}
+END_TEST
+
 static Suite *core_suite(void)
 {
 	Suite *s = suite_create("core");
@@ -747,6 +784,7 @@ static Suite *core_suite(void)
 
 	tc = tcase_create("map");
 	tcase_add_test(tc, map_pop_empties_once);
+	tcase_add_test(tc, lock_records_long_holds);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("version");

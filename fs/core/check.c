@@ -152,7 +152,7 @@ static int verify(struct wfs_fs *fs, struct wfs_object *o, bool force, pid_t for
 	const struct wfs_digest *d = wfs_object_digest(o);
 
 	while ((c = check_find(fs, d)) != NULL && c->checking)
-		pthread_cond_wait(&fs->check_done, &fs->lock);
+		wfs_lock_wait(&fs->check_done, &fs->lock);
 	ret = wfs_store_object_stat(fs->store, d, &st);
 	if (c && c->bad && ret == -ENOENT)
 		return -EIO; /* still quarantined or missing: already logged */
@@ -178,9 +178,9 @@ static int verify(struct wfs_fs *fs, struct wfs_object *o, bool force, pid_t for
 	if (!c)
 		return -ENOMEM;
 	c->checking = true;
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	ret = check_bytes(fs, d, &st, for_tid ? wfs_cache_node_of_task(for_tid) : -1);
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	c->checking = false; /* entries are freed only at exit: @c is still ours */
 	pthread_cond_broadcast(&fs->check_done);
 
@@ -342,13 +342,13 @@ static void *checker(void *arg)
 	/* Below the request threads: a check is never what a caller waits for, unless it opens the
 	 * object, and then it waits on the check itself. */
 	setpriority(PRIO_PROCESS, (id_t)gettid(), 10);
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	for (;;) {
 		struct wfs_object *o;
 		struct wfs_digest d;
 
 		while (!k->stop && k->n == 0)
-			pthread_cond_wait(&k->due, &fs->lock);
+			wfs_lock_wait(&k->due, &fs->lock);
 		if (k->stop)
 			break;
 		d = k->queue[0];
@@ -371,7 +371,7 @@ static void *checker(void *arg)
 		}
 		wfs_object_unpin(fs, o);
 	}
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	return NULL;
 }
 
@@ -389,7 +389,7 @@ int wfs_check_start(struct wfs_fs *fs)
 
 	if (ret)
 		return -ret;
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	k->stop = false;
 	ret = pthread_create(&k->thread, NULL, checker, fs);
 	k->started = ret == 0;
@@ -398,7 +398,7 @@ int wfs_check_start(struct wfs_fs *fs)
 	if (wfs_catalog_objects(fs->catalog, queue_declared, fs))
 		wfs_log(WFS_LOG_WARN, "catalog: objects sealed on a declared digest and not checked could not "
 			"be listed: they are checked at their first open");
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	if (ret) {
 		pthread_cond_destroy(&k->due);
 		wfs_log(WFS_LOG_WARN, "no checker thread (%s): objects sealed on a declared digest are "
@@ -413,17 +413,17 @@ void wfs_check_stop(struct wfs_fs *fs)
 
 	if (!k->started)
 		return;
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	k->stop = true;
 	pthread_cond_signal(&k->due);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	pthread_join(k->thread, NULL);
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	k->started = false;
 	free(k->queue);
 	k->queue = NULL;
 	k->n = k->cap = 0;
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	pthread_cond_destroy(&k->due);
 }
 

@@ -51,9 +51,9 @@ static void close_removed(struct wfs_fs *fs)
 	while (fs->commit.nclosing) {
 		int fd = fs->commit.closing[--fs->commit.nclosing];
 
-		pthread_mutex_unlock(&fs->lock);
+		wfs_unlock(&fs->lock);
 		close(fd);
-		pthread_mutex_lock(&fs->lock);
+		wfs_lock(&fs->lock);
 	}
 }
 
@@ -74,9 +74,9 @@ int wfs_commit_sync(struct wfs_fs *fs)
 	uint64_t n;
 	int ret;
 
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	n = fs->commit.unsynced;
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	if (n == 0)
 		return wfs_catalog_wal_sync(fs->catalog);
 	ret = wfs_store_sync(fs->store); /* the objects, and the WAL written before it with them */
@@ -84,10 +84,10 @@ int wfs_commit_sync(struct wfs_fs *fs)
 		wfs_log(WFS_LOG_ERR, "group sync of %llu seals: %s", (unsigned long long)n, strerror(-ret));
 		return ret;
 	}
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	fs->commit.unsynced -= n;
 	fs->counters.group_syncs++;
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	return 0;
 }
 
@@ -109,7 +109,7 @@ static void *committer(void *arg)
 {
 	struct wfs_fs *fs = arg;
 
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	while (!fs->commit.stop) {
 		struct timespec deadline;
 		int ret;
@@ -117,36 +117,36 @@ static void *committer(void *arg)
 		close_removed(fs);
 		if (!wfs_catalog_pending(fs->catalog) && !fs->commit.unsynced) {
 			if (!fs->commit.nclosing && !fs->commit.stop)
-				pthread_cond_wait(&fs->commit.due, &fs->lock);
+				wfs_lock_wait(&fs->commit.due, &fs->lock);
 			continue;
 		}
 		/* Let the batch grow for an interval; fs->lock is free meanwhile. */
 		deadline = wfs_deadline_in(WFS_COMMIT_INTERVAL_MS);
 		while (!fs->commit.stop &&
-		       pthread_cond_timedwait(&fs->commit.due, &fs->lock, &deadline) != ETIMEDOUT)
+		       wfs_lock_timedwait(&fs->commit.due, &fs->lock, &deadline) != ETIMEDOUT)
 			;
 		if (wfs_commit_now(fs) == 0) {
 			bool group = sync_due(fs), checkpoint;
 
 			/* The group sync, then the WAL into catalog.db (which syncs it): without fs->lock,
 			 * and a checkpoint only when no seal waits for the group sync. */
-			pthread_mutex_unlock(&fs->lock);
+			wfs_unlock(&fs->lock);
 			ret = group ? wfs_commit_sync(fs) : 0;
-			pthread_mutex_lock(&fs->lock);
+			wfs_lock(&fs->lock);
 			checkpoint = ret == 0 && !fs->commit.unsynced;
-			pthread_mutex_unlock(&fs->lock);
+			wfs_unlock(&fs->lock);
 			if (checkpoint && (ret = wfs_catalog_checkpoint(fs->catalog)) != 0)
 				wfs_log(WFS_LOG_WARN, "catalog checkpoint: %s", strerror(-ret));
-			pthread_mutex_lock(&fs->lock);
+			wfs_lock(&fs->lock);
 		} else {
 			/* Kept open (or lost, and logged): try again an interval later, not in a loop. */
 			deadline = wfs_deadline_in(WFS_COMMIT_INTERVAL_MS);
 			while (!fs->commit.stop &&
-			       pthread_cond_timedwait(&fs->commit.due, &fs->lock, &deadline) != ETIMEDOUT)
+			       wfs_lock_timedwait(&fs->commit.due, &fs->lock, &deadline) != ETIMEDOUT)
 				;
 		}
 	}
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	return NULL;
 }
 
@@ -156,13 +156,13 @@ int wfs_commit_start(struct wfs_fs *fs)
 
 	if (ret)
 		return -ret;
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	ret = wfs_catalog_batch(fs->catalog, true, first_pending, fs);
 	fs->commit.stop = false;
 	if (ret == 0 && (ret = -pthread_create(&fs->commit.thread, NULL, committer, fs)) != 0)
 		wfs_catalog_batch(fs->catalog, false, NULL, NULL);
 	fs->commit.started = ret == 0;
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	if (ret) {
 		pthread_cond_destroy(&fs->commit.due);
 		wfs_log(WFS_LOG_WARN, "catalog: every change commits at once (batching: %s)", strerror(-ret));
@@ -174,12 +174,12 @@ void wfs_commit_stop(struct wfs_fs *fs)
 {
 	if (!fs->commit.started)
 		return;
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	fs->commit.stop = true;
 	pthread_cond_signal(&fs->commit.due);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	pthread_join(fs->commit.thread, NULL);
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	close_removed(fs);
 	free(fs->commit.closing);
 	fs->commit.closing = NULL;
@@ -187,7 +187,7 @@ void wfs_commit_stop(struct wfs_fs *fs)
 	if (wfs_catalog_batch(fs->catalog, false, NULL, NULL))
 		wfs_log(WFS_LOG_ERR, "catalog: the last changes could not be committed at unmount");
 	fs->commit.started = false;
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	wfs_commit_sync(fs); /* the small files' group sync, before the unmount's checkpoint */
 	pthread_cond_destroy(&fs->commit.due);
 }

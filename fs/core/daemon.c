@@ -11,7 +11,7 @@
 
 int wfs_fs_init(struct wfs_fs *fs)
 {
-	int ret = pthread_mutex_init(&fs->lock, NULL);
+	int ret = -wfs_lock_init(&fs->lock);
 
 	if (ret == 0)
 		ret = pthread_cond_init(&fs->seal_done, NULL);
@@ -35,7 +35,7 @@ void wfs_fs_release(struct wfs_fs *fs)
 	pthread_cond_destroy(&fs->check_done);
 	pthread_cond_destroy(&fs->released);
 	pthread_cond_destroy(&fs->seal_done);
-	pthread_mutex_destroy(&fs->lock);
+	wfs_lock_destroy(&fs->lock);
 }
 
 struct timespec wfs_deadline_in(long ms)

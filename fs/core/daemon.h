@@ -48,6 +48,7 @@
 #include "commit.h"
 #include "digest.h"
 #include "kernel.h"
+#include "lock.h"
 #include "map.h"
 #include "openmode.h"
 #include "store.h"
@@ -105,7 +106,7 @@ struct wfs_fs {
 	struct wfs_checker checker;   /* (L) objects to check soon, and the thread that does (check.c) */
 	struct wfs_kernel kernel;     /* set before the session loop starts (kernel.h) */
 	struct fuse_session *se;      /* the handlers' session; the core never uses it */
-	pthread_mutex_t lock;
+	struct wfs_lock lock;         /* fs->lock, with its hold times (lock.h) */
 	pthread_cond_t seal_done;     /* see the legend above */
 	pthread_cond_t released;
 	pthread_cond_t check_done;

@@ -75,7 +75,7 @@ static void wait_released(struct wfs_fs *fs, const unsigned *count, long ms)
 		return;
 	deadline = wfs_deadline_in(ms);
 	while (*count > 0)
-		if (pthread_cond_timedwait(&fs->released, &fs->lock, &deadline) == ETIMEDOUT)
+		if (wfs_lock_timedwait(&fs->released, &fs->lock, &deadline) == ETIMEDOUT)
 			break;
 }
 
@@ -301,9 +301,9 @@ static int open_writer_passthrough(struct wfs_fs *fs, struct wfs_inode *in, stru
 			return ret;
 		/* Reserving the space is disk work (ext4 waits for its journal under writeback): without
 		 * fs->lock. @in stays: it has a writer. */
-		pthread_mutex_unlock(&fs->lock);
+		wfs_unlock(&fs->lock);
 		fd = wfs_version_kernel_backing(v, declared);
-		pthread_mutex_lock(&fs->lock);
+		wfs_lock(&fs->lock);
 		if (fd >= 0 && (io->nopen > 0 || in->writer != v))
 			fd = -EBUSY; /* others opened it meanwhile: the daemon serves them all */
 		if (fd >= 0 && !fs->kernel.backing_open)
@@ -468,7 +468,7 @@ int wfs_openmode_read_object(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid,
 	int ret;
 
 	*fd = -1;
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	do
 		ret = read_source(fs, h, tid, &v, fd);
 	while (ret == -EAGAIN);
@@ -476,7 +476,7 @@ int wfs_openmode_read_object(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid,
 	 * RELEASE may unpin the object and close the shared one while the caller still drops pages. */
 	if (ret == 0 && !v && (*fd = fcntl(*fd, F_DUPFD_CLOEXEC, 0)) < 0)
 		ret = -errno;
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	if (ret == 0 && v) {
 		wfs_version_put(v);
 		*fd = -1;
@@ -533,21 +533,21 @@ ssize_t wfs_openmode_read(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, vo
 	int fd = -1;
 
 	for (;;) {
-		pthread_mutex_lock(&fs->lock);
+		wfs_lock(&fs->lock);
 		do
 			n = read_source(fs, h, tid, &v, &fd);
 		while (n == -EAGAIN);
-		pthread_mutex_unlock(&fs->lock);
+		wfs_unlock(&fs->lock);
 		if (n)
 			return n;
 		if (!v)
 			break;
 		n = wfs_version_read(v, buf, len, off);
 		if (n == -EAGAIN) {
-			pthread_mutex_lock(&fs->lock);
+			wfs_lock(&fs->lock);
 			while (h->inode->writer == v)
-				pthread_cond_wait(&fs->seal_done, &fs->lock);
-			pthread_mutex_unlock(&fs->lock);
+				wfs_lock_wait(&fs->seal_done, &fs->lock);
+			wfs_unlock(&fs->lock);
 		}
 		wfs_version_put(v);
 		if (n != -EAGAIN)

@@ -60,7 +60,7 @@ struct wfs_version *wfs_seal_writer(struct wfs_fs *fs, struct wfs_inode *in, boo
 			}
 			return v;
 		}
-		pthread_cond_wait(&fs->seal_done, &fs->lock);
+		wfs_lock_wait(&fs->seal_done, &fs->lock);
 	}
 
 	v = wfs_version_new(fs->store, err);
@@ -125,7 +125,7 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	kernel = wfs_version_kernel_written(v);
 	asked = wfs_version_durable_asked(v);
 	told = wfs_version_error_told(v); /* a failure reported already: not logged again */
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	ret = wfs_version_freeze(v, &d, &size, &unwritten);
 	unchanged = wfs_version_unchanged(v);
 	if (ret == 0 && wfs_version_declared_wrong(v))
@@ -133,7 +133,7 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 			"sealed with the digest of the bytes", (unsigned long long)in->ino);
 	wfs_crashpoint("seal.after-digest");
 
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	/* A size that does not fit the dtype/shape attributes is refused where close(2) can say so,
 	 * before anything is published. At release nobody hears the error: refusing would lose the
 	 * bytes, so they are sealed and the mismatch is logged. Empty and never written is the state
@@ -154,21 +154,21 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 		 * none dedups onto a copy that another publishes on its writer's declared digest,
 		 * unread, between this one's question and its link. */
 		while (wfs_object_publishing(o))
-			pthread_cond_wait(&fs->seal_done, &fs->lock);
+			wfs_lock_wait(&fs->seal_done, &fs->lock);
 		wfs_object_set_publishing(o, true);
 		publishing = true;
 		/* Asked without fs->lock: after the kernel dropped its dentries this is a read of
 		 * objects/ab/ from a disk busy with writers' data (80-240 ms seen under the lock). The
 		 * answer holds until the publish: the object is pinned, no other seal links it. */
-		pthread_mutex_unlock(&fs->lock);
+		wfs_unlock(&fs->lock);
 		stored = wfs_store_object_exists(fs->store, &d);
-		pthread_mutex_lock(&fs->lock);
+		wfs_lock(&fs->lock);
 		/* A dedup hit hands the name the stored copy: it must hold these bytes. A bad one is
 		 * quarantined here, which leaves the way free to publish ours — the store heals. */
 		if (stored)
 			wfs_check_object(fs, o, 0);
 	}
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 
 	if (ret == 0)
 		ret = wfs_version_publish(v, &d, fs->opt.dedup_verify, durable, &existed);
@@ -176,7 +176,7 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 		wfs_version_discard(v);
 
 	wfs_crashpoint("seal.before-commit");
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	if (publishing) {
 		/* Linked (or found stored): the next seal of this content may ask. A copy this seal
 		 * hashed is good; one published on a declaration is not until the checker says so. */
@@ -248,9 +248,9 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	 * its close(2).
 	 */
 	if (ret == 0 && durable && (reported || kernel)) {
-		pthread_mutex_unlock(&fs->lock);
+		wfs_unlock(&fs->lock);
 		ret = wfs_commit_sync(fs); /* the group sync first, when small seals wait for it */
-		pthread_mutex_lock(&fs->lock);
+		wfs_lock(&fs->lock);
 		fs->counters.seals_synced += ret == 0;
 		if (ret)
 			wfs_log(WFS_LOG_ERR, "inode %llu: the seal's commit could not be made durable: %s",
@@ -394,7 +394,7 @@ ssize_t wfs_seal_write(struct wfs_fs *fs, struct wfs_handle *h, uid_t uid, pid_t
 	*mode_changed = false;
 	if (!h->writable)
 		return -EBADF;
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	*mode_changed = drop_privs(fs, h, uid);
 	do {
 		v = wfs_seal_writer(fs, h->inode, false, &ret);
@@ -403,13 +403,13 @@ ssize_t wfs_seal_write(struct wfs_fs *fs, struct wfs_handle *h, uid_t uid, pid_t
 			if (tid)
 				h->writer_tid = tid; /* 0: writeback, which names no thread */
 		}
-		pthread_mutex_unlock(&fs->lock);
+		wfs_unlock(&fs->lock);
 		if (!v)
 			return ret;
 		n = wfs_version_write(v, buf, len, off);
 		wfs_version_put(v);
 		if (n == -EAGAIN)
-			pthread_mutex_lock(&fs->lock);
+			wfs_lock(&fs->lock);
 	} while (n == -EAGAIN);
 	return n;
 }
@@ -429,7 +429,7 @@ int wfs_seal_fallocate(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, int m
 	if (off < 0 || len <= 0)
 		return -EINVAL;
 	do {
-		pthread_mutex_lock(&fs->lock);
+		wfs_lock(&fs->lock);
 		ret = 0;
 		if (!(mode & FALLOC_FL_KEEP_SIZE)) {
 			size = in->writer ? wfs_version_size(in->writer) : 0;
@@ -445,7 +445,7 @@ int wfs_seal_fallocate(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, int m
 			if (tid)
 				h->writer_tid = tid;
 		}
-		pthread_mutex_unlock(&fs->lock);
+		wfs_unlock(&fs->lock);
 		if (!v)
 			return ret;
 		ret = wfs_version_fallocate(v, mode, (uint64_t)off, (uint64_t)len);
@@ -468,7 +468,7 @@ static int claim_target_empty(struct wfs_fs *fs, struct wfs_inode *in, bool free
 
 	/* A seal in progress (an empty file's is at its release, after close(2) returned): wait. */
 	while ((v = in->writer) != NULL && wfs_version_frozen(v))
-		pthread_cond_wait(&fs->seal_done, &fs->lock);
+		wfs_lock_wait(&fs->seal_done, &fs->lock);
 	if (in->io.npassthrough > 0)
 		return -ETXTBSY;
 	if (v) {
@@ -653,11 +653,11 @@ ssize_t wfs_seal_copy_range(struct wfs_fs *fs, struct wfs_handle *hin, off_t off
 		return -EBADF;
 	if (len > COPY_RANGE_MAX)
 		len = COPY_RANGE_MAX;
-	pthread_mutex_lock(&fs->lock);
+	wfs_lock(&fs->lock);
 	n = copy_by_claim(fs, hin->inode, off_in, hout->inode, off_out, len);
 	if (n == 0)
 		n = copy_same_object(fs, hin->inode, off_in, hout->inode, off_out, len);
-	pthread_mutex_unlock(&fs->lock);
+	wfs_unlock(&fs->lock);
 	if (n > 0)
 		return n > (ssize_t)len ? (ssize_t)len : n;
 	/* Partial ranges, a destination with bytes: read and write through the version. */
@@ -780,7 +780,7 @@ void wfs_seal_wait_release(struct wfs_fs *fs, uint64_t ino)
 			deadline = wfs_deadline_in(60 * 1000);
 			long_wait = true;
 		}
-		if (pthread_cond_timedwait(&fs->seal_done, &fs->lock, &deadline) == ETIMEDOUT)
+		if (wfs_lock_timedwait(&fs->seal_done, &fs->lock, &deadline) == ETIMEDOUT)
 			break;
 	}
 }

@@ -181,7 +181,7 @@ struct wfs_version *wfs_version_new(struct wfs_store *store, int *err)
 	return v;
 }
 
-int wfs_version_copy_base(struct wfs_version *v, const struct wfs_digest *base, pthread_mutex_t *outer)
+int wfs_version_copy_base(struct wfs_version *v, const struct wfs_digest *base, struct wfs_lock *outer)
 {
 	int64_t copied;
 
@@ -190,7 +190,7 @@ int wfs_version_copy_base(struct wfs_version *v, const struct wfs_digest *base, 
 	v->has_base = true;
 	v->base = *base;
 	v->in_order = false;
-	pthread_mutex_unlock(outer);
+	wfs_unlock(outer);
 	copied = wfs_store_tmp_create(v->store, &v->tmp);
 	if (copied == 0)
 		copied = copy_object(v->store, &v->base, v->tmp.fd);
@@ -202,7 +202,7 @@ int wfs_version_copy_base(struct wfs_version *v, const struct wfs_digest *base, 
 		set_size(v, (uint64_t)copied);
 	}
 	pthread_mutex_unlock(&v->lock);
-	pthread_mutex_lock(outer);
+	wfs_lock(outer);
 	return copied < 0 ? (int)copied : 0;
 }
 

@@ -39,6 +39,7 @@
 #include <time.h>
 
 #include "digest.h"
+#include "lock.h"
 #include "store.h"
 
 #define WFS_VERSION_MEM_MAX (1u << 20) /* bytes kept in memory before a tmp file: one FUSE write */
@@ -62,7 +63,7 @@ void wfs_version_put(struct wfs_version *v);
  * that found it meanwhile get -EAGAIN). Returns 0, or -EIO (the object is missing or shorter than
  * its size said), -ENOSPC, -ENOMEM or another -errno of the store.
  */
-int wfs_version_copy_base(struct wfs_version *v, const struct wfs_digest *base, pthread_mutex_t *outer);
+int wfs_version_copy_base(struct wfs_version *v, const struct wfs_digest *base, struct wfs_lock *outer);
 
 /*
  * Write @len bytes at byte offset @off. Returns @len, -EAGAIN when the version is FROZEN or DONE

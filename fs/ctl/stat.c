@@ -296,6 +296,16 @@ static void print_daemon_stats(const json_t *d)
 	printf("direct since mount: %llu object descriptors handed out\n",
 	       (unsigned long long)json_u64(k, "opens_direct"));
 	print_requests(json_object_get(k, "requests"));
+	if (json_is_object(json_object_get(d, "lock"))) { /* fs/core/lock.h; 10 ms: WFS_LOCK_SLOW_MS */
+		const json_t *l = json_object_get(d, "lock");
+		const char *at = json_string_value(json_object_get(l, "held_max_at"));
+
+		printf("daemon lock:        longest hold %.1f ms (%s), %llu holds of 10 ms or more "
+		       "(%.0f ms in all)\n",
+		       json_number_value(json_object_get(l, "held_max_ms")),
+		       at ? at : "?",
+		       (unsigned long long)json_u64(l, "holds_slow"), json_number_value(json_object_get(l, "holds_slow_ms")));
+	}
 }
 
 /*

@@ -342,12 +342,13 @@ def _prober(path, stop, conn):
     while not stop.is_set():
         t0 = time.perf_counter()
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        to = time.perf_counter()
         m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
         t1 = time.perf_counter()
         m[(i % npages) * PAGE]
         m.close()
         os.close(fd)
-        lat.append((t0, t1 - t0, time.perf_counter() - t0))
+        lat.append((t0, t1 - t0, time.perf_counter() - t0, to - t0))
         i += 1
         time.sleep(PROBE_EVERY)
     conn.send(lat)
@@ -357,7 +358,8 @@ def _prober(path, stop, conn):
 def writers_pass(ctx, d, r, k0, probe):
     """Four processes write distinct ctx.writer_size tensors under d at once (each until its digest
     answers on weightfs), with the mmap prober on d/probe.bin beside them when probe. Returns
-    (aggregate GB/s, [(start, open + mmap s, whole probe s)] of the probes that ran meanwhile)."""
+    (aggregate GB/s, [(start, open + mmap s, whole probe s, open alone s)] of the probes that ran
+    meanwhile)."""
     mp = multiprocessing.get_context("fork")
     wfs = not d.startswith(ctx.native_dir)
     wdir = os.path.join(d, "writers")
@@ -410,7 +412,15 @@ def row_writers(ctx, r, order):
     res = {}
     for side in order:
         d = ctx.sync_dir if side == "wfs" else ctx.native_dir
+        lock0 = daemon_lock(ctx) if side == "wfs" else None
         res[f"writers/{side}"], lat = writers_pass(ctx, d, r, 0, True)
+        if side == "wfs":
+            lock1 = daemon_lock(ctx)
+            res["lock-slow"] = lock1["holds_slow"] - lock0["holds_slow"]
+            res["lock-slow-ms"] = lock1["holds_slow_ms"] - lock0["holds_slow_ms"]
+            if lock1["held_max_ms"] > lock0["held_max_ms"]:
+                res["lock-max"] = (lock1["held_max_ms"], lock1["held_max_at"])
+        res[f"probe-open-max/{side}"] = max(x[3] for x in lat) * 1e3 if lat else float("nan")
         opens, whole = [x[1] for x in lat], [x[2] for x in lat]
         res[f"probe-med/{side}"] = med(opens) * 1e3 if lat else float("nan")
         res[f"probe-max/{side}"] = max(opens) * 1e3 if lat else float("nan")
@@ -474,6 +484,11 @@ def fuse_requests(ctx):
     """The sync mount's FUSE requests so far, by opcode (user.weightfs.stats, counted by the daemon)."""
     stats = json.loads(os.getxattr(os.path.dirname(ctx.sync_dir), "user.weightfs.stats"))
     return stats["since_mount"].get("requests", {})
+
+
+def daemon_lock(ctx):
+    """The sync mount's fs->lock record (fs/core/lock.h): longest hold and holds of 10 ms or more."""
+    return json.loads(os.getxattr(os.path.dirname(ctx.sync_dir), "user.weightfs.stats"))["lock"]
 
 
 def per_op(before, after, n):
@@ -722,6 +737,24 @@ def requests_note(results, keys):
             "round 1; the caller waits for all but " + ", ".join(ASYNC_REQUESTS) + "): " + "; ".join(parts) + ".")
 
 
+def lock_note(results):
+    """Row 2's note: the probe's open alone, and how long the daemon held fs->lock meanwhile."""
+    po, pn = series(results, "probe-open-max/wfs"), series(results, "probe-open-max/native")
+    slow, slow_ms = series(results, "lock-slow"), series(results, "lock-slow-ms")
+    out = []
+    if po:
+        out.append(f"Worst open(2) alone, per round: weightfs {f2(po)} ms; native {f2(pn)} ms.")
+    if slow:
+        out.append(f"The daemon's fs->lock during the default mount's pass (`lock` in "
+                   f"`user.weightfs.stats`, fs/core/lock.h), per round: {f2(slow, '{:.0f}')} holds of "
+                   f"10 ms or more, {f2(slow_ms, '{:.0f}')} ms in all.")
+    for i, x in enumerate(results):
+        if "lock-max" in x:
+            out.append(f"Round {i + 1} set the longest hold since the mount: {x['lock-max'][0]:.1f} ms "
+                       f"({x['lock-max'][1]}).")
+    return " ".join(out)
+
+
 def fuse_floor(results):
     """Row 4's note: what the FUSE requests alone cost, against the native operations."""
     rtt = series(results, "rtt-us")
@@ -829,7 +862,7 @@ def summarize(ctx, results):
               f"while the writers run (probes per round: weightfs {f2(pn[0], '{:.0f}')}, native "
               f"{f2(pn[1], '{:.0f}')}). The goal is on open + mmap; the page read is the disk's "
               f"(after row 4's drop_caches the page is not cached, and the read queues behind the "
-              f"writers' writeback), given for context.")
+              f"writers' writeback), given for context. " + lock_note(results))
     if 3 in ctx.rows:
         tot = sum(ctx.sizes)
         rows = [line("write: temp name, close, rename", "small-write", "s", None, "{:.2f}", speed=False),
