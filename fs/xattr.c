@@ -53,11 +53,13 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 	struct wfs_counters *k = &fs->counters;
 	uint64_t verified, unverified;
 	const struct wfs_lock *l = &fs->lock;
+	struct wfs_catalog_timing ct;
 	char site[160];
 	json_t *o;
 	char *dump;
 	int ret;
 
+	wfs_catalog_timing(fs->catalog, &ct);
 	snprintf(site, sizeof(site), "%s:%d to %s:%d", l->max_site ? l->max_site : "", l->max_line,
 		 l->max_end_site ? l->max_end_site : "", l->max_end_line);
 	ret = wfs_catalog_stats(fs->catalog, &st);
@@ -68,7 +70,7 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 #define U64(v) json_integer((json_int_t)(v))
 	o = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:b, s:s, "
 		      "s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-		      "s:o, s:o, s:o}, s:{s:f, s:s, s:o, s:f}}",
+		      "s:o, s:o, s:o}, s:{s:f, s:s, s:o, s:f}, s:{s:o, s:f, s:f, s:o, s:f, s:f, s:o, s:f}}",
 		      "names", U64(st.names), "directories", U64(st.directories), "symlinks", U64(st.symlinks),
 		      "logical_bytes", U64(st.logical_bytes), "objects", U64(st.objects),
 		      "physical_bytes", U64(st.object_bytes),
@@ -91,7 +93,11 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		      "seals_declared", U64(k->seals_declared), "checks_after_seal", U64(k->checks_after_seal),
 		      "verify_failures", U64(k->verify_failures), "requests", wfs_ops_requests_json(),
 		      "lock", "held_max_ms", (double)l->held_max_ns / 1e6, "held_max_at", site,
-		      "holds_slow", U64(l->slow), "holds_slow_ms", (double)l->slow_ns / 1e6);
+		      "holds_slow", U64(l->slow), "holds_slow_ms", (double)l->slow_ns / 1e6,
+		      "commits", "commits", U64(ct.commits), "commit_max_ms", (double)ct.commit_max_ns / 1e6,
+		      "commit_ms", (double)ct.commit_ns / 1e6, "headroom_refills", U64(ct.refills),
+		      "refill_max_ms", (double)ct.refill_max_ns / 1e6, "refill_ms", (double)ct.refill_ns / 1e6,
+		      "reserve_fills", U64(ct.reserve_fills), "reserve_max_ms", (double)ct.reserve_max_ns / 1e6);
 #undef U64
 	/* Three decimals are what a ratio needs; JSON_REAL_PRECISION counts significant digits. */
 	dump = o ? json_dumps(o, JSON_REAL_PRECISION(6)) : NULL;

@@ -172,6 +172,7 @@ struct wfs_catalog {
 	pthread_mutex_t checkpoint_lock; /* checkpoint_db: wfs_catalog_checkpoint() may run anywhere */
 	sqlite3 *checkpoint_db; /* a connection of its own for checkpoints; NULL until needed */
 	uint64_t pending;  /* calls in the open batch, not committed yet */
+	struct wfs_catalog_timing timing; /* where commits spend their time */
 	void (*first_pending)(void *ctx); /* told when a batch gets its first call */
 	void *first_pending_ctx;
 };
@@ -250,6 +251,30 @@ static int64_t now_ns(void)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return ts_to_ns(&ts);
+}
+
+/* CLOCK_MONOTONIC nanoseconds, for durations. */
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Count a phase of @ns into *@n, *@total (may be NULL) and *@max. */
+static void timed(uint64_t ns, uint64_t *n, uint64_t *total, uint64_t *max)
+{
+	(*n)++;
+	if (total)
+		*total += ns;
+	if (ns > *max)
+		*max = ns;
+}
+
+void wfs_catalog_timing(const struct wfs_catalog *c, struct wfs_catalog_timing *out)
+{
+	*out = c->timing;
 }
 
 /* Fill @a from columns starting at @col (the ATTR_COLS order). */
@@ -372,7 +397,7 @@ static bool wal_headroom(struct wfs_catalog *c)
 	static const char zeros[64 << 10];
 	struct statvfs sv;
 	struct stat st;
-	uint64_t used, want;
+	uint64_t used, want, t0;
 
 	if (c->wal_rw < 0)
 		c->wal_rw = open(c->wal_path, O_RDWR | O_CLOEXEC);
@@ -386,6 +411,8 @@ static bool wal_headroom(struct wfs_catalog *c)
 	if ((uint64_t)st.st_size >= used + WAL_HEADROOM / 2)
 		return true;
 	want = (used + WAL_HEADROOM + 4095) & ~(uint64_t)4095;
+	t0 = mono_ns();
+
 	for (uint64_t off = (uint64_t)st.st_size; off < want;) {
 		size_t n = want - off < sizeof(zeros) ? (size_t)(want - off) : sizeof(zeros);
 		ssize_t w = pwrite(c->wal_rw, zeros, n, (off_t)off);
@@ -394,6 +421,7 @@ static bool wal_headroom(struct wfs_catalog *c)
 			return false; /* ENOSPC: what was written stays, harmless */
 		off += (uint64_t)w;
 	}
+	timed(mono_ns() - t0, &c->timing.refills, &c->timing.refill_ns, &c->timing.refill_max_ns);
 	return true;
 }
 
@@ -404,15 +432,21 @@ static bool wal_headroom(struct wfs_catalog *c)
 static int commit(struct wfs_catalog *c)
 {
 	int ret = wfs_fault("catalog.commit");
+	uint64_t t0 = mono_ns();
 
-	if (ret == 0)
+	if (ret == 0) {
 		ret = step_done(c, stmt(c, ST_COMMIT));
+		timed(mono_ns() - t0, &c->timing.commits, &c->timing.commit_ns, &c->timing.commit_max_ns);
+	}
 	if (ret == -ENOSPC && c->batch && !sqlite3_get_autocommit(c->db) && reserve_release(c))
 		ret = step_done(c, stmt(c, ST_COMMIT));
 	if (ret == 0) {
 		c->pending = 0;
-		if (c->reserve_used)
+		if (c->reserve_used) {
+			t0 = mono_ns();
 			reserve_fill(c);
+			timed(mono_ns() - t0, &c->timing.reserve_fills, NULL, &c->timing.reserve_max_ns);
+		}
 		if (c->batch)
 			c->headroom = wal_headroom(c);
 	}

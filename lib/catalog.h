@@ -333,6 +333,19 @@ int wfs_catalog_batch(struct wfs_catalog *c, bool on, void (*first_pending)(void
  */
 int wfs_catalog_commit(struct wfs_catalog *c);
 /*
+ * Where a commit's time goes, since the handle was opened (nanoseconds, monotonic clock): SQLite's
+ * COMMIT (its WAL frames written), the WAL headroom refilled after it (zeros written past the last
+ * frame, see wfs_catalog_batch), and the reserve allocated again. A daemon commits under its lock, so
+ * a slow one stalls every request behind it: fs/core/lock.h finds the hold, this the part of it.
+ * Read under the caller's serialisation.
+ */
+struct wfs_catalog_timing {
+	uint64_t commits, commit_max_ns, commit_ns;       /* COMMIT statements */
+	uint64_t refills, refill_max_ns, refill_ns;       /* headroom refills that wrote zeros */
+	uint64_t reserve_fills, reserve_max_ns;           /* the reserve allocated again */
+};
+void wfs_catalog_timing(const struct wfs_catalog *c, struct wfs_catalog_timing *out);
+/*
  * Copy the committed changes from the WAL into catalog.db, with its syncs, when the WAL has grown
  * past 4 MiB (a batching handle does not checkpoint at its commits). Runs on a connection of its
  * own: safe to call from any one thread at a time concurrently with the handle's other calls, so a

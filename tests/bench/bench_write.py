@@ -420,6 +420,7 @@ def row_writers(ctx, r, order):
             res["lock-slow-ms"] = lock1["holds_slow_ms"] - lock0["holds_slow_ms"]
             if lock1["held_max_ms"] > lock0["held_max_ms"]:
                 res["lock-max"] = (lock1["held_max_ms"], lock1["held_max_at"])
+            res["commit-max"] = (lock1.get("catalog-commit_max_ms", 0), lock1.get("catalog-refill_max_ms", 0))
         res[f"probe-open-max/{side}"] = max(x[3] for x in lat) * 1e3 if lat else float("nan")
         opens, whole = [x[1] for x in lat], [x[2] for x in lat]
         res[f"probe-med/{side}"] = med(opens) * 1e3 if lat else float("nan")
@@ -488,7 +489,8 @@ def fuse_requests(ctx):
 
 def daemon_lock(ctx):
     """The sync mount's fs->lock record (fs/core/lock.h): longest hold and holds of 10 ms or more."""
-    return json.loads(os.getxattr(os.path.dirname(ctx.sync_dir), "user.weightfs.stats"))["lock"]
+    stats = json.loads(os.getxattr(os.path.dirname(ctx.sync_dir), "user.weightfs.stats"))
+    return dict(stats["lock"], **{"catalog-" + k: v for k, v in stats.get("commits", {}).items()})
 
 
 def per_op(before, after, n):
@@ -752,6 +754,11 @@ def lock_note(results):
         if "lock-max" in x:
             out.append(f"Round {i + 1} set the longest hold since the mount: {x['lock-max'][0]:.1f} ms "
                        f"({x['lock-max'][1]}).")
+    cm = [x["commit-max"] for x in results if "commit-max" in x]
+    if cm:
+        out.append(f"The catalog's longest COMMIT since the mount, after each round: "
+                   f"{' '.join(f'{a:.1f}' for a, _ in cm)} ms; its longest WAL headroom refill: "
+                   f"{' '.join(f'{b:.1f}' for _, b in cm)} ms (`commits` in `user.weightfs.stats`).")
     return " ".join(out)
 
 
