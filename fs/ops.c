@@ -355,6 +355,8 @@ static void wfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		ret = wfs_catalog_lookup(fs->catalog, parent, name, &a);
 	if (ret == 0)
 		ret = make_entry(fs, &a, &e);
+	if (ret == 0)
+		wfs_inode_attr_note(fs, &a); /* read just now: the entry's inode is held from here */
 	wfs_unlock(&fs->lock);
 	if (ret == -ENOENT) {
 		/* Negative entry: the kernel may cache the absence; creates go through us anyway. */
@@ -393,15 +395,30 @@ static void wfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 {
 	WFS_OPS_COUNT(GETATTR);
 	struct wfs_fs *fs = wfs_ops_fs(req);
+	struct wfs_inode *in;
 	struct wfs_attr a;
 	struct stat st;
 	int ret;
 
 	(void)fi;
-	wfs_lock(&fs->lock);
-	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+	/* From memory when the catalog has not changed the inode since it was read (inode.h): also
+	 * while fs->lock is lent to a commit (lock.h). */
+	wfs_lock_light(&fs->lock);
+	in = wfs_inode_find(fs, ino);
+	if (in && wfs_inode_attr(fs, in, &a)) {
+		ret = 0;
+	} else {
+		if (wfs_lock_is_lent(&fs->lock)) {
+			wfs_unlock(&fs->lock);
+			wfs_lock(&fs->lock);
+		}
+		ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+		if (ret == 0)
+			wfs_inode_attr_note(fs, &a);
+		in = wfs_inode_find(fs, ino);
+	}
 	if (ret == 0)
-		attr_to_stat(&a, wfs_inode_find(fs, ino), &st);
+		attr_to_stat(&a, in, &st);
 	wfs_unlock(&fs->lock);
 	if (ret)
 		fuse_reply_err(req, -ret);
@@ -671,10 +688,20 @@ static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct wfs_news news = {0};
 	struct wfs_open_reply r;
 	struct wfs_handle *h;
-	int ret;
+	int ret = -EAGAIN;
 
-	wfs_lock(&fs->lock);
-	ret = wfs_openmode_open(fs, ino, writable, truncate, tid_of(req), &h, &r, &news);
+	/* A read-only open goes on while the catalog commits (fs->lock lent, lock.h) when it can. */
+	if (!writable && wfs_lock_light(&fs->lock)) {
+		ret = wfs_openmode_open_lent(fs, ino, &h, &r);
+		if (ret == -EAGAIN) {
+			wfs_unlock(&fs->lock);
+			wfs_lock(&fs->lock);
+		}
+	} else if (writable) {
+		wfs_lock(&fs->lock);
+	}
+	if (ret == -EAGAIN)
+		ret = wfs_openmode_open(fs, ino, writable, truncate, tid_of(req), &h, &r, &news);
 	wfs_unlock(&fs->lock);
 	if (ret) {
 		fuse_reply_err(req, -ret);
@@ -790,8 +817,13 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	struct wfs_news news = {0};
 
 	(void)ino;
-	wfs_lock(&fs->lock);
-	wfs_openmode_release(fs, handle_of(fi), tid_of(req), &news);
+	if (!wfs_lock_light(&fs->lock) || wfs_openmode_release_lent(fs, handle_of(fi)) == -EAGAIN) {
+		if (wfs_lock_is_lent(&fs->lock)) {
+			wfs_unlock(&fs->lock);
+			wfs_lock(&fs->lock);
+		}
+		wfs_openmode_release(fs, handle_of(fi), tid_of(req), &news);
+	}
 	wfs_unlock(&fs->lock);
 	wfs_ops_news_send(fs, &news);
 	fuse_reply_err(req, 0);

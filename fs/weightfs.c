@@ -17,6 +17,7 @@
 #include "daemon.h"
 #include "direct.h"
 #include "gc.h"
+#include "inode.h"
 #include "log.h"
 #include "mounts.h"
 #include "ops.h"
@@ -345,6 +346,7 @@ static int open_catalog(struct wfs_fs *fs, bool recover)
 		fprintf(stderr, "weightfs: %s: cannot open catalog: %s\n", path, strerror(-ret));
 		return ret;
 	}
+	wfs_catalog_watch_inodes(fs->catalog, wfs_inode_attr_changed, fs); /* GETATTR from memory */
 	if (!recover)
 		return 0;
 	ret = wfs_catalog_recover(fs->catalog, &rec);

@@ -69,8 +69,8 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		return ret;
 #define U64(v) json_integer((json_int_t)(v))
 	o = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:b, s:s, "
-		      "s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-		      "s:o, s:o, s:o}, s:{s:f, s:s, s:o, s:f}, s:{s:o, s:f, s:f, s:o, s:f, s:f, s:o, s:f}}",
+		      "s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
+		      "s:o, s:o, s:o}, s:{s:f, s:s, s:o, s:f, s:o, s:f, s:o}, s:{s:o, s:f, s:f, s:o, s:f, s:f, s:o, s:f}}",
 		      "names", U64(st.names), "directories", U64(st.directories), "symlinks", U64(st.symlinks),
 		      "logical_bytes", U64(st.logical_bytes), "objects", U64(st.objects),
 		      "physical_bytes", U64(st.object_bytes),
@@ -84,7 +84,7 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		      "bytes_published", U64(k->bytes_published), "dedup_hits", U64(k->dedup_hits),
 		      "claims", U64(k->claims), "claim_misses", U64(k->claim_misses),
 		      "opens_passthrough", U64(k->opens_passthrough), "opens_daemon", U64(k->opens_daemon),
-		      "opens_direct", U64(k->opens_direct), "moved_from_readers", U64(k->moved_from_readers),
+		      "opens_direct", U64(k->opens_direct), "opens_lent", U64(k->opens_lent), "moved_from_readers", U64(k->moved_from_readers),
 		      "opens_passthrough_write", U64(k->opens_passthrough_write),
 		      "published_copies", U64(k->published_copies),
 		      "seals_synced", U64(k->seals_synced), "group_syncs", U64(k->group_syncs),
@@ -93,7 +93,8 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		      "seals_declared", U64(k->seals_declared), "checks_after_seal", U64(k->checks_after_seal),
 		      "verify_failures", U64(k->verify_failures), "requests", wfs_ops_requests_json(),
 		      "lock", "held_max_ms", (double)l->held_max_ns / 1e6, "held_max_at", site,
-		      "holds_slow", U64(l->slow), "holds_slow_ms", (double)l->slow_ns / 1e6,
+		      "holds_slow", U64(l->slow), "holds_slow_ms", (double)l->slow_ns / 1e6, "lends", U64(l->lends),
+		      "lent_max_ms", (double)l->lent_max_ns / 1e6, "light_holds", U64(l->light_holds),
 		      "commits", "commits", U64(ct.commits), "commit_max_ms", (double)ct.commit_max_ns / 1e6,
 		      "commit_ms", (double)ct.commit_ns / 1e6, "headroom_refills", U64(ct.refills),
 		      "refill_max_ms", (double)ct.refill_max_ns / 1e6, "refill_ms", (double)ct.refill_ns / 1e6,

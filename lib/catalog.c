@@ -154,6 +154,11 @@ static const char *const stmt_sql[ST_COUNT] = {
 #define BATCH_MIN_FREE (2ull * CATALOG_RESERVE + 2 * WAL_HEADROOM) /* bytes free to batch at all */
 #define BATCH_MAX 1024             /* calls in one batch at most: its frames stay far below that */
 
+struct inode_watch {
+	void (*changed)(void *ctx, uint64_t ino);
+	void *ctx;
+};
+
 struct wfs_catalog {
 	sqlite3 *db;
 	sqlite3_stmt *stmt[ST_COUNT];
@@ -173,6 +178,7 @@ struct wfs_catalog {
 	sqlite3 *checkpoint_db; /* a connection of its own for checkpoints; NULL until needed */
 	uint64_t pending;  /* calls in the open batch, not committed yet */
 	struct wfs_catalog_timing timing; /* where commits spend their time */
+	struct inode_watch watch; /* wfs_catalog_watch_inodes() */
 	void (*first_pending)(void *ctx); /* told when a batch gets its first call */
 	void *first_pending_ctx;
 };
@@ -374,6 +380,30 @@ static void batch_lost(struct wfs_catalog *c, int ret)
 		wfs_log(WFS_LOG_ERR, "catalog: %llu changes since the last commit are lost: %s",
 			(unsigned long long)c->pending, strerror(-ret));
 	c->pending = 0;
+}
+
+static void update_hook(void *arg, int op, const char *dbname, const char *table, sqlite3_int64 rowid)
+{
+	struct inode_watch *w = arg;
+
+	(void)op, (void)dbname;
+	if (strcmp(table, "inodes") == 0)
+		w->changed(w->ctx, (uint64_t)rowid);
+}
+
+static void rollback_hook(void *arg)
+{
+	struct inode_watch *w = arg;
+
+	w->changed(w->ctx, 0);
+}
+
+void wfs_catalog_watch_inodes(struct wfs_catalog *c, void (*changed)(void *ctx, uint64_t ino), void *ctx)
+{
+	c->watch.changed = changed;
+	c->watch.ctx = ctx;
+	sqlite3_update_hook(c->db, changed ? update_hook : NULL, &c->watch);
+	sqlite3_rollback_hook(c->db, changed ? rollback_hook : NULL, &c->watch);
 }
 
 /* SQLite's word after each commit of a batching handle: the frames now in the WAL. */

@@ -327,6 +327,15 @@ int wfs_catalog_wal_sync(struct wfs_catalog *c);
  */
 int wfs_catalog_batch(struct wfs_catalog *c, bool on, void (*first_pending)(void *ctx), void *ctx);
 /*
+ * Tell @changed(@ctx, ino) of every change of an inode's row (what wfs_catalog_getattr() returns:
+ * an INSERT, UPDATE or DELETE, seen through sqlite3_update_hook), from inside the call that makes
+ * it, under the caller's serialisation; and @changed(@ctx, 0) when a transaction is rolled back
+ * whole (sqlite3_rollback_hook: changes told before may be undone), which may come from the thread
+ * of a COMMIT that fails. For a cache of attributes (the daemon's, inode.h): what was read after
+ * the last word about an inode is what the catalog holds. @changed NULL: stop telling.
+ */
+void wfs_catalog_watch_inodes(struct wfs_catalog *c, void (*changed)(void *ctx, uint64_t ino), void *ctx);
+/*
  * Commit the open batch (0 when there is none or batching is off). Returns 0, -ENOSPC (after a
  * second try with the reserve released), -EIO, -EBUSY; when SQLite itself rolled the batch back on
  * that error, its changes are lost and logged; otherwise the batch stays open for the next try.

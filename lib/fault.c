@@ -13,11 +13,11 @@
 struct spec {
 	char point[128];
 	long nth;          /* pass that triggers (1-based); 0: every pass */
-	int err;           /* errno to inject (faults only) */
+	int err;           /* errno to inject (faults), milliseconds to sleep (delays) */
 	atomic_long count; /* passes so far */
 };
 
-static struct spec crash, fault;
+static struct spec crash, fault, delay;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static int parse_errno(const char *s)
@@ -34,7 +34,7 @@ static int parse_errno(const char *s)
 	return atoi(s);
 }
 
-/* "NAME[:N]" into @sp; for faults "NAME=ERRNO[:N]". */
+/* "NAME[:N]" into @sp; for faults "NAME=ERRNO[:N]", for delays "NAME=MS[:N]". */
 static void parse(const char *env, struct spec *sp, bool with_errno, long default_nth)
 {
 	const char *v = getenv(env);
@@ -65,6 +65,7 @@ static void init(void)
 {
 	parse("WFS_CRASH_AT", &crash, false, 1);
 	parse("WFS_FAULT", &fault, true, 1);
+	parse("WFS_DELAY", &delay, true, 0);
 }
 
 static bool hit(struct spec *sp, const char *point)
@@ -90,4 +91,10 @@ void wfs_crashpoint(const char *point)
 int wfs_fault(const char *point)
 {
 	return hit(&fault, point) ? -fault.err : 0;
+}
+
+void wfs_delay(const char *point)
+{
+	if (hit(&delay, point))
+		usleep((useconds_t)delay.err * 1000);
 }

@@ -8,6 +8,7 @@
  * themselves (wfs_seal_write, wfs_seal_fallocate, wfs_openmode_read, ...); the tests follow it.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -777,6 +778,54 @@ START_TEST(lock_records_long_holds)
 }
 END_TEST
 
+struct lend_probe {
+	struct wfs_lock *l;
+	bool light;       /* wfs_lock_light() instead of wfs_lock() */
+	bool got, lent;   /* acquired; the light hold found the lock lent */
+};
+
+static void *lend_prober(void *arg)
+{
+	struct lend_probe *p = arg;
+
+	if (p->light)
+		p->lent = wfs_lock_light(p->l);
+	else
+		wfs_lock(p->l);
+	__atomic_store_n(&p->got, true, __ATOMIC_SEQ_CST);
+	wfs_unlock(p->l);
+	return NULL;
+}
+
+/* A lent lock (lock.h): ordinary acquisitions wait for the reclaim, light ones get in and are told. */
+START_TEST(lock_lent_lets_light_holds_in)
+{
+	struct lend_probe ord = {0}, light = {.light = true};
+	pthread_t t1, t2;
+	struct wfs_lock l;
+
+	ck_assert_int_eq(wfs_lock_init(&l), 0);
+	ord.l = light.l = &l;
+	ck_assert(!wfs_lock_light(&l)); /* not lent: an ordinary hold */
+	wfs_lock_lend(&l);
+	ck_assert_int_eq(pthread_create(&t1, NULL, lend_prober, &ord), 0);
+	ck_assert_int_eq(pthread_create(&t2, NULL, lend_prober, &light), 0);
+	ck_assert_int_eq(pthread_join(t2, NULL), 0);
+	ck_assert(light.got && light.lent);
+	usleep(50000);
+	ck_assert(!__atomic_load_n(&ord.got, __ATOMIC_SEQ_CST)); /* still waiting for the lender */
+	wfs_lock_reclaim(&l);
+	ck_assert(!wfs_lock_is_lent(&l));
+	wfs_unlock(&l);
+	ck_assert_int_eq(pthread_join(t1, NULL), 0);
+	ck_assert(ord.got);
+	ck_assert_uint_eq(l.lends, 1);
+	ck_assert_uint_ge(l.lent_max_ns, 50000000u);
+	ck_assert_uint_eq(l.light_holds, 1);
+	wfs_lock_destroy(&l);
+}
+END_TEST
+
 static Suite *core_suite(void)
 {
 	Suite *s = suite_create("core");
@@ -785,6 +834,7 @@ static Suite *core_suite(void)
 	tc = tcase_create("map");
 	tcase_add_test(tc, map_pop_empties_once);
 	tcase_add_test(tc, lock_records_long_holds);
+	tcase_add_test(tc, lock_lent_lets_light_holds_in);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("version");

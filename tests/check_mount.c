@@ -1516,6 +1516,77 @@ START_TEST(declared_tensor_emptied)
 }
 END_TEST
 
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/*
+ * While the catalog commits (its COMMIT waiting for a slow disk: WFS_DELAY commit.lent=600), fs->lock
+ * is lent (fs/core/lock.h): a read-only open + mmap + close of a sealed file goes on through
+ * passthrough instead of queueing behind the commit, and sees its bytes; a change waits for the
+ * commit as before. Without passthrough the open takes the ordinary path and waits. The changes are
+ * made in sub/, so that the open's path walk finds the root's attributes cached (a GETATTR, which
+ * reads the catalog, would wait).
+ */
+START_TEST(open_beside_a_slow_commit)
+{
+	size_t len = 100000;
+	unsigned char *a = mu_pattern(len, 99), *m;
+	double t0, open_s, create_s;
+	struct stat st;
+	int fd;
+
+	mu_daemon_stop();
+	snprintf(mu.delay, sizeof(mu.delay), "commit.lent=600");
+	mu_daemon_start();
+	ck_assert_int_eq(mkdir(mu_path("sub"), 0755), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("p"), a, len), 0); /* its seal's commit is delayed too */
+	ck_assert_int_eq(stat(mu_path("p"), &st), 0);
+	ck_assert_int_eq(stat(mu_path("sub"), &st), 0); /* the attributes the walk needs, cached */
+	fd = open(mu_path("p"), O_RDONLY); /* known in memory, its object checked: the fast path's case */
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	usleep(700000); /* every commit so far done */
+	fd = open(mu_path("sub/q"), O_WRONLY | O_CREAT | O_EXCL, 0644); /* a change: the batch commits */
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	usleep(100000); /* the committer is 10 ms into its batch, then in the slow COMMIT */
+	open_s = 0;
+	for (int i = 0; i < 2; i++) { /* the second fstat(2) asks GETATTR (the read moved atime) */
+		t0 = now_s();
+		fd = open(mu_path("p"), O_RDONLY);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(fstat(fd, &st), 0);
+		m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+		ck_assert_ptr_ne(m, MAP_FAILED);
+		open_s += now_s() - t0;
+		ck_assert(memcmp(m, a, len) == 0);
+		munmap(m, len);
+		close(fd);
+	}
+	t0 = now_s();
+	ck_assert_int_eq(mkdir(mu_path("sub/d"), 0755), 0); /* a change: waits for the lent lock */
+	create_s = now_s() - t0;
+	if (mu_passthrough_mode()) {
+		ck_assert_msg(open_s < 0.2, "2 x open + fstat + mmap took %.3f s beside a 0.6 s commit", open_s);
+		ck_assert_int_ge(stat_counter("opens_lent"), 2);
+	}
+	ck_assert_msg(create_s + open_s > 0.2, "the commit was not in flight (%.3f s, %.3f s)", open_s, create_s);
+	usleep(700000);
+	mu_daemon_stop();
+	mu.delay[0] = '\0';
+	mu_daemon_start(); /* every change committed before the unmount, and mounted again */
+	ck_assert_int_eq(stat(mu_path("sub/q"), &st), 0);
+	ck_assert_int_eq(stat(mu_path("sub/d"), &st), 0);
+	mu_assert_file_equals(mu_path("p"), a, len);
+	free(a);
+}
+END_TEST
+
 /* FUSE requests of opcode @name since the mount ("requests" of user.weightfs.stats; 0 if none yet). */
 static long long requests_of(const char *name)
 {
@@ -2588,6 +2659,7 @@ static Suite *mount_suite(void)
 		{"small_files_group_sync", small_files_group_sync, 60},
 		{"read_only_close_sends_no_flush", read_only_close_sends_no_flush, 30},
 		{"declared_tensor_emptied", declared_tensor_emptied, 30},
+		{"open_beside_a_slow_commit", open_beside_a_slow_commit, 60},
 		{"fallocate_reserves", fallocate_reserves, 60},
 		{"copy_range_claims", copy_range_claims, 60},
 		{"empty_tensor_file_unlogged", empty_tensor_file_unlogged, 30},

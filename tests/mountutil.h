@@ -14,7 +14,7 @@
  * Check ends with _exit()) takes it down and it unmounts instead of leaving a dead mount.
  *
  * All state is in the static struct mu_mount mu: the paths, the daemon's pid, and what the next
- * mu_daemon_start() passes on: mu.crash_at and mu.fault become WFS_CRASH_AT and WFS_FAULT
+ * mu_daemon_start() passes on: mu.crash_at, mu.fault and mu.delay become WFS_CRASH_AT, WFS_FAULT and WFS_DELAY
  * (lib/fault.h; both removed from its environment when empty), mu.opts extra -o options ("sync"
  * there replaces the default nosync). mu_setup() clears those three; a test sets them and restarts
  * the daemon (mu_daemon_stop(), mu_daemon_start()). mu_tmpfs_store() restarts it on a fresh store on
@@ -60,6 +60,7 @@ struct mu_mount {
 	pid_t daemon;
 	char crash_at[96]; /* WFS_CRASH_AT for the next mu_daemon_start(), or "" */
 	char fault[96];    /* WFS_FAULT for the next mu_daemon_start(), or "" */
+	char delay[96];    /* WFS_DELAY for the next mu_daemon_start(), or "" */
 	char opts[96];     /* extra -o options for the next mu_daemon_start(), or "" */
 };
 
@@ -136,6 +137,10 @@ static inline void mu_daemon_start(void)
 			setenv("WFS_FAULT", mu.fault, 1);
 		else
 			unsetenv("WFS_FAULT");
+		if (mu.delay[0])
+			setenv("WFS_DELAY", mu.delay, 1);
+		else
+			unsetenv("WFS_DELAY");
 		execl(bin, "weightfs", mu.store, mu.mnt, "-f", "-o", opts, (char *)NULL);
 		perror(bin);
 		_exit(127);
@@ -172,7 +177,7 @@ static inline void mu_daemon_stop(void)
 
 static inline void mu_setup(void)
 {
-	mu.crash_at[0] = mu.fault[0] = mu.opts[0] = '\0';
+	mu.crash_at[0] = mu.fault[0] = mu.delay[0] = mu.opts[0] = '\0';
 	const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
 
 	snprintf(mu.dir, sizeof(mu.dir), "%s/wfs-mount-XXXXXX", tmp);

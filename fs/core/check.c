@@ -271,6 +271,15 @@ int wfs_check_object(struct wfs_fs *fs, struct wfs_object *o, pid_t tid)
 	return wfs_check_damaged(fs, d) ? -EIO : 0; /* -o verify=none: what a check found still holds */
 }
 
+bool wfs_check_known_good(struct wfs_fs *fs, const struct wfs_digest *d)
+{
+	struct wfs_check *c = check_find(fs, d);
+	struct stat st;
+
+	return c && c->ok && !c->checking && !c->bad && !c->declared &&
+	       wfs_store_object_stat(fs->store, d, &st) == 0 && same_file(c, &st);
+}
+
 bool wfs_check_damaged(struct wfs_fs *fs, const struct wfs_digest *d)
 {
 	struct wfs_check *c = check_find(fs, d);

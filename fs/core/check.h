@@ -53,6 +53,13 @@ struct wfs_checker {
  */
 int wfs_check_object(struct wfs_fs *fs, struct wfs_object *o, pid_t tid);
 /*
+ * Is object @d known good without a read or the catalog: checked (or published from bytes this
+ * daemon hashed) this run, not being checked, not published on a declared digest unread, and its
+ * file still the one checked (a stat)? For a light hold of a lent fs->lock (lock.h), where
+ * wfs_check_object() may not run; false sends the caller to it. fs->lock held.
+ */
+bool wfs_check_known_good(struct wfs_fs *fs, const struct wfs_digest *d);
+/*
  * Has a check this run found object @d damaged (quarantined, missing, or the same damaged file),
  * with no good copy published since? No read: what the daemon knows. fs->lock held.
  */

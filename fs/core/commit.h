@@ -67,8 +67,11 @@ int wfs_commit_start(struct wfs_fs *fs);
  */
 void wfs_commit_stop(struct wfs_fs *fs);
 /*
- * (L) Commit the open batch now: before a caller is told its change is kept. Returns 0 or the
- * commit's -errno (wfs_catalog_commit: -ENOSPC, -EIO, -EBUSY), logged here.
+ * (L, an ordinary hold) Commit the open batch now: before a caller is told its change is kept.
+ * fs->lock is lent out during the COMMIT (lock.h): ordinary acquisitions wait for it as before,
+ * light ones (a read-only open or release of a sealed file through passthrough) go on; the caller
+ * finds the rest of fs as it left it. Returns 0 or the commit's -errno (wfs_catalog_commit: -ENOSPC,
+ * -EIO, -EBUSY), logged here.
  */
 int wfs_commit_now(struct wfs_fs *fs);
 /*

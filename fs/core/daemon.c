@@ -23,6 +23,7 @@ int wfs_fs_init(struct wfs_fs *fs)
 	wfs_map_init(&fs->objects);
 	wfs_map_init(&fs->checks);
 	fs->handles = NULL;
+	fs->objects_deferred = NULL;
 	return -ret;
 }
 

@@ -85,6 +85,7 @@ struct wfs_counters {
 	uint64_t moved_from_readers; /* writable opens and truncates of a file readers held: its
 				      * name moved to a new inode (openmode.c, wfs_openmode_move) */
 	uint64_t opens_passthrough; /* read-only opens served by the kernel from the backing file */
+	uint64_t opens_lent;        /* of those, opened while the catalog committed (lock.h, lent) */
 	uint64_t opens_daemon;      /* opens served by the daemon (writable, or passthrough off) */
 	uint64_t opens_direct;      /* object descriptors handed out by the direct path (direct.c) */
 	uint64_t opens_passthrough_write; /* writable opens through passthrough: tensors (openmode.c) */
@@ -112,6 +113,8 @@ struct wfs_fs {
 	pthread_cond_t check_done;
 	struct wfs_map inodes;        /* (L) struct wfs_inode by number (inode.c) */
 	struct wfs_map objects;       /* (L) objects in use by digest (object.c) */
+	struct wfs_object *objects_deferred; /* (L) unpinned while fs->lock was lent (object.c) */
+	_Atomic uint64_t attr_epoch;  /* bumped when a catalog rollback makes kept attributes stale (inode.h) */
 	struct wfs_map checks;        /* (L) checks done this run by digest (check.c) */
 	struct wfs_handle *handles;   /* (L) open handles (openmode.c): the kernel sends no release for
 				       * those still open at unmount; freed at exit */

@@ -1,6 +1,7 @@
 /* inode.h: the in-memory inodes and their lookup counts. Every function runs with fs->lock held. */
 #include <assert.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "daemon.h"
@@ -36,6 +37,39 @@ struct wfs_inode *wfs_inode_get(struct wfs_fs *fs, const struct wfs_attr *attr)
 	return in;
 }
 
+void wfs_inode_attr_note(struct wfs_fs *fs, const struct wfs_attr *a)
+{
+	struct wfs_inode *in = wfs_inode_find(fs, a->ino);
+
+	if (!in)
+		return;
+	in->attr = *a;
+	in->attr_valid = true;
+	in->attr_epoch = atomic_load(&fs->attr_epoch);
+}
+
+bool wfs_inode_attr(const struct wfs_fs *fs, const struct wfs_inode *in, struct wfs_attr *out)
+{
+	if (!in->attr_valid || in->attr_epoch != atomic_load(&fs->attr_epoch))
+		return false;
+	*out = in->attr;
+	return true;
+}
+
+void wfs_inode_attr_changed(void *ctx, uint64_t ino)
+{
+	struct wfs_fs *fs = ctx;
+	struct wfs_inode *in;
+
+	if (ino == 0) {
+		atomic_fetch_add(&fs->attr_epoch, 1);
+		return;
+	}
+	in = wfs_inode_find(fs, ino);
+	if (in)
+		in->attr_valid = false;
+}
+
 int wfs_inode_get_file(struct wfs_fs *fs, uint64_t ino, bool regular_only, struct wfs_attr *attr,
 		       struct wfs_inode **out)
 {
@@ -48,6 +82,8 @@ int wfs_inode_get_file(struct wfs_fs *fs, uint64_t ino, bool regular_only, struc
 	if (regular_only && !S_ISREG(attr->mode))
 		return -EINVAL;
 	*out = wfs_inode_get(fs, attr);
+	if (*out)
+		wfs_inode_attr_note(fs, attr);
 	return *out ? 0 : -ENOMEM;
 }
 

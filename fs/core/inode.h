@@ -36,7 +36,24 @@ struct wfs_inode {
 	struct wfs_version *writer;  /* (L) version being written, or NULL (seal.c; holds a reference) */
 	bool sealed;                 /* (L) the catalog's content: sealed as object @digest (seal.c) */
 	struct wfs_digest digest;
+	/* (L) The catalog's row of this inode as last read, kept until the catalog says it changed
+	 * (wfs_catalog_watch_inodes): GETATTR answered from memory, also while fs->lock is lent. */
+	bool attr_valid;
+	uint64_t attr_epoch;         /* fs->attr_epoch when read: a rollback since makes it stale */
+	struct wfs_attr attr;
 };
+
+/* (L) Keep @a, just read from the catalog, as the attributes of its inode if the daemon holds it. */
+void wfs_inode_attr_note(struct wfs_fs *fs, const struct wfs_attr *a);
+/* (L, light holds too) @in's attributes as last read into *@out, if the catalog has not changed them
+ * since; false when they must be read again. */
+bool wfs_inode_attr(const struct wfs_fs *fs, const struct wfs_inode *in, struct wfs_attr *out);
+/*
+ * The catalog's word (wfs_catalog_watch_inodes, @ctx the struct wfs_fs): inode @ino's row changed
+ * ((L): forget its attributes), or with @ino 0 a rollback may have undone changes (any thread:
+ * every kept attribute is stale).
+ */
+void wfs_inode_attr_changed(void *ctx, uint64_t ino);
 
 /* The entry of inode @ino, or NULL when the daemon holds none. */
 struct wfs_inode *wfs_inode_find(struct wfs_fs *fs, uint64_t ino);

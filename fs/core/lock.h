@@ -13,11 +13,21 @@
  * its release (wfs_unlock, or the start of a condition wait): time spent waiting on a condition
  * variable is not a hold. Use these functions for every acquisition of a struct wfs_lock; a raw
  * pthread call on .mutex would make the next release measure a hold that did not happen.
+ *
+ * Lending. A holder that is about to wait for the disk on behalf of what the lock protects (the
+ * catalog's COMMIT, commit.c) lends the lock out (wfs_lock_lend): it releases the mutex, and until
+ * it takes the lock back (wfs_lock_reclaim) every ordinary acquisition waits as if the lock were
+ * still held, so what the lender was in the middle of stays its own. Only light acquisitions
+ * (wfs_lock_light) get the mutex meanwhile, and they are told the lock is lent: they may then only
+ * do work that the lender cannot be in the middle of, and must not wait (the read-only open and
+ * release of a sealed file through passthrough, openmode.h: in-memory state and the kernel's
+ * backing files, no catalog). A light acquisition that finds the lock not lent is an ordinary hold.
  */
 #ifndef WFS_CORE_LOCK_H
 #define WFS_CORE_LOCK_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -37,19 +47,50 @@ struct wfs_lock {
 	int max_end_line;
 	uint64_t slow;          /* holds of WFS_LOCK_SLOW_MS or more */
 	uint64_t slow_ns;       /* their total duration */
+	/* Lending (with the mutex held): */
+	bool lent;              /* lent out: ordinary acquisitions wait for wfs_lock_reclaim() */
+	bool light;             /* the current hold is light and the lock is lent */
+	pthread_cond_t returned; /* broadcast by wfs_lock_reclaim() */
+	struct timespec lent_since;
+	uint64_t lends, lent_max_ns, lent_ns; /* lends since wfs_lock_init(), the longest, in all */
+	uint64_t light_holds;   /* light holds that found the lock lent */
 };
 
-/* Returns 0 or -errno of pthread_mutex_init. */
+/* Returns 0 or -errno of pthread_mutex_init or pthread_cond_init. */
 int wfs_lock_init(struct wfs_lock *l);
 void wfs_lock_destroy(struct wfs_lock *l);
 
 /* Acquire @l, noting the caller as the holder. */
 #define wfs_lock(l) wfs_lock_at((l), __func__, __LINE__)
 void wfs_lock_at(struct wfs_lock *l, const char *site, int line);
+/*
+ * Acquire @l lightly: without waiting for a lender. Returns true when the lock is lent (a light
+ * hold: see above), false when this is an ordinary hold. Released with wfs_unlock().
+ */
+#define wfs_lock_light(l) wfs_lock_light_at((l), __func__, __LINE__)
+bool wfs_lock_light_at(struct wfs_lock *l, const char *site, int line);
+/*
+ * (ordinary hold) Lend @l out and release its mutex; wfs_lock_reclaim() from the same thread ends
+ * the lend. Meanwhile the lender touches only what it lent the lock for.
+ */
+#define wfs_lock_lend(l) wfs_lock_lend_at((l), __func__, __LINE__)
+void wfs_lock_lend_at(struct wfs_lock *l, const char *site, int line);
+/* Take @l back after wfs_lock_lend(): an ordinary hold again; waiting acquisitions go on after it. */
+#define wfs_lock_reclaim(l) wfs_lock_reclaim_at((l), __func__, __LINE__)
+void wfs_lock_reclaim_at(struct wfs_lock *l, const char *site, int line);
+/* Is @l lent out? (mutex held: true only for a light holder, which must then not touch the lender's state) */
+static inline bool wfs_lock_is_lent(const struct wfs_lock *l)
+{
+	return l->lent;
+}
+
 /* Release @l, recording the hold. */
 #define wfs_unlock(l) wfs_unlock_at((l), __func__, __LINE__)
 void wfs_unlock_at(struct wfs_lock *l, const char *site, int line);
-/* pthread_cond_wait() on @c with @l held; the hold before it is recorded, a new one starts after. */
+/*
+ * pthread_cond_wait() on @c with @l held; the hold before it is recorded, a new one starts after,
+ * once the lock is not lent (an ordinary hold). Not for a light hold of a lent lock.
+ */
 #define wfs_lock_wait(c, l) wfs_lock_wait_at((c), (l), __func__, __LINE__)
 void wfs_lock_wait_at(pthread_cond_t *c, struct wfs_lock *l, const char *site, int line);
 /* pthread_cond_timedwait() likewise, until CLOCK_REALTIME @deadline; returns its result (ETIMEDOUT). */

@@ -20,6 +20,8 @@ struct wfs_object {
 	int fd;         /* (L) O_RDONLY, for daemon-served reads; -1 until needed */
 	int backing_id; /* (L) passthrough backing id, 0 when not registered */
 	bool publishing; /* (L) a seal of this content is deciding whether it is stored, and linking it */
+	bool deferred;   /* (L) on fs->objects_deferred: its last pin dropped while fs->lock was lent */
+	struct wfs_object *next_deferred;
 };
 
 static atomic_bool warned_passthrough;
@@ -78,13 +80,11 @@ const struct wfs_digest *wfs_object_digest(const struct wfs_object *o)
 	return &o->digest;
 }
 
-void wfs_object_unpin(struct wfs_fs *fs, struct wfs_object *o)
+/* The last pin of @o dropped: close, release, free, and delete the object if nothing refers to it. */
+static void last_unpin(struct wfs_fs *fs, struct wfs_object *o)
 {
 	struct wfs_digest d = o->digest;
 
-	assert(o->pins > 0);
-	if (--o->pins)
-		return;
 	if (o->backing_id && fs->kernel.backing_close)
 		fs->kernel.backing_close(fs->kernel.ctx, o->backing_id);
 	if (o->fd >= 0)
@@ -92,6 +92,36 @@ void wfs_object_unpin(struct wfs_fs *fs, struct wfs_object *o)
 	wfs_map_remove(&fs->objects, &o->node);
 	free(o);
 	wfs_object_maybe_delete(fs, &d);
+}
+
+void wfs_object_unpin(struct wfs_fs *fs, struct wfs_object *o)
+{
+	assert(o->pins > 0);
+	if (--o->pins)
+		return;
+	if (wfs_lock_is_lent(&fs->lock)) {
+		/* A light hold (lock.h): whether a name still refers to the object is the catalog's to
+		 * say, and the catalog is the lender's. The entry stays, unpinned, until it returns. */
+		if (!o->deferred) {
+			o->deferred = true;
+			o->next_deferred = fs->objects_deferred;
+			fs->objects_deferred = o;
+		}
+		return;
+	}
+	last_unpin(fs, o);
+}
+
+void wfs_object_unpin_deferred(struct wfs_fs *fs)
+{
+	struct wfs_object *o;
+
+	while ((o = fs->objects_deferred) != NULL) {
+		fs->objects_deferred = o->next_deferred;
+		o->deferred = false;
+		if (o->pins == 0)
+			last_unpin(fs, o);
+	}
 }
 
 bool wfs_object_in_use(struct wfs_fs *fs, const struct wfs_digest *d)
@@ -202,5 +232,6 @@ void wfs_objects_release(struct wfs_fs *fs)
 			close(o->fd);
 		free(o);
 	}
+	fs->objects_deferred = NULL; /* freed above: they were in the map */
 	wfs_map_release(&fs->objects);
 }

@@ -12,7 +12,9 @@
  * When the last pin drops and no name refers to the digest any more, the object is deleted from the
  * store and catalog, or kept for reuse up to -o retain (wfs_object_maybe_delete()).
  *
- * All functions run with fs->lock held; none drops it.
+ * All functions run with fs->lock held; none drops it. wfs_object_pin(), _repin(), _unpin(),
+ * _digest(), _fd() and _backing() touch no catalog, so a light hold of a lent fs->lock may call them
+ * (lock.h).
  */
 #ifndef WFS_CORE_OBJECT_H
 #define WFS_CORE_OBJECT_H
@@ -30,9 +32,13 @@ struct wfs_object *wfs_object_pin(struct wfs_fs *fs, const struct wfs_digest *d)
 void wfs_object_repin(struct wfs_object *o);
 /*
  * Drop a pin. On the last one the descriptor is closed, the backing id released, the entry freed, and
- * the object deleted when nothing refers to it (wfs_object_maybe_delete()).
+ * the object deleted when nothing refers to it (wfs_object_maybe_delete()). Under a light hold of a
+ * lent fs->lock (lock.h) that last step waits, the entry kept unpinned (and still in use for
+ * wfs_object_in_use()), until the lender calls wfs_object_unpin_deferred().
  */
 void wfs_object_unpin(struct wfs_fs *fs, struct wfs_object *o);
+/* (ordinary hold) Finish the last unpins deferred while fs->lock was lent. */
+void wfs_object_unpin_deferred(struct wfs_fs *fs);
 /*
  * Is a seal of @o's content between its "stored already?" and its link (seal.c)? Seals of one
  * content take that step one at a time, so that none dedups onto a copy another is publishing

@@ -90,6 +90,17 @@ int wfs_openmode_wait_readers(struct wfs_fs *fs, struct wfs_inode *in)
 	return -ETXTBSY;
 }
 
+int wfs_openmode_release_lent(struct wfs_fs *fs, struct wfs_handle *h)
+{
+	struct wfs_inode *in = h->inode;
+	struct wfs_iomode *io = &in->io;
+
+	if (h->writing || h->writable || !h->passthrough || io->pt_version || (in->nlookup == 0 && io->nopen == 1))
+		return -EAGAIN;
+	wfs_openmode_release(fs, h, 0, NULL);
+	return 0;
+}
+
 bool wfs_openmode_writers_closed(const struct wfs_inode *in)
 {
 	return in->io.nwritable > 0 && in->io.nwritable == in->io.nwritable_closed;
@@ -171,6 +182,61 @@ int wfs_openmode_move(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, s
 	return 1;
 }
 
+/*
+ * Serve read-only handle @h of @in through passthrough on its object (h->object, pinned): the
+ * inode's one backing file, registered now if it has none. Returns 0, or -errno of the backing.
+ */
+static int passthrough_on(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_handle *h,
+			  struct wfs_open_reply *r)
+{
+	struct wfs_iomode *io = &in->io;
+	int id = wfs_object_backing(fs, h->object);
+
+	if (id <= 0)
+		return id ? id : -EIO;
+	h->passthrough = true;
+	r->backing_id = id;
+	r->keep_cache = false;
+	io->pt_object = h->object;
+	io->pt_backing = id;
+	io->npassthrough++;
+	return 0;
+}
+
+/*
+ * open_read_only() under a light hold of a lent fs->lock (lock.h): only the common case, a sealed
+ * inode whose object this run knows good, through passthrough; no catalog, no wait. -EAGAIN for
+ * anything else (the caller takes the lock for the ordinary path).
+ */
+static int open_read_only_lent(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_handle *h,
+			       struct wfs_open_reply *r)
+{
+	struct wfs_iomode *io = &in->io;
+	struct wfs_object *o;
+	int ret;
+
+	if (!in->sealed || in->writer || !atomic_load(&fs->passthrough) || moved_find(fs, in->ino))
+		return -EAGAIN;
+	if (io->npassthrough > 0 && !io->pt_version) {
+		o = io->pt_object; /* all passthrough opens of an inode share one backing file */
+		wfs_object_repin(o);
+	} else if (io->npassthrough == 0 && io->ncached == 0 && wfs_check_known_good(fs, &in->digest)) {
+		o = wfs_object_pin(fs, &in->digest);
+		if (!o)
+			return -EAGAIN;
+	} else {
+		return -EAGAIN;
+	}
+	h->object = o;
+	ret = passthrough_on(fs, in, h, r);
+	if (ret) {
+		h->object = NULL;
+		wfs_object_unpin(fs, o); /* a last unpin waits for the lender (object.h) */
+		return -EAGAIN;
+	}
+	return 0;
+}
+
 /* A read-only open of @in: passthrough when the rule allows, else daemon-served. */
 static int open_read_only(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_handle *h, pid_t tid,
 			  struct wfs_open_reply *r)
@@ -222,16 +288,9 @@ static int open_read_only(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_ha
 	h->object = o;
 	if (o && (io->npassthrough > 0 || (atomic_load(&fs->passthrough) && !in->writer && io->ncached == 0 &&
 					    !moved_find(fs, in->ino)))) {
-		ret = wfs_object_backing(fs, o);
-		if (ret > 0) {
-			h->passthrough = true;
-			r->backing_id = ret;
-			r->keep_cache = false;
-			io->pt_object = o;
-			io->pt_backing = ret;
-			io->npassthrough++;
+		ret = passthrough_on(fs, in, h, r);
+		if (ret == 0)
 			return 0;
-		}
 		if (io->npassthrough > 0) {
 			h->object = NULL;
 			wfs_object_unpin(fs, o);
@@ -398,6 +457,30 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool trunc
 	}
 	r->noflush = !writable && h->passthrough;
 	count_open(fs, h);
+	*hp = h;
+	return 0;
+}
+
+int wfs_openmode_open_lent(struct wfs_fs *fs, uint64_t ino, struct wfs_handle **hp, struct wfs_open_reply *r)
+{
+	struct wfs_inode *in = wfs_inode_find(fs, ino);
+	struct wfs_handle *h;
+	int ret;
+
+	*r = (struct wfs_open_reply){0};
+	if (!in)
+		return -EAGAIN; /* not known in memory: the catalog says what it is */
+	h = handle_new(fs, in, false);
+	if (!h)
+		return -EAGAIN;
+	ret = open_read_only_lent(fs, in, h, r);
+	if (ret) {
+		handle_free(fs, h); /* @in's counts are as they were */
+		return ret;
+	}
+	r->noflush = true;
+	count_open(fs, h);
+	fs->counters.opens_lent++;
 	*hp = h;
 	return 0;
 }
@@ -581,6 +664,10 @@ void wfs_openmode_release(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, st
 	struct wfs_inode *in = h->inode;
 	struct wfs_iomode *io = &in->io;
 	int ret;
+
+	/* Under a light hold of a lent fs->lock only a read-only passthrough handle on an object, whose
+	 * inode stays (wfs_openmode_release_lent() checked): no seal, no catalog below. */
+	assert(!wfs_lock_is_lent(&fs->lock) || (!h->writing && !h->writable && h->passthrough && !io->pt_version));
 
 	/* Writes after the last flush (a shared mapping written back at munmap) seal here; the
 	 * kernel drops release errors, so they can only be logged. */

@@ -121,6 +121,14 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool trunc
  * daemon-served, its version empty and counted as written by this handle (sealed at close even with
  * no write). Returns 0 or -errno (-ENOMEM, -ENOSPC); on failure nothing is left open.
  */
+/*
+ * The read-only open of inode @ino under a light hold of a lent fs->lock (lock.h), while the catalog
+ * commits: only a sealed inode known in memory whose object this run knows good (check.h), served
+ * through passthrough (noflush set). Returns 0 with the handle in *@h and the reply in *@r, or
+ * -EAGAIN when the open needs more (the catalog, a check, a wait): then take fs->lock and call
+ * wfs_openmode_open().
+ */
+int wfs_openmode_open_lent(struct wfs_fs *fs, uint64_t ino, struct wfs_handle **h, struct wfs_open_reply *r);
 int wfs_openmode_create(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_handle **h,
 			struct wfs_open_reply *r);
 /*
@@ -158,6 +166,12 @@ int wfs_openmode_flush(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struc
  * the kernel drops them), the counts dropped, the object unpinned, @h freed.
  */
 void wfs_openmode_release(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struct wfs_news *news);
+/*
+ * The RELEASE of @h under a light hold of a lent fs->lock (lock.h): done (0) when @h is a read-only
+ * passthrough handle on an object and its inode stays in memory (a last unpin of the object waits
+ * for the lender, object.h); -EAGAIN otherwise: take fs->lock and call wfs_openmode_release().
+ */
+int wfs_openmode_release_lent(struct wfs_fs *fs, struct wfs_handle *h);
 /*
  * A writer beside readers: a writable open or a truncate of sealed file @in (@nlink names, from the
  * catalog) while readers hold it moves its name to a new inode with the same attributes, xattrs and
