@@ -408,10 +408,7 @@ static void wfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	if (in && wfs_inode_attr(fs, in, &a)) {
 		ret = 0;
 	} else {
-		if (wfs_lock_is_lent(&fs->lock)) {
-			wfs_unlock(&fs->lock);
-			wfs_lock(&fs->lock);
-		}
+		wfs_lock_ordinary(&fs->lock);
 		ret = wfs_catalog_getattr(fs->catalog, ino, &a);
 		if (ret == 0)
 			wfs_inode_attr_note(fs, &a);
@@ -691,15 +688,10 @@ static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int ret = -EAGAIN;
 
 	/* A read-only open goes on while the catalog commits (fs->lock lent, lock.h) when it can. */
-	if (!writable && wfs_lock_light(&fs->lock)) {
-		ret = wfs_openmode_open_lent(fs, ino, &h, &r);
-		if (ret == -EAGAIN) {
-			wfs_unlock(&fs->lock);
-			wfs_lock(&fs->lock);
-		}
-	} else if (writable) {
+	if (writable)
 		wfs_lock(&fs->lock);
-	}
+	else if (wfs_lock_light(&fs->lock) && (ret = wfs_openmode_open_lent(fs, ino, &h, &r)) == -EAGAIN)
+		wfs_lock_ordinary(&fs->lock);
 	if (ret == -EAGAIN)
 		ret = wfs_openmode_open(fs, ino, writable, truncate, tid_of(req), &h, &r, &news);
 	wfs_unlock(&fs->lock);
@@ -818,10 +810,7 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 
 	(void)ino;
 	if (!wfs_lock_light(&fs->lock) || wfs_openmode_release_lent(fs, handle_of(fi)) == -EAGAIN) {
-		if (wfs_lock_is_lent(&fs->lock)) {
-			wfs_unlock(&fs->lock);
-			wfs_lock(&fs->lock);
-		}
+		wfs_lock_ordinary(&fs->lock);
 		wfs_openmode_release(fs, handle_of(fi), tid_of(req), &news);
 	}
 	wfs_unlock(&fs->lock);

@@ -62,7 +62,11 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 	wfs_catalog_timing(fs->catalog, &ct);
 	snprintf(site, sizeof(site), "%s:%d to %s:%d", l->max_site ? l->max_site : "", l->max_line,
 		 l->max_end_site ? l->max_end_site : "", l->max_end_line);
+	/* The totals scan every name (15 ms for 20,000 on the 2-core machine): lent meanwhile, so that
+	 * a monitoring scrape does not stall the opens of sealed files. */
+	wfs_fs_lend(fs);
 	ret = wfs_catalog_stats(fs->catalog, &st);
+	wfs_fs_reclaim(fs);
 	if (ret == 0)
 		ret = wfs_check_count(fs, &verified, &unverified);
 	if (ret)

@@ -9,7 +9,6 @@
 #include "daemon.h"
 #include "fault.h"
 #include "log.h"
-#include "object.h"
 
 /* The catalog's cue (called under fs->lock): a batch has its first change. */
 static void first_pending(void *ctx)
@@ -28,11 +27,10 @@ int wfs_commit_now(struct wfs_fs *fs)
 	/* The COMMIT writes the WAL, which can wait for the disk behind writers' dirty pages (239 ms
 	 * seen): fs->lock is lent meanwhile, so that read-only opens and releases of sealed files,
 	 * which need no catalog, go on (lock.h). Everything else waits, as if the lock were held. */
-	wfs_lock_lend(&fs->lock);
+	wfs_fs_lend(fs);
 	wfs_delay("commit.lent"); /* test-only: a commit that waits for a slow disk */
 	ret = wfs_catalog_commit(fs->catalog);
-	wfs_lock_reclaim(&fs->lock);
-	wfs_object_unpin_deferred(fs); /* last unpins by releases while the lock was lent */
+	wfs_fs_reclaim(fs);
 	if (ret)
 		wfs_log(WFS_LOG_ERR, "catalog commit: %s", strerror(-ret));
 	return ret;

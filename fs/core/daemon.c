@@ -39,6 +39,17 @@ void wfs_fs_release(struct wfs_fs *fs)
 	wfs_lock_destroy(&fs->lock);
 }
 
+void wfs_fs_lend(struct wfs_fs *fs)
+{
+	wfs_lock_lend(&fs->lock);
+}
+
+void wfs_fs_reclaim(struct wfs_fs *fs)
+{
+	wfs_lock_reclaim(&fs->lock);
+	wfs_object_unpin_deferred(fs);
+}
+
 struct timespec wfs_deadline_in(long ms)
 {
 	struct timespec t;

@@ -140,6 +140,15 @@ int wfs_fs_init(struct wfs_fs *fs);
  */
 void wfs_fs_release(struct wfs_fs *fs);
 /*
+ * (ordinary hold of fs->lock) Lend fs->lock out (lock.h) for catalog work that may wait for the disk:
+ * a COMMIT (commit.c), the totals of user.weightfs.stats (xattr.c). Until wfs_fs_reclaim() the
+ * caller touches only fs->catalog; ordinary acquisitions wait, light ones (a read-only open, release
+ * or getattr of a sealed file) go on.
+ */
+void wfs_fs_lend(struct wfs_fs *fs);
+/* Take fs->lock back after wfs_fs_lend(), finishing the last unpins deferred meanwhile (object.h). */
+void wfs_fs_reclaim(struct wfs_fs *fs);
+/*
  * The CLOCK_REALTIME time @ms milliseconds from now: the deadline of a pthread_cond_timedwait() on
  * one of the condition variables above (their default clock).
  */

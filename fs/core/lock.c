@@ -103,6 +103,16 @@ void wfs_lock_reclaim_at(struct wfs_lock *l, const char *site, int line)
 	hold_begin(l, site, line);
 }
 
+void wfs_lock_ordinary_at(struct wfs_lock *l, const char *site, int line)
+{
+	if (!l->light)
+		return;
+	hold_end(l, site, line);
+	l->light = false;
+	wait_returned(l);
+	hold_begin(l, site, line);
+}
+
 void wfs_unlock_at(struct wfs_lock *l, const char *site, int line)
 {
 	hold_end(l, site, line);

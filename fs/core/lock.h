@@ -78,6 +78,12 @@ void wfs_lock_lend_at(struct wfs_lock *l, const char *site, int line);
 /* Take @l back after wfs_lock_lend(): an ordinary hold again; waiting acquisitions go on after it. */
 #define wfs_lock_reclaim(l) wfs_lock_reclaim_at((l), __func__, __LINE__)
 void wfs_lock_reclaim_at(struct wfs_lock *l, const char *site, int line);
+/*
+ * (held) Make the hold ordinary: a light hold of a lent lock waits, the mutex released meanwhile,
+ * until the lender takes the lock back, and goes on as an ordinary hold; other holds are ordinary.
+ */
+#define wfs_lock_ordinary(l) wfs_lock_ordinary_at((l), __func__, __LINE__)
+void wfs_lock_ordinary_at(struct wfs_lock *l, const char *site, int line);
 /* Is @l lent out? (mutex held: true only for a light holder, which must then not touch the lender's state) */
 static inline bool wfs_lock_is_lent(const struct wfs_lock *l)
 {
