@@ -11,6 +11,8 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "safetensors.h"
 #include "weightfs.h"
 
@@ -24,6 +26,12 @@ struct export {
 	size_t raw; /* files exported as U8 [bytes] (raw_ok) */
 	struct wfs_tf_progress progress;
 	struct wfs_copy copy;
+	/* A FrozenOffload directory (WFS_FROZEN_MANIFEST): each tensor's file, sorted by tensor name.
+	 * Otherwise none, and a tensor's file is its name. */
+	struct source {
+		char *name, *file;
+	} *sources;
+	size_t nsources;
 };
 
 /* Report one failure through opt->error; returns @ret. */
@@ -190,6 +198,122 @@ static int write_all_at(int fd, const char *buf, size_t len, uint64_t off)
 	return 0;
 }
 
+static int source_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct source *)a)->name, ((const struct source *)b)->name);
+}
+
+/* The file below ex->dir that holds tensor @name. */
+static const char *source_of(const struct export *ex, const char *name)
+{
+	struct source key = {.name = (char *)name};
+	const struct source *s = ex->nsources ? bsearch(&key, ex->sources, ex->nsources, sizeof(key), source_cmp)
+					      : NULL;
+
+	return s ? s->file : name;
+}
+
+/*
+ * The tensors of a FrozenOffload rank directory: those its manifest (@path, already read into @text,
+ * @len bytes) names, each under its parameter name from the file the manifest gives it; other files
+ * of the directory are not part of it.
+ */
+static int add_manifest(struct export *ex, const char *path, const char *text, size_t len)
+{
+	json_error_t jerr;
+	json_t *root = json_loadb(text, len, 0, &jerr), *params = json_object_get(root, "params"), *p;
+	const char *name;
+	int ret = 0;
+
+	if (!json_is_object(params)) {
+		ret = fail(ex, -EINVAL, path, "not a FrozenOffload manifest (%s)",
+			   root ? "no \"params\" object" : jerr.text);
+		json_decref(root);
+		return ret;
+	}
+	ex->sources = calloc(json_object_size(params) + 1, sizeof(*ex->sources));
+	if (!ex->sources)
+		ret = fail(ex, -ENOMEM, NULL, "%s", strerror(ENOMEM));
+	json_object_foreach(params, name, p) {
+		const char *file = json_string_value(json_object_get(p, "file"));
+		char sub[PATH_MAX];
+		struct stat st;
+
+		if (ret)
+			break;
+		if (!file || !*file || strchr(file, '/') || strcmp(file, ".") == 0 || strcmp(file, "..") == 0 ||
+		    strcmp(file, WFS_FROZEN_MANIFEST) == 0) {
+			ret = fail(ex, -EINVAL, path, "parameter \"%.80s\": \"file\" is not a file name of the "
+				   "directory", name);
+			break;
+		}
+		if (wfs_tf_path(sub, ex->dir, file)) {
+			ret = fail(ex, -ENAMETOOLONG, file, "%s", strerror(ENAMETOOLONG));
+			break;
+		}
+		if (lstat(sub, &st) < 0)
+			ret = fail(ex, -errno, sub, "named by %s for parameter \"%.80s\": %s", WFS_FROZEN_MANIFEST,
+				   name, strerror(errno));
+		else if (!S_ISREG(st.st_mode))
+			ret = fail(ex, -EINVAL, sub, "not a regular file");
+		else if ((ret = add_file(ex, sub, name, (uint64_t)st.st_size)) == 0) {
+			struct source *s = &ex->sources[ex->nsources];
+
+			s->name = strdup(name);
+			s->file = strdup(file);
+			if (!s->name || !s->file) {
+				free(s->name);
+				free(s->file);
+				ret = fail(ex, -ENOMEM, NULL, "%s", strerror(ENOMEM));
+			} else {
+				ex->nsources++;
+			}
+		}
+	}
+	json_decref(root);
+	if (ret == 0 && ex->nsources)
+		qsort(ex->sources, ex->nsources, sizeof(*ex->sources), source_cmp);
+	return ret;
+}
+
+/* The tensors below ex->dir: its manifest's when FrozenOffload wrote it, else every file (walk()). */
+static int add_tensors(struct export *ex)
+{
+	char path[PATH_MAX], *text = NULL;
+	size_t len = 0;
+	FILE *f;
+	int ret;
+
+	if (wfs_tf_path(path, ex->dir, WFS_FROZEN_MANIFEST))
+		return fail(ex, -ENAMETOOLONG, ex->dir, "%s", strerror(ENAMETOOLONG));
+	f = fopen(path, "re");
+	if (!f && errno == ENOENT)
+		return walk(ex, ex->dir, "");
+	if (!f)
+		return fail(ex, -errno, path, "%s", strerror(errno));
+	{
+		FILE *m = open_memstream(&text, &len);
+		char buf[65536];
+		size_t n;
+
+		ret = m ? 0 : -ENOMEM;
+		while (ret == 0 && (n = fread(buf, 1, sizeof(buf), f)) > 0)
+			if (fwrite(buf, 1, n, m) != n)
+				ret = -ENOMEM;
+		if (ret == 0 && ferror(f))
+			ret = -EIO;
+		if (m && fclose(m) != 0 && ret == 0)
+			ret = -ENOMEM;
+	}
+	fclose(f);
+	if (ret == 0)
+		ret = add_manifest(ex, path, text, len);
+	else
+		fail(ex, ret, path, "%s", strerror(-ret));
+	free(text);
+	return ret;
+}
+
 /* Every tensor's bytes into @fd after the @header_len bytes of header, in data order. */
 static int write_data(struct export *ex, int fd, size_t header_len)
 {
@@ -204,7 +328,7 @@ static int write_data(struct export *ex, int fd, size_t header_len)
 		struct stat st;
 		int in;
 
-		wfs_tf_path(path, ex->dir, t->name); /* fitted when the walk found it */
+		wfs_tf_path(path, ex->dir, source_of(ex, t->name)); /* fitted when it was added */
 		in = open(path, O_RDONLY | O_CLOEXEC);
 		if (in < 0 || fstat(in, &st) < 0) {
 			ret = fail(ex, -errno, path, "%s", strerror(errno));
@@ -321,7 +445,7 @@ int wfs_st_export(const char *dir, const char *out, const struct wfs_st_export_o
 		ret = fail(&ex, -errno, dir, "%s", strerror(errno));
 	else if (!S_ISDIR(st.st_mode))
 		ret = fail(&ex, -ENOTDIR, dir, "not a directory");
-	else if ((ret = read_meta(&ex)) == 0 && (ret = walk(&ex, dir, "")) == 0)
+	else if ((ret = read_meta(&ex)) == 0 && (ret = add_tensors(&ex)) == 0)
 		ret = write_file(&ex);
 	if (ret == 0 && sum)
 		*sum = (struct wfs_st_export_summary){
@@ -334,5 +458,10 @@ int wfs_st_export(const char *dir, const char *out, const struct wfs_st_export_o
 		};
 	wfs_copy_release(&ex.copy);
 	wfs_st_free(ex.st);
+	for (size_t i = 0; i < ex.nsources; i++) {
+		free(ex.sources[i].name);
+		free(ex.sources[i].file);
+	}
+	free(ex.sources);
 	return ret;
 }

@@ -49,9 +49,11 @@ struct wfs_st_export_summary {
 };
 
 /*
- * Export directory @dir to file @out (both paths as given to open(2)). On success *@sum (may be
- * NULL) says what was written. Returns 0, -ENOTDIR (@dir is not a directory), -EINVAL (a file is
- * not a tensor: name, xattrs, size, DIR's metadata), -EEXIST (OUT exists and not @force), -ESTALE
+ * Export directory @dir to file @out (both paths as given to open(2)): every regular file below it,
+ * named by its relative path; or, when @dir holds WFS_FROZEN_MANIFEST (a FrozenOffload rank), the
+ * files its manifest names, under their parameter names. On success *@sum (may be NULL) says what
+ * was written. Returns 0, -ENOTDIR (@dir is not a directory), -EINVAL (a file is
+ * not a tensor: name, xattrs, size, DIR's metadata, a malformed manifest), -EEXIST (OUT exists and not @force), -ESTALE
  * or -ENODATA (a file changed while exporting), -EFBIG (the header would pass WFS_ST_HEADER_MAX),
  * -EOVERFLOW, -EINTR, -ENOMEM, -ENAMETOOLONG, or -errno of opendir/lstat/getxattr/open/write/
  * fsync/rename (-ENOSPC, -EIO, ...). On error OUT is as it was and no temporary file is left.

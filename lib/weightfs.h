@@ -19,6 +19,10 @@
 #define WFS_XATTR_RECHECK "user.weightfs.recheck"          /* set on the mount root: re-hash an object now */
 #define WFS_XATTR_DIRECT "user.weightfs.direct"            /* any file: the direct path's socket, read-only */
 #define WFS_XATTR_ST_META "user.weightfs.safetensors.metadata" /* import dir: the checkpoint's __metadata__ */
+/* A rank directory's index, written by weightfs.FrozenOffload (lib/python/weightfs/frozen.py,
+ * MANIFEST): {"version": 1, "params": {NAME: {"file": FILE, "dtype", "shape", "bytes", "digest"}}},
+ * FILE the parameter's escaped file name in that directory ('/' as %2F, ...). */
+#define WFS_FROZEN_MANIFEST ".weightfs-manifest.json"
 #define WFS_XATTR_ST_INDEX "user.weightfs.safetensors.index"   /* import dir: a sharded index's "metadata" */
 
 /* ---- writing tensors ---- */

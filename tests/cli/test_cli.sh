@@ -395,6 +395,27 @@ PY
 	else
 		fail "export of a sharded import: the unsharded file" "$err"
 	fi
+	# A FrozenOffload rank directory: its manifest names the tensors (escaped file names such as
+	# enc%2Fw for "enc/w"), and is not itself one.
+	mkdir -p "$SMNT/rank0"
+	printf '\1\2\3\4\5\6\7\10' >"$SMNT/rank0/enc%2Fw" && printf '\11\12' >"$SMNT/rank0/b"
+	setfattr -n user.weightfs.dtype -v F32 "$SMNT/rank0/enc%2Fw" && setfattr -n user.weightfs.shape -v '[2]' "$SMNT/rank0/enc%2Fw"
+	setfattr -n user.weightfs.dtype -v U8 "$SMNT/rank0/b" && setfattr -n user.weightfs.shape -v '[2]' "$SMNT/rank0/b"
+	printf '%s' '{"params": {"enc/w": {"file": "enc%2Fw", "dtype": "F32", "shape": [2]}, "b": {"file": "b"}}, "version": 1}' \
+		>"$SMNT/rank0/.weightfs-manifest.json"
+	run "$CTL" export "$SMNT/rank0" "$work/rank0.safetensors"
+	hdr=$(python3 -c 'import json, struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+print(sorted(json.loads(b[8:8 + n])), b[8 + n:].hex())' "$work/rank0.safetensors" 2>&1)
+	if [ "$rc" -eq 0 ] && [ "$hdr" = "['b', 'enc/w'] 0102030405060708090a" ]; then
+		ok "export of a FrozenOffload rank: tensors named by the manifest's parameters, the manifest left out"
+	else
+		fail "export of a FrozenOffload rank directory" "rc $rc; got $hdr" "$err"
+	fi
+	printf '%s' '{"params": {"x": {"file": "../b"}}}' >"$SMNT/rank0/.weightfs-manifest.json"
+	run "$CTL" export "$SMNT/rank0" "$work/rank0-bad.safetensors"
+	expect "export of a rank whose manifest names a path: exit 1, says so" 1 "" 'parameter "x": "file" is not a file name of the directory'
+
 	run "$CTL" import "$FX/sharded/wrong.safetensors.index.json" "$SMNT/w"
 	expect "import sharded with a wrong weight_map: exit 1" 1 "" "is in model-00001-of-00002.safetensors, but the index maps it to model-00002-of-00002.safetensors"
 	run "$CTL" import "$FX/sharded/ghost.safetensors.index.json" "$SMNT/w"
