@@ -39,7 +39,7 @@ from .tensor import (DIGEST_XATTR, OffloadResult, WeightfsError, claim_files, di
 
 __all__ = ["ENV_DIR", "FrozenOffload", "MANIFEST", "OffloadSummary", "fs_type"]
 
-MANIFEST = ".weightfs-manifest.json"
+MANIFEST = ".weightfs-manifest.json"  # WFS_FROZEN_MANIFEST in lib/weightfs.h (weightfsctl export reads it)
 ENV_DIR = "SKYRL_FROZEN_OFFLOAD_DIR"
 _NAME_MAX = 200
 
