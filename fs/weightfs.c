@@ -16,6 +16,7 @@
 
 #include "daemon.h"
 #include "direct.h"
+#include "fault.h"
 #include "gc.h"
 #include "inode.h"
 #include "log.h"
@@ -550,6 +551,7 @@ int main(int argc, char *argv[])
 	}
 	/* A positive value is the signal (SIGTERM, SIGINT, SIGHUP) that asked the loop to stop: a
 	 * requested stop (systemd's at shutdown), as clean as an unmount. Negative is an error. */
+	wfs_delay("daemon.exit"); /* test-only: a daemon slow to let go of its store after the unmount */
 	wfs_direct_stop(&fs);
 	wfs_ops_notifier_stop();
 	wfs_check_stop(&fs);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "digest.h"
+#include "mounts.h"
 #include "store.h"
 #include "weightfs.h"
 
@@ -360,17 +361,26 @@ static void check_dir(struct fsck *f, const char *dir, enum wfs_fsck_kind kind)
 /* 1 when a daemon holds STORE/lock, 0 when not, or -errno. */
 static int store_locked(const char *path)
 {
-	char p[PATH_MAX];
+	char p[PATH_MAX], real[PATH_MAX], dir[PATH_MAX];
 	int fd, ret;
 
 	snprintf(p, sizeof(p), "%s/lock", path);
 	fd = open(p, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT ? 0 : -errno;
-	if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-		ret = 0; /* released by close */
-	else
+	/* A daemon just unmounted (fusermount3 -u returns before it exits) holds the lock a moment
+	 * longer, with no mount of the store left here: wait up to 5 s for it, as wfs_store_open() does,
+	 * rather than call the store mounted. One that still serves a mount is online at once. */
+	for (int tries = 0;; tries++) {
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+			ret = 0; /* released by close */
+			break;
+		}
 		ret = errno == EWOULDBLOCK ? 1 : -errno;
+		if (ret != 1 || tries == 50 || !realpath(path, real) || wfs_mounts_of(real, false, dir) != -ENOENT)
+			break;
+		usleep(100000);
+	}
 	close(fd);
 	return ret;
 }

@@ -228,6 +228,21 @@ expect_json "gc: named objects untouched" objects "$objects"
 run "$CTL" gc --json "$STORE"
 expect_json "gc again: nothing to remove" objects_removed 0
 
+# ---- fsck right after an unmount ----------------------------------------------------------------------
+# fusermount3 -u returns before the daemon has let go of the store; fsck --repair waits for it (up
+# to 5 s) instead of calling the store mounted. WFS_DELAY holds the daemon 1.5 s after the unmount.
+XSTORE=$work/xstore XMNT=$work/xmnt
+mkdir -p "$XMNT"
+if WFS_DELAY=daemon.exit=1500 "$B/weightfs" "$XSTORE" "$XMNT" && printf 'x' >"$XMNT/f"; then
+	fusermount3 -u "$XMNT"
+	run "$CTL" fsck --repair "$XSTORE"
+	expect "fsck --repair right after fusermount3 -u: waits for the daemon, checks offline" 0 \
+		"^fsck: $XSTORE: [0-9]+ objects .* checked; 0 problems"
+else
+	fail "mount $XSTORE with a slow exit"
+	fusermount3 -uz "$XMNT" 2>/dev/null
+fi
+
 # ---- usage errors and help ---------------------------------------------------------------------------
 run "$CTL"
 expect "weightfsctl (no command): exit 2" 2 "" "^usage: weightfsctl COMMAND"
