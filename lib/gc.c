@@ -104,6 +104,18 @@ int wfs_gc(const char *path, uint64_t retain, bool dry_run, struct wfs_gc_report
 	return ret;
 }
 
+int wfs_gc_quarantine(const char *path, bool dry_run, uint64_t *files, uint64_t *bytes)
+{
+	struct wfs_store *s = NULL;
+	int ret = wfs_store_open(path, dry_run ? WFS_STORE_READONLY : 0, &s);
+
+	*files = *bytes = 0;
+	if (ret == 0)
+		ret = wfs_store_quarantine_clear(s, dry_run, files, bytes);
+	wfs_store_close(s);
+	return ret;
+}
+
 int wfs_parse_size(const char *text, uint64_t *bytes)
 {
 	static const char units[] = "KMGTP";

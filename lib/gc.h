@@ -33,6 +33,9 @@ int wfs_gc_collect(struct wfs_store *s, struct wfs_catalog *c, uint64_t retain, 
 /* Offline gc of the store at @path: -EBUSY while a daemon has it mounted (a @dry_run only reads and
  * runs anyway); otherwise as above. */
 int wfs_gc(const char *path, uint64_t retain, bool dry_run, struct wfs_gc_report *r);
+/* Offline, the store at @path: remove STORE/quarantine/ (wfs_store_quarantine_clear(): its file
+ * count and bytes into *@files, *@bytes). -EBUSY while a daemon has it mounted (a @dry_run runs). */
+int wfs_gc_quarantine(const char *path, bool dry_run, uint64_t *files, uint64_t *bytes);
 
 /* Parse a size like "0", "4096", "512M", "20G", "1.5T" into bytes: decimal digits (a fraction
  * allowed), then K (or k), M, G, T or P, binary units, optionally followed by "iB" or "B". Returns 0,

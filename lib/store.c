@@ -506,6 +506,43 @@ int wfs_store_object_quarantine(struct wfs_store *s, const struct wfs_digest *d)
 	return ret;
 }
 
+int wfs_store_quarantine_clear(struct wfs_store *s, bool dry_run, uint64_t *files, uint64_t *bytes)
+{
+	struct dirent *e;
+	struct stat st;
+	int qfd, ret;
+	DIR *d;
+
+	*files = *bytes = 0;
+	if (!dry_run && (s->flags & WFS_STORE_READONLY))
+		return -EROFS;
+	ret = open_subdir(s->dir_fd, WFS_STORE_QUARANTINE, false, &qfd);
+	if (ret)
+		return ret == -ENOENT ? 0 : ret;
+	d = fdopendir(qfd);
+	if (!d) {
+		ret = -errno;
+		close(qfd);
+		return ret;
+	}
+	while (ret == 0 && (errno = 0, e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (fstatat(qfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+			continue; /* gone meanwhile, or not ours */
+		if (!dry_run && unlinkat(qfd, e->d_name, 0) < 0) {
+			ret = -errno;
+			break;
+		}
+		(*files)++;
+		*bytes += (uint64_t)st.st_size;
+	}
+	if (ret == 0 && errno)
+		ret = -errno;
+	closedir(d);
+	return ret;
+}
+
 int wfs_store_statfs(struct wfs_store *s, struct statvfs *st)
 {
 	return fstatvfs(s->dir_fd, st) < 0 ? -errno : 0;

@@ -137,6 +137,13 @@ int wfs_store_object_unlink_open(struct wfs_store *s, const struct wfs_digest *d
  * Returns 0, -ENOENT (not stored), or -errno.
  */
 int wfs_store_object_quarantine(struct wfs_store *s, const struct wfs_digest *d);
+/*
+ * The files of STORE/quarantine/ (damaged copies kept for inspection): counted into *@files and
+ * *@bytes (st_size), and removed unless @dry_run. Their names stay broken (EIO) until the content is
+ * written again, as before; only the inspection copies go. Returns 0 (also when there is no
+ * quarantine/), -EROFS (a read-only store, unless @dry_run), or -errno of reading or unlinking.
+ */
+int wfs_store_quarantine_clear(struct wfs_store *s, bool dry_run, uint64_t *files, uint64_t *bytes);
 /* Path of object @d relative to STORE/objects/ ("ab/<30 hex>"), into @buf (at least 34 bytes). */
 void wfs_store_object_name(const struct wfs_digest *d, char buf[34]);
 

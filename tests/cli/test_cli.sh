@@ -227,6 +227,18 @@ expect_json "gc (retain 0): no unreferenced objects left" unreferenced_objects 0
 expect_json "gc: named objects untouched" objects "$objects"
 run "$CTL" gc --json "$STORE"
 expect_json "gc again: nothing to remove" objects_removed 0
+run "$CTL" gc --quarantine --dry-run "$STORE"
+expect "gc --quarantine --dry-run: counts the damaged copy, keeps it" 0 "^gc: $STORE: would remove 1 quarantined copies"
+[ -e "$STORE/quarantine/$hex" ] || fail "gc --quarantine --dry-run removed quarantine/$hex"
+run "$CTL" gc --quarantine --json "$STORE"
+expect_json "gc --quarantine: removes the damaged copy" quarantined_removed 1
+if [ -z "$(ls -A "$STORE/quarantine")" ]; then
+	ok "gc --quarantine: quarantine/ is empty"
+else
+	fail "gc --quarantine: quarantine/ is empty" "$(ls -A "$STORE/quarantine")"
+fi
+run "$CTL" fsck "$STORE"
+expect "fsck after gc --quarantine: the name still fails (missing), nothing quarantined left" 1 "^missing +$hex: "
 
 # ---- fsck right after an unmount ----------------------------------------------------------------------
 # fusermount3 -u returns before the daemon has let go of the store; fsck --repair waits for it (up
