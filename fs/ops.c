@@ -157,6 +157,8 @@ void wfs_ops_news_send(struct wfs_fs *fs, struct wfs_news *k)
 	}
 	if (k->inval)
 		fuse_lowlevel_notify_inval_inode(fs->se, k->ino, 0, 0);
+	else if (k->inval_attr)
+		fuse_lowlevel_notify_inval_inode(fs->se, k->ino, -1, 0); /* a negative offset: attributes only */
 	wfs_news_release(k);
 }
 
@@ -262,7 +264,8 @@ static void set_open_reply(struct fuse_file_info *fi, struct wfs_handle *h, cons
 	fi->noflush = r->noflush;
 }
 
-/* stat(2) view of @a; a file being written shows the size written so far. fs->lock held. */
+/* stat(2) view of @a; a file being written shows the size written so far and the mtime its seal
+ * will give it (the last write's, wfs_version_mtime()). fs->lock held. */
 static void attr_to_stat(const struct wfs_attr *a, const struct wfs_inode *in, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
@@ -273,13 +276,18 @@ static void attr_to_stat(const struct wfs_attr *a, const struct wfs_inode *in, s
 	st->st_gid = a->gid;
 	st->st_rdev = (dev_t)a->rdev;
 	st->st_size = (off_t)a->size;
-	if (in && in->writer)
-		st->st_size = (off_t)wfs_version_size(in->writer);
-	st->st_blocks = (blkcnt_t)(((uint64_t)st->st_size + 511) / 512); /* logical, not shared */
-	st->st_blksize = BLKSIZE;
 	st->st_atim = a->atime;
 	st->st_mtim = a->mtime;
 	st->st_ctim = a->ctime;
+	if (in && in->writer) {
+		struct timespec mtime;
+
+		st->st_size = (off_t)wfs_version_size(in->writer);
+		if (wfs_version_mtime(in->writer, &mtime))
+			st->st_mtim = mtime; /* what the seal will give it (version.h) */
+	}
+	st->st_blocks = (blkcnt_t)(((uint64_t)st->st_size + 511) / 512); /* logical, not shared */
+	st->st_blksize = BLKSIZE;
 }
 
 /* Entry reply for @a, taking a lookup reference on its inode. fs->lock held. */

@@ -369,7 +369,10 @@ START_TEST(seal_last_writer_seals)
 }
 END_TEST
 
-/* A never-sealed name whose version is abandoned is removed, and the kernel is told. */
+/*
+ * A never-sealed name whose close refused its size stays while the open file may still complete
+ * it (another descriptor); its release drops the version, removes the name and tells the kernel.
+ */
 START_TEST(seal_failed_new_name_removed)
 {
 	struct wfs_handle h = {.writable = true};
@@ -389,6 +392,9 @@ START_TEST(seal_failed_new_name_removed)
 	ck_assert_int_eq(wfs_version_write(v, "abc", 3, 0), 3); /* 3 bytes do not make F32 [4] */
 	wfs_version_put(v);
 	ck_assert_int_eq(wfs_seal_leave(&fs, &h, false, 0, &news), -EINVAL);
+	ck_assert_uint_eq(news.n, 0);
+	ck_assert_int_eq(wfs_catalog_lookup(fs.catalog, WFS_ROOT_INO, "gone", &a), 0);
+	ck_assert_int_eq(wfs_seal_leave(&fs, &h, true, 0, &news), 0); /* the release */
 	ck_assert_uint_eq(news.n, 1);
 	ck_assert_str_eq(news.names[0].name, "gone");
 	ck_assert(news.inval && !news.moved);

@@ -1516,6 +1516,114 @@ START_TEST(declared_tensor_emptied)
 }
 END_TEST
 
+/*
+ * A tensor rewritten through two descriptors of one open file (dup, or a shell's copy of a
+ * redirection): the close of one while the tensor is short is refused (EINVAL) but ends nothing; the
+ * other completes it and its close seals the new bytes. If nothing completes it, the release drops
+ * the version and the name keeps its bytes. A 1 MiB tensor goes through the daemon, an 8 MiB one
+ * through passthrough (when on).
+ */
+START_TEST(declared_tensor_through_dup)
+{
+	static const size_t lens[] = {1 << 20, 8 << 20};
+
+	for (size_t k = 0; k < 2; k++) {
+		size_t len = lens[k];
+		unsigned char *a = mu_pattern(len, 100 + (int)k), *b = mu_pattern(len, 110 + (int)k);
+		char name[16], shape[32];
+		int fd, fd2;
+
+		snprintf(name, sizeof(name), "dup%zu", k);
+		snprintf(shape, sizeof(shape), "[%zu]", len / 4);
+		mu_create_tensor(name, shape, "F32");
+		mu_write_tensor(name, a, len, NULL, false);
+		fd = open(mu_path(name), O_WRONLY | O_TRUNC);
+		ck_assert_int_ge(fd, 0);
+		fd2 = dup(fd);
+		ck_assert_int_ge(fd2, 0);
+		ck_assert_int_eq(tu_write_all(fd2, b, 100), 0);
+		ck_assert_int_eq(close(fd), -1); /* 100 bytes: not the tensor */
+		ck_assert_int_eq(errno, EINVAL);
+		ck_assert_int_eq(tu_write_all(fd2, b + 100, len - 100), 0);
+		ck_assert_int_eq(close(fd2), 0);
+		mu_assert_file_equals(mu_path(name), b, len);
+		/* Refused and never completed: the name keeps what it had. */
+		fd = open(mu_path(name), O_WRONLY | O_TRUNC);
+		ck_assert_int_ge(fd, 0);
+		fd2 = dup(fd);
+		ck_assert_int_ge(fd2, 0);
+		ck_assert_int_eq(tu_write_all(fd2, a, 100), 0);
+		ck_assert_int_eq(close(fd), -1);
+		ck_assert_int_eq(errno, EINVAL);
+		ck_assert_int_eq(close(fd2), -1);
+		ck_assert_int_eq(errno, EINVAL);
+		mu_assert_file_equals(mu_path(name), b, len);
+		free(a);
+		free(b);
+	}
+}
+END_TEST
+
+static double ts_s(const struct timespec *t)
+{
+	return (double)t->tv_sec + (double)t->tv_nsec / 1e9;
+}
+
+static double realtime_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_REALTIME, &t);
+	return ts_s(&t);
+}
+
+/*
+ * mtime is the time of the last write, on stat(2) while the file is written and after its seal
+ * alike: a stat between the write and the close caches what the seal then gives it (a stale mtime
+ * showed for the 10 s attribute timeout), and an O_APPEND write's mtime is not the later time of
+ * its seal at release. The seal's ctime reaches the kernel too (attributes invalidated).
+ */
+START_TEST(mtime_of_the_last_write)
+{
+	unsigned char *a = mu_pattern(4000, 101);
+	double t0, t1;
+	struct stat st, mid;
+	int fd;
+
+	ck_assert_int_eq(mu_write_file(mu_path("m"), a, 4000), 0);
+	usleep(50000);
+	t0 = realtime_s();
+	fd = open(mu_path("m"), O_WRONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, a, 1000, 4000), 1000);
+	t1 = realtime_s();
+	ck_assert_int_eq(stat(mu_path("m"), &mid), 0); /* while written: cached by the kernel */
+	ck_assert_int_eq(mid.st_size, 5000);
+	ck_assert_msg(ts_s(&mid.st_mtim) >= t0 - 0.01 && ts_s(&mid.st_mtim) <= t1 + 0.01,
+		      "mtime while written %.3f, the write was in [%.3f, %.3f]", ts_s(&mid.st_mtim), t0, t1);
+	usleep(50000);
+	ck_assert_int_eq(close(fd), 0);
+	ck_assert_int_eq(stat(mu_path("m"), &st), 0);
+	ck_assert_int_eq(st.st_size, 5000);
+	ck_assert(ts_s(&st.st_mtim) == ts_s(&mid.st_mtim)); /* the seal kept the write's time */
+	ck_assert(ts_s(&st.st_ctim) >= ts_s(&st.st_mtim));
+	/* O_APPEND, closed, nothing else: the write's time, not the release's. */
+	t0 = realtime_s();
+	fd = open(mu_path("m"), O_WRONLY | O_APPEND);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, "x", 1), 1);
+	t1 = realtime_s();
+	usleep(50000);
+	ck_assert_int_eq(close(fd), 0);
+	usleep(100000); /* the release */
+	ck_assert_int_eq(stat(mu_path("m"), &st), 0);
+	ck_assert_int_eq(st.st_size, 5001);
+	ck_assert_msg(ts_s(&st.st_mtim) >= t0 - 0.01 && ts_s(&st.st_mtim) <= t1 + 0.01,
+		      "O_APPEND mtime %.3f, the write was in [%.3f, %.3f]", ts_s(&st.st_mtim), t0, t1);
+	free(a);
+}
+END_TEST
+
 static double now_s(void)
 {
 	struct timespec t;
@@ -2660,6 +2768,8 @@ static Suite *mount_suite(void)
 		{"read_only_close_sends_no_flush", read_only_close_sends_no_flush, 30},
 		{"declared_tensor_emptied", declared_tensor_emptied, 30},
 		{"open_beside_a_slow_commit", open_beside_a_slow_commit, 60},
+		{"declared_tensor_through_dup", declared_tensor_through_dup, 60},
+		{"mtime_of_the_last_write", mtime_of_the_last_write, 30},
 		{"fallocate_reserves", fallocate_reserves, 60},
 		{"copy_range_claims", copy_range_claims, 60},
 		{"empty_tensor_file_unlogged", empty_tensor_file_unlogged, 30},

@@ -34,6 +34,7 @@ struct wfs_kernel {
 struct wfs_news {
 	uint64_t ino;      /* the inode concerned, 0 for none */
 	bool inval;        /* its attributes and page cache are stale */
+	bool inval_attr;   /* its attributes only are stale (a seal gave it its mtime and ctime) */
 	bool moved;        /* the names below now name another inode (else they are gone) */
 	size_t n;          /* names removed or moved */
 	struct wfs_news_name {

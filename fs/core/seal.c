@@ -315,8 +315,27 @@ int wfs_seal_leave(struct wfs_fs *fs, struct wfs_handle *h, bool at_release, pid
 
 	if (!v)
 		return 0;
+	/*
+	 * A close that would seal a size that does not make the dtype/shape is refused (EINVAL) but ends
+	 * nothing: the open file may have other descriptors (a dup, a shell's copy) that complete the
+	 * tensor. A later close that finds the size right seals it; the release drops it if its size is
+	 * still the refused one (the name keeps what it had, as a lone refused close always did).
+	 */
+	if (!at_release && in->writer == v && wfs_version_writers(v) == 1 && !wfs_writer_killed_by(tid)) {
+		ret = wfs_seal_fits(fs, in->ino, wfs_version_size(v), NULL, NULL, 0, "seal refused");
+		if (ret) {
+			wfs_version_refuse(v);
+			return ret;
+		}
+	}
 	h->writing = NULL;
-	if (wfs_version_writer_drop(v) == 0 && in->writer == v) {
+	if (wfs_version_writer_drop(v) == 0 && in->writer == v && at_release && wfs_version_refused(v)) {
+		wfs_log(WFS_LOG_INFO, "inode %llu: released with the size its close refused: nothing "
+			"sealed%s", (unsigned long long)in->ino,
+			in->sealed ? ", the name keeps its previous content" : "");
+		wfs_seal_abandon(fs, in);
+		writer_gone(fs, in, news);
+	} else if (wfs_version_writers(v) == 0 && in->writer == v) {
 		/* A RELEASE carries no thread (the kernel sends it without credentials): ask about the
 		 * thread that wrote last, while its process is still there to ask. */
 		sig = wfs_writer_killed_by(tid ? tid : h->writer_tid);
@@ -331,8 +350,14 @@ int wfs_seal_leave(struct wfs_fs *fs, struct wfs_handle *h, bool at_release, pid
 			bool told = wfs_version_error_told(v);
 
 			ret = wfs_seal(fs, in, !at_release);
-			if (ret)
+			if (ret) {
 				writer_gone(fs, in, news);
+			} else if (news) {
+				/* A stat while it was written may have cached a ctime (and, with a
+				 * writable mapping, an mtime) the seal moved: the kernel asks again. */
+				news->ino = in->ino;
+				news->inval_attr = true;
+			}
 			if (told && at_release)
 				ret = 0; /* reported at the close, or logged when the writer was killed */
 		}
@@ -356,7 +381,7 @@ int wfs_seal_check_close(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid)
 	}
 	ret = wfs_seal_fits(fs, in->ino, wfs_version_size(v), NULL, NULL, 0, "seal refused");
 	if (ret)
-		wfs_version_fail(v, ret); /* close(2) hears it; the release drops the version */
+		wfs_version_refuse(v); /* close(2) hears it; see wfs_seal_leave() for what comes next */
 	return ret;
 }
 

@@ -18,6 +18,8 @@ struct wfs_version {
 	pthread_mutex_t lock;
 	unsigned refs;             /* atomic: the inode's writer reference, each user in flight one */
 	unsigned writers;          /* (L) writable handles counting as its writers (seal.c) */
+	bool refused;              /* (L) a close refused its size, @refused_size (wfs_version_refuse) */
+	uint64_t refused_size;
 	struct wfs_store *store;   /* borrowed: where the tmp file and the object go */
 	struct wfs_tmpfile tmp;    /* (V) backing tmp file, fd -1 while the bytes fit in @mem */
 	char *mem;                 /* (V) small versions live here: no tmp inode churn for dedup hits */
@@ -40,6 +42,8 @@ struct wfs_version {
 				    * @declared. Innermost: nothing is taken while it is held */
 	bool mtime_set;            /* utimes after the last write: the seal keeps @mtime */
 	struct timespec mtime;
+	bool changed_set;          /* written, truncated or grown through the daemon, last at @changed */
+	struct timespec changed;   /* CLOCK_REALTIME */
 	bool has_base;             /* (V) started as a copy of object @base */
 	struct wfs_digest base;
 	bool reserved_past_eof;    /* (V) fallocate(KEEP_SIZE) beyond @size: trimmed before publishing */
@@ -151,6 +155,16 @@ static int64_t copy_object(struct wfs_store *store, const struct wfs_digest *d, 
 out:
 	close(src);
 	return ret;
+}
+
+/* (version lock) Bytes or size changed through the daemon now: the time the seal and a stat give. */
+static void note_changed(struct wfs_version *v)
+{
+	pthread_mutex_lock(&v->note_lock);
+	v->mtime_set = false;
+	clock_gettime(CLOCK_REALTIME, &v->changed);
+	v->changed_set = true;
+	pthread_mutex_unlock(&v->note_lock);
 }
 
 static void set_size(struct wfs_version *v, uint64_t size)
@@ -356,9 +370,7 @@ ssize_t wfs_version_write(struct wfs_version *v, const void *buf, size_t len, of
 	v->modified = true;
 	__atomic_store_n(&v->only_extended, extends, __ATOMIC_RELEASE);
 	__atomic_store_n(&v->written, true, __ATOMIC_RELEASE);
-	pthread_mutex_lock(&v->note_lock);
-	v->mtime_set = false; /* a write after utimes moves mtime again */
-	pthread_mutex_unlock(&v->note_lock);
+	note_changed(v); /* a write after utimes moves mtime again */
 out:
 	pthread_mutex_unlock(&v->lock);
 	return ret;
@@ -430,6 +442,7 @@ int wfs_version_truncate(struct wfs_version *v, uint64_t size)
 	}
 	set_size(v, size);
 	v->modified = true;
+	note_changed(v);
 out:
 	pthread_mutex_unlock(&v->lock);
 	return ret;
@@ -473,6 +486,7 @@ int wfs_version_fallocate(struct wfs_version *v, int mode, uint64_t off, uint64_
 		} else {
 			set_size(v, end); /* zeros: the hashed prefix stays, the seal hashes the rest */
 			v->modified = true;
+			note_changed(v);
 		}
 	}
 out:
@@ -771,14 +785,25 @@ void wfs_version_set_mtime(struct wfs_version *v, const struct timespec *mtime)
 
 bool wfs_version_mtime(struct wfs_version *v, struct timespec *mtime)
 {
-	bool set;
+	struct stat st;
+	bool set, changed;
 
 	pthread_mutex_lock(&v->note_lock);
 	set = v->mtime_set;
+	changed = v->changed_set;
 	if (set)
 		*mtime = v->mtime;
+	else if (changed)
+		*mtime = v->changed;
 	pthread_mutex_unlock(&v->note_lock);
-	return set;
+	if (set)
+		return true;
+	/* Written through the kernel (passthrough): the file's mtime is the time of its last write. */
+	if (__atomic_load_n(&v->kernel_writes, __ATOMIC_ACQUIRE) && v->size_fd >= 0 && fstat(v->size_fd, &st) == 0) {
+		*mtime = st.st_mtim;
+		return true;
+	}
+	return changed;
 }
 
 bool wfs_version_frozen(struct wfs_version *v)
@@ -851,6 +876,17 @@ unsigned wfs_version_writer_drop(struct wfs_version *v)
 unsigned wfs_version_writers(const struct wfs_version *v)
 {
 	return v->writers;
+}
+
+void wfs_version_refuse(struct wfs_version *v)
+{
+	v->refused = true;
+	v->refused_size = wfs_version_size(v);
+}
+
+bool wfs_version_refused(struct wfs_version *v)
+{
+	return v->refused && wfs_version_size(v) == v->refused_size;
 }
 
 int wfs_version_kernel_backing(struct wfs_version *v, uint64_t reserve)

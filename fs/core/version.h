@@ -92,7 +92,12 @@ int wfs_version_fallocate(struct wfs_version *v, int mode, uint64_t off, uint64_
 uint64_t wfs_version_size(struct wfs_version *v);
 /* utimes(2) after the last write: the seal keeps @mtime instead of the time of the seal. */
 void wfs_version_set_mtime(struct wfs_version *v, const struct timespec *mtime);
-/* The mtime set by wfs_version_set_mtime() and not moved by a write since; false when none. */
+/*
+ * The mtime the seal gives @v's content, and a stat while it is written: the one set by
+ * wfs_version_set_mtime() and not moved by a write since; else the time of the last write,
+ * truncate or growth (the daemon's, or the mtime of the file the kernel writes through
+ * passthrough); false when none of these happened (the seal then takes its own time).
+ */
 bool wfs_version_mtime(struct wfs_version *v, struct timespec *mtime);
 /* FROZEN or DONE (being sealed, or finished): a writer must wait and start over. */
 bool wfs_version_frozen(struct wfs_version *v);
@@ -186,5 +191,13 @@ void wfs_version_writer_add(struct wfs_version *v);
 /* One writer less; returns how many are left. */
 unsigned wfs_version_writer_drop(struct wfs_version *v);
 unsigned wfs_version_writers(const struct wfs_version *v);
+/*
+ * (fs->lock held) A close(2) refused @v's size (it does not make the dtype/shape: seal.c) and told
+ * its caller, while the open file may have other descriptors (a dup) that complete the tensor: note
+ * the size @v has now. wfs_version_refused(): is that still its size (nothing written since that
+ * changed it)? Then its release drops it: the close that ended it heard why.
+ */
+void wfs_version_refuse(struct wfs_version *v);
+bool wfs_version_refused(struct wfs_version *v);
 
 #endif
