@@ -85,8 +85,9 @@ int wfs_openmode_wait_readers(struct wfs_fs *fs, struct wfs_inode *in)
 	if (in->io.npassthrough == 0)
 		return 0;
 	wfs_log_once(&warned_txtbsy, WFS_LOG_WARN,
-		     "inode %llu: changed while open read-only through passthrough: ETXTBSY (write a new "
-		     "name and rename it over this one instead)", (unsigned long long)in->ino);
+		     "inode %llu (find MNT -inum %llu): changed while open read-only through passthrough: "
+		     "ETXTBSY (write a new name and rename it over this one instead; logged once)",
+		     (unsigned long long)in->ino, (unsigned long long)in->ino);
 	return -ETXTBSY;
 }
 

@@ -644,6 +644,10 @@ static ssize_t copy_by_claim(struct wfs_fs *fs, struct wfs_inode *src, off_t off
 	if (off_in != 0 || off_out != 0 || !src->sealed || src->writer || src == dst ||
 	    wfs_catalog_getattr(fs->catalog, src->ino, &a) || a.size == 0 || len < a.size)
 		return 0;
+	/* Written through passthrough (cp onto a tensor: its O_TRUNC open took that path): its own
+	 * writable handle is a passthrough handle, which waiting for readers would wait 500 ms for. */
+	if (wfs_openmode_on_version(dst))
+		return 0;
 	if (wfs_openmode_wait_readers(fs, dst) || claim(fs, dst, &d))
 		return 0; /* not empty, being read, or the object did not check: copy the bytes */
 	return (ssize_t)a.size;

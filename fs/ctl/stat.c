@@ -301,7 +301,8 @@ static void print_daemon_stats(const json_t *d)
 		const char *at = json_string_value(json_object_get(l, "held_max_at"));
 
 		printf("daemon lock:        longest hold %.1f ms (%s), %llu holds of 10 ms or more "
-		       "(%.0f ms in all); lent to %llu commits (longest %.1f ms), %llu light holds meanwhile\n",
+		       "(%.0f ms in all); lent %llu times to catalog work (commits, these totals; longest "
+		       "%.1f ms), %llu opens, releases and stats of sealed files served meanwhile\n",
 		       json_number_value(json_object_get(l, "held_max_ms")),
 		       at ? at : "?",
 		       (unsigned long long)json_u64(l, "holds_slow"), json_number_value(json_object_get(l, "holds_slow_ms")),
