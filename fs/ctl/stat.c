@@ -430,9 +430,26 @@ static int stat_prometheus(const char *store, const struct wfs_catalog_stats *st
 
 		if (!json_is_integer(v) || key[strspn(key, "abcdefghijklmnopqrstuvwxyz_0123456789")] != '\0')
 			continue;
+		if (strcmp(key, "seals_awaiting_sync") == 0) { /* a level, not a count */
+			metric(key, "Seals committed whose objects wait for the next group sync.", "gauge",
+			       labels, (double)json_integer_value(v));
+			continue;
+		}
 		snprintf(name, sizeof(name), "%s_total", key);
 		snprintf(help, sizeof(help), "Daemon counter %s since mount.", key);
 		metric(name, help, "counter", labels, (double)json_integer_value(v));
+	}
+	{ /* the daemon lock (fs/core/lock.h) */
+		const json_t *l = json_object_get(daemon, "lock");
+
+		if (json_is_object(l)) {
+			metric("lock_held_max_seconds", "Longest hold of the daemon lock since mount.", "gauge",
+			       labels, json_number_value(json_object_get(l, "held_max_ms")) / 1e3);
+			metric("lock_holds_slow_total", "Holds of the daemon lock of 10 ms or more since mount.",
+			       "counter", labels, (double)json_u64(l, "holds_slow"));
+			metric("lock_lends_total", "Times the daemon lock was lent to catalog work since mount.",
+			       "counter", labels, (double)json_u64(l, "lends"));
+		}
 	}
 	since = json_object_get(since, "requests");
 	if (json_object_size(since)) {
