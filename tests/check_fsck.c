@@ -1028,14 +1028,6 @@ END_TEST
 
 /* ---- rate limit ------------------------------------------------------------------------------ */
 
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 START_TEST(test_rate_limit)
 {
 	struct fsck_run x;
@@ -1047,9 +1039,9 @@ START_TEST(test_rate_limit)
 		put_file(ROOT, name, MIB, 80 + (uint64_t)i, NULL);
 	}
 	close_store_catalog();
-	t0 = now_s();
+	t0 = tu_clock_s(CLOCK_MONOTONIC);
 	fsck_opts(&x, false, 2 * MIB);
-	elapsed = now_s() - t0;
+	elapsed = tu_clock_s(CLOCK_MONOTONIC) - t0;
 	ck_assert_int_eq(x.ret, 0);
 	expect_clean(&x);
 	ck_assert_uint_eq(x.r.bytes_checked, 3 * MIB);

@@ -1593,19 +1593,6 @@ START_TEST(declared_tensor_through_dup)
 }
 END_TEST
 
-static double ts_s(const struct timespec *t)
-{
-	return (double)t->tv_sec + (double)t->tv_nsec / 1e9;
-}
-
-static double realtime_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_REALTIME, &t);
-	return ts_s(&t);
-}
-
 /*
  * mtime is the time of the last write, on stat(2) while the file is written and after its seal
  * alike: a stat between the write and the close caches what the seal then gives it (a stale mtime
@@ -1621,45 +1608,37 @@ START_TEST(mtime_of_the_last_write)
 
 	ck_assert_int_eq(mu_write_file(mu_path("m"), a, 4000), 0);
 	usleep(50000);
-	t0 = realtime_s();
+	t0 = tu_clock_s(CLOCK_REALTIME);
 	fd = open(mu_path("m"), O_WRONLY);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(pwrite(fd, a, 1000, 4000), 1000);
-	t1 = realtime_s();
+	t1 = tu_clock_s(CLOCK_REALTIME);
 	ck_assert_int_eq(stat(mu_path("m"), &mid), 0); /* while written: cached by the kernel */
 	ck_assert_int_eq(mid.st_size, 5000);
-	ck_assert_msg(ts_s(&mid.st_mtim) >= t0 - 0.01 && ts_s(&mid.st_mtim) <= t1 + 0.01,
-		      "mtime while written %.3f, the write was in [%.3f, %.3f]", ts_s(&mid.st_mtim), t0, t1);
+	ck_assert_msg(tu_ts_s(&mid.st_mtim) >= t0 - 0.01 && tu_ts_s(&mid.st_mtim) <= t1 + 0.01,
+		      "mtime while written %.3f, the write was in [%.3f, %.3f]", tu_ts_s(&mid.st_mtim), t0, t1);
 	usleep(50000);
 	ck_assert_int_eq(close(fd), 0);
 	ck_assert_int_eq(stat(mu_path("m"), &st), 0);
 	ck_assert_int_eq(st.st_size, 5000);
-	ck_assert(ts_s(&st.st_mtim) == ts_s(&mid.st_mtim)); /* the seal kept the write's time */
-	ck_assert(ts_s(&st.st_ctim) >= ts_s(&st.st_mtim));
+	ck_assert(tu_ts_s(&st.st_mtim) == tu_ts_s(&mid.st_mtim)); /* the seal kept the write's time */
+	ck_assert(tu_ts_s(&st.st_ctim) >= tu_ts_s(&st.st_mtim));
 	/* O_APPEND, closed, nothing else: the write's time, not the release's. */
-	t0 = realtime_s();
+	t0 = tu_clock_s(CLOCK_REALTIME);
 	fd = open(mu_path("m"), O_WRONLY | O_APPEND);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(write(fd, "x", 1), 1);
-	t1 = realtime_s();
+	t1 = tu_clock_s(CLOCK_REALTIME);
 	usleep(50000);
 	ck_assert_int_eq(close(fd), 0);
 	usleep(100000); /* the release */
 	ck_assert_int_eq(stat(mu_path("m"), &st), 0);
 	ck_assert_int_eq(st.st_size, 5001);
-	ck_assert_msg(ts_s(&st.st_mtim) >= t0 - 0.01 && ts_s(&st.st_mtim) <= t1 + 0.01,
-		      "O_APPEND mtime %.3f, the write was in [%.3f, %.3f]", ts_s(&st.st_mtim), t0, t1);
+	ck_assert_msg(tu_ts_s(&st.st_mtim) >= t0 - 0.01 && tu_ts_s(&st.st_mtim) <= t1 + 0.01,
+		      "O_APPEND mtime %.3f, the write was in [%.3f, %.3f]", tu_ts_s(&st.st_mtim), t0, t1);
 	free(a);
 }
 END_TEST
-
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
 
 /*
  * While the catalog commits (its COMMIT waiting for a slow disk: WFS_DELAY commit.lent=600), fs->lock
@@ -1694,20 +1673,20 @@ START_TEST(open_beside_a_slow_commit)
 	usleep(100000); /* the committer is 10 ms into its batch, then in the slow COMMIT */
 	open_s = 0;
 	for (int i = 0; i < 2; i++) { /* the second fstat(2) asks GETATTR (the read moved atime) */
-		t0 = now_s();
+		t0 = tu_clock_s(CLOCK_MONOTONIC);
 		fd = open(mu_path("p"), O_RDONLY);
 		ck_assert_int_ge(fd, 0);
 		ck_assert_int_eq(fstat(fd, &st), 0);
 		m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
 		ck_assert_ptr_ne(m, MAP_FAILED);
-		open_s += now_s() - t0;
+		open_s += tu_clock_s(CLOCK_MONOTONIC) - t0;
 		ck_assert(memcmp(m, a, len) == 0);
 		munmap(m, len);
 		close(fd);
 	}
-	t0 = now_s();
+	t0 = tu_clock_s(CLOCK_MONOTONIC);
 	ck_assert_int_eq(mkdir(mu_path("sub/d"), 0755), 0); /* a change: waits for the lent lock */
-	create_s = now_s() - t0;
+	create_s = tu_clock_s(CLOCK_MONOTONIC) - t0;
 	if (mu_passthrough_mode()) {
 		ck_assert_msg(open_s < 0.2, "2 x open + fstat + mmap took %.3f s beside a 0.6 s commit", open_s);
 		ck_assert_int_ge(stat_counter("opens_lent"), 2);

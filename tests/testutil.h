@@ -18,7 +18,23 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+/* @t in seconds (a struct stat time, or a clock reading). */
+static inline double tu_ts_s(const struct timespec *t)
+{
+	return (double)t->tv_sec + (double)t->tv_nsec / 1e9;
+}
+
+/* Clock @clock (CLOCK_MONOTONIC for durations, CLOCK_REALTIME to compare with file times), seconds. */
+static inline double tu_clock_s(clockid_t clock)
+{
+	struct timespec t;
+
+	clock_gettime(clock, &t);
+	return tu_ts_s(&t);
+}
 
 /* Bytes that differ per seed and per position (splitmix64 of both), reproducible across runs. */
 static inline void tu_fill(void *buf, size_t len, uint64_t seed)

@@ -306,28 +306,38 @@ static void writer_gone(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_news
 			(unsigned long long)in->ino);
 }
 
+/*
+ * A close that would seal a size that does not make the dtype/shape is refused (EINVAL, returned
+ * here) but ends nothing: the open file may have other descriptors (a dup, a shell's copy) that
+ * complete the tensor. A later close that finds the size right seals it; the release drops it if
+ * its size is still the refused one (the name keeps what it had, as a lone refused close always did).
+ */
+static int refuse_short(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_version *v)
+{
+	int ret = wfs_seal_fits(fs, in->ino, wfs_version_size(v), NULL, NULL, 0, "seal refused");
+
+	if (ret)
+		wfs_version_refuse(v);
+	return ret;
+}
+
 int wfs_seal_leave(struct wfs_fs *fs, struct wfs_handle *h, bool at_release, pid_t tid,
 		   struct wfs_news *news)
 {
 	struct wfs_version *v = h->writing;
 	struct wfs_inode *in = h->inode;
-	int ret = 0, sig;
+	bool last;
+	int ret = 0, sig = 0;
 
 	if (!v)
 		return 0;
-	/*
-	 * A close that would seal a size that does not make the dtype/shape is refused (EINVAL) but ends
-	 * nothing: the open file may have other descriptors (a dup, a shell's copy) that complete the
-	 * tensor. A later close that finds the size right seals it; the release drops it if its size is
-	 * still the refused one (the name keeps what it had, as a lone refused close always did).
-	 */
-	if (!at_release && in->writer == v && wfs_version_writers(v) == 1 && !wfs_writer_killed_by(tid)) {
-		ret = wfs_seal_fits(fs, in->ino, wfs_version_size(v), NULL, NULL, 0, "seal refused");
-		if (ret) {
-			wfs_version_refuse(v);
-			return ret;
-		}
-	}
+	last = in->writer == v && wfs_version_writers(v) == 1;
+	/* A RELEASE carries no thread (the kernel sends it without credentials): ask about the thread
+	 * that wrote last, while its process is still there to ask. */
+	if (last)
+		sig = wfs_writer_killed_by(tid ? tid : h->writer_tid);
+	if (last && !sig && !at_release && (ret = refuse_short(fs, in, v)) != 0)
+		return ret;
 	h->writing = NULL;
 	if (wfs_version_writer_drop(v) == 0 && in->writer == v && at_release && wfs_version_refused(v)) {
 		wfs_log(WFS_LOG_INFO, "inode %llu: released with the size its close refused: nothing "
@@ -336,9 +346,6 @@ int wfs_seal_leave(struct wfs_fs *fs, struct wfs_handle *h, bool at_release, pid
 		wfs_seal_abandon(fs, in);
 		writer_gone(fs, in, news);
 	} else if (wfs_version_writers(v) == 0 && in->writer == v) {
-		/* A RELEASE carries no thread (the kernel sends it without credentials): ask about the
-		 * thread that wrote last, while its process is still there to ask. */
-		sig = wfs_writer_killed_by(tid ? tid : h->writer_tid);
 		if (sig) {
 			if (!wfs_version_error_told(v)) /* else logged at its close (check_close) */
 				wfs_log(WFS_LOG_WARN, "inode %llu: writer killed by signal %d before it "
@@ -370,7 +377,7 @@ int wfs_seal_check_close(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid)
 {
 	struct wfs_version *v = h->writing;
 	struct wfs_inode *in = h->inode;
-	int sig = wfs_writer_killed_by(tid), ret;
+	int sig = wfs_writer_killed_by(tid);
 
 	if (sig) {
 		wfs_log(WFS_LOG_WARN, "inode %llu: writer killed by signal %d before it finished: "
@@ -379,10 +386,7 @@ int wfs_seal_check_close(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid)
 		wfs_version_fail(v, -EINTR); /* the release drops it */
 		return 0;
 	}
-	ret = wfs_seal_fits(fs, in->ino, wfs_version_size(v), NULL, NULL, 0, "seal refused");
-	if (ret)
-		wfs_version_refuse(v); /* close(2) hears it; see wfs_seal_leave() for what comes next */
-	return ret;
+	return refuse_short(fs, in, v); /* close(2) hears it; the version stays (refuse_short) */
 }
 
 /*
@@ -644,8 +648,9 @@ static ssize_t copy_by_claim(struct wfs_fs *fs, struct wfs_inode *src, off_t off
 	if (off_in != 0 || off_out != 0 || !src->sealed || src->writer || src == dst ||
 	    wfs_catalog_getattr(fs->catalog, src->ino, &a) || a.size == 0 || len < a.size)
 		return 0;
-	/* Written through passthrough (cp onto a tensor: its O_TRUNC open took that path): its own
-	 * writable handle is a passthrough handle, which waiting for readers would wait 500 ms for. */
+	/* Written through passthrough (cp onto a tensor: its O_TRUNC open took that path): the kernel
+	 * writes that version's file, which a claim cannot replace; and waiting for passthrough
+	 * readers would count the copier's own writable handle (500 ms, then a false ETXTBSY). */
 	if (wfs_openmode_on_version(dst))
 		return 0;
 	if (wfs_openmode_wait_readers(fs, dst) || claim(fs, dst, &d))
