@@ -279,7 +279,9 @@ static void attr_to_stat(const struct wfs_attr *a, const struct wfs_inode *in, s
 	st->st_atim = a->atime;
 	st->st_mtim = a->mtime;
 	st->st_ctim = a->ctime;
-	if (in && in->writer) {
+	/* A version whose close refused its size (seal.h) is not what the name holds: until another
+	 * descriptor changes it, or its release drops it, stat shows the name's content. */
+	if (in && in->writer && !wfs_version_refused(in->writer)) {
 		struct timespec mtime;
 
 		st->st_size = (off_t)wfs_version_size(in->writer);
