@@ -101,26 +101,53 @@ static void set_readahead(struct wfs_fs *fs)
 		wfs_log(WFS_LOG_DEBUG, "readahead: %ld KiB (%s)", kb, path);
 }
 
-_Atomic uint64_t wfs_ops_requests[WFS_REQ_COUNT];
+struct wfs_ops_tally wfs_ops_requests[WFS_REQ_COUNT];
 
-json_t *wfs_ops_requests_json(void)
+static uint64_t monotonic_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+struct wfs_ops_timer wfs_ops_timer_start(enum wfs_ops_request op)
+{
+	atomic_fetch_add_explicit(&wfs_ops_requests[op].count, 1, memory_order_relaxed);
+	return (struct wfs_ops_timer){.op = op, .start_ns = monotonic_ns()};
+}
+
+void wfs_ops_timer_stop(struct wfs_ops_timer *t)
+{
+	atomic_fetch_add_explicit(&wfs_ops_requests[t->op].ns, monotonic_ns() - t->start_ns,
+				  memory_order_relaxed);
+}
+
+void wfs_ops_requests_json(json_t **counts, json_t **ms)
 {
 	static const char *const names[] = {
 #define WFS_OPS_NAME(n) #n,
 		WFS_OPS_REQUESTS(WFS_OPS_NAME)
 #undef WFS_OPS_NAME
 	};
-	json_t *o = json_object();
+	bool ok;
 
-	for (size_t i = 0; o && i < WFS_REQ_COUNT; i++) {
-		uint64_t n = atomic_load_explicit(&wfs_ops_requests[i], memory_order_relaxed);
+	*counts = json_object();
+	*ms = json_object();
+	ok = *counts && *ms;
+	for (size_t i = 0; ok && i < WFS_REQ_COUNT; i++) {
+		uint64_t n = atomic_load_explicit(&wfs_ops_requests[i].count, memory_order_relaxed);
+		uint64_t ns = atomic_load_explicit(&wfs_ops_requests[i].ns, memory_order_relaxed);
 
-		if (n && json_object_set_new(o, names[i], json_integer((json_int_t)n))) {
-			json_decref(o);
-			o = NULL;
-		}
+		if (n)
+			ok = json_object_set_new(*counts, names[i], json_integer((json_int_t)n)) == 0 &&
+			     json_object_set_new(*ms, names[i], json_real((double)ns / 1e6)) == 0;
 	}
-	return o;
+	if (!ok) {
+		json_decref(*counts);
+		json_decref(*ms);
+		*counts = *ms = NULL;
+	}
 }
 
 struct wfs_fs *wfs_ops_fs(fuse_req_t req)
@@ -266,7 +293,7 @@ static void set_open_reply(struct fuse_file_info *fi, struct wfs_handle *h, cons
 
 /* stat(2) view of @a; a file being written shows the size written so far and the mtime its seal
  * will give it (the last write's, wfs_version_mtime()). fs->lock held. */
-static void attr_to_stat(const struct wfs_attr *a, const struct wfs_inode *in, struct stat *st)
+static void attr_to_stat(const struct wfs_attr *a, struct wfs_inode *in, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
 	st->st_ino = a->ino;
@@ -281,6 +308,8 @@ static void attr_to_stat(const struct wfs_attr *a, const struct wfs_inode *in, s
 	st->st_ctim = a->ctime;
 	/* A version whose close refused its size (seal.h) is not what the name holds: until another
 	 * descriptor changes it, or its release drops it, stat shows the name's content. */
+	if (in && in->writer)
+		in->attr_told = true; /* the seal may change what the kernel caches now (inode.h) */
 	if (in && in->writer && !wfs_version_refused(in->writer)) {
 		struct timespec mtime;
 

@@ -51,7 +51,11 @@ void wfs_ops_new_owner(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t parent, uin
 /*
  * FUSE requests by opcode, counted since the mount (user.weightfs.stats "requests", weightfsctl
  * stat): what an operation costs in round trips, measured in a run instead of read off -d. Names are
- * the kernel's (include/uapi/linux/fuse.h, FUSE_LOOKUP ...). Each handler counts its request first.
+ * the kernel's (include/uapi/linux/fuse.h, FUSE_LOOKUP ...). Each handler starts with
+ * WFS_OPS_COUNT(opcode): it counts the request and, at the handler's return, adds the time the
+ * handler ran (CLOCK_MONOTONIC, nanoseconds; "request_ms" in the stats). That is the daemon's own
+ * share of a round trip: the reply is sent inside the handler, so its time is in, while the kernel's
+ * queueing and the two context switches are not (tests/bench/roundtrip.py measures those).
  */
 #define WFS_OPS_REQUESTS(X) X(LOOKUP) X(FORGET) X(BATCH_FORGET) X(GETATTR) X(SETATTR) X(READLINK) \
 	X(MKNOD) X(MKDIR) X(UNLINK) X(RMDIR) X(SYMLINK) X(RENAME) X(LINK) X(OPEN) X(READ) X(WRITE) \
@@ -63,10 +67,26 @@ enum wfs_ops_request {
 #undef WFS_OPS_ENUM
 	WFS_REQ_COUNT
 };
-extern _Atomic uint64_t wfs_ops_requests[WFS_REQ_COUNT];
-#define WFS_OPS_COUNT(n) atomic_fetch_add_explicit(&wfs_ops_requests[WFS_REQ_##n], 1, memory_order_relaxed)
-/* The counts as a JSON object {"LOOKUP": n, ...}, opcodes seen only; a new reference, NULL on ENOMEM. */
-json_t *wfs_ops_requests_json(void);
+struct wfs_ops_tally {
+	_Atomic uint64_t count; /* requests handled */
+	_Atomic uint64_t ns;    /* their handlers' time, CLOCK_MONOTONIC nanoseconds */
+};
+extern struct wfs_ops_tally wfs_ops_requests[WFS_REQ_COUNT];
+/* A handler's timer: started by WFS_OPS_COUNT, stopped when it goes out of scope. */
+struct wfs_ops_timer {
+	enum wfs_ops_request op;
+	uint64_t start_ns;
+};
+struct wfs_ops_timer wfs_ops_timer_start(enum wfs_ops_request op);
+void wfs_ops_timer_stop(struct wfs_ops_timer *t);
+#define WFS_OPS_COUNT(n)                                                                           \
+	struct wfs_ops_timer wfs_ops_timer_ __attribute__((cleanup(wfs_ops_timer_stop), unused)) =   \
+		wfs_ops_timer_start(WFS_REQ_##n)
+/*
+ * The tallies as two JSON objects, opcodes seen only: *@counts {"LOOKUP": n, ...} and *@ms
+ * {"LOOKUP": milliseconds in its handlers, ...}. New references; NULL on ENOMEM (both, then).
+ */
+void wfs_ops_requests_json(json_t **counts, json_t **ms);
 
 /* xattr.c */
 void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);

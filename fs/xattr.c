@@ -55,7 +55,7 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 	const struct wfs_lock *l = &fs->lock;
 	struct wfs_catalog_timing ct;
 	char site[160];
-	json_t *o;
+	json_t *o, *requests, *request_ms;
 	char *dump;
 	int ret;
 
@@ -71,10 +71,11 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		ret = wfs_check_count(fs, &verified, &unverified);
 	if (ret)
 		return ret;
+	wfs_ops_requests_json(&requests, &request_ms); /* NULL (ENOMEM) fails the pack below */
 #define U64(v) json_integer((json_int_t)(v))
 	o = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:b, s:s, "
 		      "s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-		      "s:o, s:o, s:o}, s:{s:f, s:s, s:o, s:f, s:o, s:f, s:o}, s:{s:o, s:f, s:f, s:o, s:f, s:f, s:o, s:f}}",
+		      "s:o, s:o, s:o, s:o}, s:{s:f, s:s, s:o, s:f, s:o, s:f, s:o}, s:{s:o, s:f, s:f, s:o, s:f, s:f, s:o, s:f}}",
 		      "names", U64(st.names), "directories", U64(st.directories), "symlinks", U64(st.symlinks),
 		      "logical_bytes", U64(st.logical_bytes), "objects", U64(st.objects),
 		      "physical_bytes", U64(st.object_bytes),
@@ -95,7 +96,8 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		      "seals_awaiting_sync", U64(fs->commit.unsynced),
 		      "checks_on_opener_node", U64(atomic_load(&fs->checks_placed)),
 		      "seals_declared", U64(k->seals_declared), "checks_after_seal", U64(k->checks_after_seal),
-		      "verify_failures", U64(k->verify_failures), "requests", wfs_ops_requests_json(),
+		      "verify_failures", U64(k->verify_failures), "requests", requests,
+		      "request_ms", request_ms,
 		      "lock", "held_max_ms", (double)l->held_max_ns / 1e6, "held_max_at", site,
 		      "holds_slow", U64(l->slow), "holds_slow_ms", (double)l->slow_ns / 1e6, "lends", U64(l->lends),
 		      "lent_max_ms", (double)l->lent_max_ns / 1e6, "light_holds", U64(l->light_holds),

@@ -1752,6 +1752,52 @@ START_TEST(read_only_close_sends_no_flush)
 END_TEST
 
 /*
+ * A file written through the daemon and closed with no stat in between keeps the kernel's cached
+ * mode and owner: the seal does not invalidate them (the kernel dropped its size and times at the
+ * write), so the next open sends OPEN alone, not GETATTR first; a stat still shows the seal's
+ * ctime, not the create's. The daemon also times its handlers ("request_ms" of the stats).
+ */
+START_TEST(seal_after_write_keeps_kernel_attributes)
+{
+	unsigned char *a = mu_pattern(5000, 98);
+	long long getattr0, write0;
+	double before_close;
+	struct stat st;
+	char buf[4096];
+	ssize_t n;
+	int fd;
+
+	ck_assert_int_eq(mkdir(mu_path("sub"), 0755), 0);
+	write0 = requests_of("WRITE");
+	fd = open(mu_path("sub/w"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, a, 5000), 5000);
+	usleep(50000);
+	before_close = tu_clock_s(CLOCK_REALTIME);
+	ck_assert_int_eq(close(fd), 0);
+	usleep(100000); /* the release */
+	ck_assert_int_eq(stat(mu_path("sub"), &st), 0); /* the directory's attributes, dropped by the create */
+	getattr0 = requests_of("GETATTR");
+	fd = open(mu_path("sub/w"), O_RDONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(close(fd), 0);
+	if (requests_of("WRITE") > write0) /* daemon-served (else a passthrough write: asked again) */
+		ck_assert_int_eq(requests_of("GETATTR") - getattr0, 0);
+	ck_assert_int_eq(stat(mu_path("sub/w"), &st), 0);
+	ck_assert_int_eq(st.st_size, 5000);
+	ck_assert_msg(tu_ts_s(&st.st_ctim) >= before_close - 0.01, "ctime %.3f, before the close %.3f",
+		      tu_ts_s(&st.st_ctim), before_close);
+	mu_assert_file_equals(mu_path("sub/w"), a, 5000);
+	n = getxattr(mu.mnt, "user.weightfs.stats", buf, sizeof(buf) - 1);
+	ck_assert_int_gt(n, 0);
+	buf[n] = '\0';
+	ck_assert_msg(strstr(buf, "\"request_ms\": {") && strstr(strstr(buf, "\"request_ms\": {"), "\"OPEN\": "),
+		      "no handler times in %s", buf);
+	free(a);
+}
+END_TEST
+
+/*
  * -o sync: a small file's seal joins the group sync (one syncfs for the seals of 200 ms, commit.h);
  * a file of WFS_SYNC_CLOSE_MIN (64 MiB) or more, or one whose writer called fsync(2), is durable
  * before its close(2) returns.
@@ -2774,6 +2820,7 @@ static Suite *mount_suite(void)
 		{"readahead_option", readahead_option, 30},
 		{"small_files_group_sync", small_files_group_sync, 60},
 		{"read_only_close_sends_no_flush", read_only_close_sends_no_flush, 30},
+		{"seal_after_write_keeps_kernel_attributes", seal_after_write_keeps_kernel_attributes, 30},
 		{"declared_tensor_emptied", declared_tensor_emptied, 30},
 		{"open_beside_a_slow_commit", open_beside_a_slow_commit, 60},
 		{"declared_tensor_through_dup", declared_tensor_through_dup, 60},

@@ -34,6 +34,12 @@ struct wfs_inode {
 	uint64_t nlookup;            /* (L) the kernel's lookup count (inode.c) */
 	struct wfs_iomode io;        /* (L) open handles and how they are served (openmode.c) */
 	struct wfs_version *writer;  /* (L) version being written, or NULL (seal.c; holds a reference) */
+	/* (L) The kernel may hold attributes of @writer that its seal will change (a ctime): set when
+	 * the version starts and when attributes are told while it is written (an entry or a GETATTR
+	 * reply), cleared by each write(2) the daemon serves (the kernel drops its size and times after
+	 * a WRITE, and a reply to a GETATTR sent before it is discarded: fuse_write_update_attr()). The
+	 * seal invalidates the kernel's attributes only when it is set (seal.c). */
+	bool attr_told;
 	bool sealed;                 /* (L) the catalog's content: sealed as object @digest (seal.c) */
 	struct wfs_digest digest;
 	/* (L) The catalog's row of this inode as last read, kept until the catalog says it changed

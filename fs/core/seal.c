@@ -67,6 +67,7 @@ struct wfs_version *wfs_seal_writer(struct wfs_fs *fs, struct wfs_inode *in, boo
 	if (!v)
 		return NULL;
 	in->writer = v; /* the inode's reference */
+	in->attr_told = true; /* what the kernel cached before, until a write drops it */
 	in->io.cache_valid = false;
 	wfs_version_get(v); /* the caller's */
 	if (truncate || !in->sealed)
@@ -356,12 +357,15 @@ int wfs_seal_leave(struct wfs_fs *fs, struct wfs_handle *h, bool at_release, pid
 		} else {
 			bool told = wfs_version_error_told(v);
 
+			/* in->attr_told after the seal: a GETATTR while its commit lent fs->lock counts. */
 			ret = wfs_seal(fs, in, !at_release);
 			if (ret) {
 				writer_gone(fs, in, news);
-			} else if (news) {
+			} else if (news && in->attr_told) {
 				/* A stat while it was written may have cached a ctime (and, with a
-				 * writable mapping, an mtime) the seal moved: the kernel asks again. */
+				 * writable mapping, an mtime) the seal moved: the kernel asks again.
+				 * Not after a write(2) with nothing told since (inode.h): the next
+				 * open's permission check would cost a GETATTR for nothing. */
 				news->ino = in->ino;
 				news->inval_attr = true;
 			}
@@ -429,8 +433,11 @@ ssize_t wfs_seal_write(struct wfs_fs *fs, struct wfs_handle *h, uid_t uid, pid_t
 		v = wfs_seal_writer(fs, h->inode, false, &ret);
 		if (v) {
 			wfs_seal_join(h, v); /* also after close: a shared mapping's writeback */
-			if (tid)
+			if (tid) {
 				h->writer_tid = tid; /* 0: writeback, which names no thread */
+				if (h->inode->writer == v)
+					h->inode->attr_told = false; /* inode.h: the kernel drops them */
+			}
 		}
 		wfs_unlock(&fs->lock);
 		if (!v)

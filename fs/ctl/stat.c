@@ -372,7 +372,7 @@ static int stat_prometheus(const char *store, const struct wfs_catalog_stats *st
 	char labels[PATH_MAX + 16], objects[PATH_MAX + 16];
 	bool resident_known;
 	const char *key;
-	json_t *v, *since;
+	json_t *v, *since, *ms;
 
 	memset(&r, 0, sizeof(r));
 	snprintf(objects, sizeof(objects), "%s/objects", store);
@@ -451,6 +451,7 @@ static int stat_prometheus(const char *store, const struct wfs_catalog_stats *st
 			       "counter", labels, (double)json_u64(l, "lends"));
 		}
 	}
+	ms = json_object_get(since, "request_ms");
 	since = json_object_get(since, "requests");
 	if (json_object_size(since)) {
 		printf("# HELP weightfs_fuse_requests_total FUSE requests since mount, by opcode.\n"
@@ -458,6 +459,13 @@ static int stat_prometheus(const char *store, const struct wfs_catalog_stats *st
 		json_object_foreach(since, key, v)
 			printf("weightfs_fuse_requests_total{%s,opcode=\"%s\"} %llu\n", labels, key,
 			       (unsigned long long)json_integer_value(v));
+	}
+	if (json_object_size(ms)) {
+		printf("# HELP weightfs_fuse_request_seconds_total Time in the daemon's handlers since mount, "
+		       "by opcode.\n# TYPE weightfs_fuse_request_seconds_total counter\n");
+		json_object_foreach(ms, key, v)
+			printf("weightfs_fuse_request_seconds_total{%s,opcode=\"%s\"} %.6f\n", labels, key,
+			       json_number_value(v) / 1e3);
 	}
 	return 0;
 }

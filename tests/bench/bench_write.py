@@ -324,13 +324,13 @@ def hash_seconds(ctx, size):
 
 # ---- row 2: four writers and an mmap prober ----------------------------------------------------
 
-def _writer(path, size, stamp, go, conn, wfs):
+def _writer(path, size, stamp, go, conn, wfs, sync):
     global _BUF, _TENSOR
     _BUF = _TENSOR = None  # a fresh random buffer per writer
     buf = tensor_bytes(size, stamp)
     go.wait()
     t0 = time.perf_counter()
-    write_tensor(path, buf, False, wfs)
+    write_tensor(path, buf, sync, wfs)
     conn.send((t0, time.perf_counter()))
     conn.close()
 
@@ -355,9 +355,10 @@ def _prober(path, stop, conn):
     conn.close()
 
 
-def writers_pass(ctx, d, r, k0, probe):
+def writers_pass(ctx, d, r, k0, probe, sync=False):
     """Four processes write distinct ctx.writer_size tensors under d at once (each until its digest
-    answers on weightfs), with the mmap prober on d/probe.bin beside them when probe. Returns
+    answers on weightfs; with sync, each fdatasyncs before its close), with the mmap prober on
+    d/probe.bin beside them when probe. Returns
     (aggregate GB/s, [(start, open + mmap s, whole probe s, open alone s)] of the probes that ran
     meanwhile)."""
     mp = multiprocessing.get_context("fork")
@@ -378,7 +379,7 @@ def writers_pass(ctx, d, r, k0, probe):
         parent, child = mp.Pipe(duplex=False)
         stamp = (ctx.nonce << 16) | (r << 8) | ((k0 + k) << 1) | wfs
         p = mp.Process(target=_writer, args=(os.path.join(wdir, f"w{k}.bin"), ctx.writer_size,
-                                             stamp, go, child, wfs))
+                                             stamp, go, child, wfs, sync))
         p.start()
         child.close()
         writers.append((p, parent))
@@ -431,6 +432,10 @@ def row_writers(ctx, r, order):
     # At equal durability (both without a sync), the same four writers on the -o nosync mount.
     res["writers-nosync/wfs"], _ = writers_pass(ctx, ctx.nosync_dir, r, 4, False)
     res["writers-nosync/native"] = res["writers/native"]
+    # And the other way to equal durability: the default mount (a file of 64 MiB or more is durable
+    # when close(2) returns) against native writers that fdatasync before close.
+    res["writers-durable/wfs"] = res["writers/wfs"]
+    res["writers-durable/native"], _ = writers_pass(ctx, ctx.native_dir, r, 8, False, sync=True)
     return res
 
 
@@ -470,8 +475,9 @@ def row_small(ctx, r, order):
             touch_pages(name)
         t2 = time.perf_counter()
         if side == "wfs":
-            res["req/small-write"] = per_op(q0, q1, len(names))
-            res["req/small-read"] = per_op(q1, fuse_requests(ctx), len(names))
+            q2 = fuse_requests(ctx)
+            res["req/small-write"], res["us/small-write"] = per_op(q0, q1, len(names)), handler_us(q0, q1, len(names))
+            res["req/small-read"], res["us/small-read"] = per_op(q1, q2, len(names)), handler_us(q1, q2, len(names))
         res[f"small-write/{side}"] = t1 - t0
         res[f"small-read/{side}"] = t2 - t1
         res[f"small/{side}"] = t2 - t0
@@ -482,9 +488,10 @@ def row_small(ctx, r, order):
 
 
 def fuse_requests(ctx):
-    """The sync mount's FUSE requests so far, by opcode (user.weightfs.stats, counted by the daemon)."""
-    stats = json.loads(os.getxattr(os.path.dirname(ctx.sync_dir), "user.weightfs.stats"))
-    return stats["since_mount"].get("requests", {})
+    """The sync mount's FUSE requests so far, by opcode (user.weightfs.stats, counted by the daemon),
+    and under "ms:OPCODE" the milliseconds its handlers ran for them."""
+    since = json.loads(os.getxattr(os.path.dirname(ctx.sync_dir), "user.weightfs.stats"))["since_mount"]
+    return dict(since.get("requests", {}), **{"ms:" + k: v for k, v in since.get("request_ms", {}).items()})
 
 
 def daemon_lock(ctx):
@@ -496,8 +503,15 @@ def daemon_lock(ctx):
 def per_op(before, after, n):
     """Requests per operation between two fuse_requests() readings, over n operations (the second
     reading's own GETXATTR left out)."""
-    d = {k: after.get(k, 0) - before.get(k, 0) - (k == "GETXATTR") for k in after}
+    d = {k: after.get(k, 0) - before.get(k, 0) - (k == "GETXATTR") for k in after if not k.startswith("ms:")}
     return {k: v / n for k, v in d.items() if v > 0}
+
+
+def handler_us(before, after, n):
+    """Microseconds per operation in the daemon's handlers, by opcode, between two fuse_requests()
+    readings over n operations (the second reading's own GETXATTR is in, and is tiny)."""
+    d = {k[3:]: after[k] - before.get(k, 0) for k in after if k.startswith("ms:")}
+    return {k: v * 1e3 / n for k, v in d.items() if v > 0}
 
 
 def settle():
@@ -522,7 +536,8 @@ def row_meta(ctx, r, order):
         res[f"{key}/{side}"] = ctx.files / (time.perf_counter() - t0)
         if side == "wfs":
             time.sleep(0.2)  # RELEASE and FORGET arrive after the calls return
-            res[f"req/{key}"] = per_op(q0, fuse_requests(ctx), ctx.files)
+            q1 = fuse_requests(ctx)
+            res[f"req/{key}"], res[f"us/{key}"] = per_op(q0, q1, ctx.files), handler_us(q0, q1, ctx.files)
 
     for side in order:
         drop_caches()
@@ -731,12 +746,17 @@ def requests_note(results, keys):
         req = next((x[key] for x in results if key in x), None)
         if req is None:
             continue
-        ops = ", ".join(f"{k} {v:.2f}" for k, v in sorted(req.items(), key=lambda kv: -kv[1]))
-        parts.append(f"{label}: {ops or 'none'} ({waited(req):.2f} waited for)")
+        us = next((x["us/" + key[4:]] for x in results if "us/" + key[4:] in x), {})
+        ops = ", ".join(f"{k} {v:.2f}" + (f" ({us[k]:.0f} µs)" if k in us else "")
+                        for k, v in sorted(req.items(), key=lambda kv: -kv[1]))
+        parts.append(f"{label}: {ops or 'none'} ({waited(req):.2f} waited for"
+                     + (f"; {sum(us.get(k, 0) for k in req if k not in ASYNC_REQUESTS):.0f} µs in their handlers"
+                        if us else "") + ")")
     if not parts:
         return None
     return ("FUSE requests per operation, counted by the daemon (`requests` in `user.weightfs.stats`, "
-            "round 1; the caller waits for all but " + ", ".join(ASYNC_REQUESTS) + "): " + "; ".join(parts) + ".")
+            "round 1; the caller waits for all but " + ", ".join(ASYNC_REQUESTS) + "; in parentheses the "
+            "daemon's time in each opcode's handlers per operation, `request_ms`): " + "; ".join(parts) + ".")
 
 
 def lock_note(results):
@@ -852,7 +872,9 @@ def summarize(ctx, results):
         rows = [line(f"aggregate GB/s, 4 × {human(ctx.writer_size)} at once", "writers", "GB/s", 0.9,
                      chart_label="4 writers"),
                 line("the same, `-o nosync` (equal durability: neither side syncs)", "writers-nosync",
-                     "GB/s", None)]
+                     "GB/s", None),
+                line("the same, default vs native write + fdatasync + close (equal durability: both "
+                     "durable at close)", "writers-durable", "GB/s", None)]
         for k, label, goal in (("probe-med", "probe: open + mmap, median (ms)", "< 10 ms (weightfs)"),
                                ("probe-max", "probe: open + mmap, worst (ms)", "< 10 ms (weightfs)"),
                                ("probe-whole-med", "probe with its page read, munmap, close: median (ms)", "—"),
