@@ -40,8 +40,11 @@ static const struct fuse_opt option_spec[] = {
 	OPT("dedup_verify=digest", dedup_verify, 0),
 	OPT("retain=%s", retain_text, 0),
 	OPT("readahead=%s", readahead_text, 0),
-	OPT("sync", sync, 1),
-	OPT("nosync", sync, 0),
+	OPT("sync", sync, WFS_SYNC_CLOSE),
+	OPT("sync=close", sync, WFS_SYNC_CLOSE),
+	OPT("sync=group", sync, WFS_SYNC_GROUP),
+	OPT("sync=none", sync, WFS_SYNC_NONE),
+	OPT("nosync", sync, WFS_SYNC_NONE),
 	OPT("timeout=%lf", timeout, 0),
 	/* fuse_opt runs every template that matches: these see the choices above too (opt_proc). */
 	FUSE_OPT_KEY("passthrough=", KEY_CHOICE),
@@ -49,6 +52,7 @@ static const struct fuse_opt option_spec[] = {
 	FUSE_OPT_KEY("verify=", KEY_CHOICE),
 	FUSE_OPT_KEY("dedup_verify=", KEY_CHOICE),
 	FUSE_OPT_KEY("sync", KEY_CHOICE),
+	FUSE_OPT_KEY("sync=", KEY_CHOICE),
 	FUSE_OPT_KEY("nosync", KEY_CHOICE),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
@@ -86,9 +90,11 @@ static void usage(const char *prog)
 	       "                             run writing the same weights stores nothing new (default 0)\n"
 	       "    -o readahead=SIZE        how far the kernel reads ahead of a daemon-served reader\n"
 	       "                             (no passthrough; default 4M, root only)\n"
-	       "    -o sync|nosync           sync: a file of 64 MiB or more, or one fsync'd, is durable\n"
-	       "                             when close(2) returns; smaller ones within 0.2 s (one\n"
-	       "                             syncfs for all). nosync: no syncs (default sync)\n"
+	       "    -o sync=group|close|none group: every seal is durable within 0.2 s of its close(2)\n"
+	       "                             (one syncfs of the store for all of them), a file whose\n"
+	       "                             writer called fsync(2) when close(2) returns. close (or\n"
+	       "                             sync): so is every file of 64 MiB or more. none (or\n"
+	       "                             nosync): no syncs (scratch stores). Default group\n"
 	       "    -o timeout=SECONDS       kernel cache timeout for names and attributes (default 10)\n"
 	       "    -f                       stay in the foreground\n"
 	       "    -d                       debug output (implies -f)\n"
@@ -132,10 +138,19 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 			{"passthrough_writes", "passthrough_writes=off"},
 			{"verify", "verify=open"},           {"verify", "verify=none"},
 			{"dedup_verify", "dedup_verify=bytes"}, {"dedup_verify", "dedup_verify=digest"},
-			{"sync", "sync"},                    {"sync", "nosync"},
+			{"sync", "sync=group"},              {"sync", "sync=close"},
+			{"sync", "sync=none"},
 		};
 		static const char *chosen[sizeof(valid) / sizeof(valid[0])]; /* by the group's first entry */
-		size_t n = strcspn(arg, "=") + 1;
+		static const char *typed[sizeof(valid) / sizeof(valid[0])]; /* as given, for the message */
+		const char *given = arg;
+		size_t n;
+
+		if (strcmp(arg, "sync") == 0) /* the short names of two choices */
+			arg = "sync=close";
+		else if (strcmp(arg, "nosync") == 0)
+			arg = "sync=none";
+		n = strcspn(arg, "=") + 1;
 
 		for (size_t i = 0; i < sizeof(valid) / sizeof(valid[0]); i++) {
 			size_t g = 0;
@@ -146,10 +161,12 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 				g++;
 			if (chosen[g] && strcmp(chosen[g], valid[i].arg) != 0) {
 				fprintf(stderr, "weightfs: -o %s,%s: conflicting choices for %s; give one\n",
-					chosen[g], valid[i].arg, valid[i].group);
+					typed[g], given, valid[i].group);
 				return -1;
 			}
 			chosen[g] = valid[i].arg;
+			free((char *)typed[g]);
+			typed[g] = strdup(given); /* fuse_opt frees the option string it split */
 			return 0; /* set by its own template */
 		}
 		fprintf(stderr, "weightfs: -o %s: expected", arg);
@@ -408,7 +425,7 @@ int main(int argc, char *argv[])
 
 	fs.opt.passthrough = -1;
 	fs.opt.passthrough_writes = 1;
-	fs.opt.sync = 1;
+	fs.opt.sync = WFS_SYNC_GROUP;
 	fs.opt.verify = 1;
 	fs.opt.timeout = 10.0;
 	if (fuse_opt_parse(&args, &fs.opt, option_spec, opt_proc) == -1) {

@@ -1846,6 +1846,38 @@ START_TEST(small_files_group_sync)
 }
 END_TEST
 
+/*
+ * -o sync=group, the default: a file of 64 MiB or more joins the group sync too (its close(2) does
+ * not wait for the disk, as a native close does not); one whose writer called fsync(2) is durable
+ * at its close.
+ */
+START_TEST(large_file_group_sync)
+{
+	size_t large = 64 << 20;
+	unsigned char *a = mu_pattern(large, 61);
+	int fd;
+
+	mu_daemon_stop();
+	snprintf(mu.opts, sizeof(mu.opts), "sync=group");
+	mu_daemon_start();
+	ck_assert_int_eq(mu_write_file(mu_path("large"), a, large), 0);
+	ck_assert_int_eq(stat_counter("seals_synced"), 0);
+	MU_EVENTUALLY(stat_counter("seals_awaiting_sync") == 0);
+	ck_assert_int_ge(stat_counter("group_syncs"), 1);
+	a[0] ^= 1;
+	fd = open(mu_path("asked"), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, a, large), (ssize_t)large);
+	ck_assert_int_eq(fsync(fd), 0);
+	ck_assert_int_eq(close(fd), 0);
+	ck_assert_int_eq(stat_counter("seals_synced"), 1);
+	mu_assert_file_equals(mu_path("asked"), a, large);
+	a[0] ^= 1;
+	mu_assert_file_equals(mu_path("large"), a, large);
+	free(a);
+}
+END_TEST
+
 /* A client that knows the digest seals a new name as the stored object, sending no bytes. */
 START_TEST(digest_claim)
 {
@@ -2819,6 +2851,7 @@ static Suite *mount_suite(void)
 		{"read_one_page_cache_copy", read_one_page_cache_copy, 60},
 		{"readahead_option", readahead_option, 30},
 		{"small_files_group_sync", small_files_group_sync, 60},
+		{"large_file_group_sync", large_file_group_sync, 60},
 		{"read_only_close_sends_no_flush", read_only_close_sends_no_flush, 30},
 		{"seal_after_write_keeps_kernel_attributes", seal_after_write_keeps_kernel_attributes, 30},
 		{"declared_tensor_emptied", declared_tensor_emptied, 30},

@@ -108,7 +108,7 @@ static inline void mu_daemon_start(void)
 
 	/* nosync unless the test asks for sync: the daemon refuses both at once. */
 	snprintf(list, sizeof(list), ",%s,", mu.opts);
-	sync = strstr(list, ",sync,") != NULL;
+	sync = strstr(list, ",sync,") != NULL || strstr(list, ",sync=") != NULL;
 	snprintf(opts, sizeof(opts), "passthrough=%s%s%s%s", mu_mode(), sync ? "" : ",nosync", mu.opts[0] ? "," : "",
 		 mu.opts);
 	mu.daemon = fork();

@@ -69,7 +69,8 @@ static void close_removed(struct wfs_fs *fs)
 
 bool wfs_commit_sync_at_close(struct wfs_fs *fs, uint64_t size, bool asked)
 {
-	return fs->opt.sync && (size >= WFS_SYNC_CLOSE_MIN || asked || !fs->commit.started);
+	return fs->opt.sync != WFS_SYNC_NONE &&
+	       (asked || !fs->commit.started || (fs->opt.sync == WFS_SYNC_CLOSE && size >= WFS_SYNC_CLOSE_MIN));
 }
 
 void wfs_commit_unsynced(struct wfs_fs *fs)
@@ -198,6 +199,6 @@ void wfs_commit_stop(struct wfs_fs *fs)
 		wfs_log(WFS_LOG_ERR, "catalog: the last changes could not be committed at unmount");
 	fs->commit.started = false;
 	wfs_unlock(&fs->lock);
-	wfs_commit_sync(fs); /* the small files' group sync, before the unmount's checkpoint */
+	wfs_commit_sync(fs); /* the group sync, before the unmount's checkpoint */
 	pthread_cond_destroy(&fs->commit.due);
 }

@@ -1,6 +1,6 @@
 /*
  * commit — the committer thread: when the daemon's catalog changes are committed (lib/catalog.h,
- * wfs_catalog_batch), the group sync of small files, and closing removed objects outside fs->lock.
+ * wfs_catalog_batch), the group sync of seals, and closing removed objects outside fs->lock.
  *
  * Creates, unlinks, renames, xattrs and claims are savepoints of one open SQLite transaction, and
  * the batch is committed:
@@ -16,17 +16,18 @@
  * What it changes is a daemon killed (SIGKILL, OOM): changes of the last interval that no seal or
  * fsync committed are gone after the remount, as after a power loss on ext4 before its journal commit.
  *
- * The group sync (-o sync). A file of WFS_SYNC_CLOSE_MIN or more, or one whose writer called fsync(2),
- * is durable when close(2) returns: its object's fdatasync, link and directory fsync, its commit,
- * the WAL's fdatasync. A smaller one is sealed and committed at close(2) as well, but its object is
- * published without a sync and becomes durable with the next group sync: one syncfs(2) of the store
+ * The group sync (-o sync=group, the default; enum wfs_sync_mode). A file whose writer called
+ * fsync(2) (with -o sync=close, also one of WFS_SYNC_CLOSE_MIN or more) is durable when close(2)
+ * returns: its object's fdatasync, link and directory fsync, its commit, the WAL's fdatasync. Any
+ * other is sealed and committed at close(2) as well, but its object is published without a sync and
+ * becomes durable with the next group sync: one syncfs(2) of the store
  * for every such seal of the last WFS_SYNC_INTERVAL_MS, by the committer thread (or sooner: at any
  * fsync(2), a large seal, unmount). With a flush per small file (and a commit per change) the
  * demo's write phase took 19x a plain directory's on the 2-core test machine; now 6x. Order: every WAL sync and checkpoint of the daemon comes after a syncfs
  * that began once the seals it counts were committed (wfs_commit_sync), so what the daemon syncs
  * refers to synced objects — except seals committed while that syncfs runs, and WAL pages the
- * kernel writes back on its own. What a power loss costs: the small files sealed in its last
- * interval may be lost (their commits can reach the disk before their objects: their names then
+ * kernel writes back on its own. What a power loss costs: the files sealed in its last interval
+ * (and those its syncfs was still writing back) may be lost (their commits can reach the disk before their objects: their names then
  * fail their first open's check with EIO, and fsck lists them).
  */
 #ifndef WFS_CORE_COMMIT_H
@@ -43,6 +44,14 @@ struct wfs_fs;
 #define WFS_SYNC_INTERVAL_MS 200  /* the most a small file's durability waits after its close(2) */
 #define WFS_SYNC_CLOSE_MIN (64ull << 20) /* bytes: from this size close(2) waits for the disk; a
 				   * flush (2-3 ms on the test disks) is then under 5% of writing the file */
+
+/* -o sync=...: when a seal's object and commit are durable (struct wfs_fs's opt.sync). */
+enum wfs_sync_mode {
+	WFS_SYNC_NONE = 0,  /* -o sync=none, nosync: never synced (scratch stores, tests) */
+	WFS_SYNC_GROUP = 1, /* -o sync=group (default): by the group sync, within WFS_SYNC_INTERVAL_MS of
+			     * close(2); at close(2) when the writer called fsync(2) */
+	WFS_SYNC_CLOSE = 2, /* -o sync=close, sync: also at close(2) for WFS_SYNC_CLOSE_MIN or more */
+};
 
 /* The committer's state, in struct wfs_fs (all (L)). */
 struct wfs_commit {
@@ -82,9 +91,9 @@ int wfs_commit_now(struct wfs_fs *fs);
  */
 void wfs_commit_close_later(struct wfs_fs *fs, int fd);
 /*
- * (L) Must a seal of @size bytes be durable before close(2) returns? With -o sync: when @size is
- * WFS_SYNC_CLOSE_MIN or more, when a writer asked (@asked: fsync(2)), or when no committer runs to
- * sync it later. Never with -o nosync.
+ * (L) Must a seal of @size bytes be durable before close(2) returns? When a writer asked (@asked:
+ * fsync(2)), when no committer runs to sync it later, and with -o sync=close when @size is
+ * WFS_SYNC_CLOSE_MIN or more. Never with -o sync=none.
  */
 bool wfs_commit_sync_at_close(struct wfs_fs *fs, uint64_t size, bool asked);
 /*

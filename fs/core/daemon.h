@@ -67,7 +67,7 @@ struct wfs_options {
 	uint64_t retain;      /* bytes of unreferenced objects kept for reuse (0: delete at once) */
 	char *readahead_text; /* -o readahead=SIZE as given */
 	int64_t readahead;    /* its bytes; -1: not given, READAHEAD_DEFAULT (ops.c) */
-	int sync;             /* fdatasync objects and sync seal commits */
+	int sync;             /* enum wfs_sync_mode: when seals become durable (commit.h) */
 	double timeout;       /* entry and attribute cache timeout, seconds */
 	int foreground, debug, show_help, show_version;
 	unsigned max_threads;

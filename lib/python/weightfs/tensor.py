@@ -785,8 +785,9 @@ def offload(data: Any, path: PathLike, *, claim: bool = True, xattrs: bool = Tru
     device-to-host twice (about 2 x bytes / 20+ GB/s, small next to the write itself); a hit once.
     (4) close(2) seals the file (weightfs reports ENOSPC/EIO there); a tensor written through
     passthrough is first given its digest (setxattr user.weightfs.digest on the open file), which
-    weightfs takes instead of reading the bytes again to hash them; fsync=True fdatasyncs first
-    (weightfs's default -o sync already makes the seal durable). (5) With xattrs true, set
+    weightfs takes instead of reading the bytes again to hash them; fsync=True fdatasyncs first, so
+    that the seal is durable when close returns (weightfs's default -o sync=group makes it durable
+    within 0.2 s otherwise). (5) With xattrs true, set
     user.weightfs.dtype (safetensors name) and user.weightfs.shape ('[d0,d1]') when the dtype has a
     name (else one warning). (6) rename over path.
 
