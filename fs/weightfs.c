@@ -90,7 +90,7 @@ static void usage(const char *prog)
 	       "                             run writing the same weights stores nothing new (default 0)\n"
 	       "    -o readahead=SIZE        how far the kernel reads ahead of a daemon-served reader\n"
 	       "                             (no passthrough; default 4M, root only)\n"
-	       "    -o sync=group|close|none group: every seal is durable within 0.2 s of its close(2)\n"
+	       "    -o sync=group|close|none group: every seal is durable within 1 s of its close(2)\n"
 	       "                             (one syncfs of the store for all of them), a file whose\n"
 	       "                             writer called fsync(2) when close(2) returns. close (or\n"
 	       "                             sync): so is every file of 64 MiB or more. none (or\n"

@@ -31,7 +31,7 @@ Rows:
                aggregate GB/s = 4 x size / (start to the last close, or seal on weightfs). Meanwhile a fifth process, every
                5 ms, opens another file (8 MiB, sealed before), mmaps it, reads one byte of one page
                (a different page each time), munmaps and closes it: median and worst latency.
-               The default mount (-o sync=group) syncs seals in groups within 0.2 s of their close,
+               The default mount (-o sync=group) syncs seals in groups within 1 s of their close, 
                as native writeback does later still. Then, without the probe, the same four writers
                on the `-o nosync` mount, and four writers that fdatasync before close on the default
                mount and natively (durable at close on both sides).

@@ -113,7 +113,7 @@ class FrozenOffload:
     root: a directory, normally on a weightfs mount; None means $SKYRL_FROZEN_OFFLOAD_DIR. It works on
     any filesystem (no dedup there). rank: this process's rank (an int). fsync: fdatasync each
     written file before its close: on weightfs the seal is then durable when close returns (without
-    it, the default -o sync=group makes it durable within 0.2 s of the close).
+    it, the default -o sync=group makes it durable within 1 s of the close).
 
     Raises OSError when the directory cannot be created, WeightfsError(EINVAL) for a manifest that
     does not parse (it is never silently replaced: remove it to start over), ValueError when root is

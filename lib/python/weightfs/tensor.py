@@ -787,7 +787,7 @@ def offload(data: Any, path: PathLike, *, claim: bool = True, xattrs: bool = Tru
     passthrough is first given its digest (setxattr user.weightfs.digest on the open file), which
     weightfs takes instead of reading the bytes again to hash them; fsync=True fdatasyncs first, so
     that the seal is durable when close returns (weightfs's default -o sync=group makes it durable
-    within 0.2 s otherwise). (5) With xattrs true, set
+    within 1 s otherwise). (5) With xattrs true, set
     user.weightfs.dtype (safetensors name) and user.weightfs.shape ('[d0,d1]') when the dtype has a
     name (else one warning). (6) rename over path.
 
