@@ -1797,6 +1797,17 @@ START_TEST(seal_after_write_keeps_kernel_attributes)
 }
 END_TEST
 
+/* Write @len bytes of @a to @path (created or truncated), fsync(2) it, close it; asserts each step. */
+static void write_fsynced(const char *path, const unsigned char *a, size_t len)
+{
+	int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, a, len), (ssize_t)len);
+	ck_assert_int_eq(fsync(fd), 0);
+	ck_assert_int_eq(close(fd), 0);
+}
+
 /*
  * -o sync: a small file's seal joins the group sync (one syncfs for the seals of 200 ms, commit.h);
  * a file of WFS_SYNC_CLOSE_MIN (64 MiB) or more, or one whose writer called fsync(2), is durable
@@ -1806,7 +1817,6 @@ START_TEST(small_files_group_sync)
 {
 	size_t small = 64 << 10, large = 64 << 20;
 	unsigned char *a = mu_pattern(large, 60);
-	int fd;
 
 	mu_daemon_stop();
 	snprintf(mu.opts, sizeof(mu.opts), "sync");
@@ -1825,11 +1835,7 @@ START_TEST(small_files_group_sync)
 
 	/* Asked for: fsync before close. */
 	a[0] = 100;
-	fd = open(mu_path("asked"), O_CREAT | O_WRONLY | O_TRUNC, 0644);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(write(fd, a, small), (ssize_t)small);
-	ck_assert_int_eq(fsync(fd), 0);
-	ck_assert_int_eq(close(fd), 0);
+	write_fsynced(mu_path("asked"), a, small);
 	ck_assert_int_eq(stat_counter("seals_synced"), 1);
 	/* Large. */
 	a[0] = 101;
@@ -1855,7 +1861,6 @@ START_TEST(large_file_group_sync)
 {
 	size_t large = 64 << 20;
 	unsigned char *a = mu_pattern(large, 61);
-	int fd;
 
 	mu_daemon_stop();
 	snprintf(mu.opts, sizeof(mu.opts), "sync=group");
@@ -1865,11 +1870,7 @@ START_TEST(large_file_group_sync)
 	MU_EVENTUALLY(stat_counter("seals_awaiting_sync") == 0);
 	ck_assert_int_ge(stat_counter("group_syncs"), 1);
 	a[0] ^= 1;
-	fd = open(mu_path("asked"), O_CREAT | O_WRONLY | O_TRUNC, 0644);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(write(fd, a, large), (ssize_t)large);
-	ck_assert_int_eq(fsync(fd), 0);
-	ck_assert_int_eq(close(fd), 0);
+	write_fsynced(mu_path("asked"), a, large);
 	ck_assert_int_eq(stat_counter("seals_synced"), 1);
 	mu_assert_file_equals(mu_path("asked"), a, large);
 	a[0] ^= 1;
