@@ -1,5 +1,6 @@
 /*
- * ops — the FUSE low-level handlers: the only daemon code that speaks libfuse besides weightfs.c.
+ * ops — the FUSE low-level handlers: the only daemon code that speaks libfuse besides weightfs.c
+ * (the mount and the loop) and receive.c (how request threads read /dev/fuse).
  *
  * Each handler parses its request, calls the core (fs/core/, daemon.h) and sends exactly one reply.
  * What the core collected for the kernel (struct wfs_news) is sent after fs->lock is dropped.

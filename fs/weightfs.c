@@ -1,6 +1,7 @@
 /*
  * weightfs STORE MOUNTPOINT [options] — mount a content-addressed store of frozen model weights.
  */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fuse_opt.h>
@@ -22,6 +23,7 @@
 #include "log.h"
 #include "mounts.h"
 #include "ops.h"
+#include "receive.h"
 #include "weightfs.h"
 
 #define WFS_VERSION "0.1.0"
@@ -46,6 +48,7 @@ static const struct fuse_opt option_spec[] = {
 	OPT("sync=none", sync, WFS_SYNC_NONE),
 	OPT("nosync", sync, WFS_SYNC_NONE),
 	OPT("timeout=%lf", timeout, 0),
+	OPT("spin=%s", spin_text, 0),
 	/* fuse_opt runs every template that matches: these see the choices above too (opt_proc). */
 	FUSE_OPT_KEY("passthrough=", KEY_CHOICE),
 	FUSE_OPT_KEY("passthrough_writes=", KEY_CHOICE),
@@ -96,6 +99,10 @@ static void usage(const char *prog)
 	       "                             sync): so is every file of 64 MiB or more. none (or\n"
 	       "                             nosync): no syncs (scratch stores). Default group\n"
 	       "    -o timeout=SECONDS       kernel cache timeout for names and attributes (default 10)\n"
+	       "    -o spin=US               after each request, a request thread polls for the next one\n"
+	       "                             this long before it sleeps, so the requests of a create or\n"
+	       "                             an unlink need no wake-ups; 0: sleep at once (no CPU spent\n"
+	       "                             polling; slower). Default 50, at most 10000\n"
 	       "    -f                       stay in the foreground\n"
 	       "    -d                       debug output (implies -f)\n"
 	       "    -h, --help               this help, then libfuse's own options\n"
@@ -428,6 +435,7 @@ int main(int argc, char *argv[])
 	fs.opt.sync = WFS_SYNC_GROUP;
 	fs.opt.verify = 1;
 	fs.opt.timeout = 10.0;
+	fs.opt.spin_us = WFS_RECEIVE_SPIN_US;
 	if (fuse_opt_parse(&args, &fs.opt, option_spec, opt_proc) == -1) {
 		ret = 2;
 		goto out;
@@ -480,6 +488,18 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "weightfs: -o timeout=%g: must be 0 or more seconds\n", fs.opt.timeout);
 		ret = 2;
 		goto out;
+	}
+	if (fs.opt.spin_text) {
+		char *end;
+		unsigned long us = strtoul(fs.opt.spin_text, &end, 10);
+
+		if (!isdigit((unsigned char)fs.opt.spin_text[0]) || *end || us > 10000) {
+			fprintf(stderr, "weightfs: -o spin=%s: expected 0 to 10000 (microseconds)\n",
+				fs.opt.spin_text);
+			ret = 2;
+			goto out;
+		}
+		fs.opt.spin_us = (unsigned)us;
 	}
 	free(fs.opt.mountpoint);
 	fs.opt.mountpoint = strdup(cmd.mountpoint); /* resolved by fuse_parse_cmdline */
@@ -558,6 +578,7 @@ int main(int argc, char *argv[])
 		wfs_log(WFS_LOG_WARN, "no notifier thread: dentry news are told by request threads");
 	wfs_direct_start(&fs, cmd.mountpoint); /* without it, clients read the mounted files */
 
+	wfs_receive_install(fs.se, fs.opt.spin_us); /* without it, libfuse's receive path: slower */
 	if (cmd.singlethread) {
 		ret = fuse_session_loop(fs.se);
 	} else {
@@ -592,6 +613,7 @@ out:
 	free(fs.opt.mountpoint);
 	free(fs.opt.retain_text);
 	free(fs.opt.readahead_text);
+	free(fs.opt.spin_text);
 	fuse_opt_free_args(&args);
 	return ret;
 }

@@ -20,8 +20,10 @@
 #include "check.h"
 #include "direct.h"
 #include "dtype.h"
+#include "fault.h"
 #include "log.h"
 #include "ops.h"
+#include "receive.h"
 #include "seal.h"
 #include "weightfs.h"
 
@@ -105,6 +107,16 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		      "commit_ms", (double)ct.commit_ns / 1e6, "headroom_refills", U64(ct.refills),
 		      "refill_max_ms", (double)ct.refill_max_ns / 1e6, "refill_ms", (double)ct.refill_ns / 1e6,
 		      "reserve_fills", U64(ct.reserve_fills), "reserve_max_ms", (double)ct.reserve_max_ns / 1e6);
+	if (o) {
+		struct wfs_receive_stats rs;
+
+		wfs_receive_stats(&rs);
+		json_object_set_new(o, "receive",
+				    json_pack("{s:b, s:i, s:o, s:o, s:o, s:o}", "installed", rs.installed,
+					      "spin_us", (int)rs.spin_us, "taken_spinning", U64(rs.taken_spinning),
+					      "taken_sleeping", U64(rs.taken_sleeping), "handovers", U64(rs.handovers),
+					      "takeovers", U64(rs.takeovers)));
+	}
 #undef U64
 	/* Three decimals are what a ratio needs; JSON_REAL_PRECISION counts significant digits. */
 	dump = o ? json_dumps(o, JSON_REAL_PRECISION(6)) : NULL;
@@ -143,6 +155,8 @@ void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
+	if (ino == FUSE_ROOT_ID && strcmp(name, WFS_XATTR_STATS) == 0)
+		wfs_delay("stats"); /* test-only: a request slow in its handler, fs->lock not held (receive.h) */
 	wfs_lock(&fs->lock);
 	if (ino == FUSE_ROOT_ID && strcmp(name, WFS_XATTR_STATS) == 0) {
 		char *text = NULL;

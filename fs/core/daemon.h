@@ -69,6 +69,8 @@ struct wfs_options {
 	int64_t readahead;    /* its bytes; -1: not given, READAHEAD_DEFAULT (ops.c) */
 	int sync;             /* enum wfs_sync_mode: when seals become durable (commit.h) */
 	double timeout;       /* entry and attribute cache timeout, seconds */
+	char *spin_text;      /* -o spin=US as given */
+	unsigned spin_us;     /* how long a request thread polls /dev/fuse before it sleeps (receive.h) */
 	int foreground, debug, show_help, show_version;
 	unsigned max_threads;
 };

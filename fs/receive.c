@@ -1,0 +1,300 @@
+/*
+ * The request threads' receive path: a spinning leader and followers (receive.h says why).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fuse.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "receive.h"
+
+/*
+ * One per daemon (one session). Under mu: who leads, whether the leader is answering a light
+ * request itself (inline), and a count of those requests, by which a follower tells a leader that
+ * is stuck on one from a leader that keeps answering them.
+ */
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;       /* followers wait here for the leadership */
+	bool led;                /* a thread leads (it reads the device, or answers a light request) */
+	bool inline_busy;        /* the leader is answering a light request */
+	uint64_t inline_count;   /* light requests the leaders have taken so far */
+	uint64_t term;           /* which leadership is the current one: a taken-over leader's is not */
+	unsigned watchers;       /* followers in a timed wait, watching an inline leader */
+	unsigned sleepers;       /* followers waiting without a timeout */
+	bool ended;              /* the device said ENODEV: the file system is unmounted */
+	uint64_t spin_ns;
+	struct wfs_receive_stats stats;
+} rx = {
+	.mu = PTHREAD_MUTEX_INITIALIZER,
+	.cv = PTHREAD_COND_INITIALIZER,
+};
+
+/* The term this thread leads, 0 when it is a follower. */
+static __thread uint64_t my_term;
+
+static uint64_t now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/*
+ * Requests the leader answers itself. Everything else is heavy: the leader passes the leadership
+ * on before it works on it. Heavy on purpose: READ/WRITE (data), FLUSH/RELEASE (a seal hashes the
+ * file), FSYNC, OPEN (a first open verifies the object), SETATTR (a truncate copies a version),
+ * FALLOCATE, COPY_FILE_RANGE, SETXATTR (a digest claim), and any opcode this list does not know.
+ */
+static bool light(uint32_t opcode)
+{
+	switch (opcode) {
+	case FUSE_LOOKUP:
+	case FUSE_FORGET:
+	case FUSE_BATCH_FORGET:
+	case FUSE_GETATTR:
+	case FUSE_READLINK:
+	case FUSE_MKNOD:
+	case FUSE_MKDIR:
+	case FUSE_UNLINK:
+	case FUSE_RMDIR:
+	case FUSE_SYMLINK:
+	case FUSE_RENAME:
+	case FUSE_RENAME2:
+	case FUSE_LINK:
+	case FUSE_CREATE:
+	case FUSE_OPENDIR:
+	case FUSE_READDIR:
+	case FUSE_READDIRPLUS:
+	case FUSE_RELEASEDIR:
+	case FUSE_STATFS:
+	case FUSE_GETXATTR:
+	case FUSE_LISTXATTR:
+	case FUSE_ACCESS:
+	case FUSE_INTERRUPT:
+		return true;
+	default:
+		return false;
+	}
+}
+
+static void unlock_mu(void *arg)
+{
+	(void)arg;
+	pthread_mutex_unlock(&rx.mu);
+}
+
+/*
+ * Under rx.mu: wait until this thread may lead, and lead. Returns false when the file system is
+ * unmounted.
+ *
+ * A follower is a watcher while the leader answers light requests: it wakes every
+ * WFS_RECEIVE_TAKEOVER_MS, and takes over when the leader is still on the request it was on at the
+ * last wake-up. When a whole period passes with no light request, it waits without a timeout (an
+ * idle daemon wakes no thread); the leader's next light request then wakes one follower to watch
+ * (inline(): a wake-up per burst, not per request).
+ */
+static bool become_leader(void)
+{
+	bool watching;
+	uint64_t seen;
+
+	if (rx.led && my_term == rx.term) {
+		rx.inline_busy = false; /* back from a light request: still the leader */
+		return !rx.ended;
+	}
+	my_term = 0;
+	watching = rx.inline_busy;
+	seen = rx.inline_count;
+	while (rx.led && !rx.ended) {
+		struct timespec until;
+		int rc;
+
+		if (!watching) {
+			rx.sleepers++;
+			pthread_cond_wait(&rx.cv, &rx.mu);
+			rx.sleepers--;
+			watching = rx.inline_busy;
+			seen = rx.inline_count;
+			continue;
+		}
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_nsec += WFS_RECEIVE_TAKEOVER_MS * 1000000L;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
+		}
+		rx.watchers++;
+		rc = pthread_cond_timedwait(&rx.cv, &rx.mu, &until);
+		rx.watchers--;
+		if (rc != ETIMEDOUT)
+			continue;
+		if (rx.led && rx.inline_busy && rx.inline_count == seen) {
+			rx.stats.takeovers++; /* the leader is stuck on one request: lead in its place */
+			break;
+		}
+		watching = rx.inline_busy || rx.inline_count != seen; /* quiet for a period: sleep */
+		seen = rx.inline_count;
+	}
+	if (rx.ended)
+		return false;
+	rx.led = true;
+	rx.inline_busy = false;
+	my_term = ++rx.term;
+	return true;
+}
+
+/* Under rx.mu: the leader answers the light request it read; one follower watches it. */
+static void inline_request(void)
+{
+	rx.inline_busy = true;
+	rx.inline_count++;
+	if (rx.watchers == 0 && rx.sleepers > 0)
+		pthread_cond_signal(&rx.cv); /* every waiter sleeps: this one becomes a watcher */
+}
+
+/* Under rx.mu: stop leading (if this thread still does) and wake one follower to lead. */
+static void hand_over(void)
+{
+	if (rx.led && my_term == rx.term) {
+		rx.led = false;
+		rx.inline_busy = false;
+		rx.stats.handovers++;
+		pthread_cond_signal(&rx.cv);
+	}
+	my_term = 0;
+}
+
+/*
+ * Waits for a request on @fd: polls without sleeping for rx.spin_ns, then sleeps in poll(2).
+ * Returns poll's result; *@slept tells whether it had to sleep.
+ */
+static int wait_readable(int fd, bool *slept)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	uint64_t until = now_ns() + rx.spin_ns;
+	int n;
+
+	*slept = false;
+	while (rx.spin_ns) {
+		n = poll(&p, 1, 0);
+		if (n != 0)
+			return n;
+		if (now_ns() >= until)
+			break;
+	}
+	*slept = true;
+	return poll(&p, 1, -1);
+}
+
+/* fuse_custom_io.read: one request into @buf, as read(2) of /dev/fuse would give it. */
+static ssize_t receive_read(int fd, void *buf, size_t len, void *userdata)
+{
+	bool leading, slept;
+	ssize_t n;
+	int err;
+
+	(void)userdata;
+	pthread_mutex_lock(&rx.mu);
+	pthread_cleanup_push(unlock_mu, NULL); /* pthread_cond_wait is where a stopping loop cancels */
+	leading = become_leader();
+	pthread_cleanup_pop(1);
+	if (!leading) {
+		errno = ENODEV;
+		return -1; /* libfuse ends the loop on ENODEV, as on an unmount it read itself */
+	}
+
+	n = wait_readable(fd, &slept);
+	n = n < 0 ? -1 : read(fd, buf, len);
+	err = errno;
+
+	pthread_mutex_lock(&rx.mu);
+	if (n > 0 && slept)
+		rx.stats.taken_sleeping++;
+	else if (n > 0)
+		rx.stats.taken_spinning++;
+	if (n >= (ssize_t)sizeof(struct fuse_in_header) && light(((struct fuse_in_header *)buf)->opcode) &&
+	    my_term == rx.term) {
+		inline_request(); /* keep leading: answer it, come back */
+	} else {
+		if (n < 0 && err == ENODEV) {
+			rx.ended = true;
+			pthread_cond_broadcast(&rx.cv);
+		}
+		hand_over();
+	}
+	pthread_mutex_unlock(&rx.mu);
+	errno = err;
+	return n;
+}
+
+static ssize_t receive_writev(int fd, struct iovec *iov, int count, void *userdata)
+{
+	(void)userdata;
+	return writev(fd, iov, count);
+}
+
+static ssize_t receive_splice_send(int fdin, off_t *offin, int fdout, off_t *offout, size_t len,
+				   unsigned int flags, void *userdata)
+{
+	(void)userdata;
+	return splice(fdin, offin, fdout, offout, len, flags);
+}
+
+/* -o clone_fd: a descriptor of the same connection for one thread (what libfuse does itself). */
+static int receive_clone_fd(int master_fd)
+{
+	uint32_t master = (uint32_t)master_fd;
+	int fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	if (ioctl(fd, FUSE_DEV_IOC_CLONE, &master) == -1) {
+		int err = errno;
+
+		close(fd);
+		errno = err;
+		return -1;
+	}
+	return fd;
+}
+
+static const struct fuse_custom_io receive_io = {
+	.writev = receive_writev,
+	.read = receive_read,
+	.splice_send = receive_splice_send,
+	.clone_fd = receive_clone_fd,
+};
+
+void wfs_receive_stats(struct wfs_receive_stats *out)
+{
+	pthread_mutex_lock(&rx.mu);
+	*out = rx.stats;
+	pthread_mutex_unlock(&rx.mu);
+}
+
+int wfs_receive_install(struct fuse_session *se, unsigned spin_us)
+{
+	int ret;
+
+	rx.spin_ns = (uint64_t)spin_us * 1000u;
+	rx.stats.spin_us = spin_us;
+	rx.stats.installed = true;
+	ret = fuse_session_custom_io(se, &receive_io, sizeof(receive_io), fuse_session_fd(se));
+	if (ret) {
+		rx.stats.installed = false;
+		wfs_log(WFS_LOG_WARN, "request threads: libfuse's own receive path (custom io: %s)",
+			strerror(-ret));
+	}
+	return ret;
+}

@@ -1,0 +1,58 @@
+/*
+ * How the daemon's request threads take FUSE requests off /dev/fuse: a leader with followers, and a
+ * leader that spins before it sleeps.
+ *
+ * libfuse's multi-threaded loop lets every idle thread block in read(2) of /dev/fuse. The kernel
+ * hands each request to the thread that has slept longest (its wait queue is FIFO), so a chain of
+ * requests from one caller (a create is LOOKUP, GETATTR, CREATE, FLUSH; an unlink GETATTR, UNLINK)
+ * wakes a different, cold thread for every request, and each wake-up of a sleeping thread is a
+ * cross-CPU interrupt — on a virtual machine a VM exit. Measured on the H200 test machine
+ * (docs/benchmarks.md, issue 10): 215 us per create and 115-129 us per unlink with libfuse's loop,
+ * 59-64 us and 30-36 us with one thread that spins; a bare round trip 15-20 us -> 9.5 us.
+ *
+ * Here one thread at a time, the leader, reads /dev/fuse; the others (followers) wait on a condition
+ * variable. The leader polls the device without sleeping for -o spin=US (default
+ * WFS_RECEIVE_SPIN_US) after each request, then sleeps in poll(2). A request it takes is either
+ *   - light (a lookup, getattr, create, unlink, rename, xattr or directory request: the metadata a
+ *     chain is made of): the leader stays leader, answers it and comes back for the next one, on the
+ *     same CPU with a warm cache, without any wake-up; or
+ *   - heavy (read, write, flush/seal, fsync, open (it may verify an object), release, setattr (a
+ *     truncate copies data), anything not listed as light): the leader hands leadership to a
+ *     follower first (one futex wake, while it works), so requests keep flowing during it.
+ * A light request that takes long anyway (a catalog commit it waits for) loses the leadership: a
+ * follower takes it over after WFS_RECEIVE_TAKEOVER_MS, so no request waits longer than that behind
+ * another (issue 10's probe: an open + mmap under 10 ms while writers seal).
+ */
+#ifndef WFS_RECEIVE_H
+#define WFS_RECEIVE_H
+
+#ifndef FUSE_USE_VERSION
+#define FUSE_USE_VERSION 317 /* as fs/ops.h */
+#endif
+#include <fuse_lowlevel.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define WFS_RECEIVE_SPIN_US 50     /* spin this long after a request before sleeping */
+#define WFS_RECEIVE_TAKEOVER_MS 2  /* a follower takes over a leader busy this long on a light request */
+
+/* What the receive path did since the mount ("receive" in user.weightfs.stats). */
+struct wfs_receive_stats {
+	bool installed;           /* false: libfuse's own receive path (fuse_session_custom_io failed) */
+	unsigned spin_us;         /* -o spin */
+	uint64_t taken_spinning;  /* requests the leader found while it spun: no wake-up needed */
+	uint64_t taken_sleeping;  /* requests that woke the leader from poll(2) */
+	uint64_t handovers;       /* heavy requests (and errors) after which a follower took the lead */
+	uint64_t takeovers;       /* leaders stuck on a light request, replaced by a follower */
+};
+void wfs_receive_stats(struct wfs_receive_stats *out);
+
+/*
+ * Installs the receive path on @se (fuse_session_custom_io() on the session's own descriptor; call
+ * after fuse_session_mount(), before the loop). @spin_us 0: the leader sleeps at once (no spinning;
+ * the leader/follower hand-off stays). Returns 0, or -errno of fuse_session_custom_io() (-ENOMEM):
+ * the session then keeps libfuse's own receive path, which works, only slower.
+ */
+int wfs_receive_install(struct fuse_session *se, unsigned spin_us);
+
+#endif
