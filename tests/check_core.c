@@ -582,7 +582,7 @@ START_TEST(openmode_write_flush_seals)
 	wfs_lock(&fs.lock);
 	in = new_file("f");
 	ino = in->ino;
-	ck_assert_int_eq(wfs_openmode_create(&fs, in, &h, &r), 0);
+	ck_assert_int_eq(wfs_openmode_create(&fs, in, 0, &h, &r), 0);
 	wfs_unlock(&fs.lock);
 	ck_assert_int_eq(wfs_seal_write(&fs, h, 0, gettid(), "weights", 7, 0, &mode_changed), 7);
 	ck_assert(!mode_changed);

@@ -1251,6 +1251,9 @@ START_TEST(damaged_after_check)
 	wfs_store_object_name(&da, name);
 	snprintf(op, sizeof(op), "%s/objects/%s", mu.store, name);
 	ck_assert_int_eq(stat(op, &st), 0);
+	/* Past the coarse clock tick (jiffies) of the check: a write within it may leave ctime as it
+	 * was (docs/integrity.md). */
+	usleep(20000);
 	mu_damage_object(&da, 0);
 	times[0] = st.st_atim;
 	times[1] = st.st_mtim;
@@ -2597,6 +2600,67 @@ static pid_t memmap_writer(const char *p, size_t len, const unsigned char *data,
 	return child;
 }
 
+/*
+ * A writer killed between its create (or O_TRUNC open) and its first write seals nothing: a rank
+ * OOM-killed right after it made its temp name leaves no empty file behind, and an existing name
+ * keeps its content, as for a writer killed mid-write (fs/core/writer.h). A process that exits
+ * normally still seals its empty file, and a forked child killed with the descriptor it inherited
+ * does not end its parent's writing.
+ */
+static pid_t die_after_open(const char *p, int flags, bool killed)
+{
+	pid_t child = fork();
+
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		if (open(p, flags, 0644) < 0)
+			_exit(10);
+		if (killed)
+			kill(getpid(), SIGKILL);
+		_exit(0);
+	}
+	return child;
+}
+
+START_TEST(killed_before_first_write)
+{
+	unsigned char *a = mu_pattern(10000, 51);
+	struct stat st;
+	int status, fd;
+	pid_t child;
+
+	ck_assert_int_eq(mu_write_file(mu_path("old"), a, 10000), 0);
+	child = die_after_open(mu_path("new"), O_WRONLY | O_CREAT | O_EXCL, true);
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	MU_EVENTUALLY(stat(mu_path("new"), &st) < 0 && errno == ENOENT);
+
+	child = die_after_open(mu_path("old"), O_WRONLY | O_TRUNC, true);
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert(WIFSIGNALED(status));
+	mu_assert_file_equals(mu_path("old"), a, 10000);
+
+	child = die_after_open(mu_path("empty"), O_WRONLY | O_CREAT | O_EXCL, false);
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	MU_EVENTUALLY(stat(mu_path("empty"), &st) == 0);
+	ck_assert_int_eq(st.st_size, 0);
+
+	fd = open(mu_path("parent"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+	ck_assert_int_ge(fd, 0);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0)
+		kill(getpid(), SIGKILL); /* closes the inherited descriptor on its way out */
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert(WIFSIGNALED(status));
+	ck_assert_int_eq(write(fd, a, 10000), 10000);
+	ck_assert_int_eq(close(fd), 0);
+	mu_assert_file_equals(mu_path("parent"), a, 10000);
+	free(a);
+}
+END_TEST
+
 START_TEST(memmap_sizing_write_not_data)
 {
 	size_t len = 1u << 20; /* under WFS_PASSTHROUGH_WRITE_MIN: the daemon serves it */
@@ -2945,6 +3009,7 @@ static Suite *mount_suite(void)
 		{"declared_digest", declared_digest, 60},
 		{"declared_digest_unchecked", declared_digest_unchecked, 60},
 		{"memmap_sizing_write_not_data", memmap_sizing_write_not_data, 30},
+		{"killed_before_first_write", killed_before_first_write, 30},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

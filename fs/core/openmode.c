@@ -424,6 +424,7 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool trunc
 	h = handle_new(fs, in, writable);
 	if (!h)
 		return -ENOMEM;
+	h->opener_tid = writable ? tid : 0;
 	ret = writable ? open_writer_passthrough(fs, in, h, truncate, tid, r) : 0;
 	if (ret < 0) {
 		handle_free(fs, h);
@@ -488,7 +489,7 @@ int wfs_openmode_open_lent(struct wfs_fs *fs, uint64_t ino, struct wfs_handle **
 	return 0;
 }
 
-int wfs_openmode_create(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_handle **hp,
+int wfs_openmode_create(struct wfs_fs *fs, struct wfs_inode *in, pid_t tid, struct wfs_handle **hp,
 			struct wfs_open_reply *r)
 {
 	struct wfs_handle *h = handle_new(fs, in, true);
@@ -496,6 +497,8 @@ int wfs_openmode_create(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_hand
 	int ret = -ENOMEM;
 
 	*r = (struct wfs_open_reply){0};
+	if (h)
+		h->opener_tid = tid;
 	v = h ? wfs_seal_writer(fs, in, true, &ret) : NULL;
 	if (!v) {
 		handle_free(fs, h);
@@ -654,8 +657,24 @@ int wfs_openmode_flush(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struc
 		h->inode->io.ncached_closed += !h->passthrough;
 		h->inode->io.nwritable_closed += h->writable;
 	}
-	if (!h->writing || !wfs_writer_flush_ends(h->writing, h->writer_tid, tid))
+	if (!h->writing)
 		return 0;
+	if (!wfs_writer_flush_ends(h->writing, h->writer_tid, tid)) {
+		/* Not the end of the writing (no data yet), unless its opener is being killed: then
+		 * the version is abandoned here, as a killed writer's is (nothing to seal at release).
+		 * The /proc read without fs->lock; the handle stays (its RELEASE follows this FLUSH). */
+		struct wfs_version *v = h->writing;
+		bool killed;
+
+		if (h->passthrough || !h->opener_tid)
+			return 0;
+		wfs_version_get(v);
+		wfs_unlock(&fs->lock);
+		killed = wfs_writer_killed_before_data(v, h->opener_tid, tid);
+		wfs_lock(&fs->lock);
+		wfs_version_put(v);
+		return killed && h->writing == v ? wfs_seal_leave(fs, h, false, tid, news) : 0;
+	}
 	/* Through passthrough the kernel may write the file until the release: check it, seal then. */
 	if (h->passthrough)
 		return wfs_seal_check_close(fs, h, tid);

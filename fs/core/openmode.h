@@ -79,6 +79,7 @@ struct wfs_handle {
 				       * to (or truncated) since the last flush (seal.c) */
 	pid_t writer_tid;             /* thread that last wrote through this handle, 0: none named one
 				       * (writeback of a mapping names no thread) (seal.c) */
+	pid_t opener_tid;             /* thread that created it or opened it for writing, 0: unknown */
 	bool writable;                /* opened for writing: daemon-served, may start versions */
 	bool passthrough;             /* reads and mmaps go to @object's backing file in the kernel */
 	bool closed;                  /* a flush (close(2) of a descriptor) has been seen */
@@ -129,7 +130,8 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool trunc
  * wfs_openmode_open().
  */
 int wfs_openmode_open_lent(struct wfs_fs *fs, uint64_t ino, struct wfs_handle **h, struct wfs_open_reply *r);
-int wfs_openmode_create(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_handle **h,
+/* The open of inode @in that thread @tid just created (CREATE): a writer with a new version. */
+int wfs_openmode_create(struct wfs_fs *fs, struct wfs_inode *in, pid_t tid, struct wfs_handle **h,
 			struct wfs_open_reply *r);
 /*
  * A daemon-served read of @len bytes at @off through @h by thread @tid, into @buf (the caller's,

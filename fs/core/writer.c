@@ -63,6 +63,19 @@ pid_t wfs_writer_tgid(pid_t tid)
 	return p ? (pid_t)strtol(p + 6, NULL, 10) : 0;
 }
 
+bool wfs_writer_killed_before_data(struct wfs_version *v, pid_t opener_tid, pid_t flusher_tid)
+{
+	pid_t a, b;
+
+	if (!opener_tid || !flusher_tid || wfs_version_has_data(v) || !wfs_writer_killed_by(flusher_tid))
+		return false;
+	if (flusher_tid == opener_tid)
+		return true;
+	a = wfs_writer_tgid(flusher_tid);
+	b = wfs_writer_tgid(opener_tid);
+	return a && a == b; /* the opener gone (its process exited): not known to be its close */
+}
+
 bool wfs_writer_flush_ends(struct wfs_version *v, pid_t writer_tid, pid_t flusher_tid)
 {
 	pid_t a, b;

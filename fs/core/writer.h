@@ -34,5 +34,15 @@ pid_t wfs_writer_tgid(pid_t tid);
  * process (when either is gone: yes, as close(2) promises). Takes @v's lock.
  */
 bool wfs_writer_flush_ends(struct wfs_version *v, pid_t writer_tid, pid_t flusher_tid);
+/*
+ * Is a flush by thread @flusher_tid of version @v, which holds no data yet, the close of a killed
+ * opener (@opener_tid: the thread that created or opened the file for writing; 0: not known)?
+ * True when the flusher's process is exiting by a signal and is the opener's process: a rank
+ * killed between its create (or O_TRUNC open) and its first write, whose file must seal nothing
+ * (a new name goes away, an existing one keeps its content) rather than an empty file. A forked
+ * child's exit with an inherited descriptor is not the opener's. One /proc read when the flusher
+ * is the opener, two more for another thread. Takes @v's lock.
+ */
+bool wfs_writer_killed_before_data(struct wfs_version *v, pid_t opener_tid, pid_t flusher_tid);
 
 #endif
