@@ -1475,34 +1475,41 @@ static int claim_path(const char *p, const char *hex, size_t len)
 	return setxattr(p, "user.weightfs.claim", hex, len, 0) == 0 ? 0 : errno;
 }
 
-/* One number from the mount root's user.weightfs.stats, by key ("claims", "names", ...). */
-static long long stat_counter(const char *key)
+/*
+ * One number from the mount root's user.weightfs.stats: @key ("claims", "names", ...) of the object
+ * @object ("requests", "receive": fs/ops.h, fs/receive.h; NULL: the first @key anywhere); @missing
+ * when there is no such key (-1: fail the test).
+ */
+static long long stats_member(const char *object, const char *key, long long missing)
 {
-	char buf[4096], needle[64], *at;
+	char buf[4096], needle[64], *at, *obj = buf, *end;
 	ssize_t n = getxattr(mu.mnt, "user.weightfs.stats", buf, sizeof(buf) - 1);
 
 	ck_assert_msg(n > 0, "getxattr stats: %s", strerror(errno));
 	buf[n] = '\0';
+	if (object) {
+		snprintf(needle, sizeof(needle), "\"%s\": {", object);
+		obj = strstr(buf, needle);
+		ck_assert_msg(obj != NULL, "no %s in %s", object, buf);
+	}
 	snprintf(needle, sizeof(needle), "\"%s\": ", key);
-	at = strstr(buf, needle);
-	ck_assert_msg(at != NULL, "%s not in %s", key, buf);
+	at = strstr(obj, needle);
+	end = object ? strchr(obj, '}') : buf + n;
+	if (!at || at > end) {
+		ck_assert_msg(missing != -1, "%s not in %s", key, obj);
+		return missing;
+	}
 	return strtoll(at + strlen(needle), NULL, 10);
 }
 
-/* @key of the stats' "receive" object (fs/receive.h). */
+static long long stat_counter(const char *key)
+{
+	return stats_member(NULL, key, -1);
+}
+
 static long long receive_counter(const char *key)
 {
-	char buf[4096], needle[64], *at, *rx;
-	ssize_t n = getxattr(mu.mnt, "user.weightfs.stats", buf, sizeof(buf) - 1);
-
-	ck_assert_msg(n > 0, "getxattr stats: %s", strerror(errno));
-	buf[n] = '\0';
-	rx = strstr(buf, "\"receive\": {");
-	ck_assert_msg(rx != NULL, "no receive in %s", buf);
-	snprintf(needle, sizeof(needle), "\"%s\": ", key);
-	at = strstr(rx, needle);
-	ck_assert_msg(at != NULL && at < strchr(rx, '}'), "%s not in %s", key, rx);
-	return strtoll(at + strlen(needle), NULL, 10);
+	return stats_member("receive", key, -1);
 }
 
 /*
@@ -1787,16 +1794,7 @@ END_TEST
 /* FUSE requests of opcode @name since the mount ("requests" of user.weightfs.stats; 0 if none yet). */
 static long long requests_of(const char *name)
 {
-	char buf[4096], needle[64], *at, *req;
-	ssize_t n = getxattr(mu.mnt, "user.weightfs.stats", buf, sizeof(buf) - 1);
-
-	ck_assert_msg(n > 0, "getxattr stats: %s", strerror(errno));
-	buf[n] = '\0';
-	req = strstr(buf, "\"requests\": {");
-	ck_assert_msg(req != NULL, "no requests in %s", buf);
-	snprintf(needle, sizeof(needle), "\"%s\": ", name);
-	at = strstr(req, needle);
-	return at && at < strchr(req, '}') ? strtoll(at + strlen(needle), NULL, 10) : 0;
+	return stats_member("requests", name, 0);
 }
 
 /*
