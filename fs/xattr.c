@@ -111,6 +111,8 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 	if (o) {
 		struct wfs_receive_stats rs;
 
+		json_object_set_new(json_object_get(o, "commits"), "checkpoints", U64(fs->commit.checkpoints));
+
 		wfs_receive_stats(&rs);
 		json_object_set_new(o, "receive",
 				    json_pack("{s:b, s:i, s:o, s:o, s:o, s:o}", "installed", rs.installed,

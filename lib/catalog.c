@@ -150,7 +150,9 @@ static const char *const stmt_sql[ST_COUNT] = {
  */
 #define CATALOG_RESERVE (8u << 20) /* bytes */
 #define WAL_HEADROOM (4u << 20)    /* bytes of zeros written past the WAL's last frame (batching) */
-#define WAL_CHECKPOINT_BYTES (4u << 20) /* a batching handle's WAL is checkpointed past this */
+#define WAL_CHECKPOINT_BYTES (4u << 20) /* a batching handle's WAL is checkpointed past this, */
+#define WAL_CHECKPOINT_FORCE (16u << 20) /* with a group sync made for it past this, */
+#define WAL_CHECKPOINT_FULL (1u << 20)   /* and past this on a filesystem near full (no headroom) */
 #define BATCH_MIN_FREE (2ull * CATALOG_RESERVE + 2 * WAL_HEADROOM) /* bytes free to batch at all */
 #define BATCH_MAX 1024             /* calls in one batch at most: its frames stay far below that */
 
@@ -171,6 +173,7 @@ struct wfs_catalog {
 	bool batch;        /* wfs_catalog_batch(): calls are savepoints of one open transaction */
 	bool headroom;     /* the WAL has WAL_HEADROOM written past its last frame (wal_headroom) */
 	uint64_t wal_frames; /* frames in the WAL after the last commit (batching: wal_frames_hook) */
+	_Atomic bool wal_copied; /* a checkpoint copied all of them (wfs_catalog_checkpoint) */
 	uint64_t page_size;  /* the database's page size, bytes (a WAL frame: 24 + this) */
 	int wal_rw;        /* read-write descriptor of the WAL, for its headroom; -1 until needed */
 	char *path;        /* catalog.db */
@@ -179,7 +182,7 @@ struct wfs_catalog {
 	uint64_t pending;  /* calls in the open batch, not committed yet */
 	struct wfs_catalog_timing timing; /* where commits spend their time */
 	struct inode_watch watch; /* wfs_catalog_watch_inodes() */
-	void (*first_pending)(void *ctx); /* told when a batch gets its first call */
+	void (*first_pending)(void *ctx); /* told when a batch gets its first call, or a checkpoint is due */
 	void *first_pending_ctx;
 };
 
@@ -409,8 +412,11 @@ void wfs_catalog_watch_inodes(struct wfs_catalog *c, void (*changed)(void *ctx, 
 /* SQLite's word after each commit of a batching handle: the frames now in the WAL. */
 static int wal_frames_hook(void *ctx, sqlite3 *db, const char *name, int frames)
 {
+	struct wfs_catalog *c = ctx;
+
 	(void)db, (void)name;
-	((struct wfs_catalog *)ctx)->wal_frames = (uint64_t)frames;
+	c->wal_frames = (uint64_t)frames;
+	atomic_store(&c->wal_copied, false);
 	return SQLITE_OK;
 }
 
@@ -511,6 +517,8 @@ static int end(struct wfs_catalog *c, int ret)
 			if (ret && !sqlite3_get_autocommit(c->db))
 				step_done(c, stmt(c, ST_ROLLBACK));
 			c->pending = 0;
+			if (c->first_pending && wfs_catalog_checkpoint_due(c) == WFS_CHECKPOINT_NOW)
+				c->first_pending(c->first_pending_ctx); /* the WAL grows with each of them */
 			return ret;
 		}
 		if (c->pending++ == 0 && c->first_pending)
@@ -563,16 +571,25 @@ int wfs_catalog_commit(struct wfs_catalog *c)
 	return ret;
 }
 
+enum wfs_checkpoint_need wfs_catalog_checkpoint_due(const struct wfs_catalog *c)
+{
+	uint64_t bytes = c->wal_frames * (24 + (uint64_t)c->page_size);
+
+	if (c->readonly || !c->batch || atomic_load(&c->wal_copied))
+		return WFS_CHECKPOINT_NONE;
+	if (!c->headroom)
+		return bytes >= WAL_CHECKPOINT_FULL ? WFS_CHECKPOINT_NOW : WFS_CHECKPOINT_NONE;
+	return bytes >= WAL_CHECKPOINT_FORCE ? WFS_CHECKPOINT_NOW :
+	       bytes >= WAL_CHECKPOINT_BYTES ? WFS_CHECKPOINT_DUE : WFS_CHECKPOINT_NONE;
+}
+
 int wfs_catalog_checkpoint(struct wfs_catalog *c)
 {
-	struct stat st;
-	int rc = SQLITE_OK;
+	int rc = SQLITE_OK, log = -1, copied = -1;
 
 	if (c->readonly)
 		return 0;
 	pthread_mutex_lock(&c->checkpoint_lock);
-	if (stat(c->wal_path, &st) < 0 || (uint64_t)st.st_size < WAL_CHECKPOINT_BYTES)
-		goto out;
 	if (!c->checkpoint_db) {
 		rc = sqlite3_open_v2(c->path, &c->checkpoint_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
 				     NULL);
@@ -590,7 +607,9 @@ int wfs_catalog_checkpoint(struct wfs_catalog *c)
 			goto out;
 		}
 	}
-	rc = sqlite3_wal_checkpoint_v2(c->checkpoint_db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+	rc = sqlite3_wal_checkpoint_v2(c->checkpoint_db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &copied);
+	if (rc == SQLITE_OK && log >= 0 && copied == log)
+		atomic_store(&c->wal_copied, true); /* until the next commit: nothing more to copy */
 out:
 	pthread_mutex_unlock(&c->checkpoint_lock);
 	return map_sqlite(NULL, rc);

@@ -321,8 +321,9 @@ int wfs_catalog_wal_sync(struct wfs_catalog *c);
  * durability is lost: without a sync, a commit was never durable on power loss either). Other
  * connections see the last commit. While the reserve is spent (a full filesystem, see above), each
  * call commits at once, so ENOSPC still fails the call that meets it. @first_pending (may be NULL),
- * called under the caller's serialisation, is told when a batch gets its first change: the cue to
- * schedule a commit. With @on false, the open batch is committed first. Returns 0, -EROFS (read-only
+ * called under the caller's serialisation, is told when a batch gets its first change, and when a
+ * call that committed alone left a checkpoint due (wfs_catalog_checkpoint_due): the cue to schedule
+ * a commit or a checkpoint. With @on false, the open batch is committed first. Returns 0, -EROFS (read-only
  * handle), or the commit's error (batching stays on).
  */
 int wfs_catalog_batch(struct wfs_catalog *c, bool on, void (*first_pending)(void *ctx), void *ctx);
@@ -355,12 +356,25 @@ struct wfs_catalog_timing {
 };
 void wfs_catalog_timing(const struct wfs_catalog *c, struct wfs_catalog_timing *out);
 /*
- * Copy the committed changes from the WAL into catalog.db, with its syncs, when the WAL has grown
- * past 4 MiB (a batching handle does not checkpoint at its commits). Runs on a connection of its
- * own: safe to call from any one thread at a time concurrently with the handle's other calls, so a
- * daemon checkpoints without holding its lock (a checkpoint's fsync under the lock stalled every
- * open behind four writers' flushes). A PASSIVE checkpoint: it copies what no reader still needs
- * and never waits for writers. Returns 0, -EBUSY, -EIO, -ENOSPC (the WAL keeps the changes).
+ * Is a checkpoint due? A batching handle does not checkpoint at its commits, and its WAL grows by
+ * about 4 KiB per create and 20 KiB per unlink until a checkpoint has copied every frame into
+ * catalog.db and the next transaction starts it over. DUE once the frames since that start reach
+ * 4 MiB (checkpoint when it suits: after a group sync, commit.c); NOW at 16 MiB, or at 1 MiB while
+ * the filesystem is too full for the WAL's headroom (each removal must not cost more log than it
+ * frees). NONE below that, after a checkpoint that copied every frame (until the next commit), and
+ * for a handle that does not batch (it checkpoints itself). Call it where the handle's calls are
+ * serialised (the daemon: under fs->lock).
+ */
+enum wfs_checkpoint_need { WFS_CHECKPOINT_NONE, WFS_CHECKPOINT_DUE, WFS_CHECKPOINT_NOW };
+enum wfs_checkpoint_need wfs_catalog_checkpoint_due(const struct wfs_catalog *c);
+/*
+ * Copy the committed changes from the WAL into catalog.db, with its syncs. Runs on a connection of
+ * its own: safe to call from any one thread at a time beside the handle's other calls, so a daemon
+ * checkpoints without holding its lock (a checkpoint's fsync under the lock stalled every open
+ * behind four writers' flushes). A PASSIVE checkpoint: it copies what no reader still needs and never
+ * waits for writers. The WAL is only reused from its start when the checkpoint copied every frame and
+ * the handle began no transaction meanwhile: a daemon lends its lock for it (commit.c), so that
+ * catalog changes wait and opens go on. Returns 0, -EBUSY, -EIO, -ENOSPC (the WAL keeps the changes).
  */
 int wfs_catalog_checkpoint(struct wfs_catalog *c);
 /* Drop the open batch, every change in it (commit first what must be kept). 0 when none is open. */

@@ -664,6 +664,46 @@ START_TEST(full_store_rm_mv)
 END_TEST
 
 /*
+ * Removing many small files from a full store: each removal appends to the catalog's WAL (about
+ * 5 pages), more than a small object frees, so the removals only go on if the WAL is checkpointed
+ * and reused as they run, not left to grow into the reserve (8 MiB: a few hundred removals).
+ * 3,000 files of a few bytes, the store's filesystem then filled, every one removed.
+ */
+START_TEST(full_store_many_removals)
+{
+	char name[32], cmd[800];
+	struct statvfs sv;
+	int n = 3000, removed = 0, fd;
+
+	mu_tmpfs_store("64m");
+	ck_assert_int_eq(mkdir(mu_path("many"), 0755), 0);
+	for (int i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "many/f%d", i);
+		fd = open(mu_path(name), O_WRONLY | O_CREAT | O_EXCL, 0644);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(write(fd, name, strlen(name)), (ssize_t)strlen(name)); /* distinct */
+		ck_assert_int_eq(close(fd), 0);
+	}
+	snprintf(cmd, sizeof(cmd), "dd if=/dev/zero of='%s/filler' bs=64k 2>/dev/null; "
+		 "dd if=/dev/zero of='%s/filler2' bs=1 2>/dev/null; true", mu.store, mu.store);
+	ck_assert_int_eq(system(cmd), 0);
+	ck_assert_int_eq(statvfs(mu.store, &sv), 0);
+	ck_assert_int_eq(sv.f_bavail, 0);
+	for (int i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "many/f%d", i);
+		if (unlink(mu_path(name)) == 0)
+			removed++;
+		else
+			ck_assert_msg(0, "unlink %s after %d removals: %s", name, removed, strerror(errno));
+	}
+	ck_assert_int_eq(rmdir(mu_path("many")), 0);
+	mu_daemon_stop();
+	mu_daemon_start(); /* and the store mounts again */
+	ck_assert_int_eq(access(mu_path("many"), F_OK), -1);
+}
+END_TEST
+
+/*
  * Content that is already stored needs no room for its bytes to be written again: on a store
  * filesystem with 512 KiB free (room for the catalog, not for a copy), a 3 MiB tensor whose bytes
  * are stored seals (they are hashed as they arrive and dropped); new content fails close(2) with
@@ -2699,6 +2739,42 @@ END_TEST
 
 /* A new file @name with dtype and shape set, closed: the tensor protocol's first steps. */
 /*
+ * A tensor written through passthrough is sealed at its release, moments after close(2): a writer
+ * killed right after close(2) returned 0 keeps its tensor (the close said the writing was done).
+ * Ten times, SIGKILL and SIGTERM.
+ */
+START_TEST(passthrough_tensor_killed_after_close)
+{
+	size_t len = WFS_PASSTHROUGH_WRITE_MIN;
+	unsigned char *data = mu_pattern(len, 9);
+
+	for (int i = 0; i < 10; i++) {
+		char name[16];
+		int status;
+		pid_t child;
+
+		snprintf(name, sizeof(name), "k%d", i);
+		mu_create_tensor(name, "[1048576]", "F32");
+		child = fork();
+		ck_assert_int_ge(child, 0);
+		if (child == 0) {
+			int fd = open(mu_path(name), O_WRONLY);
+
+			if (fd < 0 || tu_write_all(fd, data, len) || close(fd))
+				_exit(10);
+			signal(SIGTERM, SIG_DFL); /* Check's handler, inherited, would catch it */
+			kill(getpid(), i % 2 ? SIGTERM : SIGKILL);
+			_exit(11);
+		}
+		ck_assert_int_eq(waitpid(child, &status, 0), child);
+		ck_assert_msg(WIFSIGNALED(status), "writer %d: status %d", i, status);
+		mu_assert_file_equals(mu_path(name), data, len);
+	}
+	free(data);
+}
+END_TEST
+
+/*
  * A tensor of WFS_PASSTHROUGH_WRITE_MIN bytes or more, opened for writing after its dtype and shape
  * are set (lib/tensorfile.h), is written through kernel passthrough when passthrough is on. Its
  * bytes and digest are what the daemon path gives; a reader opened meanwhile shares its file; a
@@ -2985,6 +3061,7 @@ static Suite *mount_suite(void)
 		{"shared_writable_mapping_after_close", shared_writable_mapping_after_close, 30},
 		{"enospc", enospc, 60},
 		{"full_store_rm_mv", full_store_rm_mv, 60},
+		{"full_store_many_removals", full_store_many_removals, 120},
 		{"full_store_dedup", full_store_dedup, 60},
 		{"killed_writer_restart", killed_writer_restart, 30},
 		{"ftruncate_held_to_shape", ftruncate_held_to_shape, 30},
@@ -3019,6 +3096,7 @@ static Suite *mount_suite(void)
 		{"copy_range_claims", copy_range_claims, 60},
 		{"empty_tensor_file_unlogged", empty_tensor_file_unlogged, 30},
 		{"tensor_through_passthrough", tensor_through_passthrough, 60},
+		{"passthrough_tensor_killed_after_close", passthrough_tensor_killed_after_close, 60},
 		{"declared_digest", declared_digest, 60},
 		{"declared_digest_unchecked", declared_digest_unchecked, 60},
 		{"memmap_sizing_write_not_data", memmap_sizing_write_not_data, 30},

@@ -64,6 +64,7 @@ struct wfs_commit {
 	int *closing;             /* descriptors of removed objects, closed outside fs->lock */
 	size_t nclosing, closing_cap;
 	uint64_t unsynced;        /* seals committed since the last group sync, objects not synced */
+	uint64_t checkpoints;     /* of the WAL into catalog.db, since the mount (checkpoint_lent) */
 	struct timespec unsynced_since; /* CLOCK_REALTIME of the first of them */
 };
 

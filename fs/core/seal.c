@@ -381,7 +381,7 @@ int wfs_seal_check_close(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid)
 {
 	struct wfs_version *v = h->writing;
 	struct wfs_inode *in = h->inode;
-	int sig = wfs_writer_killed_by(tid);
+	int sig = wfs_writer_killed_by(tid), ret;
 
 	if (sig) {
 		wfs_log(WFS_LOG_WARN, "inode %llu: writer killed by signal %d before it finished: "
@@ -390,7 +390,12 @@ int wfs_seal_check_close(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid)
 		wfs_version_fail(v, -EINTR); /* the release drops it */
 		return 0;
 	}
-	return refuse_short(fs, in, v); /* close(2) hears it; the version stays (refuse_short) */
+	ret = refuse_short(fs, in, v); /* close(2) hears it; the version stays (refuse_short) */
+	/* close(2) returns 0: the writing is done, whatever becomes of its writer before the seal at
+	 * the release (a kill right after close must not drop the tensor; the release asks no /proc). */
+	if (ret == 0)
+		h->writer_tid = 0;
+	return ret;
 }
 
 /*
