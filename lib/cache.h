@@ -50,12 +50,13 @@ struct wfs_cache_residency {
 	uint64_t unknown_node_bytes;                 /* resident, node not found (raced out, no NUMA) */
 };
 
-/* One path added to a set. */
+/* One path added to a set. lib/python/weightfs/cache.py mirrors it (_Group): change both. */
 struct wfs_cache_group {
 	const char *path;  /* as given to wfs_cache_set_add(); owned by the set */
 	uint64_t files;    /* regular files below it (the path itself when it is one) */
 	uint64_t unsealed; /* of those, without a digest (being written): skipped */
 	uint64_t objects;  /* distinct objects below it */
+	uint64_t unreadable; /* files not readable by the caller (EACCES on their digest): skipped */
 };
 
 /* A new, empty set into *@out. Returns 0 or -ENOMEM. Free it with wfs_cache_set_free(). */

@@ -112,6 +112,8 @@ static void print_residency(const char *label, const struct wfs_cache_group *g, 
 	}
 	if (g && g->unsealed)
 		printf(" (%llu unsealed files skipped)", (unsigned long long)g->unsealed);
+	if (g && g->unreadable)
+		printf(" (%llu files you cannot read skipped)", (unsigned long long)g->unreadable);
 	printf("\n");
 }
 
@@ -140,6 +142,7 @@ static int do_status(struct wfs_cache_set *set, bool json)
 			json_object_set_new(o, "path", wfs_ctl_json_string(g->path));
 			json_object_set_new(o, "files", json_integer((json_int_t)g->files));
 			json_object_set_new(o, "unsealed_files", json_integer((json_int_t)g->unsealed));
+			json_object_set_new(o, "unreadable_files", json_integer((json_int_t)g->unreadable));
 			json_object_set_new(o, "objects", json_integer((json_int_t)g->objects));
 			json_array_append_new(arr, o);
 		} else {
@@ -168,11 +171,21 @@ static int do_status(struct wfs_cache_set *set, bool json)
 	return ret ? 1 : 0;
 }
 
+/* Files skipped over all groups because the caller cannot read them. */
+static uint64_t unreadable_files(struct wfs_cache_set *set)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < wfs_cache_set_groups(set); i++)
+		n += wfs_cache_set_group(set, i)->unreadable;
+	return n;
+}
+
 static int do_drop(struct wfs_cache_set *set, bool json)
 {
-	uint64_t before = 0, after = 0;
+	uint64_t before = 0, after = 0, unreadable = unreadable_files(set);
 	double t0 = wfs_ctl_now(), dt;
-	char a[32], b[32];
+	char a[32], b[32], skipped[64] = "";
 	int ret = wfs_cache_drop(set, &before, &after);
 
 	dt = wfs_ctl_now() - t0;
@@ -183,24 +196,28 @@ static int do_drop(struct wfs_cache_set *set, bool json)
 	if (json) {
 		bool known = after != WFS_CACHE_UNKNOWN;
 
-		return wfs_ctl_json_print(json_pack("{s:I, s:o, s:o, s:o}", "objects",
+		return wfs_ctl_json_print(json_pack("{s:I, s:o, s:o, s:o, s:I}", "objects",
 						    (json_int_t)wfs_cache_set_objects(set), "resident_bytes_before",
 						    known ? json_integer((json_int_t)before) : json_null(),
 						    "resident_bytes_after", known ? json_integer((json_int_t)after) : json_null(),
-						    "seconds", wfs_ctl_json_fixed(dt, 3)),
+						    "seconds", wfs_ctl_json_fixed(dt, 3), "unreadable_files",
+						    (json_int_t)unreadable),
 					  0);
 	}
+	if (unreadable)
+		snprintf(skipped, sizeof(skipped), "; %llu files you cannot read skipped",
+			 (unsigned long long)unreadable);
 	if (after == WFS_CACHE_UNKNOWN) {
 		printf("drop: %zu objects dropped (%.3f s); how much was resident cannot be measured as this user "
-		       "(the kernel shows another user's files as all resident: ask as the mounting user)\n",
-		       wfs_cache_set_objects(set), dt);
+		       "(the kernel shows another user's files as all resident: ask as the mounting user)%s\n",
+		       wfs_cache_set_objects(set), dt, skipped);
 		return 0;
 	}
 	human(a, sizeof(a), before);
 	human(b, sizeof(b), after);
-	printf("drop: %zu objects: %s resident before, %s after (%.3f s)%s\n", wfs_cache_set_objects(set), a, b,
-	       dt, after ? "; what stays is mapped by some process (the kernel does not drop mapped pages)"
-			 : "");
+	printf("drop: %zu objects: %s resident before, %s after (%.3f s)%s%s\n", wfs_cache_set_objects(set), a,
+	       b, dt, after ? "; what stays is mapped by some process (the kernel does not drop mapped pages)"
+			    : "", skipped);
 	return 0;
 }
 

@@ -145,6 +145,12 @@ if id nobody >/dev/null 2>&1; then
 	expect "another user, status: refused with the reason, exit 1" 1 "" "cannot be measured as this user"
 	run "$CTL" cache status "$MNT/rank0" --json
 	expect "another user's status read nothing in" 0 '"total":\{"bytes":[0-9]+,"resident_bytes":0,'
+	# A file below the walked directory that this user cannot read: skipped and counted.
+	head -c 5000 /dev/urandom >"$MNT/rank0/private" && chmod 600 "$MNT/rank0/private"
+	out=$(runuser -u nobody -- "$work/ctl" cache drop "$MNT/rank0" 2>&1)
+	rc=$?
+	expect "another user, drop: a file it cannot read is skipped and counted" 0 "1 files you cannot read skipped"
+	rm -f "$MNT/rank0/private"
 	out=$(runuser -u nobody -- "$work/ctl" stat "$MNT" 2>&1)
 	rc=$?
 	expect "another user, stat MNT: the daemon's totals (the store is private)" 0 \
