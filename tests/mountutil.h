@@ -296,7 +296,7 @@ static inline void mu_write_tensor(const char *name, const unsigned char *data, 
 {
 	int fd = open(mu_path(name), O_WRONLY), fd2 = -1;
 
-	ck_assert_int_ge(fd, 0);
+	ck_assert_msg(fd >= 0, "open %s for writing: %s", name, strerror(errno));
 	if (second_writer) {
 		fd2 = open(mu_path(name), O_WRONLY);
 		ck_assert_int_ge(fd2, 0);

@@ -129,22 +129,22 @@ static bool sync_due(struct wfs_fs *fs)
 /*
  * (L) The WAL into catalog.db (catalog.h). A DUE one runs without fs->lock, beside the handlers: it
  * copies what was committed, but changes go on meanwhile, so the WAL starts over only if none came
- * (an idle moment). One that must (NOW: the WAL at 16 MiB, or a filesystem near full) commits the
- * batch and lends fs->lock from there to its end (lock.h): catalog changes wait, so no transaction
- * begins before every frame is copied and the next one starts the WAL over (on the 2-core machine
- * a lent checkpoint of 16 MiB took tens of milliseconds, its two fsyncs most of it); opens and
- * releases of sealed files go on. After a failed or partial one, the next try waits an interval.
+ * (an idle moment). One that must (NOW: the WAL at 16 MiB, or a filesystem near full) then commits
+ * the batch and copies what came meanwhile with fs->lock lent from there to its end (lock.h):
+ * catalog changes wait, so no transaction begins before every frame is copied and the next one
+ * starts the WAL over; opens and releases of sealed files go on. The first pass keeps the lent one
+ * short: a few frames, and fsyncs with little left to write. After a failed or partial one, the next try waits an interval.
  */
 static void checkpoint(struct wfs_fs *fs, bool must)
 {
 	struct timespec deadline;
 	int ret;
 
-	if (!must) {
-		wfs_unlock(&fs->lock);
-		ret = wfs_catalog_checkpoint(fs->catalog);
-		wfs_lock(&fs->lock);
-	} else if ((ret = wfs_commit_now(fs)) == 0) {
+	/* The bulk of the copy (and its fsyncs' writeback) beside the handlers in any case. */
+	wfs_unlock(&fs->lock);
+	ret = wfs_catalog_checkpoint(fs->catalog);
+	wfs_lock(&fs->lock);
+	if (ret == 0 && must && (ret = wfs_commit_now(fs)) == 0) {
 		wfs_fs_lend(fs);
 		ret = wfs_catalog_checkpoint(fs->catalog);
 		wfs_fs_reclaim(fs);

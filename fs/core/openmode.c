@@ -49,6 +49,25 @@ static void handle_free(struct wfs_fs *fs, struct wfs_handle *h)
 	free(h);
 }
 
+void wfs_openmode_release_closed(struct wfs_fs *fs)
+{
+	struct wfs_handle *h = fs->handles, *next;
+	unsigned n = 0;
+
+	for (; h; h = next) {
+		struct wfs_news news = {0}; /* no kernel to tell any more */
+
+		next = h->next;
+		if (!h->closed)
+			continue;
+		wfs_openmode_release(fs, h, 0, &news);
+		n++;
+	}
+	if (n)
+		wfs_log(WFS_LOG_INFO, "%u closed files whose release the kernel did not send before the "
+			"unmount: released now", n);
+}
+
 void wfs_handles_release(struct wfs_fs *fs)
 {
 	while (fs->handles) {

@@ -192,6 +192,14 @@ bool wfs_openmode_writers_closed(const struct wfs_inode *in);
 /* Is @in's passthrough backing file the tmp file of the version being written (seal.c: such a
  * version may change size in place, beside the readers that share that file)? */
 bool wfs_openmode_on_version(const struct wfs_inode *in);
+/*
+ * (L) At exit, after the session loop: release every handle that was closed (a FLUSH seen) but
+ * whose RELEASE never came, as wfs_openmode_release() would have, seals included. The kernel sends
+ * RELEASE after close(2) returns, in the background, and an unmount right after the close can end
+ * the connection before the daemon reads it: a file created and closed (its empty version sealed at
+ * the release) was lost, its never-sealed name removed by the next mount's recovery.
+ */
+void wfs_openmode_release_closed(struct wfs_fs *fs);
 /* At exit: free every handle still open (the kernel sends no release for them at unmount). */
 void wfs_handles_release(struct wfs_fs *fs);
 
