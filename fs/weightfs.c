@@ -587,9 +587,11 @@ int main(int argc, char *argv[])
 		fuse_loop_cfg_set_max_threads(loop, cmd.max_threads);
 		ret = fuse_session_loop_mt(fs.se, loop);
 	}
-	wfs_lock(&fs.lock);
-	wfs_openmode_release_closed(&fs); /* RELEASEs an unmount cut off: their seals, before the commit */
-	wfs_unlock(&fs.lock);
+	if (atomic_load(&fs.destroyed)) { /* an unmount: no file open, so a closed one lost its RELEASE */
+		wfs_lock(&fs.lock);
+		wfs_openmode_release_closed(&fs); /* their seals, before the last commit */
+		wfs_unlock(&fs.lock);
+	}
 	/* A positive value is the signal (SIGTERM, SIGINT, SIGHUP) that asked the loop to stop: a
 	 * requested stop (systemd's at shutdown), as clean as an unmount. Negative is an error. */
 	wfs_delay("daemon.exit"); /* test-only: a daemon slow to let go of its store after the unmount */

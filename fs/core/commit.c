@@ -133,7 +133,8 @@ static bool sync_due(struct wfs_fs *fs)
  * the batch and copies what came meanwhile with fs->lock lent from there to its end (lock.h):
  * catalog changes wait, so no transaction begins before every frame is copied and the next one
  * starts the WAL over; opens and releases of sealed files go on. The first pass keeps the lent one
- * short: a few frames, and fsyncs with little left to write. After a failed or partial one, the next try waits an interval.
+ * short: a few frames, and fsyncs with little left to write. After a failed or partial one, the
+ * next try waits an interval.
  */
 static void checkpoint(struct wfs_fs *fs, bool must)
 {
