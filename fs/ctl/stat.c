@@ -309,6 +309,19 @@ static void print_daemon_stats(const json_t *d)
 		       (unsigned long long)json_u64(l, "lends"), json_number_value(json_object_get(l, "lent_max_ms")),
 		       (unsigned long long)json_u64(l, "light_holds"));
 	}
+	if (json_is_object(json_object_get(d, "receive"))) { /* fs/receive.h */
+		const json_t *r = json_object_get(d, "receive");
+
+		if (json_is_true(json_object_get(r, "installed")))
+			printf("request threads:    %llu requests found while polling (-o spin=%llu us), %llu after "
+			       "sleeping; %llu hand-overs before heavy requests, %llu take-overs of a stuck "
+			       "leader\n",
+			       (unsigned long long)json_u64(r, "taken_spinning"), (unsigned long long)json_u64(r, "spin_us"),
+			       (unsigned long long)json_u64(r, "taken_sleeping"),
+			       (unsigned long long)json_u64(r, "handovers"), (unsigned long long)json_u64(r, "takeovers"));
+		else
+			printf("request threads:    libfuse's own receive path\n");
+	}
 }
 
 /*
@@ -449,6 +462,18 @@ static int stat_prometheus(const char *store, const struct wfs_catalog_stats *st
 			       "counter", labels, (double)json_u64(l, "holds_slow"));
 			metric("lock_lends_total", "Times the daemon lock was lent to catalog work since mount.",
 			       "counter", labels, (double)json_u64(l, "lends"));
+		}
+	}
+	{ /* the request threads (fs/receive.h) */
+		const json_t *rx = json_object_get(daemon, "receive");
+
+		if (json_is_object(rx)) {
+			metric("requests_taken_spinning_total", "FUSE requests a polling request thread found, "
+			       "since mount.", "counter", labels, (double)json_u64(rx, "taken_spinning"));
+			metric("requests_taken_sleeping_total", "FUSE requests that woke a request thread, since "
+			       "mount.", "counter", labels, (double)json_u64(rx, "taken_sleeping"));
+			metric("request_takeovers_total", "Leading request threads replaced while stuck on a "
+			       "request, since mount.", "counter", labels, (double)json_u64(rx, "takeovers"));
 		}
 	}
 	ms = json_object_get(since, "request_ms");

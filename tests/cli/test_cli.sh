@@ -118,6 +118,8 @@ expect "stat MNT: opens counted as read-only passthrough opens and daemon opens,
 	"^opens since mount: +[0-9]+ read-only through passthrough, [0-9]+ by the daemon \(writes, or reads without passthrough\)\$"
 expect "stat MNT: tensor writes through passthrough and copies sealed, on a line of their own" 0 \
 	"^tensor writes: +[0-9]+ through passthrough \([0-9]+ sealed from a copy: the file was still writable at its release; [0-9]+ sealed on their writer's declared digest, [0-9]+ of those checked since\)\$"
+expect "stat MNT: the request threads' counts" 0 \
+	"^request threads: +[1-9][0-9]* requests found while polling \(-o spin=50 us\), [0-9]+ after sleeping; [0-9]+ hand-overs"
 
 # A subtree of the mount: its own totals, read through the mount.
 cp "$MNT/sub/d" "$MNT/sub/d2" && mkdir "$MNT/sub/deeper" && fill c 4096 >"$MNT/sub/deeper/c"
