@@ -6,9 +6,11 @@
  * hands each request to the thread that has slept longest (its wait queue is FIFO), so a chain of
  * requests from one caller (a create is LOOKUP, GETATTR, CREATE, FLUSH; an unlink GETATTR, UNLINK)
  * wakes a different, cold thread for every request, and each wake-up of a sleeping thread is a
- * cross-CPU interrupt — on a virtual machine a VM exit. Measured on the H200 test machine
- * (docs/benchmarks.md, issue 10): 215 us per create and 115-129 us per unlink with libfuse's loop,
- * 59-64 us and 30-36 us with one thread that spins; a bare round trip 15-20 us -> 9.5 us.
+ * cross-CPU interrupt — on a virtual machine a VM exit. Measured on the H200 test machine with a
+ * create loop and an unlink loop (docs/design.md, "Request threads"): 215 us per create and
+ * 115-129 us per unlink with libfuse's loop (a bare round trip 15-20 us); 87-97 and 45-49 us with
+ * its single thread; 59-64 and 30-36 us with one thread that polls; 100-140 and 37-43 us with the
+ * leader and followers below (10-11 us a round trip), which keep the threads for data and seals.
  *
  * Here one thread at a time, the leader, reads /dev/fuse; the others (followers) wait on a condition
  * variable. The leader polls the device without sleeping for -o spin=US (default
@@ -20,8 +22,9 @@
  *     truncate copies data), anything not listed as light): the leader hands leadership to a
  *     follower first (one futex wake, while it works), so requests keep flowing during it.
  * A light request that takes long anyway (a catalog commit it waits for) loses the leadership: a
- * follower takes it over after WFS_RECEIVE_TAKEOVER_MS, so no request waits longer than that behind
- * another (issue 10's probe: an open + mmap under 10 ms while writers seal).
+ * follower that watches the leader takes it over within two WFS_RECEIVE_TAKEOVER_MS periods, so no
+ * request waits longer than about 4 ms behind another (issue 10's probe: an open + mmap under 10 ms
+ * while writers seal). Followers sleep without a timeout when the daemon is idle.
  */
 #ifndef WFS_RECEIVE_H
 #define WFS_RECEIVE_H
