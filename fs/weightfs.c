@@ -579,6 +579,11 @@ int main(int argc, char *argv[])
 	wfs_direct_start(&fs, cmd.mountpoint); /* without it, clients read the mounted files */
 
 	wfs_receive_install(fs.se, fs.opt.spin_us); /* without it, libfuse's receive path: slower */
+	/* Request threads are never retired: one that libfuse let go while it led would leave the
+	 * device unread until a follower took over (receive.h). Say so rather than ignore it. */
+	if (cmd.max_idle_threads != UINT_MAX)
+		wfs_log(WFS_LOG_WARN, "-o max_idle_threads=%u is not used: request threads stay once started "
+			"(at most max_threads)", cmd.max_idle_threads);
 	if (cmd.singlethread) {
 		ret = fuse_session_loop(fs.se);
 	} else {
