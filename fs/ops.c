@@ -376,7 +376,6 @@ static void wfs_destroy(void *userdata)
 {
 	struct wfs_fs *fs = userdata;
 
-	atomic_store(&fs->destroyed, true); /* every file was released, or its RELEASE cut off */
 	wfs_lock(&fs->lock);
 	wfs_catalog_sync(fs->catalog);
 	wfs_unlock(&fs->lock);

@@ -592,7 +592,7 @@ int main(int argc, char *argv[])
 		fuse_loop_cfg_set_max_threads(loop, cmd.max_threads);
 		ret = fuse_session_loop_mt(fs.se, loop);
 	}
-	if (atomic_load(&fs.destroyed)) { /* an unmount: no file open, so a closed one lost its RELEASE */
+	if (ret == 0) { /* the kernel ended the connection (an unmount), not a signal: see openmode.h */
 		wfs_lock(&fs.lock);
 		wfs_openmode_release_closed(&fs); /* their seals, before the last commit */
 		wfs_unlock(&fs.lock);

@@ -125,7 +125,6 @@ struct wfs_fs {
 	atomic_bool readahead_pending; /* set at INIT: the next request sets the mount's readahead */
 	atomic_uint_fast64_t checks_placed; /* object checks read on the opener's NUMA node (check.c) */
 	bool direct_writes;           /* writable opens are direct I/O (set once by init, before any open) */
-	atomic_bool destroyed;        /* DESTROY came: an unmount with no file left open (ops.c) */
 	struct wfs_counters counters; /* (L) since this mount */
 	uint64_t retained;            /* (L) -o retain: unreferenced bytes, at least (object.c) */
 	struct wfs_direct *direct;    /* the direct path's socket and threads (direct.c), or NULL; set

@@ -193,14 +193,14 @@ bool wfs_openmode_writers_closed(const struct wfs_inode *in);
  * version may change size in place, beside the readers that share that file)? */
 bool wfs_openmode_on_version(const struct wfs_inode *in);
 /*
- * (L) At exit, after a session that ended with DESTROY (an unmount, which the kernel allows only
- * with no file open): release every handle that was closed (a FLUSH seen) but whose RELEASE never
- * came, as wfs_openmode_release() would have, seals included. The kernel sends RELEASE after
- * close(2) returns, in the background, and its DESTROY can overtake it, the connection then ending
- * before the daemon reads it: a file created and closed just before an unmount (its empty version
- * sealed at the release) was lost, its never-sealed name removed by the next mount's recovery.
- * Not after a SIGTERM or an aborted connection: a handle closed once may still be open in another
- * descriptor (a shell's redirection), its writer not done.
+ * (L) At exit, after a session that the kernel ended (an unmount: the kernel allows one only with
+ * no file open, and a lazy one ends the connection once the last file is closed): release every
+ * handle that was closed (a FLUSH seen) but whose RELEASE never came, as wfs_openmode_release()
+ * would have, seals included. The kernel sends RELEASE after close(2) returns, in the background,
+ * and at an unmount it aborts the connection with the requests the daemon has not read yet: a file
+ * created and closed just before an unmount (its empty version sealed at the release) was lost,
+ * its never-sealed name removed by the next mount's recovery. Not after a SIGTERM: a handle closed
+ * once may still be open in another descriptor (a shell's redirection), its writer not done.
  */
 void wfs_openmode_release_closed(struct wfs_fs *fs);
 /* At exit: free every handle still open (the kernel sends no release for them at unmount). */
