@@ -20,6 +20,7 @@
 #include "mounts.h"
 #include "openmode.h"
 #include "ops.h"
+#include "receive.h"
 #include "seal.h"
 #include "version.h"
 
@@ -850,6 +851,8 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	(void)ino;
 	if (!wfs_lock_light(&fs->lock) || wfs_openmode_release_lent(fs, handle_of(fi)) == -EAGAIN) {
 		wfs_lock_ordinary(&fs->lock);
+		if (wfs_openmode_release_seals_data(handle_of(fi)))
+			wfs_receive_hand_over(); /* requests go on beside the seal (receive.h) */
 		wfs_openmode_release(fs, handle_of(fi), tid_of(req), &news);
 	}
 	wfs_unlock(&fs->lock);

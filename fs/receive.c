@@ -52,9 +52,13 @@ static uint64_t now_ns(void)
 
 /*
  * Requests the leader answers itself. Everything else is heavy: the leader passes the leadership
- * on before it works on it. Heavy on purpose: READ/WRITE (data), FLUSH/RELEASE (a seal hashes the
- * file), FSYNC, OPEN (a first open verifies the object), SETATTR (a truncate copies a version),
+ * on before it works on it. Heavy on purpose: READ/WRITE (data), FLUSH (a seal hashes the file),
+ * FSYNC, OPEN (a first open verifies the object), SETATTR (a truncate copies a version),
  * FALLOCATE, COPY_FILE_RANGE, SETXATTR (a digest claim), and any opcode this list does not know.
+ * RELEASE is light: the kernel sends it after close(2) has returned, and answered in the order it
+ * came, a file's seal at release (an empty file's) is in the catalog before the caller's next
+ * change (docs/integrity.md, crash order); one that seals data hands the leadership over itself
+ * (wfs_receive_hand_over()).
  */
 static bool light(uint32_t opcode)
 {
@@ -76,6 +80,7 @@ static bool light(uint32_t opcode)
 	case FUSE_OPENDIR:
 	case FUSE_READDIR:
 	case FUSE_READDIRPLUS:
+	case FUSE_RELEASE:
 	case FUSE_RELEASEDIR:
 	case FUSE_STATFS:
 	case FUSE_GETXATTR:
@@ -275,6 +280,14 @@ static const struct fuse_custom_io receive_io = {
 	.splice_send = receive_splice_send,
 	.clone_fd = receive_clone_fd,
 };
+
+void wfs_receive_hand_over(void)
+{
+	pthread_mutex_lock(&rx.mu);
+	if (my_term && my_term == rx.term && rx.inline_busy)
+		hand_over();
+	pthread_mutex_unlock(&rx.mu);
+}
 
 void wfs_receive_stats(struct wfs_receive_stats *out)
 {

@@ -15,12 +15,14 @@
  * Here one thread at a time, the leader, reads /dev/fuse; the others (followers) wait on a condition
  * variable. The leader polls the device without sleeping for -o spin=US (default
  * WFS_RECEIVE_SPIN_US) after each request, then sleeps in poll(2). A request it takes is either
- *   - light (a lookup, getattr, create, unlink, rename, xattr or directory request: the metadata a
- *     chain is made of): the leader stays leader, answers it and comes back for the next one, on the
- *     same CPU with a warm cache, without any wake-up; or
- *   - heavy (read, write, flush/seal, fsync, open (it may verify an object), release, setattr (a
- *     truncate copies data), anything not listed as light): the leader hands leadership to a
- *     follower first (one futex wake, while it works), so requests keep flowing during it.
+ *   - light (a lookup, getattr, create, unlink, rename, xattr or directory request, a release: the
+ *     metadata a chain is made of): the leader stays leader, answers it and comes back for the next
+ *     one, on the same CPU with a warm cache, without any wake-up; or
+ *   - heavy (read, write, flush/seal, fsync, open (it may verify an object), setattr (a truncate
+ *     copies data), anything not listed as light): the leader hands leadership to a follower first
+ *     (one futex wake, while it works), so requests keep flowing during it. A light request that
+ *     finds it has heavy work to do (a release that seals data) hands over the same way
+ *     (wfs_receive_hand_over()).
  * A light request that takes long anyway (a catalog commit it waits for) loses the leadership: a
  * follower that watches the leader takes it over within two WFS_RECEIVE_TAKEOVER_MS periods, so no
  * request waits longer than about 4 ms behind another (issue 10's probe: an open + mmap under 10 ms
@@ -49,6 +51,12 @@ struct wfs_receive_stats {
 	uint64_t takeovers;       /* leaders stuck on a light request, replaced by a follower */
 };
 void wfs_receive_stats(struct wfs_receive_stats *out);
+/*
+ * For a handler of a light request that is about to do heavy work (hash, write or sync data): when
+ * this thread answers the request as the leader, a follower leads from now on, as after a heavy
+ * request. Otherwise nothing. Any lock may be held (rx's own is taken last).
+ */
+void wfs_receive_hand_over(void);
 
 /*
  * Installs the receive path on @se (fuse_session_custom_io() on the session's own descriptor; call

@@ -178,7 +178,7 @@ START_TEST(version_in_order_spills)
 	ck_assert(!unwritten);
 	ck_assert_int_eq(wfs_version_write(v, buf, 1, 0), -EAGAIN); /* FROZEN */
 	ck_assert_int_eq(wfs_version_read(v, back, 10, 0), 10);      /* reads still served */
-	ck_assert_int_eq(wfs_version_publish(v, &d, false, true, &existed), 0);
+	ck_assert_int_eq(wfs_version_publish(v, &d, false, false, true, &existed), 0);
 	ck_assert(!existed);
 	ck_assert(wfs_store_object_exists(fs.store, &d));
 	ck_assert_int_eq(wfs_version_read(v, back, 10, 0), -EAGAIN); /* DONE */

@@ -671,33 +671,41 @@ ssize_t wfs_openmode_read(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, vo
 
 int wfs_openmode_flush(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struct wfs_news *news)
 {
+	struct wfs_version *v = h->writing;
+	bool ends;
+	int sig;
+
 	if (!h->closed) {
 		h->closed = true;
 		h->inode->io.ncached_closed += !h->passthrough;
 		h->inode->io.nwritable_closed += h->writable;
 	}
-	if (!h->writing)
+	if (!v)
 		return 0;
-	if (!wfs_writer_flush_ends(h->writing, h->writer_tid, tid)) {
-		/* Not the end of the writing (no data yet), unless its opener is being killed: then
-		 * the version is abandoned here, as a killed writer's is (nothing to seal at release).
-		 * The /proc read without fs->lock; the handle stays (its RELEASE follows this FLUSH). */
-		struct wfs_version *v = h->writing;
-		bool killed;
-
-		if (h->passthrough || !h->opener_tid)
-			return 0;
-		wfs_version_get(v);
-		wfs_unlock(&fs->lock);
-		killed = wfs_writer_killed_before_data(v, h->opener_tid, tid);
-		wfs_lock(&fs->lock);
-		wfs_version_put(v);
-		return killed && h->writing == v ? wfs_seal_leave(fs, h, false, tid, news) : 0;
-	}
+	ends = wfs_writer_flush_ends(v, h->writer_tid, tid);
+	/* Not the end of the writing (no data yet) unless its opener is being killed: then the
+	 * version is abandoned here, as a killed writer's is (nothing to seal at release). */
+	if (!ends && (h->passthrough || !h->opener_tid))
+		return 0;
+	/* Is the closing process being killed? /proc is read without fs->lock: other inodes' requests
+	 * do not wait for it. The handle stays (its RELEASE follows this FLUSH); another flush of it
+	 * (a dup closed by another thread) may have ended its writing meanwhile. */
+	wfs_version_get(v);
+	wfs_unlock(&fs->lock);
+	sig = ends ? wfs_writer_killed_by(tid) : wfs_writer_killed_before_data(v, h->opener_tid, tid);
+	wfs_lock(&fs->lock);
+	wfs_version_put(v);
+	if (h->writing != v || (!ends && !sig))
+		return 0;
 	/* Through passthrough the kernel may write the file until the release: check it, seal then. */
 	if (h->passthrough)
-		return wfs_seal_check_close(fs, h, tid);
-	return wfs_seal_leave(fs, h, false, tid, news);
+		return wfs_seal_check_close(fs, h, sig);
+	return wfs_seal_leave(fs, h, false, sig, news);
+}
+
+bool wfs_openmode_release_seals_data(struct wfs_handle *h)
+{
+	return h->writing && (h->passthrough || wfs_version_size(h->writing) > 0);
 }
 
 void wfs_openmode_release(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struct wfs_news *news)
@@ -712,7 +720,11 @@ void wfs_openmode_release(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, st
 
 	/* Writes after the last flush (a shared mapping written back at munmap) seal here; the
 	 * kernel drops release errors, so they can only be logged. */
-	ret = wfs_seal_leave(fs, h, true, tid, news);
+	/* A RELEASE carries no thread (the kernel sends it without credentials): ask about the thread
+	 * that wrote last, while its process is still there to ask. Under fs->lock: a release that
+	 * still finds its handle writing is rare (writes after the last close: a shared mapping). */
+	ret = wfs_seal_leave(fs, h, true, h->writing ? wfs_writer_killed_by(tid ? tid : h->writer_tid) : 0,
+			     news);
 	if (ret)
 		wfs_log(WFS_LOG_ERR, "inode %llu: seal at release failed: %s", (unsigned long long)in->ino,
 			strerror(-ret));

@@ -168,6 +168,10 @@ int wfs_openmode_flush(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struc
  * the kernel drops them), the counts dropped, the object unpinned, @h freed.
  */
 void wfs_openmode_release(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struct wfs_news *news);
+/* Would the release of @h seal bytes (hash, publish, perhaps sync them): a tensor written through
+ * passthrough, or a version of one byte or more left after the last flush? An empty file's seal
+ * (created and closed) is not that. fs->lock held. */
+bool wfs_openmode_release_seals_data(struct wfs_handle *h);
 /*
  * The RELEASE of @h under a light hold of a lent fs->lock (lock.h): done (0) when @h is a read-only
  * passthrough handle on an object and its inode stays in memory (a last unpin of the object waits

@@ -116,7 +116,7 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	struct wfs_attr old;
 	struct wfs_digest d;
 	struct timespec mtime;
-	bool existed = false, unwritten, unchanged, kernel, told, durable = false, asked, alone, stored;
+	bool existed = false, unwritten, unchanged, kernel, told, durable = false, asked, alone, stored = false;
 	bool publishing = false, trusted = false;
 	uint64_t size = 0;
 	int ret;
@@ -166,13 +166,13 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 		wfs_lock(&fs->lock);
 		/* A dedup hit hands the name the stored copy: it must hold these bytes. A bad one is
 		 * quarantined here, which leaves the way free to publish ours — the store heals. */
-		if (stored)
-			wfs_check_object(fs, o, 0);
+		if (stored && wfs_check_object(fs, o, 0) != 0)
+			stored = wfs_store_object_exists(fs->store, &d); /* quarantined: gone */
 	}
 	wfs_unlock(&fs->lock);
 
 	if (ret == 0)
-		ret = wfs_version_publish(v, &d, fs->opt.dedup_verify, durable, &existed);
+		ret = wfs_version_publish(v, &d, stored, fs->opt.dedup_verify, durable, &existed);
 	else
 		wfs_version_discard(v);
 
@@ -322,21 +322,19 @@ static int refuse_short(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_vers
 	return ret;
 }
 
-int wfs_seal_leave(struct wfs_fs *fs, struct wfs_handle *h, bool at_release, pid_t tid,
+int wfs_seal_leave(struct wfs_fs *fs, struct wfs_handle *h, bool at_release, int sig,
 		   struct wfs_news *news)
 {
 	struct wfs_version *v = h->writing;
 	struct wfs_inode *in = h->inode;
 	bool last;
-	int ret = 0, sig = 0;
+	int ret = 0;
 
 	if (!v)
 		return 0;
 	last = in->writer == v && wfs_version_writers(v) == 1;
-	/* A RELEASE carries no thread (the kernel sends it without credentials): ask about the thread
-	 * that wrote last, while its process is still there to ask. */
-	if (last)
-		sig = wfs_writer_killed_by(tid ? tid : h->writer_tid);
+	if (!last)
+		sig = 0; /* another writer goes on: only the last one's end decides */
 	if (last && !sig && !at_release && (ret = refuse_short(fs, in, v)) != 0)
 		return ret;
 	h->writing = NULL;
@@ -377,11 +375,11 @@ int wfs_seal_leave(struct wfs_fs *fs, struct wfs_handle *h, bool at_release, pid
 	return ret;
 }
 
-int wfs_seal_check_close(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid)
+int wfs_seal_check_close(struct wfs_fs *fs, struct wfs_handle *h, int sig)
 {
 	struct wfs_version *v = h->writing;
 	struct wfs_inode *in = h->inode;
-	int sig = wfs_writer_killed_by(tid), ret;
+	int ret;
 
 	if (sig) {
 		wfs_log(WFS_LOG_WARN, "inode %llu: writer killed by signal %d before it finished: "

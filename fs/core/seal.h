@@ -57,12 +57,14 @@ struct wfs_version *wfs_seal_writer(struct wfs_fs *fs, struct wfs_inode *in, boo
 void wfs_seal_join(struct wfs_handle *h, struct wfs_version *v);
 /*
  * Stop counting @h as a writer (its flush ended the writing, or its release); the last writer seals
- * the version, or abandons it when thread @tid's process is being killed (writer.h). @at_release:
+ * the version, or abandons it when the closing thread's process is being killed: @sig is the
+ * signal killing it, as the caller read it (wfs_writer_killed_by(), without fs->lock where it can),
+ * or 0. @at_release:
  * nobody hears the seal's errors (a size that does not fit dtype/shape is then sealed and logged,
  * not refused, and the seal is not synced). Returns 0 or the seal's -errno. @news gets what the
  * kernel must hear when the version was dropped unsealed (a never-sealed name removed).
  */
-int wfs_seal_leave(struct wfs_fs *fs, struct wfs_handle *h, bool at_release, pid_t tid,
+int wfs_seal_leave(struct wfs_fs *fs, struct wfs_handle *h, bool at_release, int sig,
 		   struct wfs_news *news);
 /*
  * Seal in->writer: digest, publish the object, point the inode at it (fs->lock dropped while hashing,
@@ -78,12 +80,13 @@ void wfs_seal_abandon(struct wfs_fs *fs, struct wfs_inode *in);
 int wfs_seal_empty(struct wfs_fs *fs, struct wfs_inode *in);
 
 /*
- * close(2) of passthrough writer @h by thread @tid of its process (a flush that ends its writing):
+ * close(2) of passthrough writer @h by a thread of its process (a flush that ends its writing), whose
+ * process is being killed by signal @sig (wfs_writer_killed_by(); 0: it is not):
  * the kernel wrote the bytes, and may go on writing through a mapping until the release, where the
  * seal is. What close(2) can still hear is checked now: a size that does not fit dtype/shape is
  * -EINVAL, and a writer being killed is logged; either way the release drops the version.
  */
-int wfs_seal_check_close(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid);
+int wfs_seal_check_close(struct wfs_fs *fs, struct wfs_handle *h, int sig);
 
 /*
  * write(2) of @len bytes at @off through writable handle @h, by thread @tid of user @uid. The first

@@ -735,7 +735,7 @@ static void finish(struct wfs_version *v)
 	v->done = true;
 }
 
-int wfs_version_publish(struct wfs_version *v, const struct wfs_digest *d, bool dedup_verify,
+int wfs_version_publish(struct wfs_version *v, const struct wfs_digest *d, bool stored, bool dedup_verify,
 			bool durable, bool *existed)
 {
 	bool unchanged;
@@ -744,7 +744,7 @@ int wfs_version_publish(struct wfs_version *v, const struct wfs_digest *d, bool 
 	pthread_mutex_lock(&v->lock);
 	assert(v->frozen && !v->done);
 	unchanged = v->has_base && !v->modified;
-	*existed = unchanged || wfs_store_object_exists(v->store, d);
+	*existed = unchanged || stored;
 	if (*existed && v->trusted) {
 		/* Stored since the freeze trusted the declaration: a name gets a stored object only
 		 * for bytes that hash to it. */

@@ -132,16 +132,19 @@ bool wfs_version_declared_wrong(struct wfs_version *v);
 /* Is the FROZEN version the unchanged copy of its base object (its digest is the base's)? */
 bool wfs_version_unchanged(struct wfs_version *v);
 /*
- * FROZEN → DONE: make object @d (the digest wfs_version_freeze() gave) hold these bytes. When the
- * store has it already (or the version is its unchanged base), nothing is written and *@existed is
- * set; with @dedup_verify the bytes are compared first (-EIO, logged, on an XXH3 collision; -ENOSPC
- * for a hash-only version, whose bytes are gone); a trusted version is hashed first (-EIO, logged,
- * when its bytes are not the declared digest: the name keeps nothing it did not write). Otherwise the tmp file is published under @d
+ * FROZEN → DONE: make object @d (the digest wfs_version_freeze() gave) hold these bytes. @stored:
+ * the caller's answer to "is @d in the store?" (wfs_store_object_exists(), asked where no other
+ * publish of @d could come between: seal.c). When the store has it already (or the version is its
+ * unchanged base), nothing is written and *@existed is set; with @dedup_verify the bytes are
+ * compared first (-EIO, logged, on an XXH3 collision; -ENOSPC for a hash-only version, whose bytes
+ * are gone); a trusted version is hashed first (-EIO, logged, when its bytes are not the declared
+ * digest: the name keeps nothing it did not write). Otherwise the tmp file is published under @d
  * (with @durable: fdatasync unless the store is NOSYNC, link, directory sync; without: the link
- * only, made durable by a later wfs_store_sync()). The bytes are released either way.
+ * only, made durable by a later wfs_store_sync()); a link that finds @d there after all counts as
+ * stored. The bytes are released either way.
  * Returns 0, -ENOSPC (hash-only and new content), or -errno of the store.
  */
-int wfs_version_publish(struct wfs_version *v, const struct wfs_digest *d, bool dedup_verify,
+int wfs_version_publish(struct wfs_version *v, const struct wfs_digest *d, bool stored, bool dedup_verify,
 			bool durable, bool *existed);
 /* → DONE without publishing: the bytes are released. */
 void wfs_version_discard(struct wfs_version *v);

@@ -9,7 +9,9 @@
  *     versions are sealed by a later flush of the writer, or at release;
  *   - a process killed mid-write still closes its files on the way out; its bytes are not a
  *     finished tensor and must not be sealed under the name.
- * Thread ids are the kernel's (fuse_req_ctx()->pid); /proc is read, nothing is cached. Thread-safe.
+ * Thread ids are the kernel's (fuse_req_ctx()->pid). /proc is read each time, through descriptors of
+ * the last threads' stat files kept open (writer.c); nothing read is cached. Thread-safe; call it
+ * without fs->lock where the caller can (a read costs microseconds).
  */
 #ifndef WFS_CORE_WRITER_H
 #define WFS_CORE_WRITER_H
@@ -37,12 +39,12 @@ bool wfs_writer_flush_ends(struct wfs_version *v, pid_t writer_tid, pid_t flushe
 /*
  * Is a flush by thread @flusher_tid of version @v, which holds no data yet, the close of a killed
  * opener (@opener_tid: the thread that created or opened the file for writing; 0: not known)?
- * True when the flusher's process is exiting by a signal and is the opener's process: a rank
+ * Returns the signal when the flusher's process is exiting by it and is the opener's process, else 0: a rank
  * killed between its create (or O_TRUNC open) and its first write, whose file must seal nothing
  * (a new name goes away, an existing one keeps its content) rather than an empty file. A forked
  * child's exit with an inherited descriptor is not the opener's. One /proc read when the flusher
  * is the opener, two more for another thread. Takes @v's lock.
  */
-bool wfs_writer_killed_before_data(struct wfs_version *v, pid_t opener_tid, pid_t flusher_tid);
+int wfs_writer_killed_before_data(struct wfs_version *v, pid_t opener_tid, pid_t flusher_tid);
 
 #endif
