@@ -847,6 +847,7 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	WFS_OPS_COUNT(RELEASE);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct wfs_news news = {0};
+	bool telling;
 
 	(void)ino;
 	if (!wfs_lock_light(&fs->lock) || wfs_openmode_release_lent(fs, handle_of(fi)) == -EAGAIN) {
@@ -855,8 +856,16 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 			wfs_receive_hand_over(); /* requests go on beside the seal (receive.h) */
 		wfs_openmode_release(fs, handle_of(fi), tid_of(req), &news);
 	}
+	telling = news.ino || news.n;
+	fs->releases_telling += telling;
 	wfs_unlock(&fs->lock);
 	wfs_ops_news_send(fs, &news);
+	if (telling) { /* an open waiting for this release may go on now (seal.h) */
+		wfs_lock(&fs->lock);
+		fs->releases_telling--;
+		pthread_cond_broadcast(&fs->seal_done);
+		wfs_unlock(&fs->lock);
+	}
 	fuse_reply_err(req, 0);
 }
 

@@ -121,6 +121,9 @@ struct wfs_fs {
 	struct wfs_handle *handles;   /* (L) open handles (openmode.c): the kernel sends no release for
 				       * those still open at unmount; freed at exit */
 	struct wfs_moved_ring moved;  /* (L) inodes a name just moved to for a writer (openmode.c) */
+	unsigned releases_telling;    /* (L) releases whose news the kernel has not been told yet: an
+				       * open waiting for a release waits for those too (seal.h,
+				       * wfs_seal_wait_release; broadcast on seal_done) */
 	atomic_bool passthrough;      /* negotiated and still working */
 	atomic_bool readahead_pending; /* set at INIT: the next request sets the mount's readahead */
 	atomic_uint_fast64_t checks_placed; /* object checks read on the opener's NUMA node (check.c) */

@@ -418,7 +418,7 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool trunc
 	ret = wfs_inode_get_file(fs, ino, false, &a, &in);
 	if (ret)
 		return ret;
-	if (in->writer && wfs_openmode_writers_closed(in)) {
+	if ((in->writer && wfs_openmode_writers_closed(in)) || fs->releases_telling) {
 		/* The last writer closed and its seal is coming (its release; a passthrough tensor's
 		 * hash), or its drop (a close that refused the size): wait for it, so that a reader opens
 		 * what close(2) left (the sealed bytes, or the old ones after a refusal) and a writer

@@ -807,26 +807,30 @@ void wfs_seal_set_mtime(struct wfs_fs *fs, uint64_t ino, const struct timespec *
 void wfs_seal_wait_release(struct wfs_fs *fs, uint64_t ino)
 {
 	struct wfs_inode *in = wfs_inode_find(fs, ino);
-	struct timespec deadline;
+	struct timespec deadline = wfs_deadline_in(100);
 	bool long_wait = false;
 
-	if (!in || !in->writer || !wfs_openmode_writers_closed(in))
-		return;
 	/*
 	 * Up to 100 ms for the release to come; a seal already running (FROZEN: a tensor written
 	 * through passthrough is hashed at its release) is waited for to its end, up to a minute. A
 	 * release that does not come (a writable mapping kept after close) is not waited for: the
 	 * caller answers with what the name holds now.
 	 */
-	deadline = wfs_deadline_in(100);
-	while ((in = wfs_inode_find(fs, ino)) != NULL && in->writer && wfs_openmode_writers_closed(in)) {
+	while (in && in->writer && wfs_openmode_writers_closed(in)) {
 		if (wfs_version_frozen(in->writer) && !long_wait) {
 			deadline = wfs_deadline_in(60 * 1000);
 			long_wait = true;
 		}
 		if (wfs_lock_timedwait(&fs->seal_done, &fs->lock, &deadline) == ETIMEDOUT)
-			break;
+			return;
+		in = wfs_inode_find(fs, ino);
 	}
+	/* A release tells the kernel after it lets go of fs->lock (a dropped version's size, which the
+	 * kernel took from the writes): an open answered before that, even one that found the release
+	 * done, would read with the kernel's stale size. */
+	while (fs->releases_telling)
+		if (wfs_lock_timedwait(&fs->seal_done, &fs->lock, &deadline) == ETIMEDOUT)
+			break;
 }
 
 /* The tensor that inode @ino's dtype and shape attributes declare (fits()). */

@@ -127,8 +127,9 @@ void wfs_seal_set_mtime(struct wfs_fs *fs, uint64_t ino, const struct timespec *
  * A file closed with nothing written (touch, or created and given attributes only) is sealed at its
  * release, which close(2) does not wait for; so is a tensor written through passthrough. When every
  * writable handle of inode @ino has been closed, give the release up to 100 ms to come, and a seal
- * that has started up to a minute to end (a digest asked for right after the close must find it);
- * a release held back by a mapping is not waited for. May drop fs->lock.
+ * that has started up to a minute to end (a digest asked for right after the close must find it),
+ * and the release's news to reach the kernel (fs->releases_telling); a release held back by a
+ * mapping is not waited for. May drop fs->lock.
  */
 void wfs_seal_wait_release(struct wfs_fs *fs, uint64_t ino);
 
