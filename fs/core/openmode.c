@@ -423,7 +423,8 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool trunc
 		 * hash), or its drop (a close that refused the size): wait for it, so that a reader opens
 		 * what close(2) left (the sealed bytes, or the old ones after a refusal) and a writer
 		 * finds the name sealed and moves it away from its readers, instead of waiting for
-		 * passthrough readers that stay (ETXTBSY). */
+		 * passthrough readers that stay (ETXTBSY). A release that has just finished may still be
+		 * telling the kernel (fs->releases_telling): waited for too, whichever inode it was. */
 		wfs_seal_wait_release(fs, ino);
 		ret = wfs_inode_get_file(fs, ino, false, &a, &in);
 		if (ret)
