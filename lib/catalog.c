@@ -745,8 +745,12 @@ int wfs_catalog_open(const char *path, unsigned flags, uint32_t root_uid, uint32
 	sqlite3_extended_result_codes(c->db, 1);
 	if (!readonly) {
 		/* WAL: readers never block the writer; NORMAL: commits sync at checkpoints, except the
-		 * seal commits, which wfs_catalog_set_content() syncs itself. */
-		ret = exec(c, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF;");
+		 * seal commits, which wfs_catalog_set_content() syncs itself. temp_store=MEMORY: the
+		 * statement journal of each call's savepoint in a batch stays in memory (by default
+		 * SQLite spills it past 64 KiB to a file in /var/tmp: 14 pwrite(2)s of 4 KiB per
+		 * create or claim, seen with strace, a third of a batch claim's time). */
+		ret = exec(c, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF; "
+			      "PRAGMA temp_store=MEMORY; PRAGMA cache_size=-32768;");
 		if (ret)
 			goto fail;
 	}

@@ -566,7 +566,7 @@ def first(T, a):
             f.write(body)
         return weightfs.digest(body)
 
-    @T.check("claim_files: one request makes the new names; existing, unknown and malformed ones passed over")
+    @T.check("claim_files: requests of 256 lines make the new names; existing, unknown and malformed ones passed over")
     def _():
         d = os.path.join(mnt, "claims")
         os.makedirs(d)
@@ -584,7 +584,7 @@ def first(T, a):
                                side_effect=lambda *a, **k: calls.append(a[1]) or real(*a, **k)):
             made = weightfs.claim_files(d, entries)
         assert made == {"t%d" % i for i in range(300)}, sorted(made)[:5]
-        assert calls == [weightfs.names.CLAIMS_XATTR], calls
+        assert calls == [weightfs.names.CLAIMS_XATTR] * 2, calls  # 256 lines, then 46 (6 names skipped here)
         with open(os.path.join(d, "t299"), "rb") as f:
             assert f.read() == body
         assert os.getxattr(os.path.join(d, "t0"), "user.weightfs.shape") == b"[16384]"

@@ -413,6 +413,10 @@ _HEX32 = re.compile(r"[0-9a-fA-F]{32}")
 
 # The most bytes one setxattr(2) value may hold (XATTR_SIZE_MAX, linux/limits.h).
 _XATTR_SIZE_MAX = 65536
+# Lines per claims request at most (a 64 KiB request holds about 900): weightfs makes one request's
+# files while the caller hashes the next request's tensors, so the first request's hashing and the
+# last request's claims are the time not overlapped; 256 keeps both short at a few milliseconds.
+_CLAIMS_PER_REQUEST = 256
 
 
 def claim_files(directory: PathLike, entries: Iterable[Tuple[str, str, Optional[str], Optional[Sequence[int]]]]
@@ -423,13 +427,13 @@ def claim_files(directory: PathLike, entries: Iterable[Tuple[str, str, Optional[
     for names meant to be new in directory; any iterable, consumed once: a generator that computes
     the digests as it goes overlaps that work with weightfs making the previous request's files
     (each request is sent from a second thread while the next one is built). Sends
-    user.weightfs.claims on the directory (lines of "DIGEST\tDTYPE\tSHAPE\tNAME", under 64 KiB per
-    request): weightfs makes each name that does not exist yet and whose content is stored intact as
-    a sealed file (mode 0644, the caller's), with user.weightfs.dtype and .shape, and passes over
-    the rest. Returns the set of names made: those of entries that were absent before and are listed
-    after (the directory is read twice). Names that are not file names (empty, ".", "..", with "/",
-    NUL or a newline, over 255 bytes) are left out, and a directory that is not on weightfs makes
-    nothing (set()): write those. A name another process creates meanwhile would be counted as made;
+    user.weightfs.claims on the directory (lines of "DIGEST\tDTYPE\tSHAPE\tNAME", at most 256
+    lines and under 64 KiB per request): weightfs makes each name that does not exist yet and whose
+    content is stored intact as a sealed file (mode 0644, the caller's), with user.weightfs.dtype
+    and .shape, and passes over the rest. Returns the set of names made: those of entries that were
+    absent before and are listed after (the directory is read twice). Names that are not file names
+    (empty, ".", "..", with "/", NUL or a newline, over 255 bytes) are left out, and a directory
+    that is not on weightfs makes nothing (set()): write those. A name another process creates meanwhile would be counted as made;
     FrozenOffload's rank directories have one writer. Raises OSError (EPERM: only the mounting user
     or root may claim; ENOSPC, EIO with the directory), WeightfsError(EINVAL) when weightfs rejects
     the request's format, TypeError for a shape that is a string or has a non-integer dimension,
@@ -496,7 +500,7 @@ def claim_files(directory: PathLike, entries: Iterable[Tuple[str, str, Optional[
             wanted.add(name)
             line = (f"{hexdigest}\t{dtype or ''}\t{shape_text(shape) if shape is not None else ''}\t"
                     .encode("ascii") + raw + b"\n")
-            if batch and size + len(line) > _XATTR_SIZE_MAX:
+            if batch and (size + len(line) > _XATTR_SIZE_MAX or len(batch) == _CLAIMS_PER_REQUEST):
                 start(batch)
                 batch, size = [], 0
             batch.append(line)
