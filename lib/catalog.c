@@ -747,8 +747,8 @@ int wfs_catalog_open(const char *path, unsigned flags, uint32_t root_uid, uint32
 		/* WAL: readers never block the writer; NORMAL: commits sync at checkpoints, except the
 		 * seal commits, which wfs_catalog_set_content() syncs itself. temp_store=MEMORY: the
 		 * statement journal of each call's savepoint in a batch stays in memory (by default
-		 * SQLite spills it past 64 KiB to a file in /var/tmp: 14 pwrite(2)s of 4 KiB per
-		 * create or claim, seen with strace). The page cache stays SQLite's 2 MiB: a larger
+		 * SQLite spills it past 64 KiB to a temporary file, here in /var/tmp: about 14
+		 * pwrite(2)s of 4 KiB per batch-claimed file, counted with strace). The page cache stays SQLite's 2 MiB: a larger
 		 * one was not measured apart, and the daemon's resident memory has a goal (64 MiB). */
 		ret = exec(c, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF; "
 			      "PRAGMA temp_store=MEMORY;");

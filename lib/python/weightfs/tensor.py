@@ -433,8 +433,8 @@ def claim_files(directory: PathLike, entries: Iterable[Tuple[str, str, Optional[
     and .shape, and passes over the rest. Returns the set of names made: those of entries that were
     absent before and are listed after (the directory is read twice). Names that are not file names
     (empty, ".", "..", with "/", NUL or a newline, over 255 bytes) are left out, and a directory
-    that is not on weightfs makes nothing (set()): write those. A name another process creates meanwhile would be counted as made;
-    FrozenOffload's rank directories have one writer. Raises OSError (EPERM: only the mounting user
+    that is not on weightfs makes nothing (set()): write those. A name another process creates
+    meanwhile would be counted as made; FrozenOffload's rank directories have one writer. Raises OSError (EPERM: only the mounting user
     or root may claim; ENOSPC, EIO with the directory), WeightfsError(EINVAL) when weightfs rejects
     the request's format, TypeError for a shape that is a string or has a non-integer dimension,
     ValueError for a digest that is not 32 hex digits or a dtype that is not a safetensors dtype
