@@ -78,7 +78,7 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 #define U64(v) json_integer((json_int_t)(v))
 	o = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:b, s:s, "
 		      "s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-		      "s:o, s:o, s:o, s:o}, s:{s:f, s:s, s:o, s:f, s:o, s:f, s:o}, s:{s:o, s:f, s:f, s:o, s:f, s:f, s:o, s:f}}",
+		      "s:o, s:o, s:o, s:o}, s:{s:o, s:f, s:f, s:s, s:o, s:f, s:o, s:f, s:o}, s:{s:o, s:f, s:f, s:o, s:f, s:f, s:o, s:f}}",
 		      "names", U64(st.names), "directories", U64(st.directories), "symlinks", U64(st.symlinks),
 		      "logical_bytes", U64(st.logical_bytes), "objects", U64(st.objects),
 		      "physical_bytes", U64(st.object_bytes),
@@ -101,7 +101,8 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		      "seals_declared", U64(k->seals_declared), "checks_after_seal", U64(k->checks_after_seal),
 		      "verify_failures", U64(k->verify_failures), "requests", requests,
 		      "request_ms", request_ms,
-		      "lock", "held_max_ms", (double)l->held_max_ns / 1e6, "held_max_at", site,
+		      "lock", "holds", U64(l->holds), "held_ms", (double)l->held_ns / 1e6,
+		      "held_max_ms", (double)l->held_max_ns / 1e6, "held_max_at", site,
 		      "holds_slow", U64(l->slow), "holds_slow_ms", (double)l->slow_ns / 1e6, "lends", U64(l->lends),
 		      "lent_max_ms", (double)l->lent_max_ns / 1e6, "light_holds", U64(l->light_holds),
 		      "commits", "commits", U64(ct.commits), "commit_max_ms", (double)ct.commit_max_ns / 1e6,

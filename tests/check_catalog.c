@@ -1622,6 +1622,89 @@ START_TEST(test_batch_checkpoint)
 }
 END_TEST
 
+/* @ino's row as a second, read-only connection reads it (committed state, no kept rows). */
+static struct wfs_attr get_elsewhere(uint64_t ino)
+{
+	struct wfs_catalog *ro = NULL;
+	struct wfs_attr a;
+
+	ck_assert_int_eq(wfs_catalog_open(db_path, WFS_CATALOG_READONLY, 0, 0, &ro), 0);
+	ck_assert_int_eq(wfs_catalog_getattr(ro, ino, &a), 0);
+	wfs_catalog_close(ro);
+	return a;
+}
+
+/* Are @a and @b the same row (every column; not compared with memcmp: padding)? */
+static bool same_row(const struct wfs_attr *a, const struct wfs_attr *b)
+{
+	return a->ino == b->ino && a->mode == b->mode && a->uid == b->uid && a->gid == b->gid &&
+	       a->nlink == b->nlink && a->size == b->size && a->parent == b->parent &&
+	       a->atime.tv_sec == b->atime.tv_sec && a->atime.tv_nsec == b->atime.tv_nsec &&
+	       a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec &&
+	       a->ctime.tv_sec == b->ctime.tv_sec && a->ctime.tv_nsec == b->ctime.tv_nsec &&
+	       a->sealed == b->sealed && a->rdev == b->rdev;
+}
+
+/* getattr of directory @ino on this connection (twice: a kept row the second time) equals the row
+ * another connection reads. */
+static void assert_dir_row(uint64_t ino)
+{
+	struct wfs_attr a = get(ino), b = get(ino), o = get_elsewhere(ino);
+
+	ck_assert(same_row(&a, &b));
+	ck_assert_msg(same_row(&a, &o), "directory %llu: its kept row is not the catalog's", (unsigned long long)ino);
+}
+
+/*
+ * The directory rows the catalog keeps (struct dir_slot in catalog.c) are the rows SQLite holds:
+ * after each kind of change of a directory (each call commits alone here, so a second connection
+ * sees the same state), and after a rollback undid changes that it had kept.
+ */
+START_TEST(test_kept_dir_rows)
+{
+	struct wfs_attr a, set = {0}, before;
+	uint64_t d, e, sub, moved, replaced = 0;
+
+	d = mkdir_(ROOT, "d");
+	e = mkdir_(ROOT, "e");
+	assert_dir_row(d);
+	assert_dir_row(ROOT);
+	mkfile(d, "f"); /* touch_dir */
+	assert_dir_row(d);
+	sub = mkdir_(d, "sub"); /* nlink_add, touch_dir */
+	assert_dir_row(d);
+	assert_dir_row(sub);
+	ck_assert_int_eq(wfs_catalog_rename(cat, d, "f", e, "g", 0, &replaced), 0); /* two directories */
+	assert_dir_row(d);
+	assert_dir_row(e);
+	ck_assert_int_eq(wfs_catalog_rename(cat, d, "sub", e, "sub", 0, &replaced), 0); /* reparent, nlinks */
+	assert_dir_row(d);
+	assert_dir_row(e);
+	assert_dir_row(sub);
+	set.mode = 0700;
+	set.uid = 7;
+	ck_assert_int_eq(wfs_catalog_setattr(cat, e, &set, WFS_ATTR_MODE | WFS_ATTR_UID, &a), 0);
+	assert_dir_row(e);
+	ck_assert_int_eq(wfs_catalog_unlink(cat, e, "sub", true, &moved), 0); /* rmdir: nlinks */
+	assert_dir_row(e);
+	ck_assert_int_eq(wfs_catalog_getattr(cat, sub, &a) == 0 ? a.nlink : 0, 0);
+
+	/* Rolled back: a failing call's savepoint in a batch, and a whole batch. */
+	ck_assert_int_eq(wfs_catalog_batch(cat, true, NULL, NULL), 0);
+	mkfile(ROOT, "first"); /* commits at once (the WAL's headroom is known after a commit) */
+	before = get(d);
+	mkfile(d, "h"); /* kept: the new times, in the open batch */
+	(void)get(d);
+	wfs_catalog_rollback(cat);
+	a = get(d);
+	ck_assert(same_row(&a, &before));
+	ck_assert_int_eq(wfs_catalog_create(cat, d, "h2", S_IFREG | 0644, UID, GID, NULL, &a), 0);
+	ck_assert_int_eq(wfs_catalog_commit(cat), 0);
+	assert_dir_row(d);
+	ck_assert_int_eq(wfs_catalog_batch(cat, false, NULL, NULL), 0);
+}
+END_TEST
+
 /* ---- runner ---------------------------------------------------------------------------------- */
 
 static void add(Suite *s, const char *name, const TTest *test)
@@ -1642,6 +1725,7 @@ static Suite *catalog_suite(void)
 	add(s, "open_errors", test_open_errors);
 	add(s, "open_newer_schema", test_open_newer_schema);
 	add(s, "create_kinds", test_create_kinds);
+	add(s, "kept_dir_rows", test_kept_dir_rows);
 	add(s, "create_invalid", test_create_invalid);
 	add(s, "create_eexist", test_create_eexist);
 	add(s, "create_enotdir", test_create_enotdir);

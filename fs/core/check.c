@@ -79,16 +79,12 @@ static bool same_file(const struct wfs_check *c, const struct stat *st)
 	       c->st_ctim.tv_sec == st->st_ctim.tv_sec && c->st_ctim.tv_nsec == st->st_ctim.tv_nsec;
 }
 
-void wfs_check_mark_good(struct wfs_fs *fs, const struct wfs_digest *d)
+void wfs_check_mark_good(struct wfs_fs *fs, const struct wfs_digest *d, const struct stat *st)
 {
-	struct wfs_check *c;
-	struct stat st;
+	struct wfs_check *c = check_get(fs, d);
 
-	if (wfs_store_object_stat(fs->store, d, &st))
-		return;
-	c = check_get(fs, d);
 	if (c)
-		record(c, &st);
+		record(c, st);
 }
 
 /*

@@ -73,8 +73,10 @@ bool wfs_check_damaged(struct wfs_fs *fs, const struct wfs_digest *d);
  */
 int wfs_check_plausible(struct wfs_fs *fs, struct wfs_object *o, const struct stat *st);
 /* Record object @d, just published by this daemon from bytes it hashed itself, as checked (with any
- * -o verify: the record also tells wfs_check_object() that the object is known). */
-void wfs_check_mark_good(struct wfs_fs *fs, const struct wfs_digest *d);
+ * -o verify: the record also tells wfs_check_object() that the object is known). @st: the object
+ * file's stat, which the caller took after the link (wfs_store_object_stat(), without fs->lock: a
+ * path lookup in objects/). */
+void wfs_check_mark_good(struct wfs_fs *fs, const struct wfs_digest *d, const struct stat *st);
 /*
  * Referenced, not quarantined objects whose bytes this daemon run has checked (*@verified: by a first
  * open, a dedup hit, a claim, or because it published them) and has not (*@unverified). One pass

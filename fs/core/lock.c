@@ -42,6 +42,8 @@ static void hold_end(struct wfs_lock *l, const char *site, int line)
 {
 	uint64_t ns = ns_since(&l->since);
 
+	l->holds++;
+	l->held_ns += ns;
 	if (ns > l->held_max_ns) {
 		l->held_max_ns = ns;
 		l->max_site = l->site;

@@ -45,6 +45,7 @@ struct wfs_lock {
 	int max_line;
 	const char *max_end_site; /* where it ended: a release or a condition wait */
 	int max_end_line;
+	uint64_t holds, held_ns; /* holds, and their total duration: the daemon's serialized time */
 	uint64_t slow;          /* holds of WFS_LOCK_SLOW_MS or more */
 	uint64_t slow_ns;       /* their total duration */
 	/* Lending (with the mutex held): */

@@ -81,7 +81,9 @@ const struct wfs_digest *wfs_object_digest(const struct wfs_object *o)
 }
 
 /* The last pin of @o dropped: close, release, free, and delete the object if nothing refers to it. */
-static void last_unpin(struct wfs_fs *fs, struct wfs_object *o)
+/* Free @o's entry, its descriptor and backing id; then delete the object if @ask and nothing
+ * refers to it. */
+static void last_unpin(struct wfs_fs *fs, struct wfs_object *o, bool ask)
 {
 	struct wfs_digest d = o->digest;
 
@@ -91,7 +93,15 @@ static void last_unpin(struct wfs_fs *fs, struct wfs_object *o)
 		close(o->fd);
 	wfs_map_remove(&fs->objects, &o->node);
 	free(o);
-	wfs_object_maybe_delete(fs, &d);
+	if (ask)
+		wfs_object_maybe_delete(fs, &d);
+}
+
+void wfs_object_unpin_named(struct wfs_fs *fs, struct wfs_object *o)
+{
+	assert(o->pins > 0 && !wfs_lock_is_lent(&fs->lock));
+	if (--o->pins == 0 && !o->deferred)
+		last_unpin(fs, o, false);
 }
 
 void wfs_object_unpin(struct wfs_fs *fs, struct wfs_object *o)
@@ -109,7 +119,7 @@ void wfs_object_unpin(struct wfs_fs *fs, struct wfs_object *o)
 		}
 		return;
 	}
-	last_unpin(fs, o);
+	last_unpin(fs, o, true);
 }
 
 void wfs_object_unpin_deferred(struct wfs_fs *fs)
@@ -120,7 +130,7 @@ void wfs_object_unpin_deferred(struct wfs_fs *fs)
 		fs->objects_deferred = o->next_deferred;
 		o->deferred = false;
 		if (o->pins == 0)
-			last_unpin(fs, o);
+			last_unpin(fs, o, true);
 	}
 }
 

@@ -117,7 +117,8 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	struct wfs_digest d;
 	struct timespec mtime;
 	bool existed = false, unwritten, unchanged, kernel, told, durable = false, asked, alone, stored = false;
-	bool publishing = false, trusted = false;
+	bool publishing = false, trusted = false, linked;
+	struct stat linked_st;
 	uint64_t size = 0;
 	int ret;
 
@@ -175,14 +176,17 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 		ret = wfs_version_publish(v, &d, stored, fs->opt.dedup_verify, durable, &existed);
 	else
 		wfs_version_discard(v);
+	/* A copy this seal hashed is good (one published on a declaration is not until the checker
+	 * says so): its file's identity, taken before fs->lock (pinned, and no other seal links it). */
+	linked = publishing && ret == 0 && !existed && !wfs_version_trusted(v) &&
+		 wfs_store_object_stat(fs->store, &d, &linked_st) == 0;
 
 	wfs_crashpoint("seal.before-commit");
 	wfs_lock(&fs->lock);
 	if (publishing) {
-		/* Linked (or found stored): the next seal of this content may ask. A copy this seal
-		 * hashed is good; one published on a declaration is not until the checker says so. */
-		if (ret == 0 && !existed && !wfs_version_trusted(v))
-			wfs_check_mark_good(fs, &d);
+		/* Linked (or found stored): the next seal of this content may ask. */
+		if (linked)
+			wfs_check_mark_good(fs, &d, &linked_st);
 		wfs_object_set_publishing(o, false);
 		publishing = false;
 		pthread_cond_broadcast(&fs->seal_done);
@@ -235,7 +239,9 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	wfs_version_put(v); /* the inode's reference */
 	wfs_version_put(v); /* ours */
 	pthread_cond_broadcast(&fs->seal_done);
-	if (o)
+	if (o && ret == 0)
+		wfs_object_unpin_named(fs, o); /* @in's content now */
+	else if (o)
 		wfs_object_unpin(fs, o); /* deletes the object again if the commit failed */
 	if (ret == 0 && old.sealed && !wfs_digest_equal(&old.digest, &d))
 		wfs_object_maybe_delete(fs, &old.digest);

@@ -300,9 +300,10 @@ static void print_daemon_stats(const json_t *d)
 		const json_t *l = json_object_get(d, "lock");
 		const char *at = json_string_value(json_object_get(l, "held_max_at"));
 
-		printf("daemon lock:        longest hold %.1f ms (%s), %llu holds of 10 ms or more "
+		printf("daemon lock:        held %.0f ms in %llu holds since mount; longest hold %.1f ms (%s), %llu holds of 10 ms or more "
 		       "(%.0f ms in all); lent %llu times to catalog work (commits, these totals; longest "
 		       "%.1f ms), %llu opens, releases and stats of sealed files served meanwhile\n",
+		       json_number_value(json_object_get(l, "held_ms")), (unsigned long long)json_u64(l, "holds"),
 		       json_number_value(json_object_get(l, "held_max_ms")),
 		       at ? at : "?",
 		       (unsigned long long)json_u64(l, "holds_slow"), json_number_value(json_object_get(l, "holds_slow_ms")),
@@ -458,6 +459,8 @@ static int stat_prometheus(const char *store, const struct wfs_catalog_stats *st
 		if (json_is_object(l)) {
 			metric("lock_held_max_seconds", "Longest hold of the daemon lock since mount.", "gauge",
 			       labels, json_number_value(json_object_get(l, "held_max_ms")) / 1e3);
+			metric("lock_held_seconds_total", "Time the daemon lock was held since mount.", "counter",
+			       labels, json_number_value(json_object_get(l, "held_ms")) / 1e3);
 			metric("lock_holds_slow_total", "Holds of the daemon lock of 10 ms or more since mount.",
 			       "counter", labels, (double)json_u64(l, "holds_slow"));
 			metric("lock_lends_total", "Times the daemon lock was lent to catalog work since mount.",
