@@ -1705,6 +1705,52 @@ START_TEST(test_kept_dir_rows)
 }
 END_TEST
 
+static void note_name(void *ctx, uint64_t parent, const char *name)
+{
+	(void)ctx, (void)parent, (void)name;
+}
+
+/*
+ * A file this connection made answers "no xattrs" without a query until one is set (BARE_SLOTS in
+ * catalog.c): each way an xattr reaches an inode is seen, and so is a rollback that hands its inode
+ * number out again.
+ */
+START_TEST(test_new_file_xattrs)
+{
+	char buf[64];
+	size_t len = 99;
+	struct wfs_attr a, fresh;
+	uint64_t f, g;
+
+	f = mkfile(ROOT, "f");
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, f, "user.weightfs.dtype", buf, sizeof(buf), &len), -ENODATA);
+	ck_assert_int_eq(wfs_catalog_xattr_list(cat, f, buf, sizeof(buf), &len), 0);
+	ck_assert_uint_eq(len, 0);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, f, "user.weightfs.dtype", "F32", 3, 0), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, f, "user.weightfs.dtype", buf, sizeof(buf), &len), 0);
+	ck_assert_uint_eq(len, 3);
+	ck_assert_int_eq(wfs_catalog_xattr_list(cat, f, buf, sizeof(buf), &len), 0);
+	ck_assert_uint_eq(len, sizeof("user.weightfs.dtype"));
+
+	/* The inode that replaces a name carries its xattrs over. */
+	g = mkfile(ROOT, "g");
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, g, "user.a", "1", 1, 0), 0);
+	ck_assert_int_eq(wfs_catalog_inode_replace(cat, g, note_name, NULL, &fresh), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, fresh.ino, "user.a", buf, sizeof(buf), &len), 0);
+
+	/* A file made in a batch that is rolled back: its number comes again, with xattrs this time. */
+	ck_assert_int_eq(wfs_catalog_batch(cat, true, NULL, NULL), 0);
+	mkfile(ROOT, "first"); /* commits at once */
+	g = mkfile(ROOT, "dropped");
+	wfs_catalog_rollback(cat);
+	ck_assert_int_eq(wfs_catalog_create(cat, ROOT, "again", S_IFREG | 0644, UID, GID, NULL, &a), 0);
+	ck_assert_uint_eq(a.ino, g); /* SQLite hands the number out again after the rollback */
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, a.ino, "user.b", "2", 1, 0), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, a.ino, "user.b", buf, sizeof(buf), &len), 0);
+	ck_assert_int_eq(wfs_catalog_batch(cat, false, NULL, NULL), 0);
+}
+END_TEST
+
 /* ---- runner ---------------------------------------------------------------------------------- */
 
 static void add(Suite *s, const char *name, const TTest *test)
@@ -1726,6 +1772,7 @@ static Suite *catalog_suite(void)
 	add(s, "open_newer_schema", test_open_newer_schema);
 	add(s, "create_kinds", test_create_kinds);
 	add(s, "kept_dir_rows", test_kept_dir_rows);
+	add(s, "new_file_xattrs", test_new_file_xattrs);
 	add(s, "create_invalid", test_create_invalid);
 	add(s, "create_eexist", test_create_eexist);
 	add(s, "create_enotdir", test_create_enotdir);
