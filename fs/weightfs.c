@@ -177,9 +177,9 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 			return 0; /* set by its own template */
 		}
 		fprintf(stderr, "weightfs: -o %s: expected", arg);
-		for (size_t i = 0; i < sizeof(valid) / sizeof(valid[0]); i++)
+		for (size_t i = 0, k = 0; i < sizeof(valid) / sizeof(valid[0]); i++)
 			if (strncmp(arg, valid[i].arg, n) == 0)
-				fprintf(stderr, " %s", valid[i].arg + n);
+				fprintf(stderr, "%s%s", k++ ? " or " : " ", valid[i].arg + n);
 		fprintf(stderr, "\n");
 		return -1;
 	}
@@ -223,8 +223,9 @@ static bool holds_store(const char *dir, const char **found)
  * Refuse what cannot work, or would hide or clobber something, before touching anything: a mount
  * point that is not a directory, a dead mount, one already served by weightfs (a second mount would
  * stack on it), one that holds a store (the arguments swapped: mounting would hide that store and lay
- * a new one out elsewhere), a STORE that is a weightfs mount point, or a store inside its own mount
- * point (the daemon would wait on itself). Prints one line; 0 or -1.
+ * a new one out elsewhere), a STORE that is a weightfs mount point, a store inside its own mount
+ * point (the daemon would wait on itself), inside any other weightfs mount, or inside another store.
+ * Prints one line; 0 or -1.
  */
 static int check_paths(const char *store, const char *mountpoint)
 {
@@ -288,6 +289,28 @@ static int check_paths(const char *store, const char *mountpoint)
 		fprintf(stderr, "weightfs: %s: the store cannot live inside its own mount point %s\n", store,
 			mountpoint);
 		return -1;
+	}
+	/* Its catalog's files would be files of that mount (@st: the store, or the parent it will be
+	 * made in, which may be the mount point itself), and that daemon reads /proc of the threads
+	 * that close them (writer.h): seen deadlocked, both daemons unkillable in D state. */
+	if (wfs_mounts_on(st, other) == 0)
+		snprintf(parent, sizeof(parent), "%s", st);
+	else if (wfs_mounts_below(st, parent, other) != 0)
+		parent[0] = '\0';
+	if (parent[0]) {
+		fprintf(stderr, "weightfs: %s: inside the weightfs mount %s (of %s): a store must live outside "
+			"any mount of one\n", store, parent, other);
+		return -1;
+	}
+	/* Inside another store (its tmp/ or objects/, say): that store's collection and fsck would take
+	 * this one's files for its own. */
+	for (char *slash = strrchr(st, '/'); slash && slash != st; slash = strrchr(st, '/')) {
+		*slash = '\0';
+		if (holds_store(st, &mark) && strcmp(mark, WFS_STORE_CATALOG) == 0) {
+			fprintf(stderr, "weightfs: %s: inside the weightfs store %s: a store must live outside "
+				"any other\n", store, st);
+			return -1;
+		}
 	}
 	return 0;
 }

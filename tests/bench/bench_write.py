@@ -450,6 +450,57 @@ def small_sizes(n):
             for _ in range(n)]
 
 
+SMALL_RANKS = 16  # rank processes of row 3's many-writer pass: a node's 8-16 ranks through one mount
+
+
+def write_small(d, first, sizes, pool, stamp):
+    """The trainer pattern for tensors @first.. of @sizes in directory @d: temp name, write, close,
+    rename. Each tensor's bytes are @pool's at a shifting offset with (@stamp, index) in front, so
+    no two tensors of a run share content."""
+    for i, size in enumerate(sizes, first):
+        off = (i * 4099) % 4096
+        pool[off:off + 16] = stamp.to_bytes(8, "little") + i.to_bytes(8, "little")
+        tmp = os.path.join(d, f".tmp-{i}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            write_all(fd, memoryview(pool)[off:off + size])
+        finally:
+            os.close(fd)
+        os.rename(tmp, os.path.join(d, f"model.layers.{i}.weight"))
+
+
+def small_ranks_pass(top, sizes, stamp):
+    """Row 3's tensors written by SMALL_RANKS processes at once, each into its own directory under
+    @top (rankN/, a slice of @sizes each); returns the seconds from the start signal to the last
+    rank's end."""
+    per = -(-len(sizes) // SMALL_RANKS)
+    mp = multiprocessing.get_context("fork")  # the ranks share this process's sizes and stamp
+    go, done = mp.Event(), mp.Queue()
+
+    def rank(n):
+        d = os.path.join(top, f"rank{n}")
+        os.makedirs(d)
+        pool = bytearray(os.urandom((1 << 20) + 4096))
+        done.put(("ready", n))
+        go.wait()
+        write_small(d, n * per, sizes[n * per:(n + 1) * per], pool, stamp)
+        done.put(("done", time.perf_counter()))
+
+    procs = [mp.Process(target=rank, args=(n,)) for n in range(SMALL_RANKS)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        done.get()
+    t0 = time.perf_counter()
+    go.set()
+    ends = [done.get()[1] for _ in procs]
+    for p in procs:
+        p.join()
+        if p.exitcode:
+            raise RuntimeError(f"a rank of the many-writer pass exited with {p.exitcode}")
+    return max(ends) - t0
+
+
 def row_small(ctx, r, order):
     res = {}
     pool = bytearray(os.urandom((1 << 20) + 4096))
@@ -461,17 +512,7 @@ def row_small(ctx, r, order):
         names = [os.path.join(d, f"model.layers.{i}.weight") for i in range(len(ctx.sizes))]
         q0 = fuse_requests(ctx) if side == "wfs" else None
         t0 = time.perf_counter()
-        for i, (name, size) in enumerate(zip(names, ctx.sizes)):
-            off = (i * 4099) % 4096
-            pool[off:off + 16] = ((ctx.nonce << 16) | (r << 1) | (side == "wfs")).to_bytes(8, "little") \
-                + i.to_bytes(8, "little")
-            tmp = os.path.join(d, f".tmp-{i}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-            try:
-                write_all(fd, memoryview(pool)[off:off + size])
-            finally:
-                os.close(fd)
-            os.rename(tmp, name)
+        write_small(d, 0, ctx.sizes, pool, (ctx.nonce << 16) | (r << 2) | (side == "wfs"))
         t1 = time.perf_counter()
         q1 = fuse_requests(ctx) if side == "wfs" else None
         for name in names:
@@ -486,6 +527,15 @@ def row_small(ctx, r, order):
         res[f"small/{side}"] = t2 - t0
     for side in order:
         rm_tree(os.path.join(ctx.sync_dir if side == "wfs" else ctx.native_dir, "small"))
+    settle()
+    for side in order:
+        top = os.path.join(ctx.sync_dir if side == "wfs" else ctx.native_dir, "small-ranks")
+        rm_tree(top)
+        os.makedirs(top)
+        os.sync()
+        res[f"small-ranks/{side}"] = small_ranks_pass(top, ctx.sizes,
+                                                      (ctx.nonce << 16) | (r << 2) | 2 | (side == "wfs"))
+        rm_tree(top)
     settle()
     return res
 
@@ -900,7 +950,9 @@ def summarize(ctx, results):
         rows = [line("write: temp name, close, rename", "small-write", "s", None, "{:.2f}", speed=False),
                 line("read: open, mmap, 1 byte / page, close", "small-read", "s", None, "{:.2f}",
                      speed=False),
-                line("**total**", "small", "s", 0.5, "{:.2f}", chart_label="small tensors", speed=False)]
+                line("**total**", "small", "s", 0.5, "{:.2f}", chart_label="small tensors", speed=False),
+                line(f"write, {SMALL_RANKS} rank processes at once (each its own directory)", "small-ranks",
+                     "s", None, "{:.2f}", speed=False)]
         table(f"3. Small tensors: {len(ctx.sizes):,} of 4 KiB–1 MiB, {tot / 1e9:.2f} GB per side "
               "(seconds; ratio = native s / weightfs s)",
               "| phase | weightfs (s) | native (s) | ratio | goal |", rows,

@@ -157,6 +157,16 @@ run "$DAEMON" "$work/store-b" "$MNT" -o nosync
 expect "mount on a live weightfs mount: exit 1, says unmount" 1 "" "already a weightfs mount \(of $STORE\); unmount it first: fusermount3 -u "
 run "$DAEMON" "$MNT" "$work/mnt2" -o nosync
 expect "a weightfs mount point as STORE: exit 1, arguments look swapped" 1 "" "not a store: the arguments look swapped"
+# A store inside a weightfs mount deadlocked both daemons (found by a new user); one inside another
+# store would be taken for that store's files.
+run "$DAEMON" "$MNT/nested-store" "$work/mnt2" -o nosync
+expect "a store inside a weightfs mount: exit 1, says so" 1 "" \
+	"inside the weightfs mount [^ ]+ \(of [^ ]+\): a store must live outside any mount of one\$"
+run "$DAEMON" "$STORE/tmp/nested" "$work/mnt2" -o nosync
+expect "a store inside another store: exit 1, says so" 1 "" \
+	"inside the weightfs store [^ ]+: a store must live outside any other\$"
+[ ! -e "$MNT/nested-store" ] && [ ! -e "$STORE/tmp/nested" ]
+verdict "refused nested stores made nothing" $? "$(ls -la "$MNT" "$STORE/tmp")"
 if [ -e "$work/store-b" ] || mountpoint -q "$work/mnt2"; then
 	fail "refused mounts made nothing" "$(ls -la "$work")"
 else
