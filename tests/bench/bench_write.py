@@ -959,7 +959,10 @@ def summarize(ctx, results):
               "Sizes: log2(size) is the minimum of two uniform draws in [12, 20] (fixed seed, the same "
               "sizes on both sides): 4 KiB–1 MiB with small tensors more common, which keeps 20,000 "
               "tensors at ~1.3 GB per side (log-uniform sizes would be ~3.8 GB). The read phase runs "
-              "right after the writes (warm). " +
+              "right after the writes (warm). The many-writer line: the same tensors written by "
+              f"{SMALL_RANKS} rank processes at once, each its slice into its own directory (rankN/), "
+              "timed from a common start to the last rank's end (a node's ranks offloading through "
+              "one mount). " +
               (requests_note(results, [("write (per tensor)", "req/small-write"),
                                        ("read (per tensor)", "req/small-read")]) or ""))
     if 4 in ctx.rows:
