@@ -435,8 +435,9 @@ static void dir_keep(struct wfs_catalog *c, const struct wfs_attr *a)
 		*dir_slot(c, a->ino) = (struct dir_slot){.valid = true, .attr = *a};
 }
 
-/* A rollback may have undone what the kept rows say (and inode numbers are handed out again). */
-static void dirs_forget(struct wfs_catalog *c)
+/* Forget what the catalog keeps (the directory rows, the bare files): a rollback may have undone
+ * it, and hands inode numbers out again. */
+static void kept_forget(struct wfs_catalog *c)
 {
 	for (size_t i = 0; i < DIR_SLOTS; i++)
 		c->dirs[i].valid = false;
@@ -475,7 +476,7 @@ static void rollback_hook(void *arg)
 {
 	struct wfs_catalog *c = arg;
 
-	dirs_forget(c);
+	kept_forget(c);
 	if (c->watch.changed)
 		c->watch.changed(c->watch.ctx, 0);
 }
@@ -576,14 +577,14 @@ static int end(struct wfs_catalog *c, int ret)
 {
 	if (c->batch) {
 		if (sqlite3_get_autocommit(c->db)) { /* SQLite rolled the whole batch back */
-			dirs_forget(c);
+			kept_forget(c);
 			batch_lost(c, ret ? ret : -EIO);
 			return ret ? ret : -EIO;
 		}
 		if (ret) {
 			step_done(c, stmt(c, ST_ROLLBACK_TO));
 			step_done(c, stmt(c, ST_RELEASE));
-			dirs_forget(c); /* no hook tells what a savepoint's rollback undid */
+			kept_forget(c); /* no hook tells what a savepoint's rollback undid */
 			return ret;
 		}
 		ret = step_done(c, stmt(c, ST_RELEASE));

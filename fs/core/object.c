@@ -80,8 +80,7 @@ const struct wfs_digest *wfs_object_digest(const struct wfs_object *o)
 	return &o->digest;
 }
 
-/* The last pin of @o dropped: close, release, free, and delete the object if nothing refers to it. */
-/* Free @o's entry, its descriptor and backing id; then delete the object if @ask and nothing
+/* The last pin of @o dropped: close, release, free, and (with @ask) delete the object if nothing
  * refers to it. */
 static void last_unpin(struct wfs_fs *fs, struct wfs_object *o, bool ask)
 {
