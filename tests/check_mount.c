@@ -1434,6 +1434,11 @@ START_TEST(tensor_xattrs)
 	mu_assert_file_equals(mu_path("w"), (const unsigned char *)"0123456789abcdef", 16);
 	ck_assert_int_eq(mu_count_objects(), objects);
 	ck_assert_int_eq(mu_log_count("seal refused: shape [2,2] x F32 (4 bytes) does not make the file's 20"), 1);
+	ck_assert_int_eq(mu_log_count("(cut short"), 0); /* longer than declared: the shape is the news */
+	/* Shorter than declared: the log says what usually cuts a tensor short (a failed write). */
+	ck_assert_int_eq(mu_write_file(mu_path("w"), "01234567", 8), -EINVAL);
+	mu_assert_file_equals(mu_path("w"), (const unsigned char *)"0123456789abcdef", 16);
+	ck_assert_int_eq(mu_log_count("does not make the file's 8 bytes (cut short: a write that failed"), 1);
 	ck_assert_int_eq(mu_write_file(mu_path("w"), "fedcba9876543210", 16), 0);
 	mu_assert_file_equals(mu_path("w"), (const unsigned char *)"fedcba9876543210", 16);
 	/* Set while a new file is being written: checked when it is sealed. */

@@ -892,17 +892,22 @@ int wfs_seal_fits(struct wfs_fs *fs, uint64_t ino, uint64_t size, const char *na
 		  size_t len, const char *what)
 {
 	struct declared t;
-
 	uint64_t bytes;
+	int ret;
 
 	if (size == 0 || read_declared(fs, ino, name, value, len, &t))
 		return 0; /* empty fits every declaration: a tensor before its bytes, or emptied (`: > f`) */
-	if (wfs_tensor_bytes(t.dtype, t.dtype_len, t.shape, t.shape_len, &bytes) == 0 && bytes == size)
+	ret = wfs_tensor_bytes(t.dtype, t.dtype_len, t.shape, t.shape_len, &bytes);
+	if (ret == 0 && bytes == size)
 		return 0;
+	/* A file shorter than its declaration at a close: most often the writer's own error (ENOSPC from
+	 * a write(2), which it heard), not the shape. (With @name, a new declaration is what is wrong.) */
 	wfs_log(WFS_LOG_WARN, "inode %llu (find MNT -inum %llu): %s: shape %.*s x %.*s (%d bytes) "
-		"does not make the file's %llu bytes", (unsigned long long)ino, (unsigned long long)ino, what,
+		"does not make the file's %llu bytes%s", (unsigned long long)ino, (unsigned long long)ino, what,
 		(int)(t.shape_len < 96 ? t.shape_len : 96), t.shape, (int)t.dtype_len, t.dtype, t.bytes,
-		(unsigned long long)size);
+		(unsigned long long)size,
+		!name && ret == 0 && size < bytes ? " (cut short: a write that failed, ENOSPC for one, or a writer that "
+					   "stopped early)" : "");
 	return -EINVAL;
 }
 
