@@ -290,14 +290,8 @@ static int check_paths(const char *store, const char *mountpoint)
 			mountpoint);
 		return -1;
 	}
-	/* Its catalog's files would be files of that mount (@st: the store, or the parent it will be
-	 * made in, which may be the mount point itself), and that daemon reads /proc of the threads
-	 * that close them (writer.h): seen deadlocked, both daemons unkillable in D state. */
-	if (wfs_mounts_on(st, other) == 0)
-		snprintf(parent, sizeof(parent), "%s", st);
-	else if (wfs_mounts_below(st, parent, other) != 0)
-		parent[0] = '\0';
-	if (parent[0]) {
+	/* @st: the store, or the parent it will be made in, which may be the mount point itself. */
+	if (wfs_mounts_holding(st, parent, other) == 0) {
 		fprintf(stderr, "weightfs: %s: inside the weightfs mount %s (of %s): a store must live outside "
 			"any mount of one\n", store, parent, other);
 		return -1;

@@ -115,6 +115,17 @@ int wfs_mounts_below(const char *path, char *dir, char *store)
 	return search(holding, &(struct search){.key = path, .dir = dir, .store = store});
 }
 
+int wfs_mounts_holding(const char *path, char *dir, char *store)
+{
+	int ret = wfs_mounts_on(path, store);
+
+	if (ret == 0) {
+		snprintf(dir, PATH_MAX, "%s", path);
+		return 0;
+	}
+	return ret == -ENOENT ? wfs_mounts_below(path, dir, store) : ret;
+}
+
 int wfs_mounts_device(const char *dir, char dev[WFS_MOUNT_DEV_BYTES])
 {
 	FILE *f = fopen("/proc/self/mountinfo", "re");

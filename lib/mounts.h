@@ -53,6 +53,15 @@ int wfs_mounts_of(const char *store, bool live, char *dir);
  */
 int wfs_mounts_below(const char *path, char *dir, char *store);
 
+/*
+ * Is @path (a resolved path) a weightfs mount point or inside one — a place no store may live (its
+ * files would be that mount's, served by a daemon that reads /proc of the threads closing them:
+ * two daemons seen deadlocked)? Its mount point into @dir (equal to @path for a mount point) and
+ * that mount's store into @store (PATH_MAX bytes each). Returns 0, -ENOENT when it is neither, or
+ * an error of wfs_mounts_each(). @dir and @store are meaningful only after 0.
+ */
+int wfs_mounts_holding(const char *path, char *dir, char *store);
+
 #define WFS_MOUNT_DEV_BYTES 32 /* "MAJ:MIN" and its NUL */
 
 /*

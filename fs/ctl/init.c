@@ -86,14 +86,13 @@ int wfs_ctl_init(int argc, char **argv)
 		return ret;
 	path = argv[optind];
 	if (resolve(path, real) == 0) {
-		if (wfs_mounts_on(real, store) == 0) {
-			fprintf(stderr, "weightfsctl init: %s: a weightfs mount point (of %s): a store must live "
-				"outside any mount of one\n", path, store);
-			return 1;
-		}
-		if (wfs_mounts_below(real, mnt, store) == 0) {
-			fprintf(stderr, "weightfsctl init: %s: inside the weightfs mount %s (of %s): a store must "
-				"live outside any mount of one\n", path, mnt, store);
+		if (wfs_mounts_holding(real, mnt, store) == 0) {
+			if (strcmp(mnt, real) == 0)
+				fprintf(stderr, "weightfsctl init: %s: a weightfs mount point (of %s): a store "
+					"must live outside any mount of one\n", path, store);
+			else
+				fprintf(stderr, "weightfsctl init: %s: inside the weightfs mount %s (of %s): a "
+					"store must live outside any mount of one\n", path, mnt, store);
 			return 1;
 		}
 	}
