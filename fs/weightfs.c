@@ -558,6 +558,19 @@ int main(int argc, char *argv[])
 		wfs_log_open_file(logpath);
 	}
 	warn_if_open(fs.opt.store);
+	{
+		char what[PATH_MAX + 16];
+		int pid;
+
+		if (wfs_store_unclean(fs.store, &pid, what, sizeof(what)))
+			wfs_log(WFS_LOG_WARN, "%s was not closed by its last owner (pid %d%s%s): killed, crashed "
+				"or a power loss. Recovery runs now. A killed daemon's last %d ms of changes that "
+				"no close or fsync waited for are gone; after a power loss, also files of its last "
+				"%d ms whose bytes had not reached the disk: their first open fails with EIO "
+				"(weightfsctl fsck %s lists them)",
+				fs.opt.store, pid, what[0] ? ", " : "", what, WFS_COMMIT_INTERVAL_MS,
+				WFS_SYNC_INTERVAL_MS, fs.opt.store);
+	}
 	/* SQLite connections must not cross fork(): recover now, reopen after daemonizing. */
 	if (open_catalog(&fs, true)) {
 		ret = 1;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "fault.h"
+#include "log.h"
 #include "weightfs.h"
 
 struct wfs_store {
@@ -21,6 +22,10 @@ struct wfs_store {
 	int objects_fd; /* STORE/objects */
 	int tmp_fd;     /* STORE/tmp */
 	int lock_fd;    /* STORE/lock, flock()ed; -1 when read-only */
+	pid_t owner;    /* the process that holds the flock and recorded itself (0: none): its own
+			 * clean wfs_store_close() empties STORE/lock; a forked child's does not */
+	int unclean_pid; /* the last owner's pid, when it left STORE/lock filled (wfs_store_unclean) */
+	char *unclean_what; /* ... and its recorded line */
 };
 
 static int open_subdir(int dir_fd, const char *name, bool create, int *out)
@@ -117,12 +122,53 @@ static int classify_dir(int dir_fd)
 	return ret;
 }
 
+/*
+ * Parse STORE/lock's text @buf (NUL-terminated; what write_owner() wrote): the pid into *@pid and
+ * the line after it into @what (@what_bytes bytes, may be 0). Returns 0, or -ENOENT when it records
+ * no process (empty: the last owner closed the store; or not a pid line).
+ */
+static int parse_owner(char *buf, int *pid, char *what, size_t what_bytes)
+{
+	char *nl = strchr(buf, '\n');
+	long v;
+
+	if (!nl)
+		return -ENOENT;
+	*nl = '\0';
+	errno = 0;
+	v = strtol(buf, NULL, 10);
+	if (errno || v <= 0 || v > INT_MAX)
+		return -ENOENT;
+	*pid = (int)v;
+	if (what_bytes) {
+		char *end = strchr(nl + 1, '\n');
+
+		if (end)
+			*end = '\0';
+		snprintf(what, what_bytes, "%s", nl + 1);
+	}
+	return 0;
+}
+
+/* Read STORE/lock (descriptor @fd) and parse it (parse_owner). Returns 0, -ENOENT or -errno. */
+static int read_owner(int fd, int *pid, char *what, size_t what_bytes)
+{
+	char buf[PATH_MAX + 64];
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+
+	if (n < 0)
+		return -errno;
+	buf[n] = '\0';
+	return parse_owner(buf, pid, what, what_bytes);
+}
+
 /* Record this process as the store's owner in STORE/lock (wfs_store_owner() reads it). */
 static void write_owner(struct wfs_store *s, const char *what)
 {
 	char line[PATH_MAX + 32];
 	int n = snprintf(line, sizeof(line), "%d\n%s\n", (int)getpid(), what ? what : "");
 
+	s->owner = getpid();
 	if (n < 0 || (size_t)n >= sizeof(line) || ftruncate(s->lock_fd, 0) < 0)
 		return;
 	if (pwrite(s->lock_fd, line, (size_t)n, 0) < 0)
@@ -195,6 +241,16 @@ int wfs_store_open(const char *path, unsigned flags, struct wfs_store **out)
 			}
 			usleep(100000);
 		}
+		{
+			char what[PATH_MAX + 16];
+			int pid;
+
+			/* Filled: its last owner never reached wfs_store_close(). */
+			if (read_owner(s->lock_fd, &pid, what, sizeof(what)) == 0) {
+				s->unclean_pid = pid;
+				s->unclean_what = strdup(what); /* NULL: the line is not told */
+			}
+		}
 		write_owner(s, NULL);
 		ret = clean_tmp(s);
 		if (ret)
@@ -215,10 +271,7 @@ void wfs_store_set_owner(struct wfs_store *s, const char *what)
 
 int wfs_store_owner(const char *path, int *pid, char *what, size_t what_bytes)
 {
-	char buf[PATH_MAX + 64], *nl;
-	ssize_t n;
-	long v;
-	int fd, dir_fd, ret = 0;
+	int fd, dir_fd, ret;
 
 	dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dir_fd < 0)
@@ -229,32 +282,23 @@ int wfs_store_owner(const char *path, int *pid, char *what, size_t what_bytes)
 		close(dir_fd);
 		return ret;
 	}
-	n = pread(fd, buf, sizeof(buf) - 1, 0);
-	if (n < 0)
-		ret = -errno;
+	ret = read_owner(fd, pid, what, what_bytes);
 	close(fd);
 	close(dir_fd);
-	if (ret)
-		return ret;
-	buf[n] = '\0';
-	nl = strchr(buf, '\n');
-	if (!nl)
-		return -ENOENT;
-	*nl = '\0';
-	errno = 0;
-	v = strtol(buf, NULL, 10);
 	/* A pid left by a holder that is gone (or a lock held by something that wrote none). */
-	if (errno || v <= 0 || v > INT_MAX || (kill((pid_t)v, 0) < 0 && errno == ESRCH))
-		return -ENOENT;
-	*pid = (int)v;
-	if (what_bytes) {
-		char *end = strchr(nl + 1, '\n');
+	if (ret == 0 && kill((pid_t)*pid, 0) < 0 && errno == ESRCH)
+		ret = -ENOENT;
+	return ret;
+}
 
-		if (end)
-			*end = '\0';
-		snprintf(what, what_bytes, "%s", nl + 1);
-	}
-	return 0;
+bool wfs_store_unclean(const struct wfs_store *s, int *pid, char *what, size_t what_bytes)
+{
+	if (!s->unclean_pid)
+		return false;
+	*pid = s->unclean_pid;
+	if (what_bytes)
+		snprintf(what, what_bytes, "%s", s->unclean_what ? s->unclean_what : "");
+	return true;
 }
 
 void wfs_store_close(struct wfs_store *s)
@@ -265,8 +309,13 @@ void wfs_store_close(struct wfs_store *s)
 		close(s->tmp_fd);
 	if (s->objects_fd >= 0)
 		close(s->objects_fd);
+	/* Emptied before the flock goes: the next owner knows this one closed the store. */
+	if (s->owner && s->owner == getpid() && ftruncate(s->lock_fd, 0) < 0)
+		wfs_log(WFS_LOG_WARN, "%s/lock: cannot empty it (%s): the next mount will say this process "
+			"did not close the store", s->path ? s->path : "store", strerror(errno));
 	if (s->lock_fd >= 0)
 		close(s->lock_fd); /* drops the flock */
+	free(s->unclean_what);
 	if (s->dir_fd >= 0)
 		close(s->dir_fd);
 	free(s->path);

@@ -11,7 +11,9 @@
  *                               inspection; writing the same content again stores a good copy.
  *   STORE/catalog.db            the namespace (catalog.h); not touched by this module.
  *   STORE/lock                  flock()ed by the one process that owns the store read-write, which
- *                               writes its pid and what it does there (a daemon: its mount point).
+ *                               writes its pid and what it does there (a daemon: its mount point),
+ *                               and empties it at its wfs_store_close(): left filled, it names an
+ *                               owner that was killed or crashed (wfs_store_unclean()).
  *
  * A store is private to its owner: a new one is made 0700 (its subdirectories 0700 too), so other
  * users reach its objects only through a mount, under each file's own mode. A store is laid out only
@@ -77,6 +79,16 @@ void wfs_store_set_owner(struct wfs_store *s, const char *what);
  * or the recorded process is gone: the lock is held by something that wrote no pid), or -errno.
  */
 int wfs_store_owner(const char *path, int *pid, char *what, size_t what_bytes);
+
+/*
+ * Did the store's last read-write owner end without wfs_store_close() (SIGKILL, the OOM killer, a
+ * crash, the machine going down)? wfs_store_open() reads STORE/lock before it records the caller.
+ * Returns true with the pid that owner recorded in *@pid and its recorded line in @what (@what_bytes
+ * bytes, NUL-terminated, "" when none; a daemon's "mounted on MNT"; @what may be NULL when
+ * @what_bytes is 0); false when it closed the store, for a new or read-only store. Stores written
+ * before this check existed were never emptied: their first open says true once.
+ */
+bool wfs_store_unclean(const struct wfs_store *s, int *pid, char *what, size_t what_bytes);
 
 /* The path given to wfs_store_open(); owned by the store. */
 const char *wfs_store_path(const struct wfs_store *s);

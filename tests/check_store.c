@@ -299,6 +299,53 @@ START_TEST(test_open_owner)
 }
 END_TEST
 
+/* STORE/lock left filled names an owner that never closed the store (killed); a clean close empties it. */
+START_TEST(test_open_unclean)
+{
+	struct wfs_store *s = open_store(WFS_STORE_CREATE | WFS_STORE_NOSYNC);
+	char what[64] = "sentinel";
+	int pid = 0, status;
+	pid_t child;
+
+	ck_assert(!wfs_store_unclean(s, &pid, what, sizeof(what))); /* a new store */
+	wfs_store_close(s);
+	s = open_store(0);
+	ck_assert(!wfs_store_unclean(s, &pid, what, sizeof(what))); /* closed cleanly */
+	/* A forked child closing the store it inherited leaves the parent's record alone. */
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		wfs_store_close(s);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert_int_eq(wfs_store_owner(store_dir, &pid, NULL, 0), 0);
+	ck_assert_int_eq(pid, (int)getpid());
+	wfs_store_close(s);
+	/* An owner that exits without closing (as SIGKILL would end it). */
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		struct wfs_store *c = NULL;
+
+		if (wfs_store_open(store_dir, 0, &c) != 0)
+			_exit(1);
+		wfs_store_set_owner(c, "mounted on /mnt/y");
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	s = open_store(0);
+	ck_assert(wfs_store_unclean(s, &pid, what, sizeof(what)));
+	ck_assert_int_eq(pid, (int)child);
+	ck_assert_str_eq(what, "mounted on /mnt/y");
+	wfs_store_close(s);
+	s = open_store(0);
+	ck_assert(!wfs_store_unclean(s, &pid, what, sizeof(what)));
+	wfs_store_close(s);
+}
+END_TEST
+
 START_TEST(test_open_busy)
 {
 	struct wfs_store *a = open_store(WFS_STORE_CREATE | WFS_STORE_NOSYNC), *b = NULL, *ro = NULL;
@@ -942,6 +989,7 @@ static Suite *store_suite(void)
 	tcase_add_test(tcase(s, "open_not_a_store"), test_open_not_a_store);
 	tcase_add_test(tcase(s, "open_create_where"), test_open_create_where);
 	tcase_add_test(tcase(s, "open_owner"), test_open_owner);
+	tcase_add_test(tcase(s, "open_unclean"), test_open_unclean);
 	tc = tcase(s, "open_lock");
 	tcase_add_test(tc, test_open_busy);
 	tcase_add_test(tc, test_open_busy_other_process);

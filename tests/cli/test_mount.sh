@@ -586,8 +586,20 @@ run fusermount3 -u "$M"
 expect "dead mount: the printed command clears it" 0
 if ! mounted "$M" >/dev/null && "$B/weightfs" "$S" "$M" -o nosync; then
 	expect_io "dead mount: cleared, mounted again" "$M"
+	grep -q "was not closed by its last owner (pid $pid, mounted on $M): killed" "$S/weightfs.log"
+	verdict "dead mount: the next mount logs that the killed daemon did not close the store" $? \
+		"$(tail -n 3 "$S/weightfs.log")"
 	expect_umount "dead mount: remount" "$M"
 	expect_clean "dead mount" "$S"
+	if "$B/weightfs" "$S" "$M" -o nosync; then
+		expect_umount "dead mount: a mount after a clean unmount" "$M"
+		flock -w 10 "$S/lock" true
+		n=$(grep -c "was not closed by its last owner" "$S/weightfs.log")
+		[ "$n" -eq 1 ]
+		verdict "dead mount: a mount after a clean unmount says nothing of it" $? "$n lines"
+	else
+		fail "dead mount: a mount after a clean unmount"
+	fi
 else
 	fail "dead mount: cleared, mounted again" "$(mounted "$M")"
 fi
