@@ -479,6 +479,32 @@ def first(T, a):
             pass
         else:
             raise AssertionError("offload(object()) accepted")
+        # A numpy array of Python objects: its bytes would be addresses. Refused, nothing written.
+        obj = os.path.join(mnt, "pkg", "objects-array")
+        for fn in (lambda: weightfs.offload(np.array([1, "a"], dtype=object), obj),
+                   lambda: weightfs.digest(np.array([1, "a"], dtype=object))):
+            try:
+                fn()
+            except TypeError as e:
+                assert "Python objects" in str(e), e
+            else:
+                raise AssertionError("a dtype=object array accepted")
+        assert not os.path.exists(obj)
+        # Not a regular file: a directory on weightfs has st_size 0, which must not load as empty.
+        d = os.path.join(mnt, "pkg", "rank0")
+        fifo = os.path.join(mnt, "pkg", "a-fifo")
+        os.mkfifo(fifo)
+        try:
+            for path, code in ((d, errno.EISDIR), (fifo, errno.EINVAL)):
+                for numpy_ in (False, True):
+                    try:
+                        weightfs.load(path, numpy=numpy_)
+                    except OSError as e:
+                        assert e.errno == code and e.filename == path, (e.errno, e.filename)
+                    else:
+                        raise AssertionError(f"load({path}) of a non-regular file accepted")
+        finally:
+            os.unlink(fifo)
         f = os.path.join(mnt, "pkg", "rank0", "all-U8")
         try:
             weightfs.offload(b"abc", os.path.join(f, "under-a-file"))

@@ -31,6 +31,7 @@ import itertools
 import operator
 import os
 import re
+import stat
 import sys
 import threading
 import time
@@ -310,7 +311,8 @@ def digest(data: Any) -> str:
     buffer (64 MiB per device, pinned when CUDA allows). Host memory is hashed in place, without a copy,
     with the GIL released.
 
-    Raises TypeError for an object without bytes, OSError when libweightfs.so cannot be loaded."""
+    Raises TypeError for an object without bytes (a numpy array of Python objects included), OSError
+    when libweightfs.so cannot be loaded."""
     if _is_torch_tensor(data):
         if data.device.type == "cuda":
             t = data.detach()
@@ -330,8 +332,14 @@ def digest(data: Any) -> str:
 
 
 def _contiguous_array(data):
-    """numpy arrays that are not C-contiguous -> a contiguous copy; anything else as given."""
+    """numpy arrays that are not C-contiguous -> a contiguous copy; anything else as given.
+
+    Raises TypeError for a numpy array whose dtype holds Python objects (dtype=object, or a structured
+    dtype with such a field): its bytes are the objects' addresses in this process, not data."""
     if type(data).__module__.startswith("numpy") and hasattr(data, "flags"):
+        if getattr(getattr(data, "dtype", None), "hasobject", False):
+            raise TypeError(f"numpy array of dtype {data.dtype} holds Python objects, whose bytes are "
+                            "their addresses in this process, not tensor data")
         if not data.flags["C_CONTIGUOUS"]:
             import numpy
 
@@ -1055,6 +1063,11 @@ def load(path: PathLike, dtype: Any = None, shape: Optional[Sequence[int]] = Non
     numpy cannot represent (BF16 with numpy=True); ImportError when torch (or numpy) is missing."""
     path = os.fspath(path)
     st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        # A directory on weightfs has st_size 0: without this an empty tensor would come back.
+        code = errno.EISDIR if stat.S_ISDIR(st.st_mode) else errno.EINVAL
+        raise OSError(code, "load: not a regular file" + (
+            " (a directory)" if code == errno.EISDIR else ""), path)
     xname, xshape = (None, None) if dtype is not None and shape is not None else tensor_info(path)
     name = dtype_name(dtype) if dtype is not None else (xname or "U8")
     if name is None:
