@@ -227,6 +227,14 @@ static bool holds_store(const char *dir, const char **found)
  * point (the daemon would wait on itself), inside any other weightfs mount, or inside another store.
  * Prints one line; 0 or -1.
  */
+/* Say that @mountpoint is a mount whose daemon is gone (ENOTCONN), and how to clear it. */
+static void dead_mount(const char *mountpoint)
+{
+	fprintf(stderr, "weightfs: %s: a dead mount (its daemon is gone: %s); clear it with: fusermount3 -u %s "
+		"(if that says busy, a process still has a file open there: fusermount3 -uz %s detaches it "
+		"now)\n", mountpoint, strerror(ENOTCONN), mountpoint, mountpoint);
+}
+
 static int check_paths(const char *store, const char *mountpoint)
 {
 	char mnt[PATH_MAX], st[PATH_MAX], parent[PATH_MAX], other[PATH_MAX];
@@ -236,9 +244,7 @@ static int check_paths(const char *store, const char *mountpoint)
 
 	if (stat(mountpoint, &sb) < 0) {
 		if (errno == ENOTCONN)
-			fprintf(stderr, "weightfs: %s: a dead mount (its daemon is gone: %s); clear it with: "
-				"fusermount3 -u %s (busy: a process still has a file open there; fusermount3 -uz detaches "
-				"it now)\n", mountpoint, strerror(errno), mountpoint);
+			dead_mount(mountpoint);
 		else
 			fprintf(stderr, "weightfs: %s: %s\n", mountpoint, strerror(errno));
 		return -1;
@@ -255,9 +261,7 @@ static int check_paths(const char *store, const char *mountpoint)
 		/* stat(2) of a dead mount's root can succeed from the kernel's attribute cache; statfs is
 		 * always sent to the daemon, and fails with ENOTCONN once it is gone. */
 		if (statfs(mnt, &sf) < 0 && errno == ENOTCONN)
-			fprintf(stderr, "weightfs: %s: a dead mount (its daemon is gone: %s); clear it with: "
-				"fusermount3 -u %s (busy: a process still has a file open there; fusermount3 -uz detaches "
-				"it now)\n", mountpoint, strerror(ENOTCONN), mountpoint);
+			dead_mount(mountpoint);
 		else
 			fprintf(stderr, "weightfs: %s: already a weightfs mount (of %s); unmount it first: "
 				"fusermount3 -u %s\n", mountpoint, other, mountpoint);
@@ -442,6 +446,7 @@ int main(int argc, char *argv[])
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts cmd = {0};
 	struct fuse_loop_config *loop = NULL;
+	bool mounted = false; /* fuse_session_mount() succeeded: a clean end is logged */
 	struct wfs_fs fs = {0};
 	char fsname[PATH_MAX + 16];
 	uint64_t readahead = 0;
@@ -592,7 +597,15 @@ int main(int argc, char *argv[])
 		goto out_session;
 	if (fuse_session_mount(fs.se, cmd.mountpoint) != 0)
 		goto out_signals;
+	mounted = true;
+	/* Request threads are never retired: one that libfuse let go while it led would leave the
+	 * device unread until a follower took over (receive.h). Say so (on the terminal too: before
+	 * the daemon leaves it) rather than ignore it. */
+	if (cmd.max_idle_threads != UINT_MAX)
+		wfs_log(WFS_LOG_WARN, "-o max_idle_threads=%u is not used: request threads stay once started "
+			"(at most max_threads)", cmd.max_idle_threads);
 	fuse_daemonize(cmd.foreground);
+	wfs_log(WFS_LOG_INFO, "%s mounted on %s (pid %d)", fs.opt.store, cmd.mountpoint, (int)getpid());
 	{
 		char what[PATH_MAX + 16];
 
@@ -609,11 +622,6 @@ int main(int argc, char *argv[])
 	wfs_direct_start(&fs, cmd.mountpoint); /* without it, clients read the mounted files */
 
 	wfs_receive_install(fs.se, fs.opt.spin_us); /* without it, libfuse's receive path: slower */
-	/* Request threads are never retired: one that libfuse let go while it led would leave the
-	 * device unread until a follower took over (receive.h). Say so rather than ignore it. */
-	if (cmd.max_idle_threads != UINT_MAX)
-		wfs_log(WFS_LOG_WARN, "-o max_idle_threads=%u is not used: request threads stay once started "
-			"(at most max_threads)", cmd.max_idle_threads);
 	if (cmd.singlethread) {
 		ret = fuse_session_loop(fs.se);
 	} else {
@@ -647,6 +655,9 @@ out:
 	wfs_fs_release(&fs);
 	fuse_loop_cfg_destroy(loop);
 	wfs_catalog_close(fs.catalog);
+	if (mounted)
+		wfs_log(ret ? WFS_LOG_WARN : WFS_LOG_INFO, "%s: unmounted, store closed%s", cmd.mountpoint,
+			ret ? " after an error" : "");
 	wfs_store_close(fs.store);
 	free(cmd.mountpoint);
 	free(fs.opt.store);

@@ -16,9 +16,12 @@ static void gc_usage(FILE *out)
 		     "Remove objects no name uses, least recently released first, until those left take\n"
 		     "at most SIZE bytes (default 0: remove them all). The store must not be mounted (the\n"
 		     "daemon does the same online with -o retain=SIZE).\n\n"
+		     "  --retain SIZE keep the most recently released unused objects, up to SIZE bytes (e.g. 20G)\n"
 		     "  --quarantine  also remove STORE/quarantine/: the damaged copies a failed check moved\n"
 		     "                aside for inspection (their names fail with EIO until the content is\n"
-		     "                written again, with or without them)\n\n"
+		     "                written again, with or without them)\n"
+		     "  --dry-run     remove nothing: say what would go (the store is opened read-only)\n"
+		     "  --json        machine-readable report\n\n"
 		     "exit status: 0 done, 1 failed, 2 usage error\n");
 }
 
