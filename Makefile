@@ -143,7 +143,8 @@ demo: $(PROGS)
 bench: $(PROGS)
 	@tests/bench/run-bench $(B)
 
-# mount.fuse.weightfs runs the weightfs installed with it ($(PREFIX)/bin). The systemd unit is an example
+# mount.fuse.weightfs runs the weightfs installed with it ($(PREFIX)/bin); umount.fuse.weightfs waits
+# for the daemon to close its store after an unmount by root. The systemd unit is an example
 # for one site's mount point (its name must be the escaped path), so it goes with the documentation.
 MOUNT_UNIT_EXAMPLE := data-skyrl-frozen\x2doffload.mount
 EXAMPLES_DIR := $(PREFIX)/share/doc/weightfs/examples
@@ -156,12 +157,14 @@ install: $(PROGS)
 	sed 's|^bindir=$$|bindir=$(PREFIX)/bin|' mount-helpers/mount.fuse.weightfs \
 		> $(DESTDIR)$(PREFIX)/sbin/mount.fuse.weightfs
 	chmod 0755 $(DESTDIR)$(PREFIX)/sbin/mount.fuse.weightfs
+	install -m 0755 mount-helpers/umount.fuse.weightfs $(DESTDIR)$(PREFIX)/sbin/
 	install -m 0644 'mount-helpers/$(MOUNT_UNIT_EXAMPLE)' $(DESTDIR)$(EXAMPLES_DIR)/
 	install -m 0644 $(wildcard docs/*.8) $(DESTDIR)$(PREFIX)/share/man/man8/
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/weightfs $(DESTDIR)$(PREFIX)/bin/weightfsctl $(DESTDIR)$(PREFIX)/lib/libweightfs.so
-	rm -f $(DESTDIR)$(PREFIX)/sbin/mount.fuse.weightfs '$(DESTDIR)$(EXAMPLES_DIR)/$(MOUNT_UNIT_EXAMPLE)'
+	rm -f $(DESTDIR)$(PREFIX)/sbin/mount.fuse.weightfs $(DESTDIR)$(PREFIX)/sbin/umount.fuse.weightfs
+	rm -f '$(DESTDIR)$(EXAMPLES_DIR)/$(MOUNT_UNIT_EXAMPLE)'
 	rmdir $(DESTDIR)$(EXAMPLES_DIR) $(DESTDIR)$(PREFIX)/share/doc/weightfs 2>/dev/null || true
 	rm -f $(addprefix $(DESTDIR)$(PREFIX)/share/man/man8/,$(notdir $(wildcard docs/*.8)))
 

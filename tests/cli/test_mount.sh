@@ -194,7 +194,7 @@ for prefix in /opt/weightfs /usr; do
 	run mk install DESTDIR="$dest" PREFIX="$prefix"
 	expect "make install PREFIX=$prefix DESTDIR=...: exit 0" 0
 	missing=
-	for f in bin/weightfs bin/weightfsctl lib/libweightfs.so sbin/mount.fuse.weightfs \
+	for f in bin/weightfs bin/weightfsctl lib/libweightfs.so sbin/mount.fuse.weightfs sbin/umount.fuse.weightfs \
 		"share/doc/weightfs/examples/$UNIT" share/man/man8/weightfs.8; do
 		[ -e "$dest$prefix/$f" ] || missing="$missing $f"
 	done
@@ -295,7 +295,11 @@ if $have_overlay; then
 	[[ " ${got##* }," == *,nosuid,nodev,* ]]
 	verdict "helper: nosuid,nodev (libfuse's default for root)" $? "mountinfo: $got"
 	expect_io helper "$M"
+	for i in $(seq 20); do printf '%s' "$i" >"$M/f$i"; done
 	expect_umount helper "$M"
+	# umount(8) ran umount.fuse.weightfs: it returns once the daemon has closed the store.
+	flock -n "$S/lock" true
+	verdict "helper: umount returns after the daemon let go of STORE/lock (umount.fuse.weightfs)" $?
 	expect_daemon_exit helper helper
 	expect_clean helper "$S"
 
