@@ -906,8 +906,8 @@ int wfs_seal_fits(struct wfs_fs *fs, uint64_t ino, uint64_t size, const char *na
 		"does not make the file's %llu bytes%s", (unsigned long long)ino, (unsigned long long)ino, what,
 		(int)(t.shape_len < 96 ? t.shape_len : 96), t.shape, (int)t.dtype_len, t.dtype, t.bytes,
 		(unsigned long long)size,
-		!name && ret == 0 && size < bytes ? " (cut short: a write that failed, ENOSPC for one, or a writer that "
-					   "stopped early)" : "");
+		!name && ret == 0 && size < bytes ? " (cut short: a write that failed, ENOSPC for one, a writer that "
+					   "stopped early, or other bytes written over the tensor)" : "");
 	return -EINVAL;
 }
 

@@ -35,8 +35,8 @@ struct wfs_version {
 	bool error_told;           /* (V) @error came from wfs_version_fail(): the caller reported it */
 	bool modified;             /* (V) changed since it was started */
 	bool written;              /* (V) data written (not only created or truncated); atomic */
-	bool only_extended;        /* (V) the one write so far was a single byte past the end (how
-				    * numpy.memmap sizes a file before it maps it); atomic */
+	bool only_extended;        /* (V) the one write so far was a single byte past the end of an empty
+				    * version (how numpy.memmap sizes a file before it maps it); atomic */
 	pthread_mutex_t note_lock;  /* what handlers note for the seal under fs->lock, which must not wait
 				    * for a seal's I/O (the version lock): @mtime_set, @mtime, @has_declared,
 				    * @declared. Innermost: nothing is taken while it is held */
@@ -362,9 +362,11 @@ ssize_t wfs_version_write(struct wfs_version *v, const void *buf, size_t len, of
 		wfs_hasher_update(&v->hasher, buf, len);
 	else
 		v->in_order = false;
-	/* numpy.memmap(mode='w+') sizes a new file by writing its last byte, then fills a mapping:
-	 * that first write alone is not the tensor's data (wfs_version_has_data()). */
-	extends = !v->written && len == 1 && off > 0 && (uint64_t)off >= v->size;
+	/* numpy.memmap(mode='w+') sizes a new (or truncated) file by writing its last byte, then fills
+	 * a mapping: that first write alone is not the tensor's data (wfs_version_has_data()). A byte
+	 * appended to a file with content is (`echo -n x >> f` of a tensor must reach its size check
+	 * at close(2), not at release where nobody hears it). */
+	extends = !v->written && len == 1 && off > 0 && v->size == 0;
 	if ((uint64_t)off + len > v->size)
 		set_size(v, (uint64_t)off + len);
 	v->modified = true;

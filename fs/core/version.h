@@ -103,8 +103,8 @@ bool wfs_version_mtime(struct wfs_version *v, struct timespec *mtime);
 bool wfs_version_frozen(struct wfs_version *v);
 /*
  * Have data been written to @v (not only created, truncated or fallocated)? A lone one-byte write
- * past the end is not data: numpy.memmap(mode='w+') sizes a new file that way before it fills a
- * mapping of it, and closes its descriptor meanwhile (writer.h).
+ * past the end of an empty version is not data: numpy.memmap(mode='w+') sizes a new file that way
+ * before it fills a mapping of it, and closes its descriptor meanwhile (writer.h).
  */
 bool wfs_version_has_data(struct wfs_version *v);
 
