@@ -275,6 +275,8 @@ static int check_paths(const char *store, const char *mountpoint)
 	/* The store may not exist yet: resolve its parent. */
 	if (!realpath(store, st)) {
 		snprintf(parent, sizeof(parent), "%s", store);
+		for (n = strlen(parent); n > 1 && parent[n - 1] == '/'; n--)
+			parent[n - 1] = '\0'; /* "new/": its parent is that of "new" */
 		char *slash = strrchr(parent, '/');
 
 		if (slash && slash != parent)
@@ -300,15 +302,11 @@ static int check_paths(const char *store, const char *mountpoint)
 			"any mount of one\n", store, parent, other);
 		return -1;
 	}
-	/* Inside another store (its tmp/ or objects/, say): that store's collection and fsck would take
-	 * this one's files for its own. */
-	for (char *slash = strrchr(st, '/'); slash && slash != st; slash = strrchr(st, '/')) {
-		*slash = '\0';
-		if (holds_store(st, &mark) && strcmp(mark, WFS_STORE_CATALOG) == 0) {
-			fprintf(stderr, "weightfs: %s: inside the weightfs store %s: a store must live outside "
-				"any other\n", store, st);
-			return -1;
-		}
+	/* Inside another store (its tmp/ or objects/, say), also when this one is still to be made. */
+	if (wfs_store_enclosing(store, other)) {
+		fprintf(stderr, "weightfs: %s: inside the weightfs store %s: a store must live outside any "
+			"other\n", store, other);
+		return -1;
 	}
 	return 0;
 }
@@ -323,6 +321,11 @@ static void store_open_error(const char *store, int err)
 		fprintf(stderr, "weightfs: %s: not a weightfs store (no catalog.db or objects/) and not empty: "
 			"refusing to make a store among its files; give a missing or empty directory, or make "
 			"a store there on purpose with: weightfsctl init %s\n", store, store);
+		return;
+	}
+	if (err == -ENOENT && wfs_store_parent_missing(store, what)) {
+		fprintf(stderr, "weightfs: %s: cannot make the store: its parent directory %s does not exist "
+			"(make it first: mkdir -p %s)\n", store, what, what);
 		return;
 	}
 	if (err != -EBUSY) {
@@ -378,7 +381,7 @@ static int open_catalog(struct wfs_fs *fs, bool recover)
 {
 	char path[PATH_MAX];
 	struct wfs_recovery rec;
-	int ret;
+	int ret, pid;
 
 	snprintf(path, sizeof(path), "%s/" WFS_STORE_CATALOG, fs->opt.store);
 	if (recover && access(path, F_OK) < 0 && errno == ENOENT && has_objects(fs->opt.store)) {
@@ -414,6 +417,18 @@ static int open_catalog(struct wfs_fs *fs, bool recover)
 		if (ret == 0 && gc.objects_removed)
 			wfs_log(WFS_LOG_INFO, "removed %llu unreferenced objects (%llu bytes)",
 				(unsigned long long)gc.objects_removed, (unsigned long long)gc.bytes_removed);
+		/* After a killed or crashed owner: object files linked whose catalog commit was lost
+		 * (nothing names them; no seal is in flight before the mount). */
+		if (ret == 0 && wfs_store_unclean(fs->store, &pid, NULL, 0))
+			ret = wfs_gc_orphans(fs->store, fs->catalog, false, &gc);
+		if (ret == 0 && gc.orphans_removed)
+			wfs_log(WFS_LOG_INFO, "removed %llu orphan object files the catalog does not list (%llu bytes)",
+				(unsigned long long)gc.orphans_removed, (unsigned long long)gc.orphan_bytes_removed);
+		if (ret) {
+			fprintf(stderr, "weightfs: %s: removing unused objects failed: %s\n", fs->opt.store,
+				strerror(-ret));
+			return ret;
+		}
 	}
 	return 0;
 }

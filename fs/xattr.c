@@ -5,7 +5,7 @@
  * directory) makes many such files at once, and
  * user.weightfs.recheck (mount root) checks an object again; user.weightfs.dtype and .shape are
  * validated against the file's size (seal.h). security.*, system.* and trusted.* are not supported
- * (EOPNOTSUPP).
+ * (EOPNOTSUPP); "user." alone is EINVAL.
  */
 #include <errno.h>
 #include <limits.h>
@@ -28,9 +28,13 @@
 #include "seal.h"
 #include "weightfs.h"
 
-static bool is_user_xattr(const char *name)
+/* 0 for a user.* name, -EINVAL for "user." alone (as ext4 answers: the VFS refuses an empty name
+ * after a handler's prefix, but hands FUSE the whole name), -EOPNOTSUPP for any other namespace. */
+static int user_xattr(const char *name)
 {
-	return strncmp(name, "user.", 5) == 0;
+	if (strncmp(name, "user.", 5) != 0)
+		return -EOPNOTSUPP;
+	return name[5] ? 0 : -EINVAL;
 }
 
 static void reply_xattr(fuse_req_t req, int ret, size_t size, const void *value, size_t len)
@@ -198,12 +202,13 @@ void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 	struct wfs_attr a;
 	int ret;
 
-	if (!is_user_xattr(name)) {
+	ret = user_xattr(name);
+	if (ret) {
 		/* security.*, system.* (POSIX ACLs), trusted.*: not supported, as setxattr says too.
 		 * EOPNOTSUPP rather than ENODATA: ls -l asks each file for security.selinux and
 		 * system.posix_acl_access unless a file of the device answered "not supported" (two
 		 * requests per file, the whole cost of a warm ls -l), and the kernel caches neither. */
-		fuse_reply_err(req, EOPNOTSUPP);
+		fuse_reply_err(req, -ret);
 		return;
 	}
 	if (size && !(buf = malloc(size))) {
@@ -516,14 +521,12 @@ void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *
 {
 	WFS_OPS_COUNT(SETXATTR);
 	struct wfs_fs *fs = wfs_ops_fs(req);
-	int ret = 0;
+	int ret = user_xattr(name);
 
-	if (!is_user_xattr(name))
-		ret = -EOPNOTSUPP;
-	else if (strcmp(name, WFS_XATTR_DIGEST) == 0)
+	if (ret == 0 && strcmp(name, WFS_XATTR_DIGEST) == 0)
 		ret = digest_set(fs, req, ino, value, size);
-	else if (strcmp(name, WFS_XATTR_STATS) == 0 || strcmp(name, WFS_XATTR_DIRECT) == 0 ||
-		 (ino != FUSE_ROOT_ID && strcmp(name, WFS_XATTR_RECHECK) == 0))
+	else if (ret == 0 && (strcmp(name, WFS_XATTR_STATS) == 0 || strcmp(name, WFS_XATTR_DIRECT) == 0 ||
+			      (ino != FUSE_ROOT_ID && strcmp(name, WFS_XATTR_RECHECK) == 0)))
 		ret = -EPERM; /* computed, or a request only the mount root takes */
 	if (ret == 1) {
 		fuse_reply_err(req, 0);
@@ -611,12 +614,10 @@ void wfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
 	WFS_OPS_COUNT(REMOVEXATTR);
 	struct wfs_fs *fs = wfs_ops_fs(req);
-	int ret = 0;
+	int ret = user_xattr(name); /* as getxattr and setxattr say */
 
-	if (!is_user_xattr(name))
-		ret = -EOPNOTSUPP; /* as getxattr and setxattr say */
-	else if (strcmp(name, WFS_XATTR_DIGEST) == 0 || strcmp(name, WFS_XATTR_STATS) == 0 ||
-		 strcmp(name, WFS_XATTR_DIRECT) == 0)
+	if (ret == 0 && (strcmp(name, WFS_XATTR_DIGEST) == 0 || strcmp(name, WFS_XATTR_STATS) == 0 ||
+			 strcmp(name, WFS_XATTR_DIRECT) == 0))
 		ret = -EPERM;
 	if (ret == 0) {
 		wfs_lock(&fs->lock);

@@ -102,96 +102,42 @@ static bool quarantine_stray(struct fsck *f, const char *sub, const char *name)
 	return renameat(f->dir_fd, from, f->dir_fd, to) == 0;
 }
 
-/* Is @hex a digest spelled the way the store names objects (lower case)? */
-static bool canonical_hex(const char *hex, struct wfs_digest *d)
+/* One entry of objects/ (wfs_store_walk): an object into f->files; a stray is reported (and with
+ * repair, moved aside). */
+static int list_entry(void *ctx, const struct wfs_store_entry *e)
 {
-	char again[WFS_DIGEST_HEX_CHARS + 1];
+	struct fsck *f = ctx;
+	char what[PATH_MAX];
 
-	if (wfs_digest_from_hex(hex, d))
-		return false;
-	wfs_digest_to_hex(d, again);
-	return strcmp(again, hex) == 0;
+	if (!e->object) {
+		snprintf(what, sizeof(what), WFS_STORE_OBJECTS "/%s%s%s", e->sub, *e->name ? "/" : "", e->name);
+		finding(f, WFS_FSCK_STRAY, what,
+			*e->name ? "not an object (name is not a digest, or not a file)" : "not an object directory",
+			f->opt->repair && quarantine_stray(f, e->sub, e->name));
+		return 0;
+	}
+	if (f->nfiles == f->capfiles) {
+		size_t cap = f->capfiles ? 2 * f->capfiles : 1024;
+		struct object_file *p = realloc(f->files, cap * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		f->files = p;
+		f->capfiles = cap;
+	}
+	f->files[f->nfiles++] =
+		(struct object_file){.digest = e->digest, .bytes = (uint64_t)e->st.st_size, .mode = e->st.st_mode};
+	return 0;
 }
 
-/* List objects/ into f->files; strays are reported (and with repair, moved aside). */
+/* List objects/ into f->files, sorted by digest. */
 static int list_objects(struct fsck *f)
 {
-	int objects_fd = openat(f->dir_fd, WFS_STORE_OBJECTS, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	DIR *top;
-	struct dirent *e;
+	int ret = wfs_store_walk(f->store, list_entry, f);
 
-	if (objects_fd < 0)
-		return -errno;
-	top = fdopendir(objects_fd);
-	if (!top) {
-		close(objects_fd);
-		return -errno;
-	}
-	while ((e = readdir(top)) != NULL) {
-		char hex[WFS_DIGEST_HEX_CHARS + 1];
-		int sub_fd;
-		DIR *sub;
-		struct dirent *g;
-
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-			continue;
-		sub_fd = openat(objects_fd, e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (strlen(e->d_name) != 2 || sub_fd < 0) {
-			if (sub_fd >= 0)
-				close(sub_fd);
-			snprintf(hex, sizeof(hex), WFS_STORE_OBJECTS "/%.20s", e->d_name);
-			finding(f, WFS_FSCK_STRAY, hex, "not an object directory",
-				f->opt->repair && quarantine_stray(f, e->d_name, ""));
-			continue;
-		}
-		sub = fdopendir(sub_fd);
-		if (!sub) {
-			close(sub_fd);
-			continue;
-		}
-		while ((g = readdir(sub)) != NULL) {
-			struct object_file of;
-			struct stat st;
-
-			if (strcmp(g->d_name, ".") == 0 || strcmp(g->d_name, "..") == 0)
-				continue;
-			if (strlen(g->d_name) == WFS_DIGEST_HEX_CHARS - 2) {
-				memcpy(hex, e->d_name, 2);
-				memcpy(hex + 2, g->d_name, WFS_DIGEST_HEX_CHARS - 2 + 1);
-			} else {
-				hex[0] = '\0';
-			}
-			if (!hex[0] || !canonical_hex(hex, &of.digest) ||
-			    fstatat(sub_fd, g->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode)) {
-				char what[PATH_MAX];
-
-				snprintf(what, sizeof(what), WFS_STORE_OBJECTS "/%s/%s", e->d_name, g->d_name);
-				finding(f, WFS_FSCK_STRAY, what, "not an object (name is not a digest, or not a file)",
-					f->opt->repair && quarantine_stray(f, e->d_name, g->d_name));
-				continue;
-			}
-			of.bytes = (uint64_t)st.st_size;
-			of.mode = st.st_mode;
-			if (f->nfiles == f->capfiles) {
-				size_t cap = f->capfiles ? 2 * f->capfiles : 1024;
-				struct object_file *p = realloc(f->files, cap * sizeof(*p));
-
-				if (!p) {
-					closedir(sub);
-					closedir(top);
-					return -ENOMEM;
-				}
-				f->files = p;
-				f->capfiles = cap;
-			}
-			f->files[f->nfiles++] = of;
-		}
-		closedir(sub);
-	}
-	closedir(top);
-	if (f->nfiles)
+	if (ret == 0 && f->nfiles)
 		qsort(f->files, f->nfiles, sizeof(*f->files), digest_cmp);
-	return 0;
+	return ret;
 }
 
 /* Sleep as needed so that @done bytes since the start stay within the rate limit. */

@@ -85,6 +85,42 @@ out:
 	return ret;
 }
 
+struct orphans {
+	struct wfs_store *s;
+	struct wfs_catalog *c;
+	bool dry_run;
+	struct wfs_gc_report *r;
+};
+
+static int orphan_entry(void *ctx, const struct wfs_store_entry *e)
+{
+	struct orphans *o = ctx;
+	uint64_t refcount;
+	int ret;
+
+	if (!e->object)
+		return 0;
+	ret = wfs_catalog_object_get(o->c, &e->digest, &refcount, NULL);
+	if (ret != -ENOENT)
+		return ret; /* listed (0), or the catalog failed */
+	if (!o->dry_run) {
+		ret = wfs_store_object_remove(o->s, &e->digest);
+		if (ret && ret != -ENOENT)
+			return ret;
+	}
+	o->r->orphans_removed++;
+	o->r->orphan_bytes_removed += (uint64_t)e->st.st_size;
+	return 0;
+}
+
+int wfs_gc_orphans(struct wfs_store *s, struct wfs_catalog *c, bool dry_run, struct wfs_gc_report *r)
+{
+	struct orphans o = {.s = s, .c = c, .dry_run = dry_run, .r = r};
+
+	r->orphans_removed = r->orphan_bytes_removed = 0;
+	return wfs_store_walk(s, orphan_entry, &o);
+}
+
 int wfs_gc(const char *path, uint64_t retain, bool dry_run, struct wfs_gc_report *r)
 {
 	struct wfs_catalog *c = NULL;
@@ -99,6 +135,8 @@ int wfs_gc(const char *path, uint64_t retain, bool dry_run, struct wfs_gc_report
 	ret = wfs_catalog_open(db, dry_run ? WFS_CATALOG_READONLY : 0, 0, 0, &c);
 	if (ret == 0)
 		ret = wfs_gc_collect(s, c, retain, dry_run, NULL, NULL, r);
+	if (ret == 0)
+		ret = wfs_gc_orphans(s, c, dry_run, r);
 	wfs_catalog_close(c);
 	wfs_store_close(s);
 	return ret;

@@ -18,6 +18,8 @@
 struct wfs_gc_report {
 	uint64_t objects_removed, bytes_removed; /* (with dry_run: would be removed) */
 	uint64_t objects_kept, bytes_kept;       /* unreferenced objects left within the budget or in use */
+	uint64_t orphans_removed, orphan_bytes_removed; /* object files the catalog did not list
+							  * (wfs_gc_orphans; with dry_run: would go) */
 };
 
 /*
@@ -25,13 +27,24 @@ struct wfs_gc_report {
  * @retain bytes. Objects for which @in_use returns true (may be NULL) are kept and do not count
  * against the budget (@retain 0 removes them all, empty ones included). With @dry_run nothing is
  * removed. Catalog row first, then the file: a crash in between leaves an orphan file (its bytes
- * match its name) that fsck --repair removes. Returns 0 or -errno.
+ * match its name) that wfs_gc_orphans() removes. Returns 0 or -errno.
  */
 int wfs_gc_collect(struct wfs_store *s, struct wfs_catalog *c, uint64_t retain, bool dry_run,
 		   bool (*in_use)(void *ctx, const struct wfs_digest *d), void *ctx, struct wfs_gc_report *r);
 
+/*
+ * Remove the object files under STORE/objects that the catalog does not list: orphans, left by a
+ * crash between an object's link() and the catalog commit that would have named it, or between
+ * wfs_gc_collect()'s row delete and its unlink (docs/integrity.md). Their count and bytes
+ * (st_size) go into @r's orphans_* fields (the others are not touched). Only while no seal can be
+ * in flight: offline, or at a daemon's start before it serves requests (it runs this when the last
+ * owner did not close the store). With @dry_run nothing is removed. Strays (not named by a digest)
+ * are left to fsck. Returns 0, or -errno of reading objects/ or the catalog, or of an unlink.
+ */
+int wfs_gc_orphans(struct wfs_store *s, struct wfs_catalog *c, bool dry_run, struct wfs_gc_report *r);
+
 /* Offline gc of the store at @path: -EBUSY while a daemon has it mounted (a @dry_run only reads and
- * runs anyway); otherwise as above. */
+ * runs anyway); otherwise wfs_gc_collect(), then wfs_gc_orphans(). */
 int wfs_gc(const char *path, uint64_t retain, bool dry_run, struct wfs_gc_report *r);
 /* Offline, the store at @path: remove STORE/quarantine/ (wfs_store_quarantine_clear(): its file
  * count and bytes into *@files, *@bytes). -EBUSY while a daemon has it mounted (a @dry_run runs). */

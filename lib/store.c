@@ -291,6 +291,70 @@ int wfs_store_owner(const char *path, int *pid, char *what, size_t what_bytes)
 	return ret;
 }
 
+bool wfs_store_parent_missing(const char *path, char *parent)
+{
+	size_t n = strlen(path);
+	struct stat st;
+	char *slash;
+
+	while (n > 1 && path[n - 1] == '/')
+		n--;
+	if (n >= PATH_MAX)
+		return false;
+	memcpy(parent, path, n);
+	parent[n] = '\0';
+	slash = strrchr(parent, '/');
+	if (!slash || slash == parent)
+		return false; /* "new" or "/new": the parent is "." or "/" */
+	*slash = '\0';
+	return stat(parent, &st) < 0 && errno == ENOENT;
+}
+
+static bool is_store(const char *dir)
+{
+	char db[PATH_MAX + sizeof("/" WFS_STORE_CATALOG)];
+
+	snprintf(db, sizeof(db), "%s/" WFS_STORE_CATALOG, dir);
+	return access(db, F_OK) == 0;
+}
+
+bool wfs_store_enclosing(const char *path, char *store)
+{
+	char real[PATH_MAX], parent[PATH_MAX];
+	size_t n = strlen(path);
+	char *slash;
+
+	while (n > 1 && path[n - 1] == '/')
+		n--;
+	if (n >= sizeof(parent))
+		return false;
+	memcpy(parent, path, n);
+	parent[n] = '\0';
+	if (!realpath(parent, real)) {
+		if (errno != ENOENT)
+			return false;
+		slash = strrchr(parent, '/'); /* not made yet: its parent is the first to ask */
+		if (!slash)
+			strcpy(parent, ".");
+		else
+			slash[slash == parent] = '\0';
+		if (!realpath(parent, real))
+			return false;
+		if (is_store(real)) {
+			strcpy(store, real);
+			return true;
+		}
+	}
+	while ((slash = strrchr(real, '/')) != NULL && real[1] != '\0') {
+		slash[slash == real] = '\0';
+		if (is_store(real)) {
+			strcpy(store, real);
+			return true;
+		}
+	}
+	return false;
+}
+
 bool wfs_store_unclean(const struct wfs_store *s, int *pid, char *what, size_t what_bytes)
 {
 	if (!s->unclean_pid)
@@ -425,6 +489,81 @@ static int fsync_subdir(struct wfs_store *s, const char *name)
 	if (fsync(fd) < 0)
 		ret = -errno;
 	close(fd);
+	return ret;
+}
+
+/* Is @hex a digest spelled the way the store names objects (lower case)? */
+static bool canonical_hex(const char *hex, struct wfs_digest *d)
+{
+	char again[WFS_DIGEST_HEX_CHARS + 1];
+
+	if (wfs_digest_from_hex(hex, d))
+		return false;
+	wfs_digest_to_hex(d, again);
+	return strcmp(again, hex) == 0;
+}
+
+/* The entries of objects/@sub (open as @sub_fd, closed here) for wfs_store_walk(). */
+static int walk_sub(int sub_fd, const char *sub, int (*fn)(void *ctx, const struct wfs_store_entry *e),
+		    void *ctx)
+{
+	DIR *d = fdopendir(sub_fd);
+	struct dirent *g;
+	int ret = 0;
+
+	if (!d) {
+		close(sub_fd);
+		return 0; /* unreadable: skipped */
+	}
+	while (ret == 0 && (g = readdir(d)) != NULL) {
+		struct wfs_store_entry e = {.sub = sub, .name = g->d_name};
+		char hex[WFS_DIGEST_HEX_CHARS + 1];
+
+		if (strcmp(g->d_name, ".") == 0 || strcmp(g->d_name, "..") == 0)
+			continue;
+		if (strlen(g->d_name) == WFS_DIGEST_HEX_CHARS - 2) {
+			memcpy(hex, sub, 2);
+			memcpy(hex + 2, g->d_name, WFS_DIGEST_HEX_CHARS - 2 + 1);
+			e.object = canonical_hex(hex, &e.digest) &&
+				   fstatat(sub_fd, g->d_name, &e.st, AT_SYMLINK_NOFOLLOW) == 0 &&
+				   S_ISREG(e.st.st_mode);
+		}
+		ret = fn(ctx, &e);
+	}
+	closedir(d);
+	return ret;
+}
+
+int wfs_store_walk(struct wfs_store *s, int (*fn)(void *ctx, const struct wfs_store_entry *e), void *ctx)
+{
+	int top_fd = openat(s->objects_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *top = top_fd >= 0 ? fdopendir(top_fd) : NULL;
+	struct dirent *e;
+	int ret = 0;
+
+	if (!top) {
+		ret = -errno;
+		if (top_fd >= 0)
+			close(top_fd);
+		return ret;
+	}
+	while (ret == 0 && (e = readdir(top)) != NULL) {
+		int sub_fd;
+
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		sub_fd = strlen(e->d_name) == 2
+				 ? openat(top_fd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+				 : -1;
+		if (sub_fd < 0) {
+			struct wfs_store_entry stray = {.sub = e->d_name, .name = ""};
+
+			ret = fn(ctx, &stray);
+		} else {
+			ret = walk_sub(sub_fd, e->d_name, fn, ctx);
+		}
+	}
+	closedir(top);
 	return ret;
 }
 

@@ -90,6 +90,22 @@ int wfs_store_owner(const char *path, int *pid, char *what, size_t what_bytes);
  */
 bool wfs_store_unclean(const struct wfs_store *s, int *pid, char *what, size_t what_bytes);
 
+/*
+ * The store that would hold a store made at @path (which need not exist; its parent must): the
+ * nearest directory above @path, links resolved, that holds a catalog.db, into @store (PATH_MAX
+ * bytes). That store's gc and fsck would take the inner store's files for their own, so weightfs and
+ * weightfsctl init refuse such a path. Returns false when there is none, or when @path cannot be
+ * resolved (the caller's own open reports that).
+ */
+bool wfs_store_enclosing(const char *path, char *store);
+
+/*
+ * After wfs_store_open() of @path failed with -ENOENT: is it because the directory that would hold
+ * the store does not exist (the store is made in an existing parent, never with its parents)? Then
+ * that parent, as given (trailing slashes of @path dropped), goes into @parent (PATH_MAX bytes).
+ */
+bool wfs_store_parent_missing(const char *path, char *parent);
+
 /* The path given to wfs_store_open(); owned by the store. */
 const char *wfs_store_path(const struct wfs_store *s);
 
@@ -158,6 +174,27 @@ int wfs_store_object_quarantine(struct wfs_store *s, const struct wfs_digest *d)
 int wfs_store_quarantine_clear(struct wfs_store *s, bool dry_run, uint64_t *files, uint64_t *bytes);
 /* Path of object @d relative to STORE/objects/ ("ab/<30 hex>"), into @buf (at least 34 bytes). */
 void wfs_store_object_name(const struct wfs_digest *d, char buf[34]);
+
+/*
+ * One entry of STORE/objects as wfs_store_walk() finds it. An object is a regular file
+ * objects/ab/<30 hex digits> whose 32 lower-case hex digits (ab first) are its digest. Anything else
+ * there is a stray: a top-level entry that is not a two-character directory (@sub is its name,
+ * @name ""), or an entry of one whose name is not the rest of a digest or that is not a regular file.
+ */
+struct wfs_store_entry {
+	const char *sub;          /* the entry of objects/ ("ab"); valid during the call only */
+	const char *name;         /* the entry of objects/@sub ("" for a top-level stray) */
+	bool object;              /* a regular file named by its digest: @digest and @st are set */
+	struct wfs_digest digest; /* (object) */
+	struct stat st;           /* (object) fstatat(AT_SYMLINK_NOFOLLOW) of the file */
+};
+/*
+ * Call @fn(@ctx, entry) for every entry of STORE/objects and of its subdirectories, in directory
+ * order; a nonzero return from @fn stops the walk and is returned. A two-character subdirectory that
+ * cannot be read is skipped. Does not change the store. Returns 0, -errno of opening objects/, or
+ * @fn's value.
+ */
+int wfs_store_walk(struct wfs_store *s, int (*fn)(void *ctx, const struct wfs_store_entry *e), void *ctx);
 
 /* statvfs(2) of the filesystem holding the store. Returns 0 or -errno. */
 int wfs_store_statfs(struct wfs_store *s, struct statvfs *st);

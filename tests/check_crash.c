@@ -5,8 +5,8 @@
  * checked:
  *   - every name sealed before the crash reads back its exact bytes;
  *   - the name being written holds exactly its old or its new bytes (or, if new, is absent);
- *   - fsck finds no corrupt or missing object and no catalog inconsistency (orphan object files,
- *     whose bytes match their names, are allowed: fsck --repair removes them);
+ *   - fsck finds no corrupt, missing or orphan object and no catalog inconsistency (the daemon,
+ *     started after its killed predecessor, removed the object files whose commit was lost);
  *   - STORE/tmp is empty.
  */
 #include "fsck.h"
@@ -41,7 +41,7 @@ static void crash_restart(void)
 	mu_daemon_start();
 }
 
-/* fsck of the (unmounted) store: nothing corrupt, missing or inconsistent; tmp empty. */
+/* fsck of the (unmounted) store: nothing corrupt, missing, orphaned or inconsistent; tmp empty. */
 static void assert_store_consistent(void)
 {
 	struct wfs_fsck_options opt = {0};
@@ -51,6 +51,8 @@ static void assert_store_consistent(void)
 	ck_assert_int_eq(wfs_fsck(mu.store, &opt, &r), 0);
 	ck_assert_msg(r.found[WFS_FSCK_CORRUPT] == 0, "corrupt objects after crash");
 	ck_assert_msg(r.found[WFS_FSCK_MISSING] == 0, "names point at missing objects after crash");
+	ck_assert_msg(r.found[WFS_FSCK_ORPHAN] == 0, "%llu orphan object files after the restart",
+		      (unsigned long long)r.found[WFS_FSCK_ORPHAN]);
 	ck_assert_msg(r.found[WFS_FSCK_CATALOG] == 0, "catalog inconsistent after crash");
 	ck_assert_msg(r.found[WFS_FSCK_STRAY] == 0 && r.found[WFS_FSCK_MODE] == 0, "stray or writable object");
 	ck_assert_msg(r.found[WFS_FSCK_TMP] == 0, "tmp leftovers after remount");

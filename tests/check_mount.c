@@ -205,6 +205,14 @@ START_TEST(xattr_protocol)
 	ck_assert_int_eq(errno, EOPNOTSUPP);
 	ck_assert_int_eq(removexattr(mu_path("x"), "trusted.x"), -1);
 	ck_assert_int_eq(errno, EOPNOTSUPP);
+	/* An empty name after the namespace is EINVAL, as on ext4 (setfattr -n user. stored one). */
+	ck_assert_int_eq(setxattr(mu_path("x"), "user.", "1", 1, 0), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(getxattr(mu_path("x"), "user.", buf, sizeof(buf)), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(removexattr(mu_path("x"), "user."), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(listxattr(mu_path("x"), NULL, 0), (ssize_t)sizeof("user.b"));
 }
 END_TEST
 

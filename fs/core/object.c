@@ -183,7 +183,7 @@ void wfs_object_maybe_delete(struct wfs_fs *fs, const struct wfs_digest *d)
 		if (ret)
 			return;
 	}
-	wfs_crashpoint("delete.after-row"); /* leaves an orphan file, which fsck --repair removes */
+	wfs_crashpoint("delete.after-row"); /* leaves an orphan file: the next start removes it */
 	ret = wfs_store_object_unlink_open(fs->store, d);
 	if (ret >= 0) {
 		wfs_commit_close_later(fs, ret); /* freeing its space, outside fs->lock */

@@ -72,7 +72,8 @@ bool wfs_object_in_use(struct wfs_fs *fs, const struct wfs_digest *d);
 /*
  * Delete object @d from catalog and store when no name refers to it and nothing pins it, or keep it
  * as retained (-o retain), collecting the least recently released beyond the budget. Errors are
- * logged: an object left behind is an orphan that fsck --repair or the next collection removes.
+ * logged: an object file left behind is an orphan, which an offline gc or fsck --repair removes
+ * (and the daemon's next start, after a crash).
  */
 void wfs_object_maybe_delete(struct wfs_fs *fs, const struct wfs_digest *d);
 /* At exit: free every entry, closing descriptors (backing ids go with the session). */

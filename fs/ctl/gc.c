@@ -14,8 +14,9 @@ static void gc_usage(FILE *out)
 {
 	fprintf(out, "usage: weightfsctl gc [--retain SIZE] [--quarantine] [--dry-run] [--json] STORE\n\n"
 		     "Remove objects no name uses, least recently released first, until those left take\n"
-		     "at most SIZE bytes (default 0: remove them all). The store must not be mounted (the\n"
-		     "daemon does the same online with -o retain=SIZE).\n\n"
+		     "at most SIZE bytes (default 0: remove them all), and object files the catalog does not\n"
+		     "list (orphans a crash left). The store must not be mounted (the daemon does the same\n"
+		     "online with -o retain=SIZE, and removes orphans when it starts after a crash).\n\n"
 		     "  --retain SIZE keep the most recently released unused objects, up to SIZE bytes (e.g. 20G)\n"
 		     "  --quarantine  also remove STORE/quarantine/: the damaged copies a failed check moved\n"
 		     "                aside for inspection (their names fail with EIO until the content is\n"
@@ -56,17 +57,23 @@ int wfs_ctl_gc(int argc, char **argv)
 		return 1;
 	}
 	if (json)
-		return wfs_ctl_json_print(json_pack("{s:o, s:b, s:I, s:I, s:I, s:I, s:I, s:I}", "store",
+		return wfs_ctl_json_print(json_pack("{s:o, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "store",
 						    wfs_ctl_json_string(store), "dry_run", dry_run, "objects_removed",
 						    (json_int_t)r.objects_removed, "bytes_removed",
 						    (json_int_t)r.bytes_removed, "objects_kept", (json_int_t)r.objects_kept,
-						    "bytes_kept", (json_int_t)r.bytes_kept, "quarantined_removed",
+						    "bytes_kept", (json_int_t)r.bytes_kept, "orphans_removed",
+						    (json_int_t)r.orphans_removed, "orphan_bytes_removed",
+						    (json_int_t)r.orphan_bytes_removed, "quarantined_removed",
 						    (json_int_t)qfiles, "quarantined_bytes_removed", (json_int_t)qbytes),
 					  0);
 	printf("gc: %s: %s %llu unreferenced objects (%.1f MiB); kept %llu (%.1f MiB)\n", store,
 	       dry_run ? "would remove" : "removed", (unsigned long long)r.objects_removed,
 	       (double)r.bytes_removed / 1048576.0, (unsigned long long)r.objects_kept,
 	       (double)r.bytes_kept / 1048576.0);
+	if (r.orphans_removed)
+		printf("gc: %s: %s %llu orphan object files the catalog does not list (%.1f MiB)\n", store,
+		       dry_run ? "would remove" : "removed", (unsigned long long)r.orphans_removed,
+		       (double)r.orphan_bytes_removed / 1048576.0);
 	if (quarantine)
 		printf("gc: %s: %s %llu quarantined copies (%.1f MiB)\n", store, dry_run ? "would remove" : "removed",
 		       (unsigned long long)qfiles, (double)qbytes / 1048576.0);

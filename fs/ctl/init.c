@@ -96,6 +96,11 @@ int wfs_ctl_init(int argc, char **argv)
 			return 1;
 		}
 	}
+	if (wfs_store_enclosing(path, store)) {
+		fprintf(stderr, "weightfsctl init: %s: inside the weightfs store %s: a store must live outside "
+			"any other (its gc and fsck would take this one's files for their own)\n", path, store);
+		return 1;
+	}
 	snprintf(db, sizeof(db), "%s/" WFS_STORE_CATALOG, path);
 	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode) && access(db, F_OK) == 0) {
 		printf("init: %s: already a weightfs store; left as it is\n", path);
@@ -114,6 +119,11 @@ int wfs_ctl_init(int argc, char **argv)
 		ret = wfs_catalog_open(db, WFS_CATALOG_CREATE, getuid(), getgid(), &c);
 	wfs_catalog_close(c);
 	wfs_store_close(s);
+	if (ret == -ENOENT && wfs_store_parent_missing(path, mnt)) {
+		fprintf(stderr, "weightfsctl init: %s: its parent directory %s does not exist (make it first: "
+			"mkdir -p %s)\n", path, mnt, mnt);
+		return 1;
+	}
 	if (ret) {
 		fprintf(stderr, "weightfsctl init: %s: %s\n", path,
 			ret == -EBUSY ? "in use by a weightfs process" : strerror(-ret));

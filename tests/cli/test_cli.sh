@@ -165,8 +165,12 @@ expect "a store inside a weightfs mount: exit 1, says so" 1 "" \
 run "$DAEMON" "$STORE/tmp/nested" "$work/mnt2" -o nosync
 expect "a store inside another store: exit 1, says so" 1 "" \
 	"inside the weightfs store [^ ]+: a store must live outside any other\$"
-[ ! -e "$MNT/nested-store" ] && [ ! -e "$STORE/tmp/nested" ]
-verdict "refused nested stores made nothing" $? "$(ls -la "$MNT" "$STORE/tmp")"
+# Directly in the other store, not yet made: the first mount made it, every later one refused it.
+run "$DAEMON" "$STORE/inner/" "$work/mnt2" -o nosync
+expect "a new store directly inside another store (trailing slash): exit 1, says so" 1 "" \
+	"inside the weightfs store $STORE: a store must live outside any other\$"
+[ ! -e "$MNT/nested-store" ] && [ ! -e "$STORE/tmp/nested" ] && [ ! -e "$STORE/inner" ]
+verdict "refused nested stores made nothing" $? "$(ls -la "$MNT" "$STORE" "$STORE/tmp")"
 if [ -e "$work/store-b" ] || mountpoint -q "$work/mnt2"; then
 	fail "refused mounts made nothing" "$(ls -la "$work")"
 else
@@ -649,8 +653,17 @@ got=$(ls -A "$NM")
 verdict "refused inits left the mount as it was" $? "the mount holds: $got"
 mountpoint -q "$NM" && fusermount3 -u "$NM"
 flock -w 10 "$NS/lock" true
+run "$CTL" init "$NS/inner"
+expect "weightfsctl init inside another store: exit 1, names it" 1 "" \
+	"^weightfsctl init: $NS/inner: inside the weightfs store $NS: a store must live outside any other"
+[ ! -e "$NS/inner" ]
+verdict "weightfsctl init inside another store made nothing" $? "$(ls -la "$NS")"
 run "$CTL" init "$work/no/such/parent"
-expect "weightfsctl init with a missing parent: exit 1" 1 "" "No such file or directory"
+expect "weightfsctl init with a missing parent: exit 1, names it" 1 "" \
+	"its parent directory $work/no/such does not exist \(make it first: mkdir -p $work/no/such\)\$"
+run "$DAEMON" "$work/no/such/parent" "$work/mnt2" -o nosync
+expect "weightfs with a missing store parent: exit 1, names it" 1 "" \
+	"cannot make the store: its parent directory $work/no/such does not exist"
 run "$CTL" init
 expect "weightfsctl init (no store): exit 2" 2 "" "^usage: weightfsctl init STORE"
 run "$CTL" init --help
