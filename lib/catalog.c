@@ -1418,12 +1418,15 @@ static int exec_ino2(struct wfs_catalog *c, const char *sql, uint64_t a, uint64_
 int wfs_catalog_inode_replace(struct wfs_catalog *c, uint64_t ino, wfs_catalog_name_fn fn, void *ctx,
 			      struct wfs_attr *out)
 {
-	uint64_t parent = 0;
-	char *name = NULL;
+	struct moved_name {
+		uint64_t parent;
+		char *name;
+	} *names = NULL;
+	size_t n = 0;
 	sqlite3_stmt *s;
 	struct wfs_attr a;
 	uint64_t fresh, t = (uint64_t)now_ns();
-	int ret;
+	int ret, rc;
 
 	ret = begin(c);
 	if (ret)
@@ -1431,11 +1434,11 @@ int wfs_catalog_inode_replace(struct wfs_catalog *c, uint64_t ino, wfs_catalog_n
 	ret = wfs_catalog_getattr(c, ino, &a);
 	if (ret == 0 && !S_ISREG(a.mode))
 		ret = -EINVAL;
-	else if (ret == 0 && a.nlink != 1)
-		ret = -EMLINK;
+	else if (ret == 0 && a.nlink == 0)
+		ret = -ENOENT; /* no name left to move */
 	if (ret == 0)
 		ret = exec_ino2(c, "INSERT INTO inodes(mode, uid, gid, nlink, size, parent, atime, mtime, ctime,"
-				" digest, target) SELECT mode, uid, gid, 1, size, parent, atime, mtime, ?2, digest,"
+				" digest, target) SELECT mode, uid, gid, nlink, size, parent, atime, mtime, ?2, digest,"
 				" target FROM inodes WHERE ino = ?1", ino, t);
 	if (ret)
 		goto out;
@@ -1445,13 +1448,20 @@ int wfs_catalog_inode_replace(struct wfs_catalog *c, uint64_t ino, wfs_catalog_n
 	if (ret)
 		goto out;
 	sqlite3_bind_int64(s, 1, (int64_t)ino);
-	if (sqlite3_step(s) == SQLITE_ROW) {
-		parent = (uint64_t)sqlite3_column_int64(s, 0);
-		name = strdup((const char *)sqlite3_column_text(s, 1));
+	while (ret == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+		struct moved_name *p = realloc(names, (n + 1) * sizeof(*p));
+
+		if (!p || !(p[n].name = strdup((const char *)sqlite3_column_text(s, 1)))) {
+			names = p ? p : names;
+			ret = -ENOMEM;
+			break;
+		}
+		names = p;
+		names[n++].parent = (uint64_t)sqlite3_column_int64(s, 0);
 	}
+	if (ret == 0 && rc != SQLITE_DONE)
+		ret = map_sqlite(c, rc);
 	sqlite3_finalize(s);
-	if (!name)
-		ret = -ENOMEM;
 	xattrs_written(c, fresh);
 	if (ret == 0)
 		ret = exec_ino2(c, "INSERT INTO xattrs(ino, name, value) SELECT ?2, name, value FROM xattrs"
@@ -1464,9 +1474,12 @@ int wfs_catalog_inode_replace(struct wfs_catalog *c, uint64_t ino, wfs_catalog_n
 		ret = wfs_catalog_getattr(c, fresh, out);
 out:
 	ret = end(c, ret);
-	if (ret == 0 && fn)
-		fn(ctx, parent, name);
-	free(name);
+	for (size_t i = 0; i < n; i++) {
+		if (ret == 0 && fn)
+			fn(ctx, names[i].parent, names[i].name);
+		free(names[i].name);
+	}
+	free(names);
 	return ret;
 }
 

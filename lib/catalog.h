@@ -145,14 +145,14 @@ int wfs_catalog_unlink(struct wfs_catalog *c, uint64_t parent, const char *name,
 typedef void (*wfs_catalog_name_fn)(void *ctx, uint64_t parent, const char *name);
 int wfs_catalog_unlink_unsealed(struct wfs_catalog *c, uint64_t ino, wfs_catalog_name_fn fn, void *ctx);
 /*
- * Give the one name of regular file @ino a new inode: same attributes (ctime now), xattrs and
- * content (the refcount of its object grows by one), a new inode number. @ino keeps its row with
- * nlink 0, for the readers that still have it open, until wfs_catalog_inode_drop(). This is how a
- * writer opens a file that readers hold: they keep the old inode and its bytes, the name moves on.
- * One transaction. *@out gets the new inode's attributes; after the commit @fn (may be NULL) gets the
- * name's (parent ino, name), valid during the call. Errors: -EMLINK (not exactly one name: hard
- * links share the inode and keep it), -EINVAL (not a regular file), -ENOENT, -ENOMEM, or an -errno
- * of the catalog (nothing changed).
+ * Give the names of regular file @ino (all its hard links together) a new inode: same attributes
+ * (ctime now) and link count, xattrs and content (the refcount of its object grows by one), a new
+ * inode number. @ino keeps its row with nlink 0, for the readers that still have it open, until
+ * wfs_catalog_inode_drop(). This is how a writer opens a file that readers hold: they keep the old
+ * inode and its bytes, the names move on, still one inode between them. One transaction. *@out gets
+ * the new inode's attributes; after the commit @fn (may be NULL) gets each name's (parent ino, name),
+ * valid during the call. Errors: -EINVAL (not a regular file), -ENOENT (no such inode, or no name
+ * left: unlinked while open), -ENOMEM, or an -errno of the catalog (nothing changed).
  */
 int wfs_catalog_inode_replace(struct wfs_catalog *c, uint64_t ino, wfs_catalog_name_fn fn, void *ctx,
 			      struct wfs_attr *out);

@@ -1710,6 +1710,37 @@ static void note_name(void *ctx, uint64_t parent, const char *name)
 	(void)ctx, (void)parent, (void)name;
 }
 
+static void count_name(void *ctx, uint64_t parent, const char *name)
+{
+	(void)parent, (void)name;
+	(*(int *)ctx)++;
+}
+
+/* A writer beside readers moves every hard link of the inode to one new inode (openmode.h): both
+ * names then look up the new inode, with nlink 2; the old keeps its row with nlink 0. An inode with
+ * no name left cannot move. */
+START_TEST(test_inode_replace_hard_links)
+{
+	struct wfs_attr a, b, fresh;
+	uint64_t d = mkdir_(ROOT, "d"), f = mkfile(ROOT, "f");
+	int names = 0;
+
+	ck_assert_int_eq(wfs_catalog_link(cat, f, d, "f2", &a), 0);
+	ck_assert_int_eq(wfs_catalog_inode_replace(cat, f, count_name, &names, &fresh), 0);
+	ck_assert_int_eq(names, 2);
+	ck_assert_uint_ne(fresh.ino, f);
+	ck_assert_uint_eq(fresh.nlink, 2);
+	ck_assert_int_eq(wfs_catalog_lookup(cat, ROOT, "f", &a), 0);
+	ck_assert_int_eq(wfs_catalog_lookup(cat, d, "f2", &b), 0);
+	ck_assert_uint_eq(a.ino, fresh.ino);
+	ck_assert_uint_eq(b.ino, fresh.ino);
+	ck_assert_int_eq(wfs_catalog_getattr(cat, f, &a), 0);
+	ck_assert_uint_eq(a.nlink, 0);
+	ck_assert_int_eq(wfs_catalog_inode_replace(cat, f, count_name, &names, &fresh), -ENOENT);
+	ck_assert_int_eq(names, 2);
+}
+END_TEST
+
 /*
  * A file this connection made answers "no xattrs" without a query until one is set (BARE_SLOTS in
  * catalog.c): each way an xattr reaches an inode is seen, and so is a rollback that hands its inode
@@ -1773,6 +1804,7 @@ static Suite *catalog_suite(void)
 	add(s, "create_kinds", test_create_kinds);
 	add(s, "kept_dir_rows", test_kept_dir_rows);
 	add(s, "new_file_xattrs", test_new_file_xattrs);
+	add(s, "inode_replace_hard_links", test_inode_replace_hard_links);
 	add(s, "create_invalid", test_create_invalid);
 	add(s, "create_eexist", test_create_eexist);
 	add(s, "create_enotdir", test_create_enotdir);

@@ -504,7 +504,7 @@ START_TEST(openmode_cached_excludes_passthrough)
 END_TEST
 
 /* A writer beside passthrough readers: the name moves to a new inode (ESTALE, then the retry opens
- * the new one in place); with hard links it waits and fails with ETXTBSY. */
+ * the new one in place); a hard-linked file's names move together. */
 START_TEST(openmode_writer_beside_readers)
 {
 	struct wfs_handle *r, *w;
@@ -530,12 +530,22 @@ START_TEST(openmode_writer_beside_readers)
 	wfs_openmode_release(&fs, w, 0, &news);
 	wfs_openmode_release(&fs, r, 0, &news);
 
-	/* Hard links cannot move one name alone. */
+	/* Hard links move together: both names, one new inode with two links. */
 	ino = sealed_file("l", "hello", 5);
 	ck_assert_int_eq(wfs_catalog_link(fs.catalog, ino, WFS_ROOT_INO, "l2", &link), 0);
 	ck_assert_int_eq(open_ino(ino, false, &r, &rr, &news), 0);
-	ck_assert_int_eq(open_ino(ino, true, &w, &rw, &news), -ETXTBSY);
-	ck_assert_uint_eq(news.n, 0);
+	ck_assert_int_eq(open_ino(ino, true, &w, &rw, &news), -ESTALE);
+	ck_assert(news.moved);
+	ck_assert_uint_eq(news.n, 2);
+	wfs_news_release(&news);
+	ck_assert_int_eq(wfs_catalog_lookup(fs.catalog, WFS_ROOT_INO, "l", &a), 0);
+	ck_assert_int_eq(wfs_catalog_lookup(fs.catalog, WFS_ROOT_INO, "l2", &link), 0);
+	ck_assert_uint_ne(a.ino, ino);
+	ck_assert_uint_eq(link.ino, a.ino);
+	ck_assert_uint_eq(a.nlink, 2);
+	ck_assert_int_eq(open_ino(a.ino, true, &w, &rw, &news), 0); /* the retry */
+	ck_assert_uint_eq(fs.counters.moved_from_readers, 2);
+	wfs_openmode_release(&fs, w, 0, &news);
 	wfs_openmode_release(&fs, r, 0, &news);
 	wfs_unlock(&fs.lock);
 }

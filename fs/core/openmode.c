@@ -187,11 +187,11 @@ int wfs_openmode_move(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, s
 
 	if (moved_take(fs, in->ino))
 		return 0; /* the writer's retry: readers that came first are daemon-served, join them */
-	if (!in->sealed || in->writer || in->io.nwritable > 0 || in->io.nopen == 0 || nlink != 1)
-		return 0;
+	if (!in->sealed || in->writer || in->io.nwritable > 0 || in->io.nopen == 0 || nlink == 0)
+		return 0; /* nlink 0: open but unlinked, no name to move */
 	ret = wfs_catalog_inode_replace(fs->catalog, in->ino, wfs_news_name, news, &fresh);
 	if (ret)
-		return ret == -EMLINK ? 0 : ret;
+		return ret == -ENOENT ? 0 : ret;
 	in->io.replaced = true;
 	news->ino = in->ino;
 	news->moved = true;

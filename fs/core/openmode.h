@@ -14,8 +14,9 @@
  *     daemon-served open of the inode exists; a read-only open of a file being written is
  *     daemon-served, from the version;
  *   - a change to a file that readers hold through passthrough (a writable open, truncate, claim)
- *     cannot go on in place: its name moves to a new inode (wfs_openmode_move()), or, for hard
- *     links, it waits up to 500 ms for closing readers and then fails with ETXTBSY.
+ *     cannot go on in place: its names (all its hard links) move to a new inode
+ *     (wfs_openmode_move()); a file with no name left (unlinked while open, reopened through
+ *     /proc/PID/fd) waits up to 500 ms for closing readers and then fails with ETXTBSY.
  *
  * Per inode (struct wfs_iomode, in struct wfs_inode):
  *
@@ -112,7 +113,8 @@ struct wfs_open_reply {
  * waiting for releases). @news gets a moved name. Returns 0, or
  *   -ESTALE   a writer reached an inode whose name moved (or moves now) to a new inode: the VFS
  *             looks the name up again and retries,
- *   -ETXTBSY  a writer of a hard-linked file that readers hold through passthrough,
+ *   -ETXTBSY  a writer of a file with no name left (unlinked while open) that readers hold through
+ *             passthrough,
  *   -EISDIR, -EIO (never sealed, or the object failed its check), -ENOMEM, -errno of the catalog.
  */
 int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool truncate, pid_t tid,
@@ -180,9 +182,10 @@ bool wfs_openmode_release_seals_data(struct wfs_handle *h);
 int wfs_openmode_release_lent(struct wfs_fs *fs, struct wfs_handle *h);
 /*
  * A writer beside readers: a writable open or a truncate of sealed file @in (@nlink names, from the
- * catalog) while readers hold it moves its name to a new inode with the same attributes, xattrs and
- * content (wfs_catalog_inode_replace); the readers keep the old inode and its object. Hard links,
- * files already being written or with writers, and the writer's own retry (noted for a second) stay.
+ * catalog) while readers hold it moves its names, all hard links together, to a new inode with the
+ * same attributes, xattrs and content (wfs_catalog_inode_replace); the readers keep the old inode and
+ * its object. Files with no name left, files already being written or with writers, and the writer's
+ * own retry (noted for a second) stay.
  * Returns 1 (moved: reply ESTALE, then send @news), 0 (go on in place) or -errno of the catalog.
  */
 int wfs_openmode_move(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, struct wfs_news *news);
