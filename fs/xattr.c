@@ -82,7 +82,7 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 #define U64(v) json_integer((json_int_t)(v))
 	o = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:b, s:s, "
 		      "s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-		      "s:o, s:o, s:o, s:o}, s:{s:o, s:f, s:f, s:s, s:o, s:f, s:o, s:f, s:o}, s:{s:o, s:f, s:f, s:o, s:f, s:f, s:o, s:f}}",
+		      "s:o, s:o, s:o, s:o, s:o}, s:{s:o, s:f, s:f, s:s, s:o, s:f, s:o, s:f, s:o}, s:{s:o, s:f, s:f, s:o, s:f, s:f, s:o, s:f}}",
 		      "names", U64(st.names), "directories", U64(st.directories), "symlinks", U64(st.symlinks),
 		      "logical_bytes", U64(st.logical_bytes), "objects", U64(st.objects),
 		      "physical_bytes", U64(st.object_bytes),
@@ -100,6 +100,7 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		      "opens_passthrough_write", U64(k->opens_passthrough_write),
 		      "published_copies", U64(k->published_copies),
 		      "seals_synced", U64(k->seals_synced), "group_syncs", U64(k->group_syncs),
+		      "group_syncs_by_file", U64(k->group_syncs_by_file),
 		      "seals_awaiting_sync", U64(fs->commit.unsynced),
 		      "checks_on_opener_node", U64(atomic_load(&fs->checks_placed)),
 		      "seals_declared", U64(k->seals_declared), "checks_after_seal", U64(k->checks_after_seal),

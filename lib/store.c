@@ -620,6 +620,23 @@ out:
 	return ret;
 }
 
+int wfs_store_object_sync(struct wfs_store *s, const struct wfs_digest *d)
+{
+	char name[34];
+	int fd, ret = 0;
+
+	if (s->flags & WFS_STORE_NOSYNC)
+		return 0;
+	wfs_store_object_name(d, name);
+	fd = openat(s->objects_fd, name, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fdatasync(fd) < 0)
+		ret = -errno;
+	close(fd);
+	return ret ? ret : fsync_subdir(s, name);
+}
+
 int wfs_store_object_open(struct wfs_store *s, const struct wfs_digest *d, int extra_flags)
 {
 	char name[34];

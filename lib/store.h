@@ -146,6 +146,13 @@ int wfs_store_sync(struct wfs_store *s);
  * the caller owns, or -ENOENT (not stored), or another -errno.
  */
 int wfs_store_object_open(struct wfs_store *s, const struct wfs_digest *d, int extra_flags);
+/*
+ * Make object @d durable by itself: fdatasync(2) of its file, then fsync(2) of its objects/ab
+ * directory (its link). What syncfs(2) of the store (wfs_store_sync) does for every object at once,
+ * without writing back the rest of the filesystem's dirty pages. Returns 0 (also with
+ * WFS_STORE_NOSYNC), -ENOENT, or the -errno of open/fdatasync/fsync (-EIO).
+ */
+int wfs_store_object_sync(struct wfs_store *s, const struct wfs_digest *d);
 /* Whether object @d is stored (its name exists under objects/). */
 bool wfs_store_object_exists(struct wfs_store *s, const struct wfs_digest *d);
 /* stat(2) of object @d. Returns 0, -ENOENT, or -errno. */

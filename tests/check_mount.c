@@ -1990,6 +1990,7 @@ START_TEST(small_files_group_sync)
 	MU_EVENTUALLY(stat_counter("seals_awaiting_sync") == 0);
 	ck_assert_int_ge(stat_counter("group_syncs"), 1);
 	ck_assert_int_le(stat_counter("group_syncs"), 20);
+	ck_assert_int_eq(stat_counter("group_syncs_by_file"), 0); /* small seals: one syncfs(2) */
 
 	/* Asked for: fsync before close. */
 	a[0] = 100;
@@ -2012,7 +2013,8 @@ END_TEST
 
 /*
  * -o sync=group, the default: a file of 64 MiB or more joins the group sync too (its close(2) does
- * not wait for the disk, as a native close does not); one whose writer called fsync(2) is durable
+ * not wait for the disk, as a native close does not), which syncs its object by itself while only
+ * large seals wait (commit.h: not the whole filesystem); one whose writer called fsync(2) is durable
  * at its close.
  */
 START_TEST(large_file_group_sync)
@@ -2027,6 +2029,7 @@ START_TEST(large_file_group_sync)
 	ck_assert_int_eq(stat_counter("seals_synced"), 0);
 	MU_EVENTUALLY(stat_counter("seals_awaiting_sync") == 0);
 	ck_assert_int_ge(stat_counter("group_syncs"), 1);
+	ck_assert_int_eq(stat_counter("group_syncs_by_file"), stat_counter("group_syncs"));
 	a[0] ^= 1;
 	write_fsynced(mu_path("asked"), a, large);
 	ck_assert_int_eq(stat_counter("seals_synced"), 1);

@@ -83,31 +83,64 @@ bool wfs_commit_sync_at_close(struct wfs_fs *fs, uint64_t size, bool asked)
 	       (asked || !fs->commit.started || (fs->opt.sync == WFS_SYNC_CLOSE && size >= WFS_SYNC_CLOSE_MIN));
 }
 
-void wfs_commit_unsynced(struct wfs_fs *fs)
+void wfs_commit_unsynced(struct wfs_fs *fs, const struct wfs_digest *d, uint64_t size)
 {
-	if (fs->commit.unsynced++ == 0)
-		clock_gettime(CLOCK_REALTIME, &fs->commit.unsynced_since);
-	pthread_cond_signal(&fs->commit.due);
+	struct wfs_commit *c = &fs->commit;
+
+	if (c->unsynced++ == 0)
+		clock_gettime(CLOCK_REALTIME, &c->unsynced_since);
+	c->counted++;
+	/* Kept only while every seal waiting is large (the one case synced file by file). */
+	if (size >= WFS_SYNC_CLOSE_MIN && c->nlarge == c->unsynced - 1 && c->nlarge < WFS_SYNC_FILES_MAX)
+		c->large[c->nlarge++] = (struct wfs_unsynced_large){*d, c->counted};
+	pthread_cond_signal(&c->due);
 }
 
 int wfs_commit_sync(struct wfs_fs *fs)
 {
-	uint64_t n;
-	int ret;
+	struct wfs_digest each[WFS_SYNC_FILES_MAX];
+	struct wfs_commit *c = &fs->commit;
+	uint64_t n, upto;
+	size_t k = 0, kept = 0;
+	int ret = 0;
 
 	wfs_lock(&fs->lock);
-	n = fs->commit.unsynced;
+	n = c->unsynced;
+	upto = c->counted; /* what a sync that begins now covers */
+	if (n > 0 && n == c->nlarge) {
+		k = c->nlarge;
+		for (size_t i = 0; i < k; i++)
+			each[i] = c->large[i].digest;
+	}
 	wfs_unlock(&fs->lock);
 	if (n == 0)
 		return wfs_catalog_wal_sync(fs->catalog);
-	ret = wfs_store_sync(fs->store); /* the objects, and the WAL written before it with them */
+	if (k) {
+		for (size_t i = 0; i < k && ret == 0; i++)
+			if ((ret = wfs_store_object_sync(fs->store, &each[i])) == -ENOENT)
+				ret = 0; /* collected meanwhile: nothing left to make durable */
+		if (ret == 0)
+			ret = wfs_catalog_wal_sync(fs->catalog);
+	} else {
+		ret = wfs_store_sync(fs->store); /* the objects, and the WAL written before it with them */
+	}
 	if (ret) {
 		wfs_log(WFS_LOG_ERR, "group sync of %llu seals: %s", (unsigned long long)n, strerror(-ret));
 		return ret;
 	}
 	wfs_lock(&fs->lock);
-	fs->commit.unsynced -= n;
+	if (c->synced < upto)
+		c->synced = upto;
+	c->unsynced = c->counted - c->synced;
+	/* Those covered go; any counted since stay, in order. */
+	for (size_t i = 0; i < c->nlarge; i++)
+		if (c->large[i].seq > c->synced)
+			c->large[kept++] = c->large[i];
+	c->nlarge = kept;
+	if (c->nlarge != c->unsynced)
+		c->nlarge = 0; /* not all large: syncfs until none waits */
 	fs->counters.group_syncs++;
+	fs->counters.group_syncs_by_file += k > 0;
 	wfs_unlock(&fs->lock);
 	return 0;
 }

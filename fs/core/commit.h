@@ -20,8 +20,8 @@
  * fsync(2) (with -o sync=close, also one of WFS_SYNC_CLOSE_MIN or more) is durable when close(2)
  * returns: its object's fdatasync, link and directory fsync, its commit, the WAL's fdatasync. Any
  * other is sealed and committed at close(2) as well, but its object is published without a sync and
- * becomes durable with the next group sync: one syncfs(2) of the store
- * for every such seal of the last WFS_SYNC_INTERVAL_MS, by the committer thread (or sooner: at any
+ * becomes durable with the next group sync: one syncfs(2) of the store (or, while only a few large
+ * seals wait, each object's own fdatasync: wfs_commit_sync) for every such seal of the last WFS_SYNC_INTERVAL_MS, by the committer thread (or sooner: at any
  * fsync(2), a large seal, unmount). With a flush per small file (and a commit per change) the
  * demo's write phase took 19x a plain directory's on the 2-core test machine; now 6x. Order: every WAL sync and checkpoint of the daemon comes after a syncfs
  * that began once the seals it counts were committed (wfs_commit_sync), so what the daemon syncs
@@ -37,6 +37,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "digest.h"
+
 struct wfs_fs;
 
 #define WFS_COMMIT_INTERVAL_MS 10 /* a batch's age at its commit; the create benchmark's batches
@@ -47,6 +49,8 @@ struct wfs_fs;
 				   * the others' pages while they were still writing; at 1 s, 1.08x */
 #define WFS_SYNC_CLOSE_MIN (64ull << 20) /* bytes: from this size close(2) waits for the disk; a
 				   * flush (2-3 ms on the test disks) is then under 5% of writing the file */
+#define WFS_SYNC_FILES_MAX 16 /* a group sync for at most this many seals, each of WFS_SYNC_CLOSE_MIN
+			       * or more, syncs their objects one by one instead of the whole filesystem */
 
 /* -o sync=...: when a seal's object and commit are durable (struct wfs_fs's opt.sync). */
 enum wfs_sync_mode {
@@ -63,7 +67,15 @@ struct wfs_commit {
 	bool started, stop;
 	int *closing;             /* descriptors of removed objects, closed outside fs->lock */
 	size_t nclosing, closing_cap;
-	uint64_t unsynced;        /* seals committed since the last group sync, objects not synced */
+	uint64_t unsynced;        /* seals committed whose objects no group sync has covered yet */
+	uint64_t counted, synced; /* such seals since the mount, and how many of the first ones a
+				   * group sync covered (syncs may overlap: each covers those it saw) */
+	struct wfs_unsynced_large {
+		struct wfs_digest digest;
+		uint64_t seq;     /* its seal's number among those counted */
+	} large[WFS_SYNC_FILES_MAX]; /* the objects of the unsynced seals while every one of them is
+				      * of WFS_SYNC_CLOSE_MIN or more (and there is room), in order */
+	size_t nlarge;
 	uint64_t checkpoints;     /* of the WAL into catalog.db, since the mount (checkpoint_lent) */
 	struct timespec unsynced_since; /* CLOCK_REALTIME of the first of them */
 };
@@ -101,15 +113,18 @@ void wfs_commit_close_later(struct wfs_fs *fs, int fd);
  */
 bool wfs_commit_sync_at_close(struct wfs_fs *fs, uint64_t size, bool asked);
 /*
- * (L) A seal was committed with its object published but not synced (-o sync, a small file): count
- * it for the next group sync.
+ * (L) A seal was committed with its object @d (@size bytes) published but not synced (-o
+ * sync=group, no fsync): count it for the next group sync.
  */
-void wfs_commit_unsynced(struct wfs_fs *fs);
+void wfs_commit_unsynced(struct wfs_fs *fs, const struct wfs_digest *d, uint64_t size);
 /*
  * Make every commit so far durable, in order: the group sync first when seals are waiting for it
- * (wfs_store_sync: their objects), then the WAL (wfs_catalog_wal_sync, which syncfs(2) covers when
- * it ran). Call without fs->lock, after wfs_commit_now() under it; any thread. Returns 0 or -EIO
- * (another -errno of syncfs/fdatasync); the seals stay counted on failure, for the next try.
+ * (their objects), then the WAL (wfs_catalog_wal_sync). The objects: when every seal waiting is of
+ * WFS_SYNC_CLOSE_MIN or more and there are at most WFS_SYNC_FILES_MAX of them, each by itself
+ * (wfs_store_object_sync), so that files still being written and other programs' files on the same
+ * filesystem are not written back with them; else one syncfs(2) of the store (wfs_store_sync), which
+ * covers the WAL too. Call without fs->lock, after wfs_commit_now() under it; any thread. Returns 0
+ * or -EIO (another -errno of syncfs/fdatasync); the seals stay counted on failure, for the next try.
  */
 int wfs_commit_sync(struct wfs_fs *fs);
 

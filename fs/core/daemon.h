@@ -95,7 +95,8 @@ struct wfs_counters {
 				     * published a copy (version.c, settle) */
 	uint64_t seals_synced;      /* seals durable before their close(2) returned: large or fsync'd
 				     * (-o sync; commit.h) */
-	uint64_t group_syncs;       /* syncfs(2) of the store for the small files' seals (commit.c) */
+	uint64_t group_syncs;       /* group syncs of seals not synced at close (commit.c) */
+	uint64_t group_syncs_by_file; /* ... of those, made object by object (a few large seals) */
 	uint64_t seals_declared;    /* new objects published under their writer's declared digest,
 				     * checked after the seal (seal.h, wfs_seal_declare) */
 	uint64_t checks_after_seal; /* of those, checked by the checker thread (check.c) */

@@ -214,7 +214,7 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 		wfs_crashpoint("seal.after-commit");
 	if (ret == 0) {
 		if (!durable && !existed && fs->opt.sync)
-			wfs_commit_unsynced(fs); /* its object, published unsynced: the group sync's */
+			wfs_commit_unsynced(fs, &d, size); /* its object, published unsynced: the group sync's */
 		in->sealed = true;
 		in->digest = d;
 		fs->counters.seals++;

@@ -289,9 +289,10 @@ static void print_daemon_stats(const json_t *d)
 	       (unsigned long long)json_u64(k, "published_copies"),
 	       (unsigned long long)json_u64(k, "seals_declared"),
 	       (unsigned long long)json_u64(k, "checks_after_seal"));
-	printf("durability:         %llu seals durable at close (large or fsync'd), %llu group syncs "
-	       "for the small ones, %llu waiting for the next\n",
+	printf("durability:         %llu seals durable at close (fsync'd, or large with sync=close), %llu "
+	       "group syncs for the others (%llu of them object by object), %llu waiting for the next\n",
 	       (unsigned long long)json_u64(k, "seals_synced"), (unsigned long long)json_u64(k, "group_syncs"),
+	       (unsigned long long)json_u64(k, "group_syncs_by_file"),
 	       (unsigned long long)json_u64(k, "seals_awaiting_sync"));
 	printf("direct since mount: %llu object descriptors handed out\n",
 	       (unsigned long long)json_u64(k, "opens_direct"));
