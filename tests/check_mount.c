@@ -2756,6 +2756,72 @@ START_TEST(killed_before_first_write)
 }
 END_TEST
 
+/*
+ * Two writers of one name, one killed: a writer that wrote, fsync'd and closed (close(2) returned
+ * 0) keeps its bytes when the other, still open and holding its own bytes, is killed afterwards
+ * (found by a new user: the killed one's end dropped them, the name showed its old content, or a
+ * new name vanished). A writer killed while the other still writes changes nothing for the other.
+ */
+static pid_t writer_holding(const char *p, int flags)
+{
+	int ready[2];
+	char c;
+	pid_t child;
+
+	ck_assert_int_eq(pipe(ready), 0);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		int fd = open(p, flags, 0644);
+
+		if (fd < 0 || write(fd, "AAAAAAAAAAAAAAAAAAAA", 20) != 20)
+			_exit(10);
+		(void)!write(ready[1], "r", 1);
+		pause(); /* holds the file open until killed */
+		_exit(0);
+	}
+	close(ready[1]);
+	ck_assert_int_eq(read(ready[0], &c, 1), 1);
+	close(ready[0]);
+	return child;
+}
+
+START_TEST(killed_writer_beside_finished_writer)
+{
+	static const char b[] = "B-final-data\n";
+	const char *names[] = {"old", "new"};
+	int status, fd;
+
+	ck_assert_int_eq(mu_write_file(mu_path("old"), "original\n", 9), 0);
+	for (int i = 0; i < 2; i++) {
+		pid_t a = writer_holding(mu_path(names[i]), O_WRONLY | O_CREAT);
+
+		fd = open(mu_path(names[i]), O_WRONLY | O_TRUNC);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(write(fd, b, sizeof(b) - 1), (ssize_t)sizeof(b) - 1);
+		ck_assert_int_eq(fsync(fd), 0);
+		ck_assert_int_eq(close(fd), 0);
+		ck_assert_int_eq(kill(a, SIGKILL), 0);
+		ck_assert_int_eq(waitpid(a, &status, 0), a);
+		mu_assert_file_equals(mu_path(names[i]), (const unsigned char *)b, sizeof(b) - 1);
+		MU_EVENTUALLY(stat_counter("seals") >= 2 + i); /* the killed one's release sealed it */
+		mu_assert_file_equals(mu_path(names[i]), (const unsigned char *)b, sizeof(b) - 1);
+	}
+	/* Killed first, while the other still writes: the other's close seals what it wrote. */
+	{
+		pid_t a = writer_holding(mu_path("third"), O_WRONLY | O_CREAT);
+
+		fd = open(mu_path("third"), O_WRONLY | O_TRUNC);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(kill(a, SIGKILL), 0);
+		ck_assert_int_eq(waitpid(a, &status, 0), a);
+		ck_assert_int_eq(write(fd, b, sizeof(b) - 1), (ssize_t)sizeof(b) - 1);
+		ck_assert_int_eq(close(fd), 0);
+		mu_assert_file_equals(mu_path("third"), (const unsigned char *)b, sizeof(b) - 1);
+	}
+}
+END_TEST
+
 START_TEST(memmap_sizing_write_not_data)
 {
 	size_t len = 1u << 20; /* under WFS_PASSTHROUGH_WRITE_MIN: the daemon serves it */
@@ -3144,6 +3210,7 @@ static Suite *mount_suite(void)
 		{"declared_digest_unchecked", declared_digest_unchecked, 60},
 		{"memmap_sizing_write_not_data", memmap_sizing_write_not_data, 30},
 		{"killed_before_first_write", killed_before_first_write, 30},
+		{"killed_writer_beside_finished_writer", killed_writer_beside_finished_writer, 30},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -339,8 +339,19 @@ int wfs_seal_leave(struct wfs_fs *fs, struct wfs_handle *h, bool at_release, int
 	if (!v)
 		return 0;
 	last = in->writer == v && wfs_version_writers(v) == 1;
-	if (!last)
-		sig = 0; /* another writer goes on: only the last one's end decides */
+	if (!last) {
+		/* Another writer goes on: only the last one's end decides. This one's close returned
+		 * 0 (its flush ended its writing: it wrote) unless it was killed: what it wrote is kept,
+		 * whatever becomes of the others (ext4 keeps it too). */
+		if (!sig && !at_release && in->writer == v)
+			wfs_version_finish(v);
+		sig = 0;
+	} else if (sig && wfs_version_finished(v)) {
+		wfs_log(WFS_LOG_WARN, "inode %llu: its last writer was killed by signal %d, after another "
+			"writer's close(2) returned: sealed with what both wrote", (unsigned long long)in->ino,
+			sig);
+		sig = 0;
+	}
 	if (last && !sig && !at_release && (ret = refuse_short(fs, in, v)) != 0)
 		return ret;
 	h->writing = NULL;
@@ -387,6 +398,8 @@ int wfs_seal_check_close(struct wfs_fs *fs, struct wfs_handle *h, int sig)
 	struct wfs_inode *in = h->inode;
 	int ret;
 
+	if (sig && (wfs_version_writers(v) > 1 || wfs_version_finished(v)))
+		return 0; /* others write on, or one finished: the last one's release decides (leave) */
 	if (sig) {
 		wfs_log(WFS_LOG_WARN, "inode %llu: writer killed by signal %d before it finished: "
 			"nothing sealed%s", (unsigned long long)in->ino, sig,
@@ -396,9 +409,12 @@ int wfs_seal_check_close(struct wfs_fs *fs, struct wfs_handle *h, int sig)
 	}
 	ret = refuse_short(fs, in, v); /* close(2) hears it; the version stays (refuse_short) */
 	/* close(2) returns 0: the writing is done, whatever becomes of its writer before the seal at
-	 * the release (a kill right after close must not drop the tensor; the release asks no /proc). */
-	if (ret == 0)
+	 * the release (a kill right after close must not drop the tensor; the release asks no /proc),
+	 * or of another writer of the same file (wfs_version_finish). */
+	if (ret == 0) {
 		h->writer_tid = 0;
+		wfs_version_finish(v);
+	}
 	return ret;
 }
 

@@ -19,6 +19,7 @@ struct wfs_version {
 	unsigned refs;             /* atomic: the inode's writer reference, each user in flight one */
 	unsigned writers;          /* (L) writable handles counting as its writers (seal.c) */
 	bool refused;              /* (L) a close refused its size, @refused_size (wfs_version_refuse) */
+	bool finished;             /* (L) a writer's close ended its writing cleanly (wfs_version_finish) */
 	uint64_t refused_size;
 	struct wfs_store *store;   /* borrowed: where the tmp file and the object go */
 	struct wfs_tmpfile tmp;    /* (V) backing tmp file, fd -1 while the bytes fit in @mem */
@@ -878,6 +879,16 @@ unsigned wfs_version_writer_drop(struct wfs_version *v)
 unsigned wfs_version_writers(const struct wfs_version *v)
 {
 	return v->writers;
+}
+
+void wfs_version_finish(struct wfs_version *v)
+{
+	v->finished = true;
+}
+
+bool wfs_version_finished(const struct wfs_version *v)
+{
+	return v->finished;
 }
 
 void wfs_version_refuse(struct wfs_version *v)
