@@ -872,7 +872,8 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 /*
  * fsync(2), fsyncdir(2): the namespace and every seal so far made durable (the batch committed, the
  * group sync, the WAL's fdatasync; fs->lock dropped for the disk). A file being written is sealed at
- * its close, not here: a writer's fsync makes that seal wait for the disk, whatever its size.
+ * its close, not here: a writer's fsync makes that seal wait for the disk, whatever its size; ENOSPC
+ * when a full store left it only the digest of its bytes.
  */
 static void sync_common(fuse_req_t req, struct wfs_handle *h)
 {
@@ -882,7 +883,9 @@ static void sync_common(fuse_req_t req, struct wfs_handle *h)
 	wfs_lock(&fs->lock);
 	if (h && h->writing)
 		wfs_version_ask_durable(h->writing);
-	ret = wfs_commit_now(fs);
+	/* A full store made the version drop its bytes (only their digest is kept, in case the content
+	 * is stored already): they are not on any disk, and fsync(2) must not say they are. */
+	ret = h && h->writing && wfs_version_dropped(h->writing) ? -ENOSPC : wfs_commit_now(fs);
 	wfs_unlock(&fs->lock);
 	if (ret == 0)
 		ret = wfs_commit_sync(fs);

@@ -1982,6 +1982,21 @@ int wfs_catalog_object_get(struct wfs_catalog *c, const struct wfs_digest *d, ui
 	return ret;
 }
 
+int wfs_catalog_object_max_bytes(struct wfs_catalog *c, uint64_t *bytes)
+{
+	sqlite3_stmt *s;
+	int rc;
+
+	rc = sqlite3_prepare_v2(c->db, "SELECT COALESCE(MAX(size), 0) FROM objects", -1, &s, NULL);
+	if (rc != SQLITE_OK)
+		return map_sqlite(c, rc);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		*bytes = (uint64_t)sqlite3_column_int64(s, 0);
+	sqlite3_finalize(s);
+	return rc == SQLITE_ROW ? 0 : map_sqlite(c, rc);
+}
+
 int wfs_catalog_object_set_state(struct wfs_catalog *c, const struct wfs_digest *d,
 				 enum wfs_object_state state)
 {

@@ -234,6 +234,11 @@ int wfs_catalog_object_refcount(struct wfs_catalog *c, const struct wfs_digest *
  */
 int wfs_catalog_object_get(struct wfs_catalog *c, const struct wfs_digest *d, uint64_t *refcount,
 			   uint64_t *bytes);
+/*
+ * The size in bytes of the largest cataloged object (0 for none): no content longer than that is
+ * stored. One scan of the objects table; for the rare full store (seal.c). Returns 0 or -errno.
+ */
+int wfs_catalog_object_max_bytes(struct wfs_catalog *c, uint64_t *bytes);
 /* Object states (objects.state). */
 enum wfs_object_state {
 	WFS_OBJECT_OK = 0,

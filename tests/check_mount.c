@@ -718,7 +718,9 @@ END_TEST
  * Content that is already stored needs no room for its bytes to be written again: on a store
  * filesystem with 512 KiB free (room for the catalog, not for a copy), a 3 MiB tensor whose bytes
  * are stored seals (they are hashed as they arrive and dropped); new content fails close(2) with
- * ENOSPC and leaves nothing.
+ * ENOSPC and leaves nothing. Bytes dropped that way are on no disk: fsync(2) says ENOSPC, and a
+ * write past the largest stored object (no stored content is longer) fails with ENOSPC at once
+ * (found by a new user: dd of /dev/zero onto a full store ran without end, fsync returned 0).
  */
 START_TEST(full_store_dedup)
 {
@@ -752,6 +754,23 @@ START_TEST(full_store_dedup)
 	ck_assert_int_eq(mu_write_file(mu_path("new"), b, len), -ENOSPC);
 	ck_assert_int_eq(access(mu_path("new"), F_OK), -1);
 	ck_assert_int_eq(mu_count_objects(), 1);
+	{
+		int fd = open(mu_path("stream"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+		size_t off = 0, chunk = 256 << 10;
+		ssize_t n = 0;
+
+		ck_assert_int_ge(fd, 0);
+		while (off < 4 * len && (n = pwrite(fd, b, chunk, (off_t)off)) == (ssize_t)chunk)
+			off += chunk;
+		ck_assert_int_eq(n, -1);
+		ck_assert_int_eq(errno, ENOSPC);
+		ck_assert_uint_le(off, len); /* not past the largest stored object */
+		ck_assert_int_eq(fsync(fd), -1);
+		ck_assert_int_eq(errno, ENOSPC);
+		ck_assert_int_eq(close(fd), -1);
+		ck_assert_int_eq(errno, ENOSPC);
+		ck_assert_int_eq(access(mu_path("stream"), F_OK), -1);
+	}
 	free(a);
 	free(b);
 }

@@ -125,6 +125,9 @@ struct wfs_fs {
 	unsigned releases_telling;    /* (L) releases whose news the kernel has not been told yet: an
 				       * open waiting for a release waits for those too (seal.h,
 				       * wfs_seal_wait_release; broadcast on seal_done) */
+	uint64_t largest_object;      /* (L) bytes of the largest stored object, once asked (seal.c: a
+				       * full store's writes beyond it cannot be of stored content) */
+	bool largest_known;           /* (L) */
 	atomic_bool passthrough;      /* negotiated and still working */
 	atomic_bool readahead_pending; /* set at INIT: the next request sets the mount's readahead */
 	atomic_uint_fast64_t checks_placed; /* object checks read on the opener's NUMA node (check.c) */

@@ -229,6 +229,8 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 			}
 			fs->counters.objects_published++;
 			fs->counters.bytes_published += size;
+			if (size > fs->largest_object)
+				fs->largest_object = size;
 		}
 	} else if (!told) {
 		log_seal_error(in, ret);
@@ -442,6 +444,21 @@ static bool drop_privs(struct wfs_fs *fs, struct wfs_handle *h, uid_t uid)
 	return wfs_catalog_setattr(fs->catalog, h->inode->ino, &set, WFS_ATTR_MODE, &out) == 0;
 }
 
+/*
+ * (L) May a write that ends at byte @end go on in version @v whose bytes a full store made it drop
+ * (hashed only, in case the content is stored already)? Not past the largest stored object: no
+ * stored content is that long, so the close would fail with ENOSPC anyway, and a stream (cat, dd)
+ * would be accepted without end. Returns 0 or -ENOSPC.
+ */
+static int dropped_may_grow(struct wfs_fs *fs, struct wfs_version *v, uint64_t end)
+{
+	if (!wfs_version_dropped(v))
+		return 0;
+	if (!fs->largest_known && wfs_catalog_object_max_bytes(fs->catalog, &fs->largest_object) == 0)
+		fs->largest_known = true;
+	return fs->largest_known && end > fs->largest_object ? -ENOSPC : 0;
+}
+
 ssize_t wfs_seal_write(struct wfs_fs *fs, struct wfs_handle *h, uid_t uid, pid_t tid, const void *buf,
 		       size_t len, off_t off, bool *mode_changed)
 {
@@ -456,6 +473,13 @@ ssize_t wfs_seal_write(struct wfs_fs *fs, struct wfs_handle *h, uid_t uid, pid_t
 	*mode_changed = drop_privs(fs, h, uid);
 	do {
 		v = wfs_seal_writer(fs, h->inode, false, &ret);
+		if (v && (ret = dropped_may_grow(fs, v, (uint64_t)off + len)) != 0) {
+			wfs_seal_join(h, v);
+			wfs_version_fail(v, ret); /* close(2) says ENOSPC too */
+			wfs_version_put(v);
+			wfs_unlock(&fs->lock);
+			return ret;
+		}
 		if (v) {
 			wfs_seal_join(h, v); /* also after close: a shared mapping's writeback */
 			if (tid) {

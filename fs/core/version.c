@@ -886,6 +886,16 @@ void wfs_version_finish(struct wfs_version *v)
 	v->finished = true;
 }
 
+uint64_t wfs_version_dropped(struct wfs_version *v)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&v->lock);
+	n = v->hash_only ? v->hasher.bytes : 0;
+	pthread_mutex_unlock(&v->lock);
+	return n;
+}
+
 bool wfs_version_finished(const struct wfs_version *v)
 {
 	return v->finished;

@@ -208,6 +208,11 @@ bool wfs_version_refused(struct wfs_version *v);
  * seals it even if a signal kills that one (seal.c). wfs_version_finished(): did that happen?
  */
 void wfs_version_finish(struct wfs_version *v);
+/*
+ * Bytes of @v that a full store made it drop, keeping only their digest (keep_hashing in version.c:
+ * the seal may still find that content stored): 0 while every byte written is kept. Takes @v's lock.
+ */
+uint64_t wfs_version_dropped(struct wfs_version *v);
 bool wfs_version_finished(const struct wfs_version *v);
 
 #endif
