@@ -1327,7 +1327,8 @@ int wfs_catalog_unlink(struct wfs_catalog *c, uint64_t parent, const char *name,
 	return ret;
 }
 
-static int unlink_unsealed_once(struct wfs_catalog *c, uint64_t ino, wfs_catalog_name_fn fn, void *ctx)
+static int unlink_unsealed_once(struct wfs_catalog *c, uint64_t ino, bool empty_too, wfs_catalog_name_fn fn,
+				void *ctx)
 {
 	struct name {
 		uint64_t parent;
@@ -1343,9 +1344,9 @@ static int unlink_unsealed_once(struct wfs_catalog *c, uint64_t ino, wfs_catalog
 	if (ret)
 		return ret;
 	ret = wfs_catalog_getattr(c, ino, &a);
-	if (ret == -ENOENT || (ret == 0 && (a.sealed || !S_ISREG(a.mode)))) {
+	if (ret == -ENOENT || (ret == 0 && ((a.sealed && !(empty_too && a.size == 0)) || !S_ISREG(a.mode)))) {
 		ret = 0;
-		goto out; /* sealed meanwhile, or already gone: nothing to remove */
+		goto out; /* sealed meanwhile (with bytes), or already gone: nothing to remove */
 	}
 	if (ret == 0)
 		ret = map_sqlite(c, sqlite3_prepare_v2(c->db, "SELECT parent, name FROM dentries WHERE ino = ?1",
@@ -1391,12 +1392,13 @@ out:
 }
 
 /* Frees space: on a full filesystem, runs again with the catalog's reserve released. */
-int wfs_catalog_unlink_unsealed(struct wfs_catalog *c, uint64_t ino, wfs_catalog_name_fn fn, void *ctx)
+int wfs_catalog_unlink_unsealed(struct wfs_catalog *c, uint64_t ino, bool empty_too, wfs_catalog_name_fn fn,
+				void *ctx)
 {
-	int ret = unlink_unsealed_once(c, ino, fn, ctx);
+	int ret = unlink_unsealed_once(c, ino, empty_too, fn, ctx);
 
 	if (ret == -ENOSPC && reserve_release(c))
-		ret = unlink_unsealed_once(c, ino, fn, ctx);
+		ret = unlink_unsealed_once(c, ino, empty_too, fn, ctx);
 	return ret;
 }
 

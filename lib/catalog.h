@@ -139,11 +139,14 @@ int wfs_catalog_unlink(struct wfs_catalog *c, uint64_t parent, const char *name,
  * at the next mount, for one inode, now. One transaction. After the commit, @fn (may be NULL) gets
  * each removed (parent ino, name) so the caller can tell the kernel; the name is valid only during the
  * call. The inode itself stays (nlink 0) for wfs_catalog_inode_drop() once nothing refers to it.
- * Returns 0 — also when @ino is sealed, not a regular file, or gone (nothing changes) — or -ENOMEM,
- * or an -errno of the catalog (nothing changed).
+ * With @empty_too, also when @ino is sealed with no bytes (a tensor file made and declared, whose
+ * writer was killed before its bytes were sealed: the caller decides that). Returns 0 — also when
+ * @ino is sealed (with bytes, or at all without @empty_too), not a regular file, or gone (nothing
+ * changes) — or -ENOMEM, or an -errno of the catalog (nothing changed).
  */
 typedef void (*wfs_catalog_name_fn)(void *ctx, uint64_t parent, const char *name);
-int wfs_catalog_unlink_unsealed(struct wfs_catalog *c, uint64_t ino, wfs_catalog_name_fn fn, void *ctx);
+int wfs_catalog_unlink_unsealed(struct wfs_catalog *c, uint64_t ino, bool empty_too, wfs_catalog_name_fn fn,
+				void *ctx);
 /*
  * Give the names of regular file @ino (all its hard links together) a new inode: same attributes
  * (ctime now) and link count, xattrs and content (the refcount of its object grows by one), a new

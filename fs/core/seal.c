@@ -295,24 +295,32 @@ int wfs_seal_empty(struct wfs_fs *fs, struct wfs_inode *in)
 /*
  * @in's version was just dropped unsealed (its writer was killed, or the seal failed). A name that
  * was never sealed is removed now — a restarted writer checking "exists, with the right size" must
- * not find a name that fails every open with EIO — and a name that was sealed shows that content
- * again, the kernel's cached size included. @news collects what to tell the kernel.
+ * not find a name that fails every open with EIO — and so is a tensor file that never held its bytes
+ * (sealed empty while its dtype and shape declare more: made and declared, then written by the
+ * writer that is gone; weightfs.offload's temporary names, lib/tensorfile.h). A name that was sealed
+ * with content shows that content again, the kernel's cached size included. @news collects what to
+ * tell the kernel.
  */
 static void writer_gone(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_news *news)
 {
+	struct wfs_attr a;
+	uint64_t declared;
 	int ret;
 
 	news->ino = in->ino;
 	news->inval = true;
-	if (in->sealed || in->writer)
+	if (in->writer)
 		return;
-	ret = wfs_catalog_unlink_unsealed(fs->catalog, in->ino, wfs_news_name, news);
+	if (in->sealed && (wfs_catalog_getattr(fs->catalog, in->ino, &a) || a.size != 0 ||
+			   wfs_seal_declared_size(fs, in->ino, &declared) || declared == 0))
+		return;
+	ret = wfs_catalog_unlink_unsealed(fs->catalog, in->ino, in->sealed, wfs_news_name, news);
 	if (ret)
 		wfs_log(WFS_LOG_ERR, "inode %llu: removing the never-sealed name failed: %s (removed at the "
 			"next mount)", (unsigned long long)in->ino, strerror(-ret));
 	else if (news->n)
-		wfs_log(WFS_LOG_INFO, "inode %llu: never sealed and its writer is gone: name removed",
-			(unsigned long long)in->ino);
+		wfs_log(WFS_LOG_INFO, "inode %llu: %s and its writer is gone: name removed",
+			(unsigned long long)in->ino, in->sealed ? "a tensor file that never held its bytes" : "never sealed");
 }
 
 /*
