@@ -238,6 +238,7 @@ static void dead_mount(const char *mountpoint)
 static int check_paths(const char *store, const char *mountpoint)
 {
 	char mnt[PATH_MAX], st[PATH_MAX], parent[PATH_MAX], other[PATH_MAX];
+	bool made = false;
 	const char *mark;
 	struct stat sb;
 	size_t n;
@@ -272,8 +273,9 @@ static int check_paths(const char *store, const char *mountpoint)
 			"look swapped (usage: weightfs STORE MOUNTPOINT)\n", mountpoint, mark);
 		return -1;
 	}
-	/* The store may not exist yet: resolve its parent. */
+	/* The store may not exist yet (@made: to be made): resolve its parent. */
 	if (!realpath(store, st)) {
+		made = true;
 		snprintf(parent, sizeof(parent), "%s", store);
 		for (n = strlen(parent); n > 1 && parent[n - 1] == '/'; n--)
 			parent[n - 1] = '\0'; /* "new/": its parent is that of "new" */
@@ -294,6 +296,13 @@ static int check_paths(const char *store, const char *mountpoint)
 	if (strncmp(st, mnt, n) == 0 && (st[n] == '\0' || st[n] == '/' || n == 1)) {
 		fprintf(stderr, "weightfs: %s: the store cannot live inside its own mount point %s\n", store,
 			mountpoint);
+		return -1;
+	}
+	/* The mount would hide the store's own objects/, tmp/ or any of its files. */
+	n = strlen(st);
+	if (!made && strncmp(mnt, st, n) == 0 && mnt[n] == '/') {
+		fprintf(stderr, "weightfs: %s: the mount point is inside the store %s: the mount would hide "
+			"the store's own files\n", mountpoint, store);
 		return -1;
 	}
 	/* @st: the store, or the parent it will be made in, which may be the mount point itself. */
@@ -463,7 +472,7 @@ int main(int argc, char *argv[])
 	struct fuse_loop_config *loop = NULL;
 	bool mounted = false; /* fuse_session_mount() succeeded: a clean end is logged */
 	struct wfs_fs fs = {0};
-	char fsname[PATH_MAX + 16];
+	char fsname[2 * PATH_MAX + 64];
 	uint64_t readahead = 0;
 	int ret = 1;
 
@@ -599,7 +608,19 @@ int main(int argc, char *argv[])
 	wfs_catalog_close(fs.catalog);
 	fs.catalog = NULL;
 
-	snprintf(fsname, sizeof(fsname), "-ofsname=%s,subtype=weightfs,default_permissions", fs.opt.store);
+	{
+		/* libfuse splits -o at commas and takes a backslash as an escape: a store path with
+		 * either is escaped (a comma made "unknown option" of the rest, after the store was made). */
+		size_t n = 0;
+
+		n += (size_t)snprintf(fsname, sizeof(fsname), "-ofsname=");
+		for (const char *p = fs.opt.store; *p && n + 2 < sizeof(fsname) - 48; p++) {
+			if (*p == ',' || *p == '\\')
+				fsname[n++] = '\\';
+			fsname[n++] = *p;
+		}
+		snprintf(fsname + n, sizeof(fsname) - n, ",subtype=weightfs,default_permissions");
+	}
 	fuse_opt_add_arg(&args, fsname);
 	wfs_fs_init(&fs);
 

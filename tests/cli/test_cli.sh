@@ -165,6 +165,20 @@ expect "a store inside a weightfs mount: exit 1, says so" 1 "" \
 run "$DAEMON" "$STORE/tmp/nested" "$work/mnt2" -o nosync
 expect "a store inside another store: exit 1, says so" 1 "" \
 	"inside the weightfs store [^ ]+: a store must live outside any other\$"
+# A mount point inside the store would hide its objects/ (fsck then saw strays and missing objects).
+run "$DAEMON" "$STORE" "$STORE/objects" -o nosync
+expect "a mount point inside the store: exit 1, says so" 1 "" \
+	"the mount point is inside the store $STORE: the mount would hide the store's own files\$"
+# A comma (or backslash) in the store path is escaped for libfuse's -o fsname (it was taken for the
+# start of another option, after the store had been made).
+mkdir -p "$work/mnt,c"
+if "$DAEMON" "$work/st,ore" "$work/mnt,c" -o nosync && printf c >"$work/mnt,c/f" &&
+	[ "$(cat "$work/mnt,c/f")" = c ] && "$CTL" stat "$work/mnt,c" | grep -q "^store: *$work/st,ore\$"; then
+	ok "a store path with a comma mounts, and stat names it"
+else
+	fail "a store path with a comma mounts, and stat names it"
+fi
+mountpoint -q "$work/mnt,c" && fusermount3 -u "$work/mnt,c"
 # Directly in the other store, not yet made: the first mount made it, every later one refused it.
 run "$DAEMON" "$STORE/inner/" "$work/mnt2" -o nosync
 expect "a new store directly inside another store (trailing slash): exit 1, says so" 1 "" \
