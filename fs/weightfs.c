@@ -471,6 +471,7 @@ int main(int argc, char *argv[])
 	struct fuse_cmdline_opts cmd = {0};
 	struct fuse_loop_config *loop = NULL;
 	bool mounted = false; /* fuse_session_mount() succeeded: a clean end is logged */
+	bool made = false;    /* this run made the store: undone when the mount fails (wfs_store_unmake) */
 	struct wfs_fs fs = {0};
 	char fsname[2 * PATH_MAX + 64];
 	uint64_t readahead = 0;
@@ -564,6 +565,7 @@ int main(int argc, char *argv[])
 	/* The store is private to the mounting user: whatever the daemon creates in it (catalog.db,
 	 * its WAL, tmp files, the log) is for its owner only. Other users read through the mount. */
 	umask(077);
+	made = access(fs.opt.store, F_OK) < 0 && errno == ENOENT; /* undone if the mount fails */
 	ret = wfs_store_open(fs.opt.store, WFS_STORE_CREATE | (fs.opt.sync ? 0 : WFS_STORE_NOSYNC), &fs.store);
 	if (ret) {
 		store_open_error(fs.opt.store, ret);
@@ -631,8 +633,8 @@ int main(int argc, char *argv[])
 	fs.kernel = wfs_ops_kernel(fs.se); /* passthrough backing files, on the session's device */
 	if (fuse_set_signal_handlers(fs.se) != 0)
 		goto out_session;
-	if (fuse_session_mount(fs.se, cmd.mountpoint) != 0)
-		goto out_signals;
+	if (wfs_fault("mount") || fuse_session_mount(fs.se, cmd.mountpoint) != 0)
+		goto out_signals; /* (the fault point: a mount that fails, for the tests) */
 	mounted = true;
 	/* Request threads are never retired: one that libfuse let go while it led would leave the
 	 * device unread until a follower took over (receive.h). Say so (on the terminal too: before
@@ -695,6 +697,8 @@ out:
 		wfs_log(ret ? WFS_LOG_WARN : WFS_LOG_INFO, "%s: unmounted, store closed%s", cmd.mountpoint,
 			ret ? " after an error" : "");
 	wfs_store_close(fs.store);
+	if (made && !mounted && fs.opt.store)
+		wfs_store_unmake(fs.opt.store); /* refused or failed before it mounted: as it was */
 	free(cmd.mountpoint);
 	free(fs.opt.store);
 	free(fs.opt.mountpoint);

@@ -310,6 +310,24 @@ bool wfs_store_parent_missing(const char *path, char *parent)
 	return stat(parent, &st) < 0 && errno == ENOENT;
 }
 
+void wfs_store_unmake(const char *path)
+{
+	static const char *const files[] = {WFS_STORE_CATALOG "-wal", WFS_STORE_CATALOG "-shm",
+					    WFS_STORE_CATALOG "-reserve", WFS_STORE_CATALOG, "lock", WFS_STORE_LOG};
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	/* Only a store with nothing in it: objects/ and tmp/ must go first (rmdir: empty only). */
+	if ((unlinkat(fd, WFS_STORE_OBJECTS, AT_REMOVEDIR) == 0 || errno == ENOENT) &&
+	    (unlinkat(fd, WFS_STORE_TMP, AT_REMOVEDIR) == 0 || errno == ENOENT)) {
+		for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+			unlinkat(fd, files[i], 0);
+		rmdir(path);
+	}
+	close(fd);
+}
+
 static bool is_store(const char *dir)
 {
 	char db[PATH_MAX + sizeof("/" WFS_STORE_CATALOG)];

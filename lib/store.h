@@ -106,6 +106,15 @@ bool wfs_store_enclosing(const char *path, char *store);
  */
 bool wfs_store_parent_missing(const char *path, char *parent);
 
+/*
+ * Undo the making of a store at @path that the caller made a moment ago (wfs_store_open with
+ * WFS_STORE_CREATE on a missing directory) and then could not use (a mount that failed): after
+ * wfs_store_close(), its own files (catalog.db and its WAL, shared memory and reserve, lock,
+ * weightfs.log) and empty objects/ and tmp/ go, then the directory if nothing else is left. An
+ * object or any other file keeps its directory and the store as it is. Best effort: nothing returned.
+ */
+void wfs_store_unmake(const char *path);
+
 /* The path given to wfs_store_open(); owned by the store. */
 const char *wfs_store_path(const struct wfs_store *s);
 

@@ -165,6 +165,15 @@ expect "a store inside a weightfs mount: exit 1, says so" 1 "" \
 run "$DAEMON" "$STORE/tmp/nested" "$work/mnt2" -o nosync
 expect "a store inside another store: exit 1, says so" 1 "" \
 	"inside the weightfs store [^ ]+: a store must live outside any other\$"
+# A mount that fails after the store was made for it (libfuse's mount(2), /dev/fuse refused; here
+# the fault point "mount"): the new store goes again, an existing one stays.
+WFS_FAULT=mount=EACCES run "$DAEMON" "$work/made-for-nothing" "$work/mnt2" -o nosync
+[ "$rc" = 1 ] && [ ! -e "$work/made-for-nothing" ]
+verdict "a mount that fails removes the store it made" $? "rc $rc; $(ls -la "$work/made-for-nothing" 2>&1)"
+"$CTL" init "$work/kept" >/dev/null && echo x >"$work/kept/other-file"
+WFS_FAULT=mount=EACCES run "$DAEMON" "$work/kept" "$work/mnt2" -o nosync
+[ -e "$work/kept/catalog.db" ] && [ -e "$work/kept/other-file" ]
+verdict "a mount that fails keeps a store that was there" $? "$(ls -la "$work/kept" 2>&1)"
 # A mount point inside the store would hide its objects/ (fsck then saw strays and missing objects).
 run "$DAEMON" "$STORE" "$STORE/objects" -o nosync
 expect "a mount point inside the store: exit 1, says so" 1 "" \
