@@ -30,8 +30,20 @@ struct subtree_stats {
 		uint64_t bytes;
 	} *digests;
 	size_t ndigests, cap;
-	int error; /* the first -errno met (that entry is skipped) */
+	int error; /* the first -errno met (that entry is skipped), @error_path its path */
+	char error_path[PATH_MAX];
+	uint64_t skipped; /* entries that could not be read (du(1) goes on too) */
 };
+
+/* Entry @path could not be read (@err, -errno): skipped and counted; the first is kept to tell. */
+static void skip(struct subtree_stats *t, const char *path, int err)
+{
+	t->skipped++;
+	if (!t->error) {
+		t->error = err;
+		snprintf(t->error_path, sizeof(t->error_path), "%s", path);
+	}
+}
 
 static void subtree_add(struct subtree_stats *t, const char *path, const struct stat *st)
 {
@@ -54,9 +66,10 @@ static void subtree_add(struct subtree_stats *t, const char *path, const struct 
 	t->logical_bytes += (uint64_t)st->st_size;
 	n = lgetxattr(path, WFS_XATTR_DIGEST, hex, sizeof(hex) - 1);
 	if (n != 32) {
-		if (n < 0 && errno != ENODATA && !t->error)
-			t->error = -errno;
-		t->unsealed_files++;
+		if (n < 0 && errno != ENODATA)
+			skip(t, path, -errno);
+		else
+			t->unsealed_files++;
 		return;
 	}
 	if (t->ndigests == t->cap) {
@@ -64,7 +77,7 @@ static void subtree_add(struct subtree_stats *t, const char *path, const struct 
 		struct digest_size *d = realloc(t->digests, cap * sizeof(*d));
 
 		if (!d) {
-			t->error = t->error ? t->error : -ENOMEM;
+			skip(t, path, -ENOMEM);
 			return;
 		}
 		t->digests = d;
@@ -84,7 +97,7 @@ static void subtree_walk(struct subtree_stats *t, char *path)
 	DIR *d;
 
 	if (lstat(path, &st) < 0) {
-		t->error = t->error ? t->error : -errno;
+		skip(t, path, -errno);
 		return;
 	}
 	subtree_add(t, path, &st);
@@ -92,14 +105,14 @@ static void subtree_walk(struct subtree_stats *t, char *path)
 		return;
 	d = opendir(path);
 	if (!d) {
-		t->error = t->error ? t->error : -errno;
+		skip(t, path, -errno);
 		return;
 	}
 	while ((e = readdir(d)) != NULL) {
 		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
 			continue;
 		if (len + 1 + strlen(e->d_name) >= PATH_MAX) {
-			t->error = t->error ? t->error : -ENAMETOOLONG;
+			skip(t, path, -ENAMETOOLONG); /* (the directory's path: the entry's does not fit) */
 			continue;
 		}
 		snprintf(path + len, PATH_MAX - len, "/%s", e->d_name);
@@ -130,21 +143,25 @@ static int stat_subtree(const char *arg, const char *real, const char *mnt, cons
 			t.object_bytes += t.digests[i].bytes;
 		}
 	free(t.digests);
-	if (t.error) {
-		fprintf(stderr, "weightfsctl stat: %s: cannot read all of it: %s\n", arg, strerror(-t.error));
-		return 1;
-	}
+	/* As du(1): the totals of what could be read, each skipped entry counted, exit status 1. */
+	if (t.skipped)
+		fprintf(stderr, "weightfsctl stat: %s: %llu entries could not be read and are left out (first: "
+			"%s: %s)\n", arg, (unsigned long long)t.skipped, t.error_path, strerror(-t.error));
 	ratio = t.object_bytes ? (double)t.logical_bytes / (double)t.object_bytes : 1.0;
-	if (json)
-		return wfs_ctl_json_print(
-			json_pack("{s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
+	if (json) {
+		int ret = wfs_ctl_json_print(
+			json_pack("{s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
 				  "store", wfs_ctl_json_string(store), "mountpoint", wfs_ctl_json_string(mnt),
 				  "subtree", wfs_ctl_json_string(real), "names", (json_int_t)t.names,
 				  "directories", (json_int_t)t.directories, "symlinks", (json_int_t)t.symlinks,
 				  "logical_bytes", (json_int_t)t.logical_bytes, "objects", (json_int_t)t.objects,
 				  "object_bytes", (json_int_t)t.object_bytes, "unsealed_files", (json_int_t)t.unsealed_files,
-				  "special_files", (json_int_t)t.special_files, "dedup_ratio", wfs_ctl_json_fixed(ratio, 4)),
+				  "special_files", (json_int_t)t.special_files, "skipped", (json_int_t)t.skipped,
+				  "dedup_ratio", wfs_ctl_json_fixed(ratio, 4)),
 			0);
+
+		return ret ? ret : t.skipped ? 1 : 0;
+	}
 	printf("store:              %s (mounted on %s)\n", store, mnt);
 	printf("subtree:            %s (read through the mount; weightfsctl stat %s for the store)\n", real,
 	       mnt);
@@ -163,7 +180,10 @@ static int stat_subtree(const char *arg, const char *real, const char *mnt, cons
 		printf("unsealed files:     %llu (being written, or never sealed)\n",
 		       (unsigned long long)t.unsealed_files);
 	printf("dedup ratio:        %.2fx\n", ratio);
-	return 0;
+	if (t.skipped)
+		printf("skipped:            %llu entries that could not be read (see the message above)\n",
+		       (unsigned long long)t.skipped);
+	return t.skipped ? 1 : 0;
 }
 
 /* Disk usage of every file below @dir_fd (st_blocks × 512), like du(1). */

@@ -137,6 +137,21 @@ done
 run "$CTL" stat --json "$MNT/sub/deeper"
 expect_json "stat --json MNT/DIR: names" names 1
 expect_json "stat --json MNT/DIR: object_bytes" object_bytes 4096
+# An entry that cannot be read (a path past PATH_MAX here) is left out and counted, as du(1) does:
+# the totals of the rest, a message, exit 1 (was: no totals at all).
+python3 -c '
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+for i in range(20):
+    os.mkdir("d" * 250, dir_fd=fd)
+    nfd = os.open("d" * 250, os.O_RDONLY, dir_fd=fd)
+    os.close(fd)
+    fd = nfd
+os.mkdir("deepest", dir_fd=fd)
+' "$MNT/sub/deeper"
+run "$CTL" stat "$MNT/sub/deeper"
+expect "stat MNT/DIR with an entry past PATH_MAX: exit 1, totals of the rest, says what it left out" 1 \
+	"^names: +1\$" "1 entries could not be read and are left out \(first: .*: File name too long\)\$"
 rm -r "$MNT/sub/d2" "$MNT/sub/deeper"
 run "$CTL" stat "$work/no-such-dir"
 expect "stat of a missing path: exit 1, says so" 1 "" "no-such-dir: No such file or directory\$"
