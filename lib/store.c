@@ -291,18 +291,28 @@ int wfs_store_owner(const char *path, int *pid, char *what, size_t what_bytes)
 	return ret;
 }
 
-bool wfs_store_parent_missing(const char *path, char *parent)
+/* @path without its trailing slashes ("new/" names "new") into @buf (PATH_MAX bytes); false when
+ * it does not fit. */
+static bool trimmed(const char *path, char *buf)
 {
 	size_t n = strlen(path);
-	struct stat st;
-	char *slash;
 
 	while (n > 1 && path[n - 1] == '/')
 		n--;
 	if (n >= PATH_MAX)
 		return false;
-	memcpy(parent, path, n);
-	parent[n] = '\0';
+	memcpy(buf, path, n);
+	buf[n] = '\0';
+	return true;
+}
+
+bool wfs_store_parent_missing(const char *path, char *parent)
+{
+	struct stat st;
+	char *slash;
+
+	if (!trimmed(path, parent))
+		return false;
 	slash = strrchr(parent, '/');
 	if (!slash || slash == parent)
 		return false; /* "new" or "/new": the parent is "." or "/" */
@@ -339,15 +349,10 @@ static bool is_store(const char *dir)
 bool wfs_store_enclosing(const char *path, char *store)
 {
 	char real[PATH_MAX], parent[PATH_MAX];
-	size_t n = strlen(path);
 	char *slash;
 
-	while (n > 1 && path[n - 1] == '/')
-		n--;
-	if (n >= sizeof(parent))
+	if (!trimmed(path, parent))
 		return false;
-	memcpy(parent, path, n);
-	parent[n] = '\0';
 	if (!realpath(parent, real)) {
 		if (errno != ENOENT)
 			return false;
