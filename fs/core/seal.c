@@ -295,13 +295,14 @@ int wfs_seal_empty(struct wfs_fs *fs, struct wfs_inode *in)
 /*
  * @in's version was just dropped unsealed (its writer was killed, or the seal failed). A name that
  * was never sealed is removed now — a restarted writer checking "exists, with the right size" must
- * not find a name that fails every open with EIO — and so is a tensor file that never held its bytes
- * (sealed empty while its dtype and shape declare more: made and declared, then written by the
- * writer that is gone; weightfs.offload's temporary names, lib/tensorfile.h). A name that was sealed
+ * not find a name that fails every open with EIO — and so, when its writer was @killed, is a tensor
+ * file that never held its bytes (sealed empty while its dtype and shape declare more: made and
+ * declared, then written by the writer that is gone; weightfs.offload's temporary names,
+ * lib/tensorfile.h; a close that refused the size leaves it as it was). A name that was sealed
  * with content shows that content again, the kernel's cached size included. @news collects what to
  * tell the kernel.
  */
-static void writer_gone(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_news *news)
+static void writer_gone(struct wfs_fs *fs, struct wfs_inode *in, bool killed, struct wfs_news *news)
 {
 	struct wfs_attr a;
 	uint64_t declared;
@@ -311,7 +312,7 @@ static void writer_gone(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_news
 	news->inval = true;
 	if (in->writer)
 		return;
-	if (in->sealed && (wfs_catalog_getattr(fs->catalog, in->ino, &a) || a.size != 0 ||
+	if (in->sealed && (!killed || wfs_catalog_getattr(fs->catalog, in->ino, &a) || a.size != 0 ||
 			   wfs_seal_declared_size(fs, in->ino, &declared) || declared == 0))
 		return;
 	ret = wfs_catalog_unlink_unsealed(fs->catalog, in->ino, in->sealed, wfs_news_name, news);
@@ -370,7 +371,7 @@ int wfs_seal_leave(struct wfs_fs *fs, struct wfs_handle *h, bool at_release, int
 			"sealed%s", (unsigned long long)in->ino,
 			in->sealed ? ", the name keeps its previous content" : "");
 		wfs_seal_abandon(fs, in);
-		writer_gone(fs, in, news);
+		writer_gone(fs, in, false, news);
 	} else if (wfs_version_writers(v) == 0 && in->writer == v) {
 		if (sig) {
 			if (!wfs_version_error_told(v)) /* else logged at its close (check_close) */
@@ -378,14 +379,15 @@ int wfs_seal_leave(struct wfs_fs *fs, struct wfs_handle *h, bool at_release, int
 					"finished: nothing sealed%s", (unsigned long long)in->ino, sig,
 					in->sealed ? ", the name keeps its previous content" : "");
 			wfs_seal_abandon(fs, in);
-			writer_gone(fs, in, news);
+			writer_gone(fs, in, true, news);
 		} else {
 			bool told = wfs_version_error_told(v);
 
 			/* in->attr_told after the seal: a GETATTR while its commit lent fs->lock counts. */
 			ret = wfs_seal(fs, in, !at_release);
 			if (ret) {
-				writer_gone(fs, in, news);
+				/* -EINTR: a passthrough writer killed at its close (check_close) */
+				writer_gone(fs, in, ret == -EINTR, news);
 			} else if (news && in->attr_told) {
 				/* A stat while it was written may have cached a ctime (and, with a
 				 * writable mapping, an mtime) the seal moved: the kernel asks again.
@@ -817,7 +819,7 @@ static int set_size(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_handle *
 		int r = wfs_seal(fs, in, true);
 
 		if (r)
-			writer_gone(fs, in, news);
+			writer_gone(fs, in, false, news);
 		if (ret == 0)
 			ret = r;
 	}
