@@ -342,8 +342,15 @@ static void store_open_error(const char *store, int err)
 		return;
 	}
 	if (wfs_store_owner(store, &pid, what, sizeof(what)) == 0) {
-		fprintf(stderr, "weightfs: %s: cannot open store: in use by another weightfs process (pid %d%s%s)\n",
-			store, pid, *what ? ", " : "", what);
+		/* Its mount gone while it runs: a lazy unmount detached it, and it serves the files still
+		 * open through it until the last one closes. */
+		bool detached = realpath(store, real) && !weightfs_mount_of(real, mnt);
+
+		fprintf(stderr, "weightfs: %s: cannot open store: in use by another weightfs process (pid %d%s%s)%s\n",
+			store, pid, *what ? ", " : "", what,
+			detached ? "; it is no longer mounted: a lazy unmount (fusermount3 -uz, umount -l) "
+				   "detached it, and it exits once the last file still open through it is closed"
+				 : "");
 		return;
 	}
 	if (realpath(store, real) && weightfs_mount_of(real, mnt)) {

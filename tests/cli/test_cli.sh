@@ -167,6 +167,21 @@ expect "mount a mounted store again: exit 1, names the pid and mount point" 1 ""
 pid=$(sed -nE 's/.*\(pid ([0-9]+),.*/\1/p' <<<"$err")
 [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = weightfs ] && ! mountpoint -q "$work/mnt2"
 verdict "mount a mounted store again: the pid is the daemon's, nothing mounted" $? "pid '$pid'" "stderr: $err"
+# A lazily unmounted daemon still serving an open file holds its store: the refusal says so.
+LS=$work/lazy-store LM=$work/lazy-mnt
+mkdir -p "$LM"
+if "$DAEMON" "$LS" "$LM" -o nosync && echo x >"$LM/f"; then
+	exec 8<"$LM/f"
+	fusermount3 -uz "$LM"
+	run "$DAEMON" "$LS" "$LM" -o nosync
+	expect "mount of a store whose daemon was lazily unmounted: exit 1, says it is detached" 1 "" \
+		"it is no longer mounted: a lazy unmount \(fusermount3 -uz, umount -l\) detached it, and it exits once the last file still open through it is closed\$"
+	exec 8<&-
+	flock -w 10 "$LS/lock" true
+	mountpoint -q "$LM" && fusermount3 -u "$LM"
+else
+	fail "lazy unmount: mount and write"
+fi
 # Two mounts on one mount point would stack; a mount point given as STORE is a swap.
 run "$DAEMON" "$work/store-b" "$MNT" -o nosync
 expect "mount on a live weightfs mount: exit 1, says unmount" 1 "" "already a weightfs mount \(of $STORE\); unmount it first: fusermount3 -u "
