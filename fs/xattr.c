@@ -101,7 +101,7 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		      "published_copies", U64(k->published_copies),
 		      "seals_synced", U64(k->seals_synced), "group_syncs", U64(k->group_syncs),
 		      "group_syncs_by_file", U64(k->group_syncs_by_file),
-		      "seals_awaiting_sync", U64(fs->commit.unsynced),
+		      "seals_awaiting_sync", U64(wfs_commit_waiting(&fs->commit)),
 		      "checks_on_opener_node", U64(atomic_load(&fs->checks_placed)),
 		      "seals_declared", U64(k->seals_declared), "checks_after_seal", U64(k->checks_after_seal),
 		      "verify_failures", U64(k->verify_failures), "requests", requests,

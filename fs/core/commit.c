@@ -87,12 +87,12 @@ void wfs_commit_unsynced(struct wfs_fs *fs, const struct wfs_digest *d, uint64_t
 {
 	struct wfs_commit *c = &fs->commit;
 
-	if (c->unsynced++ == 0)
+	if (wfs_commit_waiting(c) == 0)
 		clock_gettime(CLOCK_REALTIME, &c->unsynced_since);
-	c->counted++;
 	/* Kept only while every seal waiting is large (the one case synced file by file). */
-	if (size >= WFS_SYNC_CLOSE_MIN && c->nlarge == c->unsynced - 1 && c->nlarge < WFS_SYNC_FILES_MAX)
-		c->large[c->nlarge++] = (struct wfs_unsynced_large){*d, c->counted};
+	if (size >= WFS_SYNC_CLOSE_MIN && c->nlarge == wfs_commit_waiting(c) && c->nlarge < WFS_SYNC_FILES_MAX)
+		c->large[c->nlarge++] = (struct wfs_unsynced_large){*d, c->counted + 1};
+	c->counted++;
 	pthread_cond_signal(&c->due);
 }
 
@@ -105,7 +105,7 @@ int wfs_commit_sync(struct wfs_fs *fs)
 	int ret = 0;
 
 	wfs_lock(&fs->lock);
-	n = c->unsynced;
+	n = wfs_commit_waiting(c);
 	upto = c->counted; /* what a sync that begins now covers */
 	if (n > 0 && n == c->nlarge) {
 		k = c->nlarge;
@@ -131,13 +131,12 @@ int wfs_commit_sync(struct wfs_fs *fs)
 	wfs_lock(&fs->lock);
 	if (c->synced < upto)
 		c->synced = upto;
-	c->unsynced = c->counted - c->synced;
 	/* Those covered go; any counted since stay, in order. */
 	for (size_t i = 0; i < c->nlarge; i++)
 		if (c->large[i].seq > c->synced)
 			c->large[kept++] = c->large[i];
 	c->nlarge = kept;
-	if (c->nlarge != c->unsynced)
+	if (c->nlarge != wfs_commit_waiting(c))
 		c->nlarge = 0; /* not all large: syncfs until none waits */
 	fs->counters.group_syncs++;
 	fs->counters.group_syncs_by_file += k > 0;
@@ -151,7 +150,7 @@ static bool sync_due(struct wfs_fs *fs)
 	struct timespec now;
 	long ms;
 
-	if (!fs->commit.unsynced)
+	if (!wfs_commit_waiting(&fs->commit))
 		return false;
 	clock_gettime(CLOCK_REALTIME, &now);
 	ms = (now.tv_sec - fs->commit.unsynced_since.tv_sec) * 1000 +
@@ -203,7 +202,7 @@ static void *committer(void *arg)
 		int ret;
 
 		close_removed(fs);
-		if (!wfs_catalog_pending(fs->catalog) && !fs->commit.unsynced &&
+		if (!wfs_catalog_pending(fs->catalog) && !wfs_commit_waiting(&fs->commit) &&
 		    wfs_catalog_checkpoint_due(fs->catalog) != WFS_CHECKPOINT_NOW) {
 			if (!fs->commit.nclosing && !fs->commit.stop)
 				wfs_lock_wait(&fs->commit.due, &fs->lock);
@@ -216,7 +215,7 @@ static void *committer(void *arg)
 			;
 		if (wfs_commit_now(fs) == 0) {
 			enum wfs_checkpoint_need need = wfs_catalog_checkpoint_due(fs->catalog);
-			bool group = sync_due(fs) || (need == WFS_CHECKPOINT_NOW && fs->commit.unsynced);
+			bool group = sync_due(fs) || (need == WFS_CHECKPOINT_NOW && wfs_commit_waiting(&fs->commit));
 
 			/* The group sync without fs->lock; then, when the WAL is due (catalog.h), the WAL
 			 * into catalog.db, which syncs it: only after the seals in it are durable (their
@@ -225,7 +224,7 @@ static void *committer(void *arg)
 			wfs_unlock(&fs->lock);
 			ret = group ? wfs_commit_sync(fs) : 0;
 			wfs_lock(&fs->lock);
-			if (ret == 0 && need != WFS_CHECKPOINT_NONE && (group || !fs->commit.unsynced))
+			if (ret == 0 && need != WFS_CHECKPOINT_NONE && (group || !wfs_commit_waiting(&fs->commit)))
 				checkpoint(fs, need == WFS_CHECKPOINT_NOW);
 		} else {
 			/* Kept open (or lost, and logged): try again an interval later, not in a loop. */

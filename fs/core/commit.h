@@ -67,9 +67,9 @@ struct wfs_commit {
 	bool started, stop;
 	int *closing;             /* descriptors of removed objects, closed outside fs->lock */
 	size_t nclosing, closing_cap;
-	uint64_t unsynced;        /* seals committed whose objects no group sync has covered yet */
-	uint64_t counted, synced; /* such seals since the mount, and how many of the first ones a
-				   * group sync covered (syncs may overlap: each covers those it saw) */
+	uint64_t counted, synced; /* seals committed with their objects unsynced since the mount, and
+				   * how many of the first ones a group sync covered (syncs may overlap:
+				   * each covers those it saw); wfs_commit_waiting() is the difference */
 	struct wfs_unsynced_large {
 		struct wfs_digest digest;
 		uint64_t seq;     /* its seal's number among those counted */
@@ -79,6 +79,12 @@ struct wfs_commit {
 	uint64_t checkpoints;     /* of the WAL into catalog.db, since the mount (checkpoint_lent) */
 	struct timespec unsynced_since; /* CLOCK_REALTIME of the first of them */
 };
+
+/* (L) Seals whose objects no group sync has covered yet. */
+static inline uint64_t wfs_commit_waiting(const struct wfs_commit *c)
+{
+	return c->counted - c->synced;
+}
 
 /*
  * Turn batching on for @fs->catalog and start the committer thread. Call with @fs initialised, its

@@ -19,8 +19,8 @@ struct wfs_version {
 	unsigned refs;             /* atomic: the inode's writer reference, each user in flight one */
 	unsigned writers;          /* (L) writable handles counting as its writers (seal.c) */
 	bool refused;              /* (L) a close refused its size, @refused_size (wfs_version_refuse) */
-	bool finished;             /* (L) a writer's close ended its writing cleanly (wfs_version_finish) */
 	uint64_t refused_size;
+	bool finished;             /* (L) a writer's close ended its writing cleanly (wfs_version_finish) */
 	struct wfs_store *store;   /* borrowed: where the tmp file and the object go */
 	struct wfs_tmpfile tmp;    /* (V) backing tmp file, fd -1 while the bytes fit in @mem */
 	char *mem;                 /* (V) small versions live here: no tmp inode churn for dedup hits */
@@ -31,7 +31,8 @@ struct wfs_version {
 				    * reads it without the lock, which a seal holds while it hashes */
 	struct wfs_hasher hasher;  /* (V) digest of bytes [0, hashed) when @in_order */
 	bool in_order;             /* (V) every write so far extended the hashed prefix */
-	bool hash_only;            /* (V) the store filled up: bytes hashed, not kept (keep_hashing) */
+	bool hash_only;            /* (V) the store filled up: bytes hashed, not kept (keep_hashing);
+				    * set once, read without the lock by wfs_version_dropped() */
 	int error;                 /* (V) first write error (-errno); sealing fails with it */
 	bool error_told;           /* (V) @error came from wfs_version_fail(): the caller reported it */
 	bool modified;             /* (V) changed since it was started */
@@ -332,7 +333,7 @@ static bool keep_hashing(struct wfs_version *v, ssize_t err, off_t off)
 	free(v->mem);
 	v->mem = NULL;
 	v->mem_cap = 0;
-	v->hash_only = true;
+	__atomic_store_n(&v->hash_only, true, __ATOMIC_RELEASE);
 	return true;
 }
 
@@ -890,6 +891,8 @@ uint64_t wfs_version_dropped(struct wfs_version *v)
 {
 	uint64_t n;
 
+	if (!__atomic_load_n(&v->hash_only, __ATOMIC_ACQUIRE))
+		return 0; /* every write asks: no lock for the common answer */
 	pthread_mutex_lock(&v->lock);
 	n = v->hash_only ? v->hasher.bytes : 0;
 	pthread_mutex_unlock(&v->lock);

@@ -203,16 +203,18 @@ unsigned wfs_version_writers(const struct wfs_version *v);
 void wfs_version_refuse(struct wfs_version *v);
 bool wfs_version_refused(struct wfs_version *v);
 /*
- * (fs->lock held) A writer of @v that wrote data ended its writing cleanly while others write on (its
- * close(2) returned 0, after an fsync(2) maybe): @v holds finished bytes, so the last writer's end
- * seals it even if a signal kills that one (seal.c). wfs_version_finished(): did that happen?
+ * (fs->lock held) A writer of @v that wrote data ended its writing cleanly (its close(2) returned 0,
+ * after an fsync(2) maybe): @v holds finished bytes, so the last writer's end seals it even if a
+ * signal kills that one, another writer of the same file (seal.c). wfs_version_finished(): did that
+ * happen?
  */
 void wfs_version_finish(struct wfs_version *v);
+bool wfs_version_finished(const struct wfs_version *v);
 /*
  * Bytes of @v that a full store made it drop, keeping only their digest (keep_hashing in version.c:
- * the seal may still find that content stored): 0 while every byte written is kept. Takes @v's lock.
+ * the seal may still find that content stored): 0 while every byte written is kept (the common
+ * answer, without a lock); else takes @v's lock. Any thread.
  */
 uint64_t wfs_version_dropped(struct wfs_version *v);
-bool wfs_version_finished(const struct wfs_version *v);
 
 #endif
