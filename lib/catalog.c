@@ -1327,18 +1327,71 @@ int wfs_catalog_unlink(struct wfs_catalog *c, uint64_t parent, const char *name,
 	return ret;
 }
 
+/* The names (dentries) of one inode, read inside a transaction; handed to the caller's
+ * wfs_catalog_name_fn after the commit (names_tell). */
+struct names {
+	struct name {
+		uint64_t parent;
+		char *name; /* malloc'ed */
+	} *v;
+	size_t n, cap;
+};
+
+/* Every dentry of @ino into @l (empty before). Returns 0, -ENOMEM, or an -errno of the catalog. */
+static int names_of(struct wfs_catalog *c, uint64_t ino, struct names *l)
+{
+	sqlite3_stmt *s;
+	int ret, rc = SQLITE_DONE;
+
+	ret = map_sqlite(c, sqlite3_prepare_v2(c->db, "SELECT parent, name FROM dentries WHERE ino = ?1", -1, &s,
+					       NULL));
+	if (ret)
+		return ret;
+	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	while (ret == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if (l->n == l->cap) {
+			size_t cap = l->cap ? 2 * l->cap : 4;
+			struct name *p = realloc(l->v, cap * sizeof(*p));
+
+			if (!p) {
+				ret = -ENOMEM;
+				break;
+			}
+			l->v = p;
+			l->cap = cap;
+		}
+		l->v[l->n].parent = (uint64_t)sqlite3_column_int64(s, 0);
+		l->v[l->n].name = strdup((const char *)sqlite3_column_text(s, 1));
+		if (!l->v[l->n].name)
+			ret = -ENOMEM;
+		else
+			l->n++;
+	}
+	if (ret == 0 && rc != SQLITE_DONE)
+		ret = map_sqlite(c, rc);
+	sqlite3_finalize(s);
+	return ret;
+}
+
+/* After the transaction ended with @ret: each name to @fn (may be NULL) when it committed; @l freed. */
+static void names_tell(struct names *l, int ret, wfs_catalog_name_fn fn, void *ctx)
+{
+	for (size_t i = 0; i < l->n; i++) {
+		if (ret == 0 && fn)
+			fn(ctx, l->v[i].parent, l->v[i].name);
+		free(l->v[i].name);
+	}
+	free(l->v);
+	*l = (struct names){0};
+}
+
 static int unlink_unsealed_once(struct wfs_catalog *c, uint64_t ino, bool empty_too, wfs_catalog_name_fn fn,
 				void *ctx)
 {
-	struct name {
-		uint64_t parent;
-		char *name;
-	} *names = NULL;
-	size_t n = 0, cap = 0;
-	sqlite3_stmt *s = NULL;
+	struct names names = {0};
 	struct wfs_attr a;
 	int64_t t = now_ns();
-	int ret, rc = SQLITE_DONE;
+	int ret;
 
 	ret = begin(c);
 	if (ret)
@@ -1349,45 +1402,16 @@ static int unlink_unsealed_once(struct wfs_catalog *c, uint64_t ino, bool empty_
 		goto out; /* sealed meanwhile (with bytes), or already gone: nothing to remove */
 	}
 	if (ret == 0)
-		ret = map_sqlite(c, sqlite3_prepare_v2(c->db, "SELECT parent, name FROM dentries WHERE ino = ?1",
-						       -1, &s, NULL));
-	if (ret)
-		goto out;
-	sqlite3_bind_int64(s, 1, (int64_t)ino);
-	while (ret == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW) {
-		if (n == cap) {
-			struct name *p = realloc(names, (cap = cap ? 2 * cap : 4) * sizeof(*names));
-
-			if (!p) {
-				ret = -ENOMEM;
-				break;
-			}
-			names = p;
-		}
-		names[n].parent = (uint64_t)sqlite3_column_int64(s, 0);
-		names[n].name = strdup((const char *)sqlite3_column_text(s, 1));
-		if (!names[n].name)
-			ret = -ENOMEM;
-		else
-			n++;
-	}
-	if (ret == 0 && rc != SQLITE_DONE)
-		ret = map_sqlite(c, rc);
-	sqlite3_finalize(s);
-	for (size_t i = 0; ret == 0 && i < n; i++) {
-		ret = remove_name(c, names[i].parent, names[i].name, &a, t);
+		ret = names_of(c, ino, &names);
+	for (size_t i = 0; ret == 0 && i < names.n; i++) {
+		ret = remove_name(c, names.v[i].parent, names.v[i].name, &a, t);
 		if (ret == 0)
-			ret = touch_dir(c, names[i].parent, t);
+			ret = touch_dir(c, names.v[i].parent, t);
 		a.nlink--;
 	}
 out:
 	ret = end(c, ret);
-	for (size_t i = 0; i < n; i++) {
-		if (ret == 0 && fn)
-			fn(ctx, names[i].parent, names[i].name);
-		free(names[i].name);
-	}
-	free(names);
+	names_tell(&names, ret, fn, ctx);
 	return ret;
 }
 
@@ -1420,15 +1444,10 @@ static int exec_ino2(struct wfs_catalog *c, const char *sql, uint64_t a, uint64_
 int wfs_catalog_inode_replace(struct wfs_catalog *c, uint64_t ino, wfs_catalog_name_fn fn, void *ctx,
 			      struct wfs_attr *out)
 {
-	struct moved_name {
-		uint64_t parent;
-		char *name;
-	} *names = NULL;
-	size_t n = 0;
-	sqlite3_stmt *s;
+	struct names names = {0};
 	struct wfs_attr a;
 	uint64_t fresh, t = (uint64_t)now_ns();
-	int ret, rc;
+	int ret;
 
 	ret = begin(c);
 	if (ret)
@@ -1445,25 +1464,7 @@ int wfs_catalog_inode_replace(struct wfs_catalog *c, uint64_t ino, wfs_catalog_n
 	if (ret)
 		goto out;
 	fresh = (uint64_t)sqlite3_last_insert_rowid(c->db);
-	ret = map_sqlite(c, sqlite3_prepare_v2(c->db, "SELECT parent, name FROM dentries WHERE ino = ?1", -1, &s,
-					       NULL));
-	if (ret)
-		goto out;
-	sqlite3_bind_int64(s, 1, (int64_t)ino);
-	while (ret == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW) {
-		struct moved_name *p = realloc(names, (n + 1) * sizeof(*p));
-
-		if (!p || !(p[n].name = strdup((const char *)sqlite3_column_text(s, 1)))) {
-			names = p ? p : names;
-			ret = -ENOMEM;
-			break;
-		}
-		names = p;
-		names[n++].parent = (uint64_t)sqlite3_column_int64(s, 0);
-	}
-	if (ret == 0 && rc != SQLITE_DONE)
-		ret = map_sqlite(c, rc);
-	sqlite3_finalize(s);
+	ret = names_of(c, ino, &names);
 	xattrs_written(c, fresh);
 	if (ret == 0)
 		ret = exec_ino2(c, "INSERT INTO xattrs(ino, name, value) SELECT ?2, name, value FROM xattrs"
@@ -1476,12 +1477,7 @@ int wfs_catalog_inode_replace(struct wfs_catalog *c, uint64_t ino, wfs_catalog_n
 		ret = wfs_catalog_getattr(c, fresh, out);
 out:
 	ret = end(c, ret);
-	for (size_t i = 0; i < n; i++) {
-		if (ret == 0 && fn)
-			fn(ctx, names[i].parent, names[i].name);
-		free(names[i].name);
-	}
-	free(names);
+	names_tell(&names, ret, fn, ctx);
 	return ret;
 }
 
