@@ -72,7 +72,7 @@ $(DAEMON_OBJS): $(B)/fs/%.o: fs/%.c $(B)/fuse.mk
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LIB_CFLAGS) $(FUSE_CFLAGS) -Ifs -iquote fs/core -c -o $@ $<
 $(B)/weightfs: $(DAEMON_OBJS) $(B)/libwfscore.a $(B)/libweightfs.a
-	$(CC) $(LDFLAGS) -o $@ $(DAEMON_OBJS) $(B)/libwfscore.a $(ALL_LIBS) $(FUSE_LIBS)
+	$(CC) $(LDFLAGS) -rdynamic -o $@ $(DAEMON_OBJS) $(B)/libwfscore.a $(ALL_LIBS) $(FUSE_LIBS)
 $(CTL_OBJS): $(B)/fs/%.o: fs/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LIB_CFLAGS) $(CUDA_CFLAGS) -Ifs -c -o $@ $<

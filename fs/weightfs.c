@@ -650,6 +650,9 @@ int main(int argc, char *argv[])
 		wfs_log(WFS_LOG_WARN, "-o max_idle_threads=%u is not used: request threads stay once started "
 			"(at most max_threads)", cmd.max_idle_threads);
 	fuse_daemonize(cmd.foreground);
+	if (!cmd.foreground)
+		wfs_log_take_stderr(); /* an assertion's message, libfuse's and SQLite's, into the log */
+	wfs_log_crash_handlers();
 	wfs_log(WFS_LOG_INFO, "%s mounted on %s (pid %d)", fs.opt.store, cmd.mountpoint, (int)getpid());
 	{
 		char what[PATH_MAX + 16];

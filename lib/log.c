@@ -1,15 +1,22 @@
+/* log.h: one-line diagnostics, the daemon's log file, and the trace a fatal signal leaves. */
 #include "log.h"
 
 #include <errno.h>
+#include <execinfo.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <syslog.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char *log_prog = "weightfs";
 static bool log_syslog;
 static enum wfs_log_level log_max = WFS_LOG_INFO;
 static FILE *log_file;
+static bool log_stderr = true;   /* false once stderr is the log file (wfs_log_take_stderr) */
+static volatile int log_fd = -1; /* the log file's descriptor, for the fatal-signal handler */
 
 void wfs_log_init(const char *prog, bool use_syslog, enum wfs_log_level max_level)
 {
@@ -32,7 +39,8 @@ static void vlog(enum wfs_log_level level, const char *fmt, va_list ap)
 	if (log_syslog)
 		syslog(prio[level], "%s", line);
 	/* One fprintf per line: stdio locks the stream, so lines from threads do not interleave. */
-	fprintf(stderr, "%s: %s: %s\n", log_prog, tag[level], line);
+	if (log_stderr)
+		fprintf(stderr, "%s: %s: %s\n", log_prog, tag[level], line);
 	if (log_file) {
 		char when[32];
 		time_t now = time(NULL);
@@ -51,7 +59,93 @@ int wfs_log_open_file(const char *path)
 		return -errno;
 	setvbuf(f, NULL, _IOLBF, 0);
 	log_file = f;
+	log_fd = fileno(f);
 	return 0;
+}
+
+int wfs_log_take_stderr(void)
+{
+	if (!log_file)
+		return -EBADF;
+	fflush(stderr);
+	if (dup2(fileno(log_file), STDERR_FILENO) < 0)
+		return -errno;
+	log_stderr = false;
+	return 0;
+}
+
+/* write(2) all of @s to @fd, as far as it goes (async-signal-safe). */
+static void put(int fd, const char *s)
+{
+	size_t len = strlen(s);
+
+	while (len > 0) {
+		ssize_t n = write(fd, s, len);
+
+		if (n <= 0)
+			return;
+		s += n;
+		len -= (size_t)n;
+	}
+}
+
+/* Decimal @v into @buf (at least 21 bytes) without stdio (async-signal-safe). Returns @buf. */
+static char *decimal(char *buf, long v)
+{
+	char tmp[21];
+	int n = 0, i = 0;
+	unsigned long u = v < 0 ? 0UL - (unsigned long)v : (unsigned long)v;
+
+	do
+		tmp[n++] = (char)('0' + u % 10);
+	while ((u /= 10) != 0);
+	if (v < 0)
+		buf[i++] = '-';
+	while (n > 0)
+		buf[i++] = tmp[--n];
+	buf[i] = '\0';
+	return buf;
+}
+
+static void fatal_signal(int sig)
+{
+	int fds[2] = {log_fd, log_stderr || log_fd < 0 ? STDERR_FILENO : -1};
+	void *frames[64];
+	int depth = backtrace(frames, 64);
+	char num[3][24];
+
+	for (int i = 0; i < 2; i++) {
+		if (fds[i] < 0)
+			continue;
+		put(fds[i], "@");
+		put(fds[i], decimal(num[0], (long)time(NULL)));
+		put(fds[i], " ");
+		put(fds[i], log_prog);
+		put(fds[i], "[fatal]: killed by signal ");
+		put(fds[i], decimal(num[1], sig));
+		put(fds[i], " (");
+		put(fds[i], sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
+		put(fds[i], "), pid ");
+		put(fds[i], decimal(num[2], (long)getpid()));
+		put(fds[i], sig == SIGABRT ? "; an assertion's message, if any, is the line before. Backtrace "
+					     "(addr2line -f -e BINARY +OFFSET names a frame):\n"
+					   : ". Backtrace (addr2line -f -e BINARY +OFFSET names a frame):\n");
+		backtrace_symbols_fd(frames, depth, fds[i]);
+	}
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+void wfs_log_crash_handlers(void)
+{
+	static const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+	struct sigaction sa = {.sa_handler = fatal_signal, .sa_flags = SA_RESETHAND | SA_NODEFER};
+	void *frame;
+
+	backtrace(&frame, 1); /* loads libgcc now: the first call may allocate, not safe in a handler */
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		sigaction(sigs[i], &sa, NULL);
 }
 
 void wfs_log(enum wfs_log_level level, const char *fmt, ...)

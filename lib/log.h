@@ -18,6 +18,21 @@ enum wfs_log_level { WFS_LOG_ERR, WFS_LOG_WARN, WFS_LOG_INFO, WFS_LOG_DEBUG };
 void wfs_log_init(const char *prog, bool use_syslog, enum wfs_log_level max_level);
 /* Also append every line, with a timestamp, to the file at @path. Returns 0 or -errno. */
 int wfs_log_open_file(const char *path);
+/*
+ * A daemon whose stderr went to /dev/null (fuse_daemonize()): make the log file (wfs_log_open_file())
+ * its stderr too, so that what libraries and the C library write there — a failed assertion's
+ * message before abort(), libfuse's and SQLite's complaints — lands in the log. Lines of wfs_log()
+ * are then written once, with their timestamp. Returns 0, -EBADF (no log file open) or -errno of
+ * dup2(2).
+ */
+int wfs_log_take_stderr(void);
+/*
+ * On a fatal signal (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT: a failed assertion aborts) write one
+ * line naming the signal and the pid, and a backtrace (backtrace_symbols_fd(3): addresses, and
+ * function names where the binary exports them), to the log file and stderr, then die of the same
+ * signal with its default action (a core dump where enabled). Async-signal-safe; install once.
+ */
+void wfs_log_crash_handlers(void);
 void wfs_log(enum wfs_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Log only the first time *@once is found clear; sets it. */
 void wfs_log_once(atomic_bool *once, enum wfs_log_level level, const char *fmt, ...)
