@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "catalog.h"
+#include "closing.h"
 #include "daemon.h"
 #include "digest.h"
 #include "inode.h"
@@ -358,9 +359,9 @@ START_TEST(seal_last_writer_seals)
 	ck_assert_uint_eq(wfs_version_writers(v), 2);
 	ck_assert_int_eq(wfs_version_write(v, "abc", 3, 0), 3);
 	wfs_version_put(v);
-	ck_assert_int_eq(wfs_seal_leave(&fs, &h1, false, 0, &news), 0);
+	ck_assert_int_eq(wfs_closing_flush(&fs, &h1, 0, &news), 0);
 	ck_assert(!in->sealed && in->writer == v);
-	ck_assert_int_eq(wfs_seal_leave(&fs, &h2, false, 0, &news), 0);
+	ck_assert_int_eq(wfs_closing_flush(&fs, &h2, 0, &news), 0);
 	ck_assert(in->sealed && !in->writer);
 	assert_sealed_as(in->ino, "abc", 3);
 	ck_assert_uint_eq(news.n, 0);
@@ -391,10 +392,10 @@ START_TEST(seal_failed_new_name_removed)
 	wfs_seal_join(&h, v);
 	ck_assert_int_eq(wfs_version_write(v, "abc", 3, 0), 3); /* 3 bytes do not make F32 [4] */
 	wfs_version_put(v);
-	ck_assert_int_eq(wfs_seal_leave(&fs, &h, false, 0, &news), -EINVAL);
+	ck_assert_int_eq(wfs_closing_flush(&fs, &h, 0, &news), -EINVAL);
 	ck_assert_uint_eq(news.n, 0);
 	ck_assert_int_eq(wfs_catalog_lookup(fs.catalog, WFS_ROOT_INO, "gone", &a), 0);
-	ck_assert_int_eq(wfs_seal_leave(&fs, &h, true, 0, &news), 0); /* the release */
+	ck_assert_int_eq(wfs_closing_release(&fs, &h, 0, &news), 0); /* the release */
 	ck_assert_uint_eq(news.n, 1);
 	ck_assert_str_eq(news.names[0].name, "gone");
 	ck_assert(news.inval && !news.moved);
@@ -842,6 +843,104 @@ START_TEST(lock_lent_lets_light_holds_in)
 }
 END_TEST
 
+/* ---- closing: what a close means, as a table ------------------------------------------------ */
+
+/*
+ * The close→seal rule (closing.h), one row per case. Cases that once needed a root mount to see are
+ * rows here: a killed writer beside a finished one, numpy's sizing byte, a refused size, a killed
+ * declared tensor, and a writer whose version a seal holds already (it sealed twice and aborted).
+ */
+#define FLUSH .at_release = false
+#define RELEASE .at_release = true
+#define PT .passthrough = true
+#define MINE .current = true
+#define KILLED(sig) .killed_known = true, .killed = (sig)
+#define FITS(yes) .fits_known = true, .fits = (yes)
+
+static const struct closing_row {
+	const char *what;
+	struct wfs_close_facts f;
+	enum wfs_close_action want;
+} closing_rows[] = {
+	{"a forked child's close, no data yet", {FLUSH, .writers = 1, MINE}, WFS_CLOSE_KEEP},
+	{"numpy's sizing byte, opener alive: ask", {FLUSH, .opener_known = true, .writers = 1, MINE},
+	 WFS_CLOSE_ASK_KILLED},
+	{"numpy's sizing byte, opener alive", {FLUSH, .opener_known = true, .writers = 1, MINE, KILLED(0)},
+	 WFS_CLOSE_KEEP},
+	{"opener killed before its first write", {FLUSH, .opener_known = true, .writers = 1, MINE, KILLED(9)},
+	 WFS_CLOSE_ABANDON_UNLINK},
+	{"the writer's close: ask for the size", {FLUSH, .ends = true, .writers = 1, MINE, KILLED(0)},
+	 WFS_CLOSE_ASK_FITS},
+	{"the writer's close, size fits", {FLUSH, .ends = true, .writers = 1, MINE, KILLED(0), FITS(true)},
+	 WFS_CLOSE_SEAL},
+	{"the writer's close, size refused", {FLUSH, .ends = true, .writers = 1, MINE, KILLED(0), FITS(false)},
+	 WFS_CLOSE_REFUSE},
+	{"first of two writers closes", {FLUSH, .ends = true, .writers = 2, MINE, KILLED(0)},
+	 WFS_CLOSE_LEAVE_FINISHED},
+	{"a killed writer beside one still writing", {FLUSH, .ends = true, .writers = 2, MINE, KILLED(9)},
+	 WFS_CLOSE_LEAVE},
+	{"killed last writer after another finished", {FLUSH, .ends = true, .writers = 1, MINE, .finished = true,
+	 KILLED(9), FITS(true)}, WFS_CLOSE_SEAL},
+	{"killed sole writer", {FLUSH, .ends = true, .writers = 1, MINE, KILLED(15)}, WFS_CLOSE_ABANDON_UNLINK},
+	{"a writer whose version a seal holds", {FLUSH, .ends = true, .writers = 1, MINE, .sealing = true,
+	 KILLED(0), FITS(true)}, WFS_CLOSE_LEAVE_FINISHED},
+	{"a writer whose version was replaced", {FLUSH, .ends = true, .writers = 1, KILLED(0)}, WFS_CLOSE_LEAVE},
+	{"passthrough close before the end", {FLUSH, PT, .opener_known = true, .writers = 1, MINE},
+	 WFS_CLOSE_KEEP},
+	{"passthrough tensor closed, fits", {FLUSH, PT, .ends = true, .writers = 1, MINE, KILLED(0), FITS(true)},
+	 WFS_CLOSE_FINISH},
+	{"passthrough tensor closed short", {FLUSH, PT, .ends = true, .writers = 1, MINE, KILLED(0), FITS(false)},
+	 WFS_CLOSE_REFUSE},
+	{"killed declared tensor writer", {FLUSH, PT, .ends = true, .writers = 1, MINE, KILLED(9)},
+	 WFS_CLOSE_DOOM},
+	{"killed tensor writer beside a finished one", {FLUSH, PT, .ends = true, .writers = 1, MINE,
+	 .finished = true, KILLED(9)}, WFS_CLOSE_KEEP},
+	{"killed tensor writer beside another", {FLUSH, PT, .ends = true, .writers = 2, MINE, KILLED(9)},
+	 WFS_CLOSE_KEEP},
+	{"release: ask who wrote last", {RELEASE, .writers = 1, MINE}, WFS_CLOSE_ASK_KILLED},
+	{"release of one of two writers", {RELEASE, .writers = 2, MINE, KILLED(0)}, WFS_CLOSE_LEAVE},
+	{"release with the refused size", {RELEASE, .writers = 1, MINE, .refused = true, KILLED(0)},
+	 WFS_CLOSE_ABANDON},
+	{"release of a killed writer", {RELEASE, .writers = 1, MINE, KILLED(9)}, WFS_CLOSE_ABANDON_UNLINK},
+	{"release of a killed writer after a finished one", {RELEASE, .writers = 1, MINE, .finished = true,
+	 KILLED(9)}, WFS_CLOSE_SEAL},
+	{"release of a mapping's writer", {RELEASE, .writers = 1, MINE, KILLED(0)}, WFS_CLOSE_SEAL},
+	{"release of a passthrough tensor", {RELEASE, PT, .writers = 1, MINE, .finished = true, KILLED(0)},
+	 WFS_CLOSE_SEAL},
+	{"release while a seal holds the version", {RELEASE, .writers = 1, MINE, .sealing = true, KILLED(0)},
+	 WFS_CLOSE_LEAVE},
+};
+
+START_TEST(closing_table)
+{
+	const struct closing_row *r = &closing_rows[_i];
+	enum wfs_close_action got = wfs_closing_decide(&r->f);
+
+	ck_assert_msg(got == r->want, "%s: %s, want %s", r->what, wfs_closing_action_name(got),
+		      wfs_closing_action_name(r->want));
+}
+END_TEST
+
+/* A seal takes its version before it drops fs->lock: writes and new writers wait from then on. */
+START_TEST(version_seal_begin_stops_writes)
+{
+	int err;
+	struct wfs_version *v = wfs_version_new(fs.store, &err);
+
+	ck_assert_ptr_nonnull(v);
+	ck_assert_int_eq(wfs_version_write(v, "ab", 2, 0), 2);
+	ck_assert(!wfs_version_frozen(v));
+	ck_assert(wfs_version_seal_begin(v));
+	ck_assert(wfs_version_frozen(v));
+	ck_assert(!wfs_version_seal_begin(v)); /* a second seal is refused */
+	ck_assert_int_eq(wfs_version_write(v, "c", 1, 2), -EAGAIN);
+	ck_assert_int_eq(wfs_version_truncate(v, 0), -EAGAIN);
+	ck_assert_uint_eq(wfs_version_size(v), 2);
+	wfs_version_discard(v);
+	wfs_version_put(v);
+}
+END_TEST
+
 static Suite *core_suite(void)
 {
 	Suite *s = suite_create("core");
@@ -859,6 +958,11 @@ static Suite *core_suite(void)
 	tcase_add_test(tc, version_out_of_order_and_truncate);
 	tcase_add_test(tc, version_fallocate_modes);
 	tcase_add_test(tc, version_claim_freeze_thaw);
+	tcase_add_test(tc, version_seal_begin_stops_writes);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("closing");
+	tcase_add_loop_test(tc, closing_table, 0, (int)(sizeof(closing_rows) / sizeof(closing_rows[0])));
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("seal");

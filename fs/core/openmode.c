@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "closing.h"
 #include "daemon.h"
 #include "inode.h"
 #include "log.h"
@@ -16,7 +17,6 @@
 #include "seal.h"
 #include "version.h"
 #include "weightfs.h"
-#include "writer.h"
 
 static atomic_bool warned_txtbsy, warned_unsealed;
 
@@ -672,36 +672,12 @@ ssize_t wfs_openmode_read(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, vo
 
 int wfs_openmode_flush(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struct wfs_news *news)
 {
-	struct wfs_version *v = h->writing;
-	bool ends;
-	int sig;
-
 	if (!h->closed) {
 		h->closed = true;
 		h->inode->io.ncached_closed += !h->passthrough;
 		h->inode->io.nwritable_closed += h->writable;
 	}
-	if (!v)
-		return 0;
-	ends = wfs_writer_flush_ends(v, h->writer_tid, tid);
-	/* Not the end of the writing (no data yet) unless its opener is being killed: then the
-	 * version is abandoned here, as a killed writer's is (nothing to seal at release). */
-	if (!ends && (h->passthrough || !h->opener_tid))
-		return 0;
-	/* Is the closing process being killed? /proc is read without fs->lock: other inodes' requests
-	 * do not wait for it. The handle stays (its RELEASE follows this FLUSH); another flush of it
-	 * (a dup closed by another thread) may have ended its writing meanwhile. */
-	wfs_version_get(v);
-	wfs_unlock(&fs->lock);
-	sig = ends ? wfs_writer_killed_by(tid) : wfs_writer_killed_before_data(v, h->opener_tid, tid);
-	wfs_lock(&fs->lock);
-	wfs_version_put(v);
-	if (h->writing != v || (!ends && !sig))
-		return 0;
-	/* Through passthrough the kernel may write the file until the release: check it, seal then. */
-	if (h->passthrough)
-		return wfs_seal_check_close(fs, h, sig);
-	return wfs_seal_leave(fs, h, false, sig, news);
+	return wfs_closing_flush(fs, h, tid, news);
 }
 
 bool wfs_openmode_release_seals_data(struct wfs_handle *h)
@@ -719,13 +695,9 @@ void wfs_openmode_release(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, st
 	 * inode stays (wfs_openmode_release_lent() checked): no seal, no catalog below. */
 	assert(!wfs_lock_is_lent(&fs->lock) || (!h->writing && !h->writable && h->passthrough && !io->pt_version));
 
-	/* Writes after the last flush (a shared mapping written back at munmap) seal here; the
-	 * kernel drops release errors, so they can only be logged. */
-	/* A RELEASE carries no thread (the kernel sends it without credentials): ask about the thread
-	 * that wrote last, while its process is still there to ask. Under fs->lock: a release that
-	 * still finds its handle writing is rare (writes after the last close: a shared mapping). */
-	ret = wfs_seal_leave(fs, h, true, h->writing ? wfs_writer_killed_by(tid ? tid : h->writer_tid) : 0,
-			     news);
+	/* Writes after the last flush (a shared mapping written back at munmap), and a passthrough
+	 * writer's file, seal here; the kernel drops release errors, so they can only be logged. */
+	ret = wfs_closing_release(fs, h, tid, news);
 	if (ret)
 		wfs_log(WFS_LOG_ERR, "inode %llu: seal at release failed: %s", (unsigned long long)in->ino,
 			strerror(-ret));

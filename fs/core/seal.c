@@ -18,7 +18,6 @@
 #include "seal.h"
 #include "version.h"
 #include "weightfs.h"
-#include "writer.h"
 
 struct wfs_version *wfs_seal_writer(struct wfs_fs *fs, struct wfs_inode *in, bool truncate, int *err)
 {
@@ -122,12 +121,19 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	uint64_t size = 0;
 	int ret;
 
-	assert(v);
+	assert(v && wfs_version_writers(v) == 0);
+	if (!wfs_version_seal_begin(v)) {
+		/* Its callers seal only a version no seal holds (closing.c, seal_due()): never twice. */
+		wfs_log(WFS_LOG_ERR, "inode %llu: a seal of a version already being sealed was skipped",
+			(unsigned long long)in->ino);
+		return 0;
+	}
 	wfs_version_get(v);
 	kernel = wfs_version_kernel_written(v);
 	asked = wfs_version_durable_asked(v);
 	told = wfs_version_error_told(v); /* a failure reported already: not logged again */
 	wfs_unlock(&fs->lock);
+	wfs_delay("seal.before-freeze");
 	ret = wfs_version_freeze(v, &d, &size, &unwritten);
 	unchanged = wfs_version_unchanged(v);
 	if (ret == 0 && wfs_version_declared_wrong(v))
@@ -293,16 +299,16 @@ int wfs_seal_empty(struct wfs_fs *fs, struct wfs_inode *in)
 }
 
 /*
- * @in's version was just dropped unsealed (its writer was killed, or the seal failed). A name that
- * was never sealed is removed now — a restarted writer checking "exists, with the right size" must
- * not find a name that fails every open with EIO — and so, when its writer was @killed, is a tensor
- * file that never held its bytes (sealed empty while its dtype and shape declare more: made and
- * declared, then written by the writer that is gone; weightfs.offload's temporary names,
- * lib/tensorfile.h; a close that refused the size leaves it as it was). A name that was sealed
- * with content shows that content again, the kernel's cached size included. @news collects what to
- * tell the kernel.
+ * (L) Is version @v of @in due for its end: still the inode's version, no writer counted, and no seal
+ * holding it yet? A seal drops fs->lock while it hashes and publishes; a writer that joined a
+ * version in that time (before wfs_version_seal_begin() existed) sealed it a second time.
  */
-static void writer_gone(struct wfs_fs *fs, struct wfs_inode *in, bool killed, struct wfs_news *news)
+static bool seal_due(const struct wfs_inode *in, struct wfs_version *v)
+{
+	return in->writer == v && wfs_version_writers(v) == 0 && !wfs_version_frozen(v);
+}
+
+void wfs_seal_writer_gone(struct wfs_fs *fs, struct wfs_inode *in, bool killed, struct wfs_news *news)
 {
 	struct wfs_attr a;
 	uint64_t declared;
@@ -322,112 +328,6 @@ static void writer_gone(struct wfs_fs *fs, struct wfs_inode *in, bool killed, st
 	else if (news->n)
 		wfs_log(WFS_LOG_INFO, "inode %llu: %s and its writer is gone: name removed",
 			(unsigned long long)in->ino, in->sealed ? "a tensor file that never held its bytes" : "never sealed");
-}
-
-/*
- * A close that would seal a size that does not make the dtype/shape is refused (EINVAL, returned
- * here) but ends nothing: the open file may have other descriptors (a dup, a shell's copy) that
- * complete the tensor. A later close that finds the size right seals it; the release drops it if
- * its size is still the refused one (the name keeps what it had, as a lone refused close always did).
- */
-static int refuse_short(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_version *v)
-{
-	int ret = wfs_seal_fits(fs, in->ino, wfs_version_size(v), NULL, NULL, 0, "seal refused");
-
-	if (ret)
-		wfs_version_refuse(v);
-	return ret;
-}
-
-int wfs_seal_leave(struct wfs_fs *fs, struct wfs_handle *h, bool at_release, int sig,
-		   struct wfs_news *news)
-{
-	struct wfs_version *v = h->writing;
-	struct wfs_inode *in = h->inode;
-	bool last;
-	int ret = 0;
-
-	if (!v)
-		return 0;
-	last = in->writer == v && wfs_version_writers(v) == 1;
-	if (!last) {
-		/* Another writer goes on: only the last one's end decides. This one's close returned
-		 * 0 (its flush ended its writing: it wrote) unless it was killed: what it wrote is kept,
-		 * whatever becomes of the others (ext4 keeps it too). */
-		if (!sig && !at_release && in->writer == v)
-			wfs_version_finish(v);
-		sig = 0;
-	} else if (sig && wfs_version_finished(v)) {
-		wfs_log(WFS_LOG_WARN, "inode %llu: its last writer was killed by signal %d, after another "
-			"writer's close(2) returned: sealed with what both wrote", (unsigned long long)in->ino,
-			sig);
-		sig = 0;
-	}
-	if (last && !sig && !at_release && (ret = refuse_short(fs, in, v)) != 0)
-		return ret;
-	h->writing = NULL;
-	if (wfs_version_writer_drop(v) == 0 && in->writer == v && at_release && wfs_version_refused(v)) {
-		wfs_log(WFS_LOG_INFO, "inode %llu: released with the size its close refused: nothing "
-			"sealed%s", (unsigned long long)in->ino,
-			in->sealed ? ", the name keeps its previous content" : "");
-		wfs_seal_abandon(fs, in);
-		writer_gone(fs, in, false, news);
-	} else if (wfs_version_writers(v) == 0 && in->writer == v) {
-		if (sig) {
-			if (!wfs_version_error_told(v)) /* else logged at its close (check_close) */
-				wfs_log(WFS_LOG_WARN, "inode %llu: writer killed by signal %d before it "
-					"finished: nothing sealed%s", (unsigned long long)in->ino, sig,
-					in->sealed ? ", the name keeps its previous content" : "");
-			wfs_seal_abandon(fs, in);
-			writer_gone(fs, in, true, news);
-		} else {
-			bool told = wfs_version_error_told(v);
-
-			/* in->attr_told after the seal: a GETATTR while its commit lent fs->lock counts. */
-			ret = wfs_seal(fs, in, !at_release);
-			if (ret) {
-				/* -EINTR: a passthrough writer killed at its close (check_close) */
-				writer_gone(fs, in, ret == -EINTR, news);
-			} else if (news && in->attr_told) {
-				/* A stat while it was written may have cached a ctime (and, with a
-				 * writable mapping, an mtime) the seal moved: the kernel asks again.
-				 * Not after a write(2) with nothing told since (inode.h): the next
-				 * open's permission check would cost a GETATTR for nothing. */
-				news->ino = in->ino;
-				news->inval_attr = true;
-			}
-			if (told && at_release)
-				ret = 0; /* reported at the close, or logged when the writer was killed */
-		}
-	}
-	wfs_version_put(v);
-	return ret;
-}
-
-int wfs_seal_check_close(struct wfs_fs *fs, struct wfs_handle *h, int sig)
-{
-	struct wfs_version *v = h->writing;
-	struct wfs_inode *in = h->inode;
-	int ret;
-
-	if (sig && (wfs_version_writers(v) > 1 || wfs_version_finished(v)))
-		return 0; /* others write on, or one finished: the last one's release decides (leave) */
-	if (sig) {
-		wfs_log(WFS_LOG_WARN, "inode %llu: writer killed by signal %d before it finished: "
-			"nothing sealed%s", (unsigned long long)in->ino, sig,
-			in->sealed ? ", the name keeps its previous content" : "");
-		wfs_version_fail(v, -EINTR); /* the release drops it */
-		return 0;
-	}
-	ret = refuse_short(fs, in, v); /* close(2) hears it; the version stays (refuse_short) */
-	/* close(2) returns 0: the writing is done, whatever becomes of its writer before the seal at
-	 * the release (a kill right after close must not drop the tensor; the release asks no /proc),
-	 * or of another writer of the same file (wfs_version_finish). */
-	if (ret == 0) {
-		h->writer_tid = 0;
-		wfs_version_finish(v);
-	}
-	return ret;
 }
 
 /*
@@ -815,11 +715,11 @@ static int set_size(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_handle *
 	}
 	if (ret == 0 && h && h->writable)
 		wfs_seal_join(h, v); /* sealed at this handle's close */
-	if (wfs_version_writers(v) == 0 && in->writer == v) {
+	if (seal_due(in, v)) {
 		int r = wfs_seal(fs, in, true);
 
 		if (r)
-			writer_gone(fs, in, false, news);
+			wfs_seal_writer_gone(fs, in, false, news);
 		if (ret == 0)
 			ret = r;
 	}

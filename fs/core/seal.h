@@ -7,9 +7,8 @@
  *         copy of the sealed object (checked first) for a rewrite in place;
  *       → wfs_seal_join(): the handle counts as a writer of that version until its flush;
  *   write(2) → wfs_seal_write() → wfs_version_write(), hashed as it arrives when in order;
- *   close(2) (FLUSH, when writer.h says this close ends the writing) or RELEASE
- *       → wfs_seal_leave(): the last writer to leave seals, unless the writer was killed
- *         (then the version is abandoned: nothing sealed);
+ *   close(2) (FLUSH) or RELEASE → closing.h decides what the close means (keep writing, refuse
+ *       the size, leave, seal, abandon) and calls wfs_seal() or wfs_seal_abandon() here;
  *   wfs_seal(): freeze (digest) → dtype/shape size check → publish the object (dedup: nothing
  *       written when stored already) → catalog commit (inode → digest) → the WAL's fdatasync
  *       (-o sync, when close(2) waits), with fs->lock dropped while hashing, publishing, syncing.
@@ -56,17 +55,6 @@ struct wfs_version *wfs_seal_writer(struct wfs_fs *fs, struct wfs_inode *in, boo
 /* Count handle @h as a writer of @v (a referenced version of its inode) until its next flush. */
 void wfs_seal_join(struct wfs_handle *h, struct wfs_version *v);
 /*
- * Stop counting @h as a writer (its flush ended the writing, or its release); the last writer seals
- * the version, or abandons it when the closing thread's process is being killed: @sig is the
- * signal killing it, as the caller read it (wfs_writer_killed_by(), without fs->lock where it can),
- * or 0. @at_release:
- * nobody hears the seal's errors (a size that does not fit dtype/shape is then sealed and logged,
- * not refused, and the seal is not synced). Returns 0 or the seal's -errno. @news gets what the
- * kernel must hear when the version was dropped unsealed (a never-sealed name removed).
- */
-int wfs_seal_leave(struct wfs_fs *fs, struct wfs_handle *h, bool at_release, int sig,
-		   struct wfs_news *news);
-/*
  * Seal in->writer: digest, publish the object, point the inode at it (fs->lock dropped while hashing,
  * publishing and syncing). On failure the version is discarded and the name keeps its previous
  * content. @reported: the error reaches the writer (close(2), truncate(2)); only then is a size that
@@ -80,13 +68,16 @@ void wfs_seal_abandon(struct wfs_fs *fs, struct wfs_inode *in);
 int wfs_seal_empty(struct wfs_fs *fs, struct wfs_inode *in);
 
 /*
- * close(2) of passthrough writer @h by a thread of its process (a flush that ends its writing), whose
- * process is being killed by signal @sig (wfs_writer_killed_by(); 0: it is not):
- * the kernel wrote the bytes, and may go on writing through a mapping until the release, where the
- * seal is. What close(2) can still hear is checked now: a size that does not fit dtype/shape is
- * -EINVAL, and a writer being killed is logged; either way the release drops the version.
+ * @in's version was just dropped unsealed (its writer was @killed, or the seal failed). A name that
+ * was never sealed is removed now — a restarted writer checking "exists, with the right size" must
+ * not find a name that fails every open with EIO — and so, when its writer was @killed, is a tensor
+ * file that never held its bytes (sealed empty while its dtype and shape declare more: made and
+ * declared, then written by the writer that is gone; weightfs.offload's temporary names,
+ * lib/tensorfile.h; a close that refused the size leaves it as it was). A name that was sealed
+ * with content shows that content again, the kernel's cached size included. @news collects what to
+ * tell the kernel.
  */
-int wfs_seal_check_close(struct wfs_fs *fs, struct wfs_handle *h, int sig);
+void wfs_seal_writer_gone(struct wfs_fs *fs, struct wfs_inode *in, bool killed, struct wfs_news *news);
 
 /*
  * write(2) of @len bytes at @off through writable handle @h, by thread @tid of user @uid. The first
@@ -117,7 +108,7 @@ ssize_t wfs_seal_copy_range(struct wfs_fs *fs, struct wfs_handle *hin, off_t off
  * unless a writable handle is open on it (then at its close). @h: the handle (ftruncate), or NULL.
  * Through a handle, a size that does not fit dtype/shape is refused now. Returns 0, or -ESTALE (the
  * name moved to a new inode: the kernel looks it up again), -ETXTBSY, -EISDIR, -EINVAL, the seal's
- * -errno. @news: as wfs_seal_leave(), and a moved name.
+ * -errno. @news: a never-sealed name removed (wfs_seal_writer_gone()), and a moved name.
  */
 int wfs_seal_truncate(struct wfs_fs *fs, uint64_t ino, struct wfs_handle *h, uint64_t size,
 		      struct wfs_news *news);

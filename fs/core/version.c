@@ -26,6 +26,8 @@ struct wfs_version {
 	char *mem;                 /* (V) small versions live here: no tmp inode churn for dedup hits */
 	size_t mem_cap;            /* (V) bytes allocated at @mem */
 	bool frozen;               /* (V) FROZEN or DONE: writes wait, then go to a new version */
+	bool sealing;              /* a seal owns it (wfs_version_seal_begin(), under fs->lock): writes
+				    * and new writers wait from then on, before the freeze; atomic */
 	bool done;                 /* (V) DONE: published or discarded, nothing more to read or write */
 	uint64_t size;             /* (V) bytes; stored atomically (set_size()): wfs_version_size()
 				    * reads it without the lock, which a seal holds while it hashes */
@@ -337,13 +339,19 @@ static bool keep_hashing(struct wfs_version *v, ssize_t err, off_t off)
 	return true;
 }
 
+/* Being sealed, FROZEN or DONE (version lock held): a write or size change must start over. */
+static bool stopped(struct wfs_version *v)
+{
+	return v->frozen || v->done || __atomic_load_n(&v->sealing, __ATOMIC_ACQUIRE);
+}
+
 ssize_t wfs_version_write(struct wfs_version *v, const void *buf, size_t len, off_t off)
 {
 	bool extends;
 	ssize_t ret;
 
 	pthread_mutex_lock(&v->lock);
-	if (v->frozen || v->done) {
+	if (stopped(v)) {
 		ret = -EAGAIN;
 		goto out;
 	}
@@ -412,9 +420,9 @@ ssize_t wfs_version_read(struct wfs_version *v, void *buf, size_t len, off_t off
  * May @v's size change now (version lock held)? 0, -EAGAIN (being sealed or done: start over from
  * the inode), or -ENOSPC (only its digest is kept, keep_hashing(): only writes in order go on).
  */
-static int changeable(const struct wfs_version *v)
+static int changeable(struct wfs_version *v)
 {
-	if (v->frozen || v->done)
+	if (stopped(v))
 		return -EAGAIN;
 	return v->hash_only ? -ENOSPC : 0;
 }
@@ -812,7 +820,14 @@ bool wfs_version_mtime(struct wfs_version *v, struct timespec *mtime)
 
 bool wfs_version_frozen(struct wfs_version *v)
 {
-	return __atomic_load_n(&v->frozen, __ATOMIC_ACQUIRE);
+	return __atomic_load_n(&v->frozen, __ATOMIC_ACQUIRE) || __atomic_load_n(&v->sealing, __ATOMIC_ACQUIRE);
+}
+
+bool wfs_version_seal_begin(struct wfs_version *v)
+{
+	if (__atomic_load_n(&v->frozen, __ATOMIC_ACQUIRE)) /* a claim holds it, or it is DONE */
+		return false;
+	return !__atomic_exchange_n(&v->sealing, true, __ATOMIC_ACQ_REL);
 }
 
 bool wfs_version_has_data(struct wfs_version *v)

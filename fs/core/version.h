@@ -12,6 +12,8 @@
  *                              │         that failed) ───────────────┘  └──────────────────────────▶ -EAGAIN
  *                              └────────────────── wfs_version_discard() ──────────────────────────▶
  *
+ * A seal takes the version under fs->lock (wfs_version_seal_begin()) before it drops that lock to
+ * freeze it: from then on it counts as FROZEN for writes and for writers that would join it.
  * A caller that gets -EAGAIN waits for the seal (fs->seal_done, seal.h) and starts over from the inode.
  *
  * Where the bytes are: a version up to WFS_VERSION_MEM_MAX bytes lives in memory, so a small file
@@ -99,8 +101,15 @@ void wfs_version_set_mtime(struct wfs_version *v, const struct timespec *mtime);
  * passthrough); false when none of these happened (the seal then takes its own time).
  */
 bool wfs_version_mtime(struct wfs_version *v, struct timespec *mtime);
-/* FROZEN or DONE (being sealed, or finished): a writer must wait and start over. */
+/* Being sealed, FROZEN or DONE: a writer must wait and start over. Lock-free. */
 bool wfs_version_frozen(struct wfs_version *v);
+/*
+ * (fs->lock held) A seal takes @v: from now on writes get -EAGAIN and wfs_version_frozen() is true,
+ * so that no writer joins or writes between the last writer's leave and the freeze, which the seal
+ * makes after it drops fs->lock (a second seal of the same version aborted the daemon). Returns
+ * false, changing nothing, when @v is being sealed already or FROZEN (a claim holds it, or DONE).
+ */
+bool wfs_version_seal_begin(struct wfs_version *v);
 /*
  * Have data been written to @v (not only created, truncated or fallocated)? A lone one-byte write
  * past the end of an empty version is not data: numpy.memmap(mode='w+') sizes a new file that way
