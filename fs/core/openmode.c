@@ -265,6 +265,14 @@ static int open_read_only(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_ha
 	struct wfs_object *o;
 	int ret;
 
+	/* The writer that just sealed this file may not be released yet: without the wait, a reader
+	 * mapping a file right after writing it would be daemon-served for as long as it keeps it.
+	 * Only closed handles are waited for: one still open (a long-lived O_RDWR opener) stays. The
+	 * wait drops fs->lock: what follows decides on the inode as it is after it (a passthrough
+	 * writer that opened meanwhile left npassthrough > 0 with no object: the open crashed). */
+	if (atomic_load(&fs->passthrough) && !in->writer && io->npassthrough == 0 &&
+	    io->ncached == io->ncached_closed)
+		wait_released(fs, &io->ncached, 100);
 	if (io->npassthrough > 0 && io->pt_version) {
 		/* A tensor being (or just) written through passthrough: its version's file is the
 		 * inode's one backing file, which every open shares until the last closes. */
@@ -279,12 +287,6 @@ static int open_read_only(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_ha
 			     (unsigned long long)in->ino);
 		return -EIO;
 	}
-	/* The writer that just sealed this file may not be released yet: without the wait, a reader
-	 * mapping a file right after writing it would be daemon-served for as long as it keeps it.
-	 * Only closed handles are waited for: one still open (a long-lived O_RDWR opener) stays. */
-	if (atomic_load(&fs->passthrough) && !in->writer && io->npassthrough == 0 &&
-	    io->ncached == io->ncached_closed)
-		wait_released(fs, &io->ncached, 100);
 	if (io->npassthrough > 0) {
 		/* All passthrough opens of an inode share one backing file (checked by the first). */
 		o = io->pt_object;
