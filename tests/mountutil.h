@@ -109,8 +109,11 @@ static inline void mu_daemon_start(void)
 	/* nosync unless the test asks for sync: the daemon refuses both at once. */
 	snprintf(list, sizeof(list), ",%s,", mu.opts);
 	sync = strstr(list, ",sync,") != NULL || strstr(list, ",sync=") != NULL;
-	snprintf(opts, sizeof(opts), "passthrough=%s%s%s%s", mu_mode(), sync ? "" : ",nosync", mu.opts[0] ? "," : "",
-		 mu.opts);
+	/* $WFS_TEST_OPTS: options every mount of the run adds (a variant under study). */
+	const char *extra = getenv("WFS_TEST_OPTS") ? getenv("WFS_TEST_OPTS") : "";
+
+	snprintf(opts, sizeof(opts), "passthrough=%s%s%s%s%s%s", mu_mode(), sync ? "" : ",nosync", mu.opts[0] ? "," : "",
+		 mu.opts, extra[0] ? "," : "", extra);
 	mu.daemon = fork();
 	ck_assert_int_ge(mu.daemon, 0);
 	if (mu.daemon == 0) {
