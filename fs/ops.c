@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "fileio.h"
 #include "inode.h"
 #include "log.h"
 #include "mounts.h"
@@ -474,7 +475,7 @@ static int do_setattr(struct wfs_fs *fs, fuse_ino_t ino, const struct stat *st, 
 	if (ret)
 		return ret;
 	if (to_set & FUSE_SET_ATTR_SIZE) {
-		ret = wfs_seal_truncate(fs, ino, fi ? handle_of(fi) : NULL, (uint64_t)st->st_size, news);
+		ret = wfs_fileio_truncate(fs, ino, fi ? handle_of(fi) : NULL, (uint64_t)st->st_size, news);
 		if (ret)
 			return ret;
 		if (a.size != (uint64_t)st->st_size && !(to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW)))
@@ -791,7 +792,7 @@ static void wfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 	bool mode_changed;
 	ssize_t n;
 
-	n = wfs_seal_write(fs, handle_of(fi), fuse_req_ctx(req)->uid, tid_of(req), buf, size, off, &mode_changed);
+	n = wfs_fileio_write(fs, handle_of(fi), fuse_req_ctx(req)->uid, tid_of(req), buf, size, off, &mode_changed);
 	if (mode_changed)
 		fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0); /* attributes only */
 	if (n < 0)
@@ -805,7 +806,7 @@ static void wfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, o
 {
 	WFS_OPS_COUNT(FALLOCATE);
 	(void)ino;
-	fuse_reply_err(req, -wfs_seal_fallocate(wfs_ops_fs(req), handle_of(fi), tid_of(req), mode, off, len));
+	fuse_reply_err(req, -wfs_fileio_fallocate(wfs_ops_fs(req), handle_of(fi), tid_of(req), mode, off, len));
 }
 
 static void wfs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, struct fuse_file_info *fi_in,
@@ -814,7 +815,7 @@ static void wfs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 {
 	WFS_OPS_COUNT(COPY_FILE_RANGE);
 	ssize_t n = flags ? -EINVAL
-			  : wfs_seal_copy_range(wfs_ops_fs(req), handle_of(fi_in), off_in, handle_of(fi_out), off_out,
+			  : wfs_fileio_copy_range(wfs_ops_fs(req), handle_of(fi_in), off_in, handle_of(fi_out), off_out,
 						len, fuse_req_ctx(req)->uid, tid_of(req));
 
 	(void)ino_in;

@@ -19,10 +19,12 @@
 #include <jansson.h>
 
 #include "check.h"
+#include "claim.h"
 #include "direct.h"
 #include "dtype.h"
 #include "fault.h"
 #include "log.h"
+#include "openmode.h"
 #include "ops.h"
 #include "receive.h"
 #include "seal.h"
@@ -226,7 +228,7 @@ void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 	} else if (strcmp(name, WFS_XATTR_DIGEST) == 0) {
 		char hex[WFS_DIGEST_HEX_CHARS + 1];
 
-		wfs_seal_wait_release(fs, ino);
+		wfs_openmode_wait_release(fs, ino);
 		ret = wfs_catalog_getattr(fs->catalog, ino, &a);
 		if (ret == 0 && !a.sealed)
 			ret = -ENODATA;
@@ -269,7 +271,7 @@ static int digest_request(fuse_req_t req, const char *value, size_t size, struct
 /*
  * setxattr(FILE, "user.weightfs.claim", "<32 hex digits>"): the caller knows the digest of the bytes
  * it would write. Sealing needs an empty regular file and an intact stored object; see
- * wfs_seal_claim() for the errors. Only the mounting user (or root) may claim: with allow_other,
+ * wfs_claim() for the errors. Only the mounting user (or root) may claim: with allow_other,
  * naming a digest would otherwise read any object in the store without permission to any of its
  * names. A trailing newline (`setfattr -v "$(xxhsum -H2 ...)"`, echo) is accepted.
  */
@@ -282,7 +284,7 @@ static int claim(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const char *
 	if (ret)
 		return ret;
 	wfs_lock(&fs->lock);
-	ret = wfs_seal_claim(fs, ino, &d);
+	ret = wfs_claim(fs, ino, &d);
 	wfs_unlock(&fs->lock);
 	return ret;
 }
@@ -445,7 +447,7 @@ static int claim_batch(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t dir, const 
 			break;
 		}
 		/* One catalog call per line: create, attributes and seal (~15 statements fewer). */
-		ret = wfs_seal_claim_new(fs, dir, l->name, mode, uid, gid, &l->d, &st, x, nx, &a);
+		ret = wfs_claim_new(fs, dir, l->name, mode, uid, gid, &l->d, &st, x, nx, &a);
 		if (ret == 0)
 			(*made)[(*nmade)++] = copy;
 		else
@@ -508,7 +510,7 @@ static int digest_set(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t ino, const c
 		wfs_unlock(&fs->lock);
 		return -EPERM;
 	}
-	wfs_seal_wait_release(fs, ino);
+	wfs_openmode_wait_release(fs, ino);
 	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
 	wfs_unlock(&fs->lock);
 	if (ret || !a.sealed)
@@ -577,8 +579,10 @@ void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *
 	}
 	if (ret == 0) {
 		wfs_lock(&fs->lock);
-		if (strcmp(name, WFS_XATTR_DTYPE) == 0 || strcmp(name, WFS_XATTR_SHAPE) == 0)
+		if (strcmp(name, WFS_XATTR_DTYPE) == 0 || strcmp(name, WFS_XATTR_SHAPE) == 0) {
+			wfs_openmode_wait_release(fs, ino); /* judge the file as close(2) left it */
 			ret = wfs_seal_check_xattr(fs, ino, name, value, size);
+		}
 		if (ret == 0)
 			ret = wfs_catalog_xattr_set(fs->catalog, ino, name, value, size, flags);
 		wfs_unlock(&fs->lock);

@@ -5,7 +5,7 @@
  * passthrough backing files registered and released.
  *
  * The core's rule is that its functions run with fs->lock held unless their header says they take it
- * themselves (wfs_seal_write, wfs_seal_fallocate, wfs_openmode_read, ...); the tests follow it.
+ * themselves (wfs_fileio_write, wfs_fileio_fallocate, wfs_openmode_read, ...); the tests follow it.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -17,9 +17,11 @@
 #include <unistd.h>
 
 #include "catalog.h"
+#include "claim.h"
 #include "closing.h"
 #include "daemon.h"
 #include "digest.h"
+#include "fileio.h"
 #include "inode.h"
 #include "lock.h"
 #include "map.h"
@@ -423,14 +425,14 @@ START_TEST(claim_cases)
 	dst = new_file("dst")->ino; /* by number: a claim frees the entry of an inode nobody holds */
 	full = new_file("full")->ino;
 	ck_assert_int_eq(seal_bytes(wfs_inode_find(&fs, full), "x", 1), 0);
-	ck_assert_int_eq(wfs_seal_claim(&fs, dst, &missing), -ENODATA);
+	ck_assert_int_eq(wfs_claim(&fs, dst, &missing), -ENODATA);
 	ck_assert_uint_eq(fs.counters.claim_misses, 1);
-	ck_assert_int_eq(wfs_seal_claim(&fs, full, &d), -EEXIST);
-	ck_assert_int_eq(wfs_seal_claim(&fs, WFS_ROOT_INO, &d), -EINVAL);
-	ck_assert_int_eq(wfs_seal_claim(&fs, dst, &d), 0);
+	ck_assert_int_eq(wfs_claim(&fs, full, &d), -EEXIST);
+	ck_assert_int_eq(wfs_claim(&fs, WFS_ROOT_INO, &d), -EINVAL);
+	ck_assert_int_eq(wfs_claim(&fs, dst, &d), 0);
 	ck_assert_uint_eq(fs.counters.claims, 1);
 	assert_sealed_as(dst, buf, sizeof(buf));
-	ck_assert_int_eq(wfs_seal_claim(&fs, dst, &d), -EEXIST); /* has content now */
+	ck_assert_int_eq(wfs_claim(&fs, dst, &d), -EEXIST); /* has content now */
 	wfs_unlock(&fs.lock);
 }
 END_TEST
@@ -595,7 +597,7 @@ START_TEST(openmode_write_flush_seals)
 	ino = in->ino;
 	ck_assert_int_eq(wfs_openmode_create(&fs, in, 0, &h, &r), 0);
 	wfs_unlock(&fs.lock);
-	ck_assert_int_eq(wfs_seal_write(&fs, h, 0, gettid(), "weights", 7, 0, &mode_changed), 7);
+	ck_assert_int_eq(wfs_fileio_write(&fs, h, 0, gettid(), "weights", 7, 0, &mode_changed), 7);
 	ck_assert(!mode_changed);
 	wfs_lock(&fs.lock);
 	ck_assert_int_eq(wfs_openmode_flush(&fs, h, gettid(), &news), 0);

@@ -124,7 +124,7 @@ struct wfs_fs {
 	struct wfs_moved_ring moved;  /* (L) inodes a name just moved to for a writer (openmode.c) */
 	unsigned releases_telling;    /* (L) releases whose news the kernel has not been told yet: an
 				       * open waiting for a release waits for those too (seal.h,
-				       * wfs_seal_wait_release; broadcast on seal_done) */
+				       * wfs_openmode_wait_release; broadcast on seal_done) */
 	uint64_t largest_object;      /* (L) bytes of the largest stored object, once asked (seal.c: a
 				       * full store's writes beyond it cannot be of stored content) */
 	bool largest_known;           /* (L) */

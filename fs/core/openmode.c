@@ -427,7 +427,7 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool trunc
 		 * finds the name sealed and moves it away from its readers, instead of waiting for
 		 * passthrough readers that stay (ETXTBSY). A release that has just finished may still be
 		 * telling the kernel (fs->releases_telling): waited for too, whichever inode it was. */
-		wfs_seal_wait_release(fs, ino);
+		wfs_openmode_wait_release(fs, ino);
 		ret = wfs_inode_get_file(fs, ino, false, &a, &in);
 		if (ret)
 			return ret;
@@ -731,4 +731,33 @@ void wfs_openmode_release(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, st
 	io->nopen--;
 	wfs_inode_maybe_free(fs, in);
 	handle_free(fs, h);
+}
+
+void wfs_openmode_wait_release(struct wfs_fs *fs, uint64_t ino)
+{
+	struct wfs_inode *in = wfs_inode_find(fs, ino);
+	struct timespec deadline = wfs_deadline_in(100);
+	bool long_wait = false;
+
+	/*
+	 * Up to 100 ms for the release to come; a seal already running (FROZEN: a tensor written
+	 * through passthrough is hashed at its release) is waited for to its end, up to a minute. A
+	 * release that does not come (a writable mapping kept after close) is not waited for: the
+	 * caller answers with what the name holds now.
+	 */
+	while (in && in->writer && wfs_openmode_writers_closed(in)) {
+		if (wfs_version_frozen(in->writer) && !long_wait) {
+			deadline = wfs_deadline_in(60 * 1000);
+			long_wait = true;
+		}
+		if (wfs_lock_timedwait(&fs->seal_done, &fs->lock, &deadline) == ETIMEDOUT)
+			return;
+		in = wfs_inode_find(fs, ino);
+	}
+	/* A release tells the kernel after it lets go of fs->lock (a dropped version's size, which the
+	 * kernel took from the writes): an open answered before that, even one that found the release
+	 * done, would read with the kernel's stale size. */
+	while (fs->releases_telling)
+		if (wfs_lock_timedwait(&fs->seal_done, &fs->lock, &deadline) == ETIMEDOUT)
+			break;
 }

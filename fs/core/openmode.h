@@ -210,6 +210,16 @@ bool wfs_openmode_on_version(const struct wfs_inode *in);
  * once may still be open in another descriptor (a shell's redirection), its writer not done.
  */
 void wfs_openmode_release_closed(struct wfs_fs *fs);
+/*
+ * A file closed with nothing written (touch, or created and given attributes only) is sealed at its
+ * release, which close(2) does not wait for; so is a tensor written through passthrough. When every
+ * writable handle of inode @ino has been closed, give the release up to 100 ms to come, and a seal
+ * that has started up to a minute to end (a digest asked for right after the close must find it),
+ * and the release's news to reach the kernel (fs->releases_telling); a release held back by a
+ * mapping is not waited for. May drop fs->lock.
+ */
+void wfs_openmode_wait_release(struct wfs_fs *fs, uint64_t ino);
+
 /* At exit: free every handle still open (the kernel sends no release for them at unmount). */
 void wfs_handles_release(struct wfs_fs *fs);
 

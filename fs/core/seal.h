@@ -1,12 +1,13 @@
 /*
- * seal — a name's write path: the version being written, the handles writing it, and its seal into
- * an object (or a digest claim, which seals a name without its bytes).
+ * seal — a name's version: the bytes being written, the handles counted as its writers, and its seal
+ * into an object; the dtype/shape size rule. What a handle does to its file is fileio.h's, what a
+ * close means is closing.h's, a digest claim is claim.h's. Nothing here calls openmode.h.
  *
  *   open(O_TRUNC) / create / first write or truncate through a handle
  *       → wfs_seal_writer(): the inode's version (version.h), started when it has none: empty, or a
  *         copy of the sealed object (checked first) for a rewrite in place;
  *       → wfs_seal_join(): the handle counts as a writer of that version until its flush;
- *   write(2) → wfs_seal_write() → wfs_version_write(), hashed as it arrives when in order;
+ *   write(2) → wfs_fileio_write() (fileio.h) → wfs_version_write(), hashed as it arrives in order;
  *   close(2) (FLUSH) or RELEASE → closing.h decides what the close means (keep writing, refuse
  *       the size, leave, seal, abandon) and calls wfs_seal() or wfs_seal_abandon() here;
  *   wfs_seal(): freeze (digest) → dtype/shape size check → publish the object (dedup: nothing
@@ -79,51 +80,8 @@ int wfs_seal_empty(struct wfs_fs *fs, struct wfs_inode *in);
  */
 void wfs_seal_writer_gone(struct wfs_fs *fs, struct wfs_inode *in, bool killed, struct wfs_news *news);
 
-/*
- * write(2) of @len bytes at @off through writable handle @h, by thread @tid of user @uid. The first
- * write of a handle by a user other than root clears the file's set-user-ID bit (and set-group-ID
- * of a group-executable file), as local filesystems do: *@mode_changed says the kernel's cached
- * attributes are stale. Takes fs->lock itself: call it without. Returns @len, or -EBADF (not
- * writable), -ENOSPC, -EIO, -ENOMEM, another -errno.
- */
-ssize_t wfs_seal_write(struct wfs_fs *fs, struct wfs_handle *h, uid_t uid, pid_t tid, const void *buf,
-		       size_t len, off_t off, bool *mode_changed);
-/*
- * fallocate(2) through writable handle @h: space reserved in the version (wfs_version_fallocate()),
- * a size change held to dtype/shape now, as ftruncate(2) is. Takes fs->lock itself. Returns 0,
- * -EBADF, -EOPNOTSUPP (modes other than 0 and FALLOC_FL_KEEP_SIZE), -EINVAL, -ENOSPC, -errno.
- */
-int wfs_seal_fallocate(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, int mode, off_t off, off_t len);
-/*
- * copy_file_range(2) of @len bytes (at most 1 GiB, the reply's 32 bits) from @hin at @off_in to
- * writable @hout at @off_out. A whole sealed file onto an empty one (what cp does) claims the
- * source's object: no byte moves. A range the destination holds already (same object, same offset)
- * is done at once. Anything else is read and written through the version. Takes fs->lock itself.
- * Returns bytes copied, or -EBADF, -errno of the read or write.
- */
-ssize_t wfs_seal_copy_range(struct wfs_fs *fs, struct wfs_handle *hin, off_t off_in, struct wfs_handle *hout,
-			    off_t off_out, size_t len, uid_t uid, pid_t tid);
-/*
- * truncate(2)/ftruncate(2) of inode @ino to @size bytes: a new version of that size, sealed now
- * unless a writable handle is open on it (then at its close). @h: the handle (ftruncate), or NULL.
- * Through a handle, a size that does not fit dtype/shape is refused now. Returns 0, or -ESTALE (the
- * name moved to a new inode: the kernel looks it up again), -ETXTBSY, -EISDIR, -EINVAL, the seal's
- * -errno. @news: a never-sealed name removed (wfs_seal_writer_gone()), and a moved name.
- */
-int wfs_seal_truncate(struct wfs_fs *fs, uint64_t ino, struct wfs_handle *h, uint64_t size,
-		      struct wfs_news *news);
 /* utimes(2) on inode @ino while it is being written: its seal keeps @mtime. */
 void wfs_seal_set_mtime(struct wfs_fs *fs, uint64_t ino, const struct timespec *mtime);
-/*
- * A file closed with nothing written (touch, or created and given attributes only) is sealed at its
- * release, which close(2) does not wait for; so is a tensor written through passthrough. When every
- * writable handle of inode @ino has been closed, give the release up to 100 ms to come, and a seal
- * that has started up to a minute to end (a digest asked for right after the close must find it),
- * and the release's news to reach the kernel (fs->releases_telling); a release held back by a
- * mapping is not waited for. May drop fs->lock.
- */
-void wfs_seal_wait_release(struct wfs_fs *fs, uint64_t ino);
-
 /*
  * setxattr user.weightfs.digest on inode @ino while a version of it is being written (by the
  * mounting user or root: the handler checks): its writer's word for the digest its bytes will have
@@ -136,33 +94,6 @@ void wfs_seal_wait_release(struct wfs_fs *fs, uint64_t ino);
 int wfs_seal_declare(struct wfs_fs *fs, uint64_t ino, const struct wfs_digest *d);
 /* Is a version of inode @ino being written, not yet being sealed (where a declaration goes)? */
 bool wfs_seal_writing(struct wfs_fs *fs, uint64_t ino);
-
-/*
- * Digest claim (setxattr user.weightfs.claim) on inode @ino: seal the empty regular file as stored
- * object @d, without its bytes being written. An empty version being written (a file just created,
- * or opened with O_TRUNC) is dropped; its handles stay open and later writes start a new version.
- * May drop fs->lock. Returns 0, or
- *   -ENODATA  no intact object @d in the store (missing, quarantined, or failing its check),
- *   -EEXIST   the file has content, or bytes were written to it,
- *   -ETXTBSY  the file is open read-only through passthrough (its backing file is fixed),
- *   -EINVAL   not a regular file, or the object's size does not fit its dtype/shape attributes,
- *   -ENOMEM, or an -errno of the catalog (its commit failed: nothing changed).
- */
-int wfs_seal_claim(struct wfs_fs *fs, uint64_t ino, const struct wfs_digest *d);
-/*
- * A digest claim that makes its file: new regular file @name in directory @parent (permissions
- * @mode, owner @uid/@gid), sealed as stored object @d from the start, with stored attributes
- * @xattrs (@nxattrs; the caller has checked that a dtype and shape among them fit the object's
- * size, @st->st_size). @st: the object file's stat (wfs_store_object_stat()), taken under fs->lock
- * just before, without dropping it since. What a create, setxattrs and wfs_seal_claim() do, as one
- * catalog call (wfs_catalog_create_sealed()), for batch claims: no inode is made in memory and no
- * version is started. May drop fs->lock (a size not as cataloged is checked by reading). Returns 0
- * with *@out the new file's attributes, or -ENODATA (the object is damaged), -EEXIST, -ENOMEM, or an
- * -errno of the catalog (nothing changed).
- */
-int wfs_seal_claim_new(struct wfs_fs *fs, uint64_t parent, const char *name, uint32_t mode, uint32_t uid,
-		       uint32_t gid, const struct wfs_digest *d, const struct stat *st,
-		       const struct wfs_catalog_xattr *xattrs, size_t nxattrs, struct wfs_attr *out);
 
 /*
  * Do @size bytes make the tensor that inode @ino's dtype and shape attributes describe, with
@@ -182,7 +113,8 @@ int wfs_seal_declared_size(struct wfs_fs *fs, uint64_t ino, uint64_t *bytes);
 /*
  * setxattr of user.weightfs.dtype (a safetensors dtype name) or user.weightfs.shape (a JSON array)
  * @name to @value (@len bytes) on inode @ino: it must parse, and with both set on a sealed non-empty
- * file, elements × dtype bytes must equal the file's size. Waits for a pending release seal first
+ * file, elements × dtype bytes must equal the file's size. The caller waits for a pending release
+ * seal first (wfs_openmode_wait_release(): the file as close(2) left it)
  * (the file as close(2) left it). Returns 0 or -EINVAL (logged: what did not fit).
  */
 int wfs_seal_check_xattr(struct wfs_fs *fs, uint64_t ino, const char *name, const char *value, size_t len);
