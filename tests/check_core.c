@@ -225,7 +225,8 @@ START_TEST(version_fallocate_modes)
 	int err;
 
 	v = wfs_version_new(fs.store, &err);
-	ck_assert_int_eq(wfs_version_fallocate(v, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 10), -EOPNOTSUPP);
+	ck_assert_int_eq(wfs_version_fallocate(v, FALLOC_FL_ZERO_RANGE, 0, 10), -EOPNOTSUPP);
+	ck_assert_int_eq(wfs_version_fallocate(v, FALLOC_FL_PUNCH_HOLE, 0, 10), -EOPNOTSUPP);
 	ck_assert_int_eq(wfs_version_fallocate(v, 0, 0, 0), -EINVAL);
 	ck_assert_int_eq(wfs_version_fallocate(v, FALLOC_FL_KEEP_SIZE, 0, 4096), 0);
 	ck_assert_uint_eq(wfs_version_size(v), 0); /* reserved, size kept */
@@ -233,7 +234,17 @@ START_TEST(version_fallocate_modes)
 	ck_assert_uint_eq(wfs_version_size(v), 4096);
 	ck_assert_int_eq(wfs_version_read(v, back, sizeof(back), 0), 4096);
 	ck_assert_mem_eq(back, zeros, sizeof(zeros));
+	/* A punched hole: zeros, size kept; in memory, then in the tmp file. */
+	ck_assert_int_eq(wfs_version_write(v, "abcdef", 6, 100), 6);
+	ck_assert_int_eq(wfs_version_fallocate(v, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 102, 2), 0);
+	ck_assert_int_eq(wfs_version_read(v, back, 6, 100), 6);
+	ck_assert_mem_eq(back, "ab\0\0ef", 6);
+	ck_assert_uint_eq(wfs_version_size(v), 4096);
 	ck_assert_int_eq(wfs_version_fallocate(v, 0, 0, 2 * MIB), 0); /* past memory: a tmp file */
+	ck_assert_uint_eq(wfs_version_size(v), 2 * MIB);
+	ck_assert_int_eq(wfs_version_fallocate(v, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 100, 2 * MIB), 0);
+	ck_assert_int_eq(wfs_version_read(v, back, 6, 100), 6);
+	ck_assert_mem_eq(back, zeros, 6);
 	ck_assert_uint_eq(wfs_version_size(v), 2 * MIB);
 	wfs_version_discard(v);
 	wfs_version_put(v);

@@ -2522,8 +2522,9 @@ END_TEST
 
 /*
  * fallocate(2): mode 0 and KEEP_SIZE reserve space in the version (ENOSPC at the call, not at close),
- * in memory and past 1 MiB in the tmp file; other modes are EOPNOTSUPP; a size change through the
- * descriptor is held to dtype/shape; a reservation past the end does not stay with the object.
+ * in memory and past 1 MiB in the tmp file; a punched hole reads zeros and frees its blocks; other
+ * modes are EOPNOTSUPP; a size change through the descriptor is held to dtype/shape; a reservation
+ * past the end does not stay with the object.
  */
 START_TEST(fallocate_reserves)
 {
@@ -2541,11 +2542,24 @@ START_TEST(fallocate_reserves)
 	ck_assert_int_eq(fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 8192), 0);
 	ck_assert_int_eq(fstat(fd, &st), 0);
 	ck_assert_int_eq(st.st_size, 4096);
-	ck_assert_int_eq(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096), -1);
+	ck_assert_int_eq(fallocate(fd, FALLOC_FL_ZERO_RANGE, 0, 4096), -1);
 	ck_assert_int_eq(errno, EOPNOTSUPP);
+	ck_assert_int_eq(fallocate(fd, FALLOC_FL_PUNCH_HOLE, 0, 4096), -1); /* a punch keeps the size */
+	ck_assert_int_eq(errno, EOPNOTSUPP);
+	/* fallocate --punch-hole: zeros inside, the size kept (also past the end: nothing to punch). */
+	ck_assert_int_eq(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 10, 20), 0);
+	ck_assert_int_eq(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 8192, 4096), 0);
 	ck_assert_int_eq(close(fd), 0);
 	memcpy(want, a, 100);
+	memset(want + 10, 0, 20);
 	mu_assert_file_equals(mu_path("s"), want, 4096);
+	mu_digest_xattr(mu_path("s"), &d);
+	{
+		struct wfs_digest expect;
+
+		wfs_digest_buf(want, 4096, &expect);
+		ck_assert(wfs_digest_equal(&d, &expect)); /* the hashed prefix changed: hashed again */
+	}
 
 	/* posix_fallocate past 1 MiB: the version spills, the bytes written keep their place. */
 	fd = open(mu_path("p"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -2556,6 +2570,18 @@ START_TEST(fallocate_reserves)
 	memset(want, 0, 3 << 20);
 	memcpy(want + 1000, a, 10);
 	mu_assert_file_equals(mu_path("p"), want, 3 << 20);
+
+	/* A hole punched in a rewrite of a 2 MiB file (a tmp file): zeros there, the blocks freed. */
+	ck_assert_int_eq(mu_write_file(mu_path("h"), a, len), 0);
+	fd = open(mu_path("h"), O_WRONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 1 << 20, 1 << 20), 0);
+	ck_assert_int_eq(close(fd), 0);
+	memcpy(want, a, len);
+	memset(want + (1 << 20), 0, 1 << 20);
+	mu_assert_file_equals(mu_path("h"), want, len);
+	mu_digest_xattr(mu_path("h"), &d);
+	ck_assert_int_le(object_disk_bytes(&d), (long long)(1 << 20) + 65536);
 
 	/* KEEP_SIZE past the end, then writes: the object holds the bytes written, not the reservation. */
 	fd = open(mu_path("k"), O_WRONLY | O_CREAT | O_TRUNC, 0644);

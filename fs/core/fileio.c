@@ -103,7 +103,7 @@ int wfs_fileio_fallocate(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, int
 
 	if (!h->writable)
 		return -EBADF;
-	if (mode & ~FALLOC_FL_KEEP_SIZE)
+	if (mode != (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE) && (mode & ~FALLOC_FL_KEEP_SIZE))
 		return -EOPNOTSUPP;
 	if (off < 0 || len <= 0)
 		return -EINVAL;

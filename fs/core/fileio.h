@@ -29,8 +29,9 @@ ssize_t wfs_fileio_write(struct wfs_fs *fs, struct wfs_handle *h, uid_t uid, pid
 		       size_t len, off_t off, bool *mode_changed);
 /*
  * fallocate(2) through writable handle @h: space reserved in the version (wfs_version_fallocate()),
- * a size change held to dtype/shape now, as ftruncate(2) is. Takes fs->lock itself. Returns 0,
- * -EBADF, -EOPNOTSUPP (modes other than 0 and FALLOC_FL_KEEP_SIZE), -EINVAL, -ENOSPC, -errno.
+ * a size change held to dtype/shape now, as ftruncate(2) is; or a hole punched (PUNCH_HOLE |
+ * KEEP_SIZE: zeros, the size unchanged). Takes fs->lock itself. Returns 0, -EBADF, -EOPNOTSUPP
+ * (modes other than 0, FALLOC_FL_KEEP_SIZE and a punch), -EINVAL, -ENOSPC, -errno.
  */
 int wfs_fileio_fallocate(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, int mode, off_t off, off_t len);
 /*

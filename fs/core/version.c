@@ -460,12 +460,35 @@ out:
 	return ret;
 }
 
+/*
+ * FALLOC_FL_PUNCH_HOLE: bytes [@off, @end) inside the version read as zeros from now on, its size
+ * unchanged; the tmp file gives the blocks back (version lock held). Returns 0 or -errno.
+ */
+static int punch_hole(struct wfs_version *v, uint64_t off, uint64_t end)
+{
+	if (end > v->size)
+		end = v->size;
+	if (off >= end)
+		return 0;
+	if (v->tmp.fd < 0) {
+		memset(v->mem + off, 0, (size_t)(end - off));
+	} else if (fallocate(v->tmp.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
+			     (off_t)(end - off)) < 0) {
+		return -errno;
+	}
+	if (off < v->hasher.bytes)
+		v->in_order = false; /* hashed bytes changed: the seal hashes the whole version again */
+	v->modified = true;
+	note_changed(v);
+	return 0;
+}
+
 int wfs_version_fallocate(struct wfs_version *v, int mode, uint64_t off, uint64_t len)
 {
 	uint64_t end = off + len;
 	int ret = 0;
 
-	if (mode & ~FALLOC_FL_KEEP_SIZE)
+	if (mode != (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE) && (mode & ~FALLOC_FL_KEEP_SIZE))
 		return -EOPNOTSUPP;
 	if (len == 0 || end < off || end > (uint64_t)INT64_MAX)
 		return -EINVAL;
@@ -474,6 +497,10 @@ int wfs_version_fallocate(struct wfs_version *v, int mode, uint64_t off, uint64_
 	if (ret)
 		goto out;
 	refresh(v);
+	if (mode & FALLOC_FL_PUNCH_HOLE) {
+		ret = punch_hole(v, off, end);
+		goto out;
+	}
 	if (v->tmp.fd < 0 && end > WFS_VERSION_MEM_MAX)
 		ret = spill(v);
 	if (ret)

@@ -86,8 +86,11 @@ int wfs_version_truncate(struct wfs_version *v, uint64_t size);
  * here rather than at the seal. @mode 0 extends the size (zeros) when @off + @len is past it;
  * FALLOC_FL_KEEP_SIZE reserves without changing it (the reservation past the end is trimmed before
  * the object is published). Beyond WFS_VERSION_MEM_MAX the version moves to its tmp file first.
- * Errors: -EOPNOTSUPP (any other mode bit: punch hole, zero/collapse/insert range), -EINVAL (@len 0
- * or past the largest file), -ENOSPC, -EIO, -ENOMEM, -EAGAIN (FROZEN or DONE).
+ * FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE makes the bytes of the range inside the version zeros,
+ * the size unchanged, and frees their blocks in the tmp file (data extents: a sparse object, as
+ * on ext4). Errors: -EOPNOTSUPP (any other mode: zero, collapse or insert range; a punch without
+ * KEEP_SIZE; a tmp filesystem that cannot punch), -EINVAL (@len 0 or past the largest file),
+ * -ENOSPC, -EIO, -ENOMEM, -EAGAIN (being sealed, FROZEN or DONE).
  */
 int wfs_version_fallocate(struct wfs_version *v, int mode, uint64_t off, uint64_t len);
 /* The size in bytes. */
