@@ -409,6 +409,59 @@ END_TEST
 static long long stat_counter(const char *key);
 
 /*
+ * A writable open that changes nothing — torch.from_file(shared=True) maps a tensor file read-write
+ * and only reads it — leaves the name as it was: the same content, mtime and ctime, and no seal
+ * counted (it changed the mtime to now and counted a new seal).
+ */
+START_TEST(writable_open_changes_nothing)
+{
+	size_t len = 4 << 20; /* F32 [1048576]: a tensor its writable opens write through passthrough */
+	unsigned char *a = mu_pattern(len, 77), *m;
+	struct stat before, after;
+	struct wfs_digest d0, d1;
+	long long seals;
+	int fd;
+
+	ck_assert_int_eq(mu_write_file(mu_path("t"), a, len), 0);
+	ck_assert_int_eq(setxattr(mu_path("t"), "user.weightfs.dtype", "F32", 3, 0), 0);
+	ck_assert_int_eq(setxattr(mu_path("t"), "user.weightfs.shape", "[1048576]", 9, 0), 0);
+	mu_digest_xattr(mu_path("t"), &d0);
+	ck_assert_int_eq(stat(mu_path("t"), &before), 0);
+	seals = stat_counter("seals");
+	usleep(20000); /* a new mtime would differ */
+	fd = open(mu_path("t"), O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(m, MAP_FAILED);
+	ck_assert(memcmp(m, a, len) == 0);
+	ck_assert_int_eq(munmap(m, len), 0);
+	ck_assert_int_eq(close(fd), 0);
+	mu_digest_xattr(mu_path("t"), &d1); /* waits for the release */
+	ck_assert(wfs_digest_equal(&d0, &d1));
+	ck_assert_int_eq(stat(mu_path("t"), &after), 0);
+	ck_assert_int_eq(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+	ck_assert_int_eq(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+	ck_assert_int_eq(after.st_ctim.tv_nsec, before.st_ctim.tv_nsec);
+	ck_assert_int_eq(stat_counter("seals"), seals);
+	mu_assert_file_equals(mu_path("t"), a, len);
+	/* One byte written through such a mapping is a change: a new seal, a new mtime. */
+	fd = open(mu_path("t"), O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(m, MAP_FAILED);
+	m[12345] ^= 0xff;
+	a[12345] ^= 0xff;
+	ck_assert_int_eq(munmap(m, len), 0);
+	ck_assert_int_eq(close(fd), 0);
+	mu_digest_xattr(mu_path("t"), &d1);
+	ck_assert(!wfs_digest_equal(&d0, &d1));
+	ck_assert_int_eq(stat_counter("seals"), seals + 1);
+	mu_assert_file_equals(mu_path("t"), a, len);
+	free(a);
+}
+END_TEST
+
+/*
  * A writer beside readers: opening a sealed file for writing (O_TRUNC, O_RDWR, truncate(2), the
  * shell's `: >`) while others have it open or mapped succeeds; the readers keep the old bytes, new
  * opens see the new ones (the name moves to a new inode). A hard-linked file keeps the old rule.
@@ -3256,6 +3309,7 @@ static Suite *mount_suite(void)
 		{"every_file_type", every_file_type, 30},
 		{"rewrite_sealed", rewrite_sealed, 30},
 		{"writer_beside_readers", writer_beside_readers, 30},
+		{"writable_open_changes_nothing", writable_open_changes_nothing, 30},
 		{"sparse_rewrite", sparse_rewrite, 60},
 		{"rewrites_beside_reopening_readers", rewrites_beside_reopening_readers, 60},
 		{"shared_writable_mapping_after_close", shared_writable_mapping_after_close, 30},

@@ -142,6 +142,15 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	wfs_crashpoint("seal.after-digest");
 
 	wfs_lock(&fs->lock);
+	if (ret == 0 && (unchanged || wfs_version_same_as_base(v, &d)) && !wfs_version_touched(v)) {
+		/* Opened for writing and nothing written (a writable shared mapping that was only
+		 * read, as torch.from_file(shared=True) makes of a tensor file): the name keeps its
+		 * content and its times, as on ext4; no seal is counted. A copy whose bytes came back
+		 * the same after writes is sealed as usual: its mtime moves, as ext4's would. */
+		wfs_version_put(v);
+		wfs_seal_abandon(fs, in);
+		return 0;
+	}
 	/* A size that does not fit the dtype/shape attributes is refused where close(2) can say so,
 	 * before anything is published. At release nobody hears the error: refusing would lose the
 	 * bytes, so they are sealed and the mismatch is logged. Empty and never written is the state

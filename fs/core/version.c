@@ -57,6 +57,8 @@ struct wfs_version {
 	bool durable_asked;        /* a writer called fsync(2): its seal waits for the disk; atomic */
 	int size_fd;               /* O_RDONLY on the kernel-written file, for its size without the
 				    * lock; -1 when none. Closed when the version is freed */
+	struct timespec kernel_from; /* (V) the kernel-written file's mtime when the kernel got it:
+				    * one that has not moved since was not written (wfs_version_touched) */
 	bool copied_to_publish;    /* (V) the writers' file was still open for writing at the seal:
 				    * a copy of it was published (settle()) */
 	unsigned joins;            /* writable handles that joined as writers, ever; atomic */
@@ -822,6 +824,33 @@ void wfs_version_set_mtime(struct wfs_version *v, const struct timespec *mtime)
 	pthread_mutex_unlock(&v->note_lock);
 }
 
+bool wfs_version_touched(struct wfs_version *v)
+{
+	struct timespec ignored;
+	struct stat st;
+
+	if (!__atomic_load_n(&v->kernel_writes, __ATOMIC_ACQUIRE))
+		return wfs_version_mtime(v, &ignored);
+	pthread_mutex_lock(&v->note_lock);
+	if (v->mtime_set || v->changed_set) {
+		pthread_mutex_unlock(&v->note_lock);
+		return true;
+	}
+	pthread_mutex_unlock(&v->note_lock);
+	return v->size_fd < 0 || fstat(v->size_fd, &st) != 0 || st.st_mtim.tv_sec != v->kernel_from.tv_sec ||
+	       st.st_mtim.tv_nsec != v->kernel_from.tv_nsec;
+}
+
+bool wfs_version_same_as_base(struct wfs_version *v, const struct wfs_digest *d)
+{
+	bool same;
+
+	pthread_mutex_lock(&v->lock);
+	same = v->has_base && wfs_digest_equal(&v->base, d);
+	pthread_mutex_unlock(&v->lock);
+	return same;
+}
+
 bool wfs_version_mtime(struct wfs_version *v, struct timespec *mtime)
 {
 	struct stat st;
@@ -981,6 +1010,13 @@ int wfs_version_kernel_backing(struct wfs_version *v, uint64_t reserve)
 			ret = -errno;
 	}
 	if (ret == 0) {
+		struct stat st;
+
+		/* Taken after the copy: a write from now on gets a later mtime (a query makes the next
+		 * change fine-grained on kernels with multigrain timestamps; on others the seal's
+		 * digest still tells an unchanged copy from a change: wfs_version_touched()). */
+		if (fstat(v->tmp.fd, &st) == 0)
+			v->kernel_from = st.st_mtim;
 		__atomic_store_n(&v->kernel_writes, true, __ATOMIC_RELEASE);
 		__atomic_store_n(&v->kernel, true, __ATOMIC_RELEASE);
 		v->in_order = false;

@@ -104,6 +104,15 @@ void wfs_version_set_mtime(struct wfs_version *v, const struct timespec *mtime);
  * passthrough); false when none of these happened (the seal then takes its own time).
  */
 bool wfs_version_mtime(struct wfs_version *v, struct timespec *mtime);
+/*
+ * Did anything change @v's bytes or times since it started: a write, truncate or growth through the
+ * daemon, a utimes(2), or (written through the kernel) its file's mtime moved? A version that a
+ * writable open started as a copy of its base and nobody touched — a writable shared mapping only
+ * read, as torch.from_file(shared=True) makes — is not sealed (seal.c). Call it on a FROZEN version.
+ */
+bool wfs_version_touched(struct wfs_version *v);
+/* Is @d the digest of the object @v started as a copy of (the bytes came back unchanged)? */
+bool wfs_version_same_as_base(struct wfs_version *v, const struct wfs_digest *d);
 /* Being sealed, FROZEN or DONE: a writer must wait and start over. Lock-free. */
 bool wfs_version_frozen(struct wfs_version *v);
 /*
