@@ -284,8 +284,8 @@ int wfs_fileio_truncate(struct wfs_fs *fs, uint64_t ino, struct wfs_handle *h, u
 	ret = wfs_inode_get_file(fs, ino, true, &a, &in);
 	if (ret)
 		return ret;
-	if (in->io.replaced)
-		return -ESTALE; /* a stale name: the kernel looks it up again */
+	if (in->io.replaced) /* a stale name: the kernel looks it up again */
+		return wfs_openmode_stale_writer(fs, in);
 	ret = h ? 0 : wfs_openmode_move(fs, in, a.nlink, news);
 	if (ret == 1)
 		return -ESTALE; /* truncate(2) retries on the name's new inode */

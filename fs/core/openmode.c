@@ -143,16 +143,23 @@ static bool before(const struct timespec *a, const struct timespec *b)
 	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
 }
 
+static struct wfs_moved *moved_find(struct wfs_fs *fs, uint64_t ino);
+
+/* One more writer's retry to let in place on inode @ino, for a second from now. */
 static void moved_note(struct wfs_fs *fs, uint64_t ino)
 {
-	struct wfs_moved *slot = &fs->moved.slot[0];
+	struct wfs_moved *slot = moved_find(fs, ino);
 	struct timespec now;
 
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	for (size_t i = 0; i < sizeof(fs->moved.slot) / sizeof(fs->moved.slot[0]); i++)
-		if (before(&fs->moved.slot[i].until, &slot->until))
-			slot = &fs->moved.slot[i]; /* the oldest (or an empty one) */
-	slot->ino = ino;
+	if (!slot) {
+		slot = &fs->moved.slot[0];
+		for (size_t i = 0; i < sizeof(fs->moved.slot) / sizeof(fs->moved.slot[0]); i++)
+			if (before(&fs->moved.slot[i].until, &slot->until))
+				slot = &fs->moved.slot[i]; /* the oldest (or an empty one) */
+		*slot = (struct wfs_moved){.ino = ino};
+	}
+	slot->passes++;
 	slot->until = now;
 	slot->until.tv_sec += 1;
 }
@@ -175,9 +182,22 @@ static bool moved_take(struct wfs_fs *fs, uint64_t ino)
 {
 	struct wfs_moved *m = moved_find(fs, ino);
 
-	if (m)
+	if (m && --m->passes == 0)
 		*m = (struct wfs_moved){0};
 	return m != NULL;
+}
+
+int wfs_openmode_stale_writer(struct wfs_fs *fs, struct wfs_inode *in)
+{
+	uint64_t ino = in->io.moved_to;
+	struct wfs_inode *next;
+
+	/* Follow the name through later moves (a few at most: each needs readers and a second). */
+	for (int hops = 0; hops < 8 && (next = wfs_inode_find(fs, ino)) != NULL && next->io.replaced; hops++)
+		ino = next->io.moved_to;
+	if (ino)
+		moved_note(fs, ino);
+	return -ESTALE;
 }
 
 int wfs_openmode_move(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, struct wfs_news *news)
@@ -193,6 +213,7 @@ int wfs_openmode_move(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, s
 	if (ret)
 		return ret == -ENOENT ? 0 : ret;
 	in->io.replaced = true;
+	in->io.moved_to = fresh.ino;
 	news->ino = in->ino;
 	news->moved = true;
 	moved_note(fs, fresh.ino);
@@ -435,7 +456,7 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool trunc
 	/* A writer must reach the name's new inode: the kernel looks the name up again. A reader that
 	 * looked the name up before it moved opens what it found, as an open racing a rename does. */
 	if (in->io.replaced && writable)
-		return -ESTALE;
+		return wfs_openmode_stale_writer(fs, in);
 	if (writable) {
 		ret = wfs_openmode_move(fs, in, a.nlink, news);
 		if (ret == 1)

@@ -68,6 +68,7 @@ struct wfs_iomode {
 				       * tensor written through passthrough; released at the last close) */
 	bool replaced;                /* its name moved to a new inode for a writer while readers held
 				       * this one: writers get ESTALE and the kernel looks the name up again */
+	uint64_t moved_to;            /* ... that inode, when @replaced */
 	bool cache_valid;             /* the kernel page cache holds @cache_digest's bytes */
 	struct wfs_digest cache_digest;
 };
@@ -93,6 +94,7 @@ struct wfs_moved_ring {
 	struct wfs_moved {
 		uint64_t ino;
 		struct timespec until; /* CLOCK_MONOTONIC */
+		unsigned passes;       /* writers' retries still to let in place */
 	} slot[16];
 };
 
@@ -189,6 +191,14 @@ int wfs_openmode_release_lent(struct wfs_fs *fs, struct wfs_handle *h);
  * Returns 1 (moved: reply ESTALE, then send @news), 0 (go on in place) or -errno of the catalog.
  */
 int wfs_openmode_move(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, struct wfs_news *news);
+/*
+ * A writer reached @in, whose name moved to a new inode (in->io.replaced): it gets ESTALE, and its
+ * retry on the name's inode now (the last of the moves that @in's name made, as far as they are
+ * known in memory) goes ahead in place like the mover's own retry, instead of being moved again by
+ * readers that opened the new inode meanwhile: the VFS retries only once, and a second ESTALE
+ * reached open(2) or truncate(2) (four '>>' loops beside readers: 4 to 10 in 10 s). Returns -ESTALE.
+ */
+int wfs_openmode_stale_writer(struct wfs_fs *fs, struct wfs_inode *in);
 /*
  * A change to @in's content in place: wait up to 500 ms for passthrough readers that are closing,
  * then -ETXTBSY (logged once) if some remain. May drop fs->lock. Returns 0 or -ETXTBSY.
