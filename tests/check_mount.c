@@ -2112,6 +2112,67 @@ START_TEST(large_file_group_sync)
 }
 END_TEST
 
+/*
+ * Ranks that offload the same tensor at once move its bytes once: a claim of content that another
+ * file's claim just missed, while that file's writer writes it, waits for its seal and hits
+ * (weightfs.offload writes after a miss; 4 ranks wrote 3.4 GB through FUSE for 1.1 GB of content).
+ */
+START_TEST(claim_waits_for_the_writer)
+{
+	size_t len = (1u << 20) + 333;
+	unsigned char *a = mu_pattern(len, 91);
+	char hex[WFS_DIGEST_HEX_CHARS + 1];
+	struct wfs_digest d, got;
+	struct timespec t0, t1;
+	long long published;
+	int fd, pipefd[2], status;
+	double waited;
+	pid_t child;
+
+	wfs_digest_buf(a, len, &d);
+	wfs_digest_to_hex(&d, hex);
+	published = stat_counter("objects_published");
+	/* Rank 0: its claim misses; it writes the bytes next, slowly. */
+	fd = open(mu_path("r0"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.claim", hex, WFS_DIGEST_HEX_CHARS, 0), -1);
+	ck_assert_int_eq(errno, ENODATA);
+	ck_assert_int_eq(pipe(pipefd), 0);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		/* Rank 1: the same claim a moment later waits for rank 0's seal, and hits. */
+		int cfd = open(mu_path("r1"), O_WRONLY | O_CREAT | O_EXCL, 0644);
+		char ok = cfd >= 0 && fsetxattr(cfd, "user.weightfs.claim", hex, WFS_DIGEST_HEX_CHARS, 0) == 0;
+
+		if (cfd >= 0)
+			close(cfd);
+		_exit(write(pipefd[1], &ok, 1) == 1 ? 0 : 1);
+	}
+	close(pipefd[1]);
+	usleep(300000);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	ck_assert_int_eq(write(fd, a, len), (ssize_t)len);
+	ck_assert_int_eq(close(fd), 0);
+	{
+		char ok = 0;
+
+		ck_assert_int_eq(read(pipefd[0], &ok, 1), 1);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		ck_assert_msg(ok == 1, "rank 1's claim did not hit");
+	}
+	close(pipefd[0]);
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	ck_assert_msg(waited < 5.0, "rank 1 waited %.1f s after rank 0's close", waited);
+	mu_assert_file_equals(mu_path("r1"), a, len);
+	mu_digest_xattr(mu_path("r1"), &got);
+	ck_assert(wfs_digest_equal(&got, &d));
+	ck_assert_int_eq(stat_counter("objects_published"), published + 1); /* written once */
+	free(a);
+}
+END_TEST
+
 /* A client that knows the digest seals a new name as the stored object, sending no bytes. */
 START_TEST(digest_claim)
 {
@@ -3310,6 +3371,7 @@ static Suite *mount_suite(void)
 		{"rewrite_sealed", rewrite_sealed, 30},
 		{"writer_beside_readers", writer_beside_readers, 30},
 		{"writable_open_changes_nothing", writable_open_changes_nothing, 30},
+		{"claim_waits_for_the_writer", claim_waits_for_the_writer, 30},
 		{"sparse_rewrite", sparse_rewrite, 60},
 		{"rewrites_beside_reopening_readers", rewrites_beside_reopening_readers, 60},
 		{"shared_writable_mapping_after_close", shared_writable_mapping_after_close, 30},

@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "claim.h"
+#include "lock.h"
 #include "daemon.h"
 #include "inode.h"
 #include "object.h"
@@ -61,13 +62,31 @@ int wfs_claim_inode(struct wfs_fs *fs, struct wfs_inode *in, const struct wfs_di
 	o = wfs_object_pin(fs, d); /* from here on the object cannot be deleted under us */
 	if (!o)
 		return -ENOMEM;
-	ret = wfs_store_object_stat(fs->store, d, &st); /* absent: the common miss, not worth a log */
-	if (ret == 0)
-		ret = wfs_check_plausible(fs, o, &st); /* a stat, not a read: the first open checks it */
-	if (ret == -ENOENT || ret == -EIO)
-		ret = -ENODATA;
-	if (ret == -ENODATA)
+	for (;;) {
+		struct timespec until;
+
+		ret = wfs_store_object_stat(fs->store, d, &st); /* absent: the common miss, no log */
+		if (ret == 0)
+			ret = wfs_check_plausible(fs, o, &st); /* a stat, not a read: a first open checks */
+		if (ret == -ENOENT || ret == -EIO)
+			ret = -ENODATA;
+		if (ret != -ENODATA || !wfs_object_expected_elsewhere(o, in->ino, &until))
+			break;
+		/* Another file's claim of this content missed and its writer is writing it now (ranks
+		 * offloading the same tensor at once): wait for that seal rather than write it again. */
+		if (wfs_lock_timedwait(&fs->seal_done, &fs->lock, &until) == ETIMEDOUT &&
+		    wfs_store_object_stat(fs->store, d, &st) != 0)
+			break; /* waited long enough: this writer writes it too (ret is -ENODATA) */
+	}
+	if (ret == -ENODATA) {
 		fs->counters.claim_misses++;
+		if (!in->expecting && !wfs_object_expected_elsewhere(o, in->ino, &(struct timespec){0})) {
+			/* This file's writer writes the content next: other claims of it wait for it. */
+			wfs_object_repin(o);
+			wfs_object_expect(o, in->ino, WFS_CLAIM_WAIT_MS);
+			in->expecting = o;
+		}
+	}
 	if (ret == 0) /* again, freezing an empty version: fs->lock may have been dropped, and a write
 		       * must not land between this check and the commit */
 		ret = claim_target_empty(fs, in, true, &frozen);

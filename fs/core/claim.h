@@ -13,6 +13,13 @@
 
 #include "digest.h"
 
+/*
+ * How long a claim waits (ms) for another file whose claim of the same content missed, and whose
+ * writer is writing it: ranks that offload one tensor at once move its bytes once. Past it, the
+ * claim misses and its writer writes the bytes too (today's cost, never a wrong answer).
+ */
+#define WFS_CLAIM_WAIT_MS 10000
+
 struct wfs_fs;
 struct wfs_attr;
 struct wfs_catalog_xattr;
@@ -23,7 +30,10 @@ struct wfs_inode;
  * object @d, without its bytes being written. An empty version being written (a file just created,
  * or opened with O_TRUNC) is dropped; its handles stay open and later writes start a new version.
  * May drop fs->lock. Returns 0, or
- *   -ENODATA  no intact object @d in the store (missing, quarantined, or failing its check),
+ *   -ENODATA  no intact object @d in the store (missing, quarantined, or failing its check);
+ *             when another file's claim of @d missed and its bytes are being written, after
+ *             waiting up to WFS_CLAIM_WAIT_MS for them (a hit then); a miss makes this file the
+ *             one others wait for, until it seals content, loses its writer or goes away,
  *   -EEXIST   the file has content, or bytes were written to it,
  *   -ETXTBSY  the file is open read-only through passthrough (its backing file is fixed),
  *   -EINVAL   not a regular file, or the object's size does not fit its dtype/shape attributes,

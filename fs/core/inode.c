@@ -128,6 +128,7 @@ void wfs_inode_maybe_free(struct wfs_fs *fs, struct wfs_inode *in)
 	if (in->nlookup || in->io.nopen || in->writer)
 		return;
 	assert(in->io.ncached == 0 && in->io.npassthrough == 0 && in->io.nwritable == 0);
+	wfs_object_expect_end(fs, &in->expecting);
 	wfs_map_remove(&fs->inodes, &in->node);
 	free(in);
 	wfs_inode_maybe_drop(fs, ino);

@@ -41,6 +41,9 @@ struct wfs_inode {
 	 * seal invalidates the kernel's attributes only when it is set (seal.c). */
 	bool attr_told;
 	bool sealed;                 /* (L) the catalog's content: sealed as object @digest (seal.c) */
+	struct wfs_object *expecting; /* (L) a claim of this file missed: the object its writer is
+				      * expected to write, pinned (object.h; claim.c sets it, the next
+				      * seal of content, the writer's end or the inode's end ends it) */
 	struct wfs_digest digest;
 	/* (L) The catalog's row of this inode as last read, kept until the catalog says it changed
 	 * (wfs_catalog_watch_inodes): GETATTR answered from memory, also while fs->lock is lent. */

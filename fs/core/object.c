@@ -1,9 +1,11 @@
 /* object.h: objects in use by open handles and seals. Every function runs with fs->lock held. */
 #include <assert.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "commit.h"
@@ -22,6 +24,9 @@ struct wfs_object {
 	bool publishing; /* (L) a seal of this content is deciding whether it is stored, and linking it */
 	bool deferred;   /* (L) on fs->objects_deferred: its last pin dropped while fs->lock was lent */
 	struct wfs_object *next_deferred;
+	uint64_t expected_by;           /* (L) inode whose claim of this content missed and whose
+					 * writer is expected to write it (wfs_object_expect), or 0 */
+	struct timespec expected_until; /* (L) CLOCK_REALTIME: claims wait no longer than this */
 };
 
 static atomic_bool warned_passthrough;
@@ -73,6 +78,36 @@ bool wfs_object_publishing(const struct wfs_object *o)
 void wfs_object_set_publishing(struct wfs_object *o, bool publishing)
 {
 	o->publishing = publishing;
+}
+
+void wfs_object_expect(struct wfs_object *o, uint64_t ino, long ms)
+{
+	o->expected_by = ino;
+	o->expected_until = wfs_deadline_in(ms);
+}
+
+bool wfs_object_expected_elsewhere(const struct wfs_object *o, uint64_t ino, struct timespec *until)
+{
+	struct timespec now;
+
+	if (!o->expected_by || o->expected_by == ino)
+		return false;
+	clock_gettime(CLOCK_REALTIME, &now);
+	if (now.tv_sec > o->expected_until.tv_sec ||
+	    (now.tv_sec == o->expected_until.tv_sec && now.tv_nsec >= o->expected_until.tv_nsec))
+		return false;
+	*until = o->expected_until;
+	return true;
+}
+
+void wfs_object_expect_end(struct wfs_fs *fs, struct wfs_object **o)
+{
+	if (!*o)
+		return;
+	(*o)->expected_by = 0;
+	wfs_object_unpin(fs, *o);
+	*o = NULL;
+	pthread_cond_broadcast(&fs->seal_done); /* claims waiting for it look again */
 }
 
 const struct wfs_digest *wfs_object_digest(const struct wfs_object *o)

@@ -20,6 +20,7 @@
 #define WFS_CORE_OBJECT_H
 
 #include <stdbool.h>
+#include <time.h>
 
 #include "digest.h"
 
@@ -53,6 +54,21 @@ void wfs_object_unpin_deferred(struct wfs_fs *fs);
  */
 bool wfs_object_publishing(const struct wfs_object *o);
 void wfs_object_set_publishing(struct wfs_object *o, bool publishing);
+/*
+ * Expected objects. When a claim of content @o misses (it is not stored), the claiming file's writer
+ * is about to write it (weightfs.offload writes on a miss): ranks that offload the same tensor at
+ * once should wait for that one seal instead of each writing the bytes (claim.c).
+ *
+ * wfs_object_expect(): @o (whose pin the caller hands over to the expectation) is expected from the
+ * writer of inode @ino for at most @ms milliseconds. wfs_object_expected_elsewhere(): is it
+ * expected from another inode than @ino, not past its time (then *@until is that time)?
+ * wfs_object_expect_end(): the expecting inode sealed content, lost its writer or went away: the
+ * expectation and its pin end, *@o becomes NULL, and waiting claims look again (fs->seal_done).
+ * A NULL *@o is nothing to end.
+ */
+void wfs_object_expect(struct wfs_object *o, uint64_t ino, long ms);
+bool wfs_object_expected_elsewhere(const struct wfs_object *o, uint64_t ino, struct timespec *until);
+void wfs_object_expect_end(struct wfs_fs *fs, struct wfs_object **o);
 /* The digest @o is the object of. */
 const struct wfs_digest *wfs_object_digest(const struct wfs_object *o);
 /*

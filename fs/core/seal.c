@@ -232,6 +232,8 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 			wfs_commit_unsynced(fs, &d, size); /* its object, published unsynced: the group sync's */
 		in->sealed = true;
 		in->digest = d;
+		if (size > 0) /* the bytes its claim missed (or others): claims waiting look again */
+			wfs_object_expect_end(fs, &in->expecting);
 		fs->counters.seals++;
 		fs->counters.published_copies += wfs_version_published_copy(v);
 		if (existed) {
@@ -317,6 +319,7 @@ void wfs_seal_writer_gone(struct wfs_fs *fs, struct wfs_inode *in, bool killed, 
 	news->inval = true;
 	if (in->writer)
 		return;
+	wfs_object_expect_end(fs, &in->expecting); /* its bytes are not coming */
 	if (in->sealed && (!killed || wfs_catalog_getattr(fs->catalog, in->ino, &a) || a.size != 0 ||
 			   wfs_seal_declared_size(fs, in->ino, &declared) || declared == 0))
 		return;
