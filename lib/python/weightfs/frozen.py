@@ -246,7 +246,7 @@ class FrozenOffload:
                 if f is not None and f.file in claimed:
                     results.append(self._claimed(name, f))
                 else:
-                    results.append(self._offload_one(name, t, claim, f.digest if f else None, facts))
+                    results.append(self._offload_one(name, t, claim, f.digest if f else None))
                 if free:
                     t.data = t.data.new_empty(0)
         finally:
@@ -310,7 +310,7 @@ class FrozenOffload:
                               "dtype": f.dtype or f.torch_dtype, "shape": f.shape}
         return OffloadResult(os.path.join(self.dir, f.file), f.digest, f.nbytes, True)
 
-    def _offload_one(self, name, t, claim, d=None, batch=frozenset()):
+    def _offload_one(self, name, t, claim, d=None):
         t = t.detach()
         path = os.path.join(self.dir, file_name(name))
         entry = self.entries.get(name)
@@ -320,9 +320,11 @@ class FrozenOffload:
         if self._existing_digest(path, entry, nbytes) == d:
             r = OffloadResult(path, d, nbytes, False, True)
         else:
-            # A name the batch claim asked for and did not get: its content is not stored (or
-            # claims are refused here); claiming it again one by one would only miss again.
-            r = offload(t, path, claim=claim and name not in batch, fsync=self.fsync, _digest=d)
+            # A name the batch claim asked for and did not get is claimed again, on the file about
+            # to be written: another rank offloading the same tensor at this moment may be writing
+            # it, and weightfs makes that claim wait for its seal (one round trip more per tensor
+            # written; where claims are refused, offload() does not ask again).
+            r = offload(t, path, claim=claim, fsync=self.fsync, _digest=d)
             if r.digest != d:
                 raise WeightfsError(errno.EIO, f"{path}: tensor {name!r} changed while it was being "
                                     f"offloaded ({d} then {r.digest})", path)
