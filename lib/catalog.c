@@ -2170,6 +2170,45 @@ static int query_u64(struct wfs_catalog *c, const char *sql, uint64_t *a, uint64
 	return rc == SQLITE_ROW ? 0 : map_sqlite(c, rc);
 }
 
+int wfs_catalog_retain_get(struct wfs_catalog *c, uint64_t *bytes)
+{
+	sqlite3_stmt *s;
+	int rc;
+
+	rc = sqlite3_prepare_v2(c->db, "SELECT value FROM meta WHERE key = 'retain_bytes'", -1, &s, NULL);
+	if (rc != SQLITE_OK)
+		return map_sqlite(c, rc);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
+		*bytes = rc == SQLITE_ROW ? (uint64_t)sqlite3_column_int64(s, 0) : 0;
+		rc = SQLITE_OK;
+	}
+	sqlite3_finalize(s);
+	return map_sqlite(c, rc);
+}
+
+int wfs_catalog_retain_set(struct wfs_catalog *c, uint64_t bytes)
+{
+	sqlite3_stmt *s;
+	int ret, rc;
+
+	if (c->readonly)
+		return -EROFS;
+	ret = begin(c);
+	if (ret)
+		return ret;
+	rc = sqlite3_prepare_v2(c->db, "INSERT OR REPLACE INTO meta(key, value) VALUES('retain_bytes', ?)", -1, &s,
+				NULL);
+	if (rc == SQLITE_OK) {
+		sqlite3_bind_int64(s, 1, (sqlite3_int64)bytes); /* up to 8 EiB: wfs_parse_size's range */
+		ret = step_done(c, s);
+		sqlite3_finalize(s);
+	} else {
+		ret = map_sqlite(c, rc);
+	}
+	return end(c, ret);
+}
+
 int wfs_catalog_stats(struct wfs_catalog *c, struct wfs_catalog_stats *out)
 {
 	struct wfs_catalog_stats st = {0};

@@ -293,6 +293,19 @@ struct wfs_catalog_check {
  */
 int wfs_catalog_check(struct wfs_catalog *c, bool repair, struct wfs_catalog_check *out);
 
+/*
+ * The store's retention budget, in bytes: how much of the objects no name uses every mount of the
+ * store keeps for reuse (beyond it, the least recently released go first; lib/gc.h). It belongs to
+ * the store, not to one mount, so it is recorded here (meta 'retain_bytes'): set by `weightfsctl
+ * init --retain`, `weightfsctl retain` and `weightfs -o retain=`, read by every mount (a plain
+ * remount, mount(8), fstab, weightfsctl's private mounts). get: *@bytes is 0 when none was ever
+ * recorded (a store made before the budget was recorded: its mounts keep nothing unless told).
+ * set: one transaction (joins the open batch on a batching handle). Returns 0, -EROFS (set on a
+ * read-only handle), or another -errno of the catalog (-EIO, -EBUSY, -ENOSPC).
+ */
+int wfs_catalog_retain_get(struct wfs_catalog *c, uint64_t *bytes);
+int wfs_catalog_retain_set(struct wfs_catalog *c, uint64_t bytes);
+
 /* Totals for the stat command. Bytes are logical file sizes or object sizes, not disk blocks. */
 struct wfs_catalog_stats {
 	uint64_t names;          /* dentries naming regular files */

@@ -819,6 +819,29 @@ START_TEST(test_unreferenced)
 }
 END_TEST
 
+/* The retention budget is the store's: recorded once, read back by every later handle. */
+START_TEST(test_retain_budget)
+{
+	struct wfs_catalog *ro = NULL;
+	uint64_t bytes = 1;
+
+	ck_assert_int_eq(wfs_catalog_retain_get(cat, &bytes), 0);
+	ck_assert_uint_eq(bytes, 0); /* never recorded: keep nothing */
+	ck_assert_int_eq(wfs_catalog_retain_set(cat, 4ull << 30), 0);
+	ck_assert_int_eq(wfs_catalog_retain_set(cat, 64ull << 30), 0); /* replaced, not added */
+	wfs_catalog_close(cat);
+	ck_assert_int_eq(wfs_catalog_open(db_path, 0, 0, 0, &cat), 0);
+	ck_assert_int_eq(wfs_catalog_retain_get(cat, &bytes), 0);
+	ck_assert_uint_eq(bytes, 64ull << 30);
+	ck_assert_int_eq(wfs_catalog_retain_set(cat, UINT64_MAX - 1), 0); /* the whole uint64_t range */
+	ck_assert_int_eq(wfs_catalog_open(db_path, WFS_CATALOG_READONLY, 0, 0, &ro), 0);
+	ck_assert_int_eq(wfs_catalog_retain_get(ro, &bytes), 0);
+	ck_assert_uint_eq(bytes, UINT64_MAX - 1);
+	ck_assert_int_eq(wfs_catalog_retain_set(ro, 0), -EROFS);
+	wfs_catalog_close(ro);
+}
+END_TEST
+
 START_TEST(test_inode_drop)
 {
 	uint64_t f = mkfile(ROOT, "f"), d = mkdir_(ROOT, "d");
@@ -1820,6 +1843,7 @@ static Suite *catalog_suite(void)
 	add(s, "set_content_refcounts", test_set_content_refcounts);
 	add(s, "create_sealed", test_create_sealed);
 	add(s, "unreferenced", test_unreferenced);
+	add(s, "retain_budget", test_retain_budget);
 	add(s, "inode_drop", test_inode_drop);
 	add(s, "ino_never_reused", test_ino_never_reused);
 	add(s, "recover", test_recover);

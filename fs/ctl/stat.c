@@ -532,7 +532,7 @@ int wfs_ctl_stat(int argc, char **argv)
 	struct wfs_catalog *c = NULL;
 	json_t *daemon;
 	char store[PATH_MAX], db[PATH_MAX + 16];
-	uint64_t du = 0;
+	uint64_t du = 0, retain = 0;
 	double ratio;
 	int ret, fd;
 
@@ -563,6 +563,8 @@ int wfs_ctl_stat(int argc, char **argv)
 	ret = wfs_catalog_open(db, WFS_CATALOG_READONLY, 0, 0, &c);
 	if (ret == 0)
 		ret = wfs_catalog_stats(c, &st);
+	if (ret == 0)
+		ret = wfs_catalog_retain_get(c, &retain);
 	wfs_catalog_close(c);
 	if (ret && access(db, R_OK) < 0)
 		ret = -errno; /* SQLite says only "cannot open" for a store this user cannot enter */
@@ -607,14 +609,14 @@ int wfs_ctl_stat(int argc, char **argv)
 	}
 	if (json)
 		return wfs_ctl_json_print(
-			json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o?}",
+			json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o?}",
 				  "store", wfs_ctl_json_string(store), "names", (json_int_t)st.names,
 				  "directories", (json_int_t)st.directories, "symlinks", (json_int_t)st.symlinks,
 				  "logical_bytes", (json_int_t)st.logical_bytes, "objects", (json_int_t)st.objects,
 				  "object_bytes", (json_int_t)st.object_bytes, "objects_disk_bytes", (json_int_t)du,
 				  "unreferenced_objects", (json_int_t)st.unreferenced_objects,
 				  "unreferenced_bytes", (json_int_t)st.unreferenced_bytes,
-				  "quarantined_objects", (json_int_t)st.quarantined_objects,
+				  "retain_bytes", (json_int_t)retain, "quarantined_objects", (json_int_t)st.quarantined_objects,
 				  "unsealed_files", (json_int_t)st.unsealed_files,
 				  "special_files", (json_int_t)st.special_files,
 				  "dedup_ratio", wfs_ctl_json_fixed(ratio, 4), "daemon", daemon),
@@ -631,9 +633,10 @@ int wfs_ctl_stat(int argc, char **argv)
 	printf("objects:            %llu\n", (unsigned long long)st.objects);
 	printf("physical bytes:     %llu (%.1f MiB); on disk %.1f MiB\n", (unsigned long long)st.object_bytes,
 	       (double)st.object_bytes / 1048576.0, (double)du / 1048576.0);
-	if (st.unreferenced_objects)
-		printf("unreferenced:       %llu objects, %llu bytes (kept for reuse, -o retain)\n",
-		       (unsigned long long)st.unreferenced_objects, (unsigned long long)st.unreferenced_bytes);
+	if (st.unreferenced_objects || retain)
+		printf("unreferenced:       %llu objects, %llu bytes (kept for reuse: the store keeps up to "
+		       "%llu bytes, weightfsctl retain)\n", (unsigned long long)st.unreferenced_objects,
+		       (unsigned long long)st.unreferenced_bytes, (unsigned long long)retain);
 	if (st.quarantined_objects)
 		printf("quarantined:        %llu objects (their names fail with EIO until rewritten)\n",
 		       (unsigned long long)st.quarantined_objects);

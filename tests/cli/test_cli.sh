@@ -718,9 +718,9 @@ run "$DAEMON" "$work/no/such/parent" "$work/mnt2" -o nosync
 expect "weightfs with a missing store parent: exit 1, names it" 1 "" \
 	"cannot make the store: its parent directory $work/no/such does not exist"
 run "$CTL" init
-expect "weightfsctl init (no store): exit 2" 2 "" "^usage: weightfsctl init STORE"
+expect "weightfsctl init (no store): exit 2" 2 "" "^usage: weightfsctl init \[--retain SIZE\] STORE"
 run "$CTL" init --help
-expect "weightfsctl init --help: exit 0" 0 "^usage: weightfsctl init STORE"
+expect "weightfsctl init --help: exit 0" 0 "^usage: weightfsctl init \[--retain SIZE\] STORE"
 
 # Swapped arguments: weightfs MNT STORE must not hide the store under a mount, nor make a store in MNT.
 SM=$work/swapmnt

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# What the store keeps, it keeps (issue 35): the retention budget is the store's and every mount
+# honours it (plain remounts, weightfsctl's private mounts), a budget exceeded is logged. Root only
+# (FUSE). Prints one ok/FAIL line per check and closes with "store: N passed, N failed".
+#   usage: tests/cli/test_store.sh BUILD_DIR
+set -uo pipefail
+
+if [ $# -ne 1 ]; then
+	echo "usage: $0 BUILD_DIR" >&2
+	exit 2
+fi
+B=$(cd "$1" && pwd) || exit 2
+CTL=$B/weightfsctl
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+for bin in "$CTL" "$B/weightfs"; do
+	if [ ! -x "$bin" ]; then
+		echo "store: $bin is missing (run make all)" >&2
+		exit 1
+	fi
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/wfs-store.XXXXXX") || exit 1
+S=$work/store
+M=$work/mnt
+cleanup() {
+	if mountpoint -q "$M" 2>/dev/null; then
+		fusermount3 -u "$M" 2>/dev/null || fusermount3 -uz "$M" 2>/dev/null
+	fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+. "$ROOT/tests/lib/check.sh" # ok, fail, skip, verdict, run, expect
+. "$ROOT/tests/lib/mount.sh" # wfs_mount, wfs_umount
+
+# json_key KEY: the value of top-level KEY of the JSON in $out (empty when absent, or not JSON).
+json_key() {
+	python3 -c 'import json, sys; v = json.loads(sys.argv[1]).get(sys.argv[2]); print("" if v is None else v)' \
+		"$out" "$1" 2>/dev/null
+}
+# expect_json NAME KEY VALUE: the last run's JSON has "KEY": VALUE.
+expect_json() {
+	local got
+	got=$(json_key "$2")
+	if [ "$got" = "$3" ]; then
+		ok "$1"
+	else
+		fail "$1" "\"$2\": '$got', want $3" "stdout: $out" "stderr: $err"
+	fi
+}
+# unreferenced: the store's count of objects no name uses (offline stat).
+unreferenced() {
+	run "$CTL" stat --json "$S"
+	json_key unreferenced_objects
+}
+fill() { head -c "$2" /dev/zero | tr '\0' "$1"; }
+
+# ---- 1. retention belongs to the store -----------------------------------------------------------
+run "$CTL" init --retain 192K "$S"
+expect "init --retain 192K: a new store" 0 "^init: $S: a new weightfs store"
+run "$CTL" retain --json "$S"
+expect_json "retain --json: the budget init recorded" retain_bytes 196608
+run "$CTL" init --retain 1M "$S"
+expect "init --retain 1M on that store: refused, names weightfsctl retain" 1 "" \
+	"already a weightfs store, left as it is \(its retention budget: 196608 bytes\); change the budget with: weightfsctl retain $S SIZE"
+run "$CTL" init --retain 192K "$S"
+expect "init --retain 192K again: the same, exit 0" 0 "already a weightfs store; left as it is"
+
+# Three 64 KiB objects, released one after another (a, b, c: a is the least recently released).
+if wfs_mount "$B" "$S" "$M" -o nosync; then
+	for x in a b c; do fill "$x" 65536 >"$M/$x"; done
+	for x in a b c; do rm "$M/$x" && sleep 1.1; done # a second apart: released in that order
+	run "$CTL" retain "$S" 1M
+	expect "retain STORE SIZE while mounted: refused, says why" 1 "" \
+		"in use by weightfs \(pid [0-9]+, mounted on $M\): a mount reads the budget when it mounts"
+	wfs_umount "$M" || fail "unmount"
+else
+	fail "mount $S"
+fi
+verdict "a mount without -o retain keeps what the store's budget allows (3 objects)" \
+	"$([ "$(unreferenced)" = 3 ]; echo $?)" "stat: $out"
+
+if wfs_mount "$B" "$S" "$M" -o nosync; then
+	wfs_umount "$M" || fail "unmount"
+fi
+verdict "a plain remount deletes nothing the store keeps" "$([ "$(unreferenced)" = 3 ]; echo $?)" "stat: $out"
+
+FX=$work/fx
+if python3 "$ROOT/tests/lib/st_write.py" fixtures "$FX" >/dev/null; then
+	: >"$S/weightfs.log"
+	run "$CTL" import --store "$S" "$FX/model.safetensors" m
+	expect "import --store: exit 0" 0 "^import: 12 tensors"
+	verdict "import --store: its private mount deletes nothing the store keeps" \
+		"$([ "$(unreferenced)" = 3 ]; echo $?)" "stat: $out"
+	if grep -Eq "weightfs\[info\]: $S mounted on .*/weightfsctl-import\.[^/]*/mnt" "$S/weightfs.log"; then
+		ok "import --store: its private mount logs to the store's log"
+	else
+		fail "import --store: its private mount logs to the store's log" "$(cat "$S/weightfs.log")"
+	fi
+	run "$CTL" export --store "$S" m "$work/out.safetensors"
+	expect "export --store: exit 0" 0
+	verdict "export --store: its private mount deletes nothing the store keeps" \
+		"$([ "$(unreferenced)" = 3 ]; echo $?)" "stat: $out"
+else
+	fail "write the safetensors fixtures (python3 tests/lib/st_write.py)"
+fi
+
+# A smaller budget given at mount is recorded, and what exceeds it goes, least recently released
+# first, with a warning that counts it.
+: >"$S/weightfs.log"
+if wfs_mount "$B" "$S" "$M" -o nosync,retain=64K; then
+	wfs_umount "$M" || fail "unmount"
+fi
+verdict "-o retain=64K: keeps one object" "$([ "$(unreferenced)" = 1 ]; echo $?)" "stat: $out"
+if grep -Eq "weightfs\[warning\]: retention: objects no name uses exceeded the store's budget of 65536 bytes: removed 2 objects \(131072 bytes\), least recently released first; kept 1 objects \(65536 bytes\)" \
+	"$S/weightfs.log"; then
+	ok "-o retain=64K: the removal is logged at warning level with counts and bytes"
+else
+	fail "-o retain=64K: the removal is logged at warning level with counts and bytes" "$(cat "$S/weightfs.log")"
+fi
+kept=$(find "$S/objects" -type f -size 64k -exec head -c 1 {} \; 2>/dev/null)
+verdict "-o retain=64K: the one kept is the most recently released (c)" "$([ "$kept" = c ]; echo $?)" \
+	"first byte of what is left: '$kept'"
+run "$CTL" retain "$S"
+expect "-o retain=64K is recorded for later mounts" 0 "^retain: $S: 65536 bytes "
+run "$CTL" retain "$S" 0
+expect "retain STORE 0: recorded" 0 "^retain: $S: 0 bytes .*was 65536 bytes"
+run "$CTL" retain "$S" 12Q
+expect "retain STORE 12Q: usage error" 2 "" "12Q: not a size"
+
+echo "store: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
