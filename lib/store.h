@@ -183,7 +183,9 @@ int wfs_store_object_unlink_open(struct wfs_store *s, const struct wfs_digest *d
 int wfs_store_object_quarantine(struct wfs_store *s, const struct wfs_digest *d);
 /*
  * The files of STORE/quarantine/ (damaged copies kept for inspection): counted into *@files and
- * *@bytes (st_size), and removed unless @dry_run. Their names stay broken (EIO) until the content is
+ * *@bytes (st_size), and removed unless @dry_run (with it, the count alone: what stat reports, on a
+ * read-only store too; a copy stays on disk after its content was written again, until removed).
+ * Their names stay broken (EIO) until the content is
  * written again, as before; only the inspection copies go. Returns 0 (also when there is no
  * quarantine/), -EROFS (a read-only store, unless @dry_run), or -errno of reading or unlinking.
  */

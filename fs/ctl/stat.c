@@ -18,6 +18,7 @@
 #include "cache.h"
 #include "catalog.h"
 #include "ctl.h"
+#include "store.h"
 #include "mounts.h"
 #include "weightfs.h"
 
@@ -401,7 +402,7 @@ static void metric(const char *name, const char *help, const char *type, const c
  * serves it) in the Prometheus text format. Returns the exit status.
  */
 static int stat_prometheus(const char *store, const struct wfs_catalog_stats *st, uint64_t disk_bytes,
-			   const json_t *daemon)
+			   uint64_t quarantine_files, uint64_t quarantine_bytes, const json_t *daemon)
 {
 	struct wfs_cache_residency r;
 	char labels[PATH_MAX + 16], objects[PATH_MAX + 16];
@@ -438,6 +439,10 @@ static int stat_prometheus(const char *store, const struct wfs_catalog_stats *st
 	       (double)st->unreferenced_objects);
 	metric("quarantined_objects", "Objects that failed verification (their names fail with EIO).", "gauge",
 	       labels, (double)st->quarantined_objects);
+	metric("quarantine_files", "Damaged copies in STORE/quarantine/, until gc --quarantine removes them "
+	       "(also after their content was written again).", "gauge", labels, (double)quarantine_files);
+	metric("quarantine_bytes", "Bytes of the damaged copies in STORE/quarantine/.", "gauge", labels,
+	       (double)quarantine_bytes);
 	metric("unsealed_files", "Files being written or never sealed.", "gauge", labels, (double)st->unsealed_files);
 	if (resident_known) {
 		metric("resident_bytes", "Page cache of the store's object files (mincore).", "gauge", labels,
@@ -519,6 +524,23 @@ static int stat_prometheus(const char *store, const struct wfs_catalog_stats *st
 	return 0;
 }
 
+/*
+ * The damaged copies in STORE/quarantine/ into *@files and *@bytes (st_size): on disk until gc
+ * --quarantine removes them, also after their content was written again (and no object is
+ * quarantined any more). Counted by wfs_store_quarantine_clear() without removing anything. Returns
+ * false when the store cannot be read (another user's private store: the daemon counts them).
+ */
+static bool quarantine_on_disk(const char *store, uint64_t *files, uint64_t *bytes)
+{
+	struct wfs_store *s = NULL;
+	int ret = wfs_store_open(store, WFS_STORE_READONLY, &s);
+
+	if (ret == 0)
+		ret = wfs_store_quarantine_clear(s, true, files, bytes);
+	wfs_store_close(s);
+	return ret == 0;
+}
+
 int wfs_ctl_stat(int argc, char **argv)
 {
 	bool json = false, prometheus = false, from_daemon = false;
@@ -532,7 +554,7 @@ int wfs_ctl_stat(int argc, char **argv)
 	struct wfs_catalog *c = NULL;
 	json_t *daemon;
 	char store[PATH_MAX], db[PATH_MAX + 16];
-	uint64_t du = 0, retain = 0;
+	uint64_t du = 0, retain = 0, qfiles = 0, qbytes = 0;
 	double ratio;
 	int ret, fd;
 
@@ -590,7 +612,12 @@ int wfs_ctl_stat(int argc, char **argv)
 			.unsealed_files = json_u64(daemon, "unsealed_files"),
 			.special_files = json_u64(daemon, "special_files"),
 		};
+		qfiles = json_u64(daemon, "quarantine_files");
+		qbytes = json_u64(daemon, "quarantine_bytes");
 		ret = 0;
+	} else if (ret == 0 && !quarantine_on_disk(store, &qfiles, &qbytes) && daemon) {
+		qfiles = json_u64(daemon, "quarantine_files");
+		qbytes = json_u64(daemon, "quarantine_bytes");
 	}
 	if (ret) {
 		fprintf(stderr, "weightfsctl stat: %s: cannot read catalog: %s\n", db, strerror(-ret));
@@ -603,13 +630,14 @@ int wfs_ctl_stat(int argc, char **argv)
 		du = disk_usage(fd);
 	ratio = st.object_bytes ? (double)st.logical_bytes / (double)st.object_bytes : 1.0;
 	if (prometheus) {
-		ret = stat_prometheus(store, &st, from_daemon ? WFS_CACHE_UNKNOWN : du, daemon);
+		ret = stat_prometheus(store, &st, from_daemon ? WFS_CACHE_UNKNOWN : du, qfiles, qbytes, daemon);
 		json_decref(daemon);
 		return ret;
 	}
 	if (json)
 		return wfs_ctl_json_print(
-			json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o?}",
+			json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, "
+				  "s:o?}",
 				  "store", wfs_ctl_json_string(store), "names", (json_int_t)st.names,
 				  "directories", (json_int_t)st.directories, "symlinks", (json_int_t)st.symlinks,
 				  "logical_bytes", (json_int_t)st.logical_bytes, "objects", (json_int_t)st.objects,
@@ -617,6 +645,7 @@ int wfs_ctl_stat(int argc, char **argv)
 				  "unreferenced_objects", (json_int_t)st.unreferenced_objects,
 				  "unreferenced_bytes", (json_int_t)st.unreferenced_bytes,
 				  "retain_bytes", (json_int_t)retain, "quarantined_objects", (json_int_t)st.quarantined_objects,
+				  "quarantine_files", (json_int_t)qfiles, "quarantine_bytes", (json_int_t)qbytes,
 				  "unsealed_files", (json_int_t)st.unsealed_files,
 				  "special_files", (json_int_t)st.special_files,
 				  "dedup_ratio", wfs_ctl_json_fixed(ratio, 4), "daemon", daemon),
@@ -640,6 +669,9 @@ int wfs_ctl_stat(int argc, char **argv)
 	if (st.quarantined_objects)
 		printf("quarantined:        %llu objects (their names fail with EIO until rewritten)\n",
 		       (unsigned long long)st.quarantined_objects);
+	if (qfiles)
+		printf("quarantine/:        %llu damaged copies, %llu bytes on disk (weightfsctl gc --quarantine "
+		       "removes them)\n", (unsigned long long)qfiles, (unsigned long long)qbytes);
 	if (st.unsealed_files)
 		printf("unsealed files:     %llu (being written, or left by a crash)\n",
 		       (unsigned long long)st.unsealed_files);

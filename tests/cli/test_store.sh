@@ -129,5 +129,50 @@ expect "retain STORE 0: recorded" 0 "^retain: $S: 0 bytes .*was 65536 bytes"
 run "$CTL" retain "$S" 12Q
 expect "retain STORE 12Q: usage error" 2 "" "12Q: not a size"
 
+# ---- 2. counts tell the truth: damaged copies on disk are counted until removed ---------------------
+S2=$work/store2
+if wfs_mount "$B" "$S2" "$M" -o nosync; then
+	fill q 65536 >"$M/q"
+	hex=$(getfattr --only-values -n user.weightfs.digest "$M/q" 2>/dev/null)
+	wfs_umount "$M" || fail "unmount"
+	obj=$S2/objects/${hex:0:2}/${hex:2}
+	chmod u+w "$obj" && printf X | dd of="$obj" bs=1 seek=100 conv=notrunc status=none
+	run "$CTL" fsck --repair "$S2"
+	expect "fsck --repair: quarantines the damaged object" 0 "^corrupt +$hex: .*\[repaired\]\$"
+	run "$CTL" stat --json "$S2"
+	expect_json "stat --json, quarantined: the object" quarantined_objects 1
+	expect_json "stat --json, quarantined: its damaged copy on disk" quarantine_files 1
+	# Writing the content again heals the name; the damaged copy stays until gc --quarantine.
+	if wfs_mount "$B" "$S2" "$M" -o nosync; then
+		fill q 65536 >"$M/q2"
+		cmp -s "$M/q" "$M/q2"
+		verdict "written again: the quarantined name reads its bytes" $?
+		wfs_umount "$M" || fail "unmount"
+	fi
+	run "$CTL" stat --json "$S2"
+	expect_json "stat --json, healed: no object quarantined" quarantined_objects 0
+	expect_json "stat --json, healed: the damaged copy still counted" quarantine_files 1
+	expect_json "stat --json, healed: its bytes" quarantine_bytes 65536
+	run "$CTL" stat "$S2"
+	expect "stat, healed: the damaged copy on a line" 0 \
+		"^quarantine/: +1 damaged copies, 65536 bytes on disk \(weightfsctl gc --quarantine removes them\)\$"
+	run "$CTL" stat --prometheus "$S2"
+	expect "stat --prometheus, healed: weightfs_quarantine_files 1" 0 "^weightfs_quarantine_files\{store=\"$S2\"\} 1\$"
+	expect "stat --prometheus, healed: weightfs_quarantine_bytes 65536" 0 \
+		"^weightfs_quarantine_bytes\{store=\"$S2\"\} 65536\$"
+	if wfs_mount "$B" "$S2" "$M" -o nosync; then
+		run "$CTL" stat --json "$M"
+		expect_json "stat --json MNT (mounted): the damaged copy counted" quarantine_files 1
+		daemon_q=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["daemon"]["quarantine_files"])' "$out" 2>/dev/null)
+		verdict "stat --json MNT: the daemon counts it too" "$([ "$daemon_q" = 1 ]; echo $?)" "stdout: $out"
+		wfs_umount "$M" || fail "unmount"
+	fi
+	run "$CTL" gc --quarantine "$S2"
+	run "$CTL" stat --json "$S2"
+	expect_json "gc --quarantine: nothing counted any more" quarantine_files 0
+else
+	fail "mount $S2"
+fi
+
 echo "store: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
