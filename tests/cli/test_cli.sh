@@ -451,10 +451,12 @@ PY
 		fail "export -> import -> export: byte-identical" "$err"
 	fi
 
+	# The same checkpoint again: nothing to replace (other content needs --force: test_store.sh).
 	run "$CTL" import "$FX/model.safetensors" "$SMNT/m"
-	expect "import over existing tensors: exit 1" 1 "" "exists \(--force replaces it\)"
+	expect "import over the same tensors: exit 0, unchanged" 0 "^import: 12 tensors .* \(unchanged: all there already\)\$"
 	run "$CTL" import --force --json "$FX/model.safetensors" "$SMNT/m"
-	expect_json "import --force: replaces the 12 tensors" replaced 12
+	expect_json "import --force of the same tensors: replaces none" replaced 0
+	expect_json "import --force of the same tensors: 12 unchanged" unchanged 12
 	if [ -z "$(find "$SMNT/m" -name '.wfs-tmp-*')" ]; then
 		ok "import: no temporary names left"
 	else

@@ -174,5 +174,58 @@ else
 	fail "mount $S2"
 fi
 
+# ---- 3. importing the same tensors again succeeds; only other content needs --force -----------------
+S3=$work/store3
+mkdir -p "$work/ck"
+python3 - "$ROOT/tests/lib" "$work/ck" <<'PY'
+import struct, sys
+sys.path.insert(0, sys.argv[1])
+import st_write
+d = sys.argv[2]
+a = struct.pack("<4f", 1, 2, 3, 4)
+b = struct.pack("<4f", 1, 2, 3, 5)
+st_write.write(d + "/v1.safetensors", {"w": ("F32", [4], a), "sub/x": ("F32", [2, 2], a)}, {"format": "pt"})
+st_write.write(d + "/v2.safetensors", {"w": ("F32", [4], b), "sub/x": ("F32", [2, 2], a)}, {"format": "pt"})
+st_write.write(d + "/shape.safetensors", {"w": ("F32", [2, 2], a), "sub/x": ("F32", [2, 2], a)}, {"format": "pt"})
+PY
+if wfs_mount "$B" "$S3" "$M" -o nosync; then
+	run "$CTL" import "$work/ck/v1.safetensors" "$M/m"
+	expect "import v1: exit 0, writes both" 0 "^import: 2 tensors .* into $M/m\$"
+	before=$(getfattr --only-values -n user.weightfs.digest "$M/m/w" 2>/dev/null)
+	ino=$(stat -c %i "$M/m/w")
+	run "$CTL" import --json "$work/ck/v1.safetensors" "$M/m"
+	expect "import v1 again: exit 0" 0
+	expect_json "import v1 again: both unchanged" unchanged 2
+	expect_json "import v1 again: none replaced" replaced 0
+	verdict "import v1 again: the file is left as it was (same inode)" \
+		"$([ "$(stat -c %i "$M/m/w")" = "$ino" ]; echo $?)"
+	run "$CTL" import "$work/ck/v1.safetensors" "$M/m"
+	expect "import v1 again: says unchanged" 0 "^import: 2 tensors .* \(unchanged: all there already\)\$"
+	run "$CTL" import "$work/ck/v2.safetensors" "$M/m"
+	expect "import v2 (w differs): exit 1, needs --force" 1 "" \
+		"^weightfsctl import: $M/m/w: exists with other content, dtype or shape \(--force replaces it\)\$"
+	run "$CTL" import "$work/ck/shape.safetensors" "$M/m"
+	expect "import with another shape, same bytes: exit 1, needs --force" 1 "" \
+		"^weightfsctl import: $M/m/w: exists with other content"
+	run "$CTL" import --force --json "$work/ck/v2.safetensors" "$M/m"
+	expect_json "import --force v2: replaces w" replaced 1
+	expect_json "import --force v2: sub/x unchanged" unchanged 1
+	after=$(getfattr --only-values -n user.weightfs.digest "$M/m/w" 2>/dev/null)
+	verdict "import --force v2: w holds the new content" "$([ -n "$after" ] && [ "$after" != "$before" ]; echo $?)"
+	wfs_umount "$M" || fail "unmount"
+else
+	fail "mount $S3"
+fi
+# Outside weightfs (no digest attribute) the bytes are compared.
+if setfattr -n user.probe -v 1 "$work/ck" 2>/dev/null; then
+	run "$CTL" import "$work/ck/v1.safetensors" "$work/plain"
+	run "$CTL" import --json "$work/ck/v1.safetensors" "$work/plain"
+	expect_json "import v1 again into a plain directory: both unchanged" unchanged 2
+	run "$CTL" import "$work/ck/v2.safetensors" "$work/plain"
+	expect "import v2 into a plain directory: exit 1, needs --force" 1 "" "exists with other content"
+else
+	skip "import into a plain directory: $work keeps no user xattrs"
+fi
+
 echo "store: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
