@@ -719,8 +719,12 @@ static int get_schema_version(struct wfs_catalog *c, int64_t *version)
 	int rc;
 
 	rc = sqlite3_prepare_v2(c->db, "SELECT value FROM meta WHERE key = 'schema_version'", -1, &s, NULL);
+	/* No meta table yet: a new file. Any other error (a damaged schema page also fails the
+	 * prepare with SQLITE_ERROR) is not "no catalog": fsck reported ENOENT for a damaged one. */
+	if (rc == SQLITE_ERROR && strncmp(sqlite3_errmsg(c->db), "no such table", 13) == 0)
+		return -ENOENT;
 	if (rc != SQLITE_OK)
-		return rc == SQLITE_ERROR ? -ENOENT : map_sqlite(c, rc); /* no meta table yet */
+		return map_sqlite(c, rc == SQLITE_ERROR ? SQLITE_CORRUPT : rc);
 	rc = sqlite3_step(s);
 	*version = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
 	sqlite3_finalize(s);
@@ -785,6 +789,51 @@ static int migrate_schema(struct wfs_catalog *c, const char *path, int64_t *vers
 	*version = 2;
 	wfs_log(WFS_LOG_INFO, "catalog %s: schema 1 upgraded to 2 (device numbers)", path);
 	return 0;
+}
+
+int wfs_catalog_diagnose(const char *path, char *what, size_t what_bytes)
+{
+	sqlite3 *db = NULL;
+	sqlite3_stmt *s = NULL;
+	int rc, ret = 0;
+
+	snprintf(what, what_bytes, "ok");
+	if (access(path, F_OK) < 0)
+		return -errno;
+	rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_prepare_v2(db, "PRAGMA quick_check(1)", -1, &s, NULL);
+	if (rc == SQLITE_OK) {
+		rc = sqlite3_step(s);
+		if (rc == SQLITE_ROW) {
+			const char *text = (const char *)sqlite3_column_text(s, 0);
+
+			if (text && strcmp(text, "ok") != 0) {
+				/* "*** in database main ***\nPage 4: ...": its first line says no more */
+				const char *line = strncmp(text, "***", 3) == 0 && strchr(text, '\n') ? strchr(text, '\n') + 1
+													 : text;
+
+				snprintf(what, what_bytes, "%.*s", (int)strcspn(line, "\n"), line);
+				ret = 1;
+			}
+			rc = SQLITE_OK;
+		}
+	}
+	if (rc != SQLITE_OK) {
+		if ((rc & 0xff) == SQLITE_NOMEM)
+			ret = -ENOMEM;
+		else if ((rc & 0xff) == SQLITE_CANTOPEN || (rc & 0xff) == SQLITE_PERM)
+			ret = -EACCES;
+		else if ((rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED)
+			ret = -EBUSY;
+		else {
+			snprintf(what, what_bytes, "%s", db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+			ret = 1;
+		}
+	}
+	sqlite3_finalize(s);
+	sqlite3_close(db);
+	return ret;
 }
 
 int wfs_catalog_open(const char *path, unsigned flags, uint32_t root_uid, uint32_t root_gid,
@@ -2168,6 +2217,56 @@ static int query_u64(struct wfs_catalog *c, const char *sql, uint64_t *a, uint64
 	}
 	sqlite3_finalize(s);
 	return rc == SQLITE_ROW ? 0 : map_sqlite(c, rc);
+}
+
+/*
+ * The names chosen by @where (a condition on dentry d and inode i; ?1 bound to @blob of @blob_bytes
+ * bytes) with their paths: each chosen dentry's directory chain is followed up to the root (a
+ * directory has one dentry), at most 4096 levels so that a cycle in a damaged catalog ends.
+ */
+static int paths_where(struct wfs_catalog *c, const char *where, const void *blob, int blob_bytes,
+		       wfs_catalog_path_fn fn, void *ctx)
+{
+	char sql[1024];
+	sqlite3_stmt *s;
+	int ret, rc;
+
+	snprintf(sql, sizeof(sql),
+		 "WITH RECURSIVE up(ino, dir, parent, path, depth) AS ("
+		 " SELECT d.ino, d.parent, d.parent, d.name, 0 FROM dentries d JOIN inodes i ON i.ino = d.ino"
+		 " WHERE %s"
+		 " UNION ALL"
+		 " SELECT up.ino, up.dir, pd.parent, pd.name || '/' || up.path, up.depth + 1 FROM up"
+		 " JOIN dentries pd ON pd.ino = up.parent WHERE up.parent != %d AND up.depth < 4096)"
+		 " SELECT '/' || path, dir, ino FROM up WHERE parent = %d ORDER BY 1",
+		 where, WFS_ROOT_INO, WFS_ROOT_INO);
+	ret = map_sqlite(c, sqlite3_prepare_v2(c->db, sql, -1, &s, NULL));
+	if (ret)
+		return ret;
+	sqlite3_bind_blob(s, 1, blob, blob_bytes, SQLITE_STATIC);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		ret = fn(ctx, (const char *)sqlite3_column_text(s, 0), (uint64_t)sqlite3_column_int64(s, 1),
+			 (uint64_t)sqlite3_column_int64(s, 2));
+		if (ret)
+			break;
+	}
+	if (ret == 0 && rc != SQLITE_DONE)
+		ret = map_sqlite(c, rc);
+	sqlite3_finalize(s);
+	return ret;
+}
+
+int wfs_catalog_object_paths(struct wfs_catalog *c, const struct wfs_digest *d, wfs_catalog_path_fn fn,
+			     void *ctx)
+{
+	return paths_where(c, "i.digest = ?1", d->bytes, WFS_DIGEST_BYTES, fn, ctx);
+}
+
+int wfs_catalog_prefixed_paths(struct wfs_catalog *c, const char *prefix, wfs_catalog_path_fn fn, void *ctx)
+{
+	/* substr() and a blob comparison: bytewise, without LIKE's wildcards and case folding. */
+	return paths_where(c, "CAST(substr(CAST(d.name AS BLOB), 1, length(CAST(?1 AS BLOB))) AS BLOB) = ?1",
+			   prefix, (int)strlen(prefix), fn, ctx);
 }
 
 int wfs_catalog_retain_get(struct wfs_catalog *c, uint64_t *bytes)

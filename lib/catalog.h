@@ -74,6 +74,14 @@ enum wfs_catalog_flags {
 int wfs_catalog_open(const char *path, unsigned flags, uint32_t root_uid, uint32_t root_gid,
 		     struct wfs_catalog **out);
 void wfs_catalog_close(struct wfs_catalog *c);
+/*
+ * Is the catalog at @path damaged? Opens it read-only on a connection of its own (no handle needed:
+ * for when wfs_catalog_open() itself fails) and runs SQLite's quick_check. Returns 0 (intact; @what
+ * "ok"), 1 (damaged: SQLite's first complaint, e.g. "database disk image is malformed", into @what,
+ * @what_bytes bytes, NUL-terminated), or -ENOENT (no such file), -EACCES, -EBUSY, -ENOMEM (cannot
+ * tell).
+ */
+int wfs_catalog_diagnose(const char *path, char *what, size_t what_bytes);
 
 /* What wfs_catalog_recover() removed. */
 struct wfs_recovery {
@@ -264,6 +272,22 @@ int wfs_catalog_object_delete(struct wfs_catalog *c, const struct wfs_digest *d)
  */
 int wfs_catalog_unreferenced(struct wfs_catalog *c,
 			     int (*fn)(void *ctx, const struct wfs_digest *d, uint64_t bytes), void *ctx);
+
+/*
+ * Paths of names, for reports (fsck): a name's path is its dentries from the root joined by '/',
+ * starting with '/' ("/rank0/model.embed.weight"), as the mount shows it below its mount point.
+ * @fn gets each path (valid during the call), the directory that holds the name (its last
+ * component) and the inode it names; a non-zero return stops (and
+ * is returned). A name whose directory chain does not reach the root (a dangling dentry on the way,
+ * which wfs_catalog_check() counts) is not told. Do not modify the catalog from @fn.
+ */
+typedef int (*wfs_catalog_path_fn)(void *ctx, const char *path, uint64_t parent, uint64_t ino);
+/* Every name of every inode whose content is object @d. Returns 0, @fn's value, or -errno. */
+int wfs_catalog_object_paths(struct wfs_catalog *c, const struct wfs_digest *d, wfs_catalog_path_fn fn,
+			     void *ctx);
+/* Every name that starts with @prefix (compared bytewise, e.g. WFS_TMP_PREFIX), in any directory.
+ * Returns 0, @fn's value, or -errno. */
+int wfs_catalog_prefixed_paths(struct wfs_catalog *c, const char *prefix, wfs_catalog_path_fn fn, void *ctx);
 
 /* One row of the objects table. */
 struct wfs_object_row {

@@ -255,6 +255,19 @@ int wfs_store_open(const char *path, unsigned flags, struct wfs_store **out)
 		ret = clean_tmp(s);
 		if (ret)
 			goto fail;
+	} else {
+		/* Inspection (fsck) tells a killed owner's mark too, when no process holds the lock:
+		 * a shared flock for a moment, on a descriptor of its own. */
+		int fd = openat(s->dir_fd, "lock", O_RDONLY | O_CLOEXEC);
+		char what[PATH_MAX + 16];
+		int pid;
+
+		if (fd >= 0 && flock(fd, LOCK_SH | LOCK_NB) == 0 && read_owner(fd, &pid, what, sizeof(what)) == 0) {
+			s->unclean_pid = pid;
+			s->unclean_what = strdup(what);
+		}
+		if (fd >= 0)
+			close(fd);
 	}
 	*out = s;
 	return 0;

@@ -85,8 +85,10 @@ int wfs_store_owner(const char *path, int *pid, char *what, size_t what_bytes);
  * crash, the machine going down)? wfs_store_open() reads STORE/lock before it records the caller.
  * Returns true with the pid that owner recorded in *@pid and its recorded line in @what (@what_bytes
  * bytes, NUL-terminated, "" when none; a daemon's "mounted on MNT"; @what may be NULL when
- * @what_bytes is 0); false when it closed the store, for a new or read-only store. Stores written
- * before this check existed were never emptied: their first open says true once.
+ * @what_bytes is 0); false when it closed the store, and for a new store. A WFS_STORE_READONLY open
+ * reads the mark too, unless a process holds the store at that moment (then false: it is in use, not
+ * left). Stores written before this check existed were never emptied: their first open says true
+ * once.
  */
 bool wfs_store_unclean(const struct wfs_store *s, int *pid, char *what, size_t what_bytes);
 

@@ -269,7 +269,7 @@ fi
 
 run "$CTL" fsck "$STORE"
 expect "fsck STORE after repair: exit 1 (missing, quarantined)" 1 "^missing +$hex: .*quarantined"
-others=$(grep -Ev "^(missing +$hex|quarantined +quarantine/$hex|fsck): " <<<"$out")
+others=$(grep -Ev "^(missing +$hex|quarantined +quarantine/$hex|clean +lock|fsck): |^ +/" <<<"$out")
 if [ -z "$others" ] && grep -Eq "1 problems, 0 repaired, 1 left; 1 in quarantine\$" <<<"$out"; then
 	ok "fsck STORE after repair: nothing else left"
 else

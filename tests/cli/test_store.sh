@@ -227,5 +227,67 @@ else
 	skip "import into a plain directory: $work keeps no user xattrs"
 fi
 
+# ---- 4. fsck names what is broken ------------------------------------------------------------------
+S4=$work/store4
+if wfs_mount "$B" "$S4" "$M" -o nosync; then
+	mkdir -p "$M/rank0" "$M/rank1"
+	fill a 4096 >"$M/rank0/w" && fill a 4096 >"$M/rank1/w" && ln "$M/rank0/w" "$M/rank0/w.link"
+	fill b 4096 >"$M/rank0/other"
+	fill t 10 >"$M/rank0/.wfs-tmp-77-0" # what an interrupted tensor write leaves
+	hex=$(getfattr --only-values -n user.weightfs.digest "$M/rank0/w" 2>/dev/null)
+	wfs_umount "$M" || fail "unmount"
+	rm -f "$S4/objects/${hex:0:2}/${hex:2}"
+	run "$CTL" fsck "$S4"
+	expect "fsck, a lost object: exit 1, counts its names" 1 \
+		"^missing +$hex: object file missing; 3 names fail with EIO until the content is written again\$"
+	names=$(grep -A3 "^missing" <<<"$out" | tail -n 3 | sed 's/^ *//' | tr '\n' ' ')
+	verdict "fsck, a lost object: the paths of its names follow it" \
+		"$([ "$names" = "/rank0/w /rank0/w.link /rank1/w " ]; echo $?)" "names: '$names'" "stdout: $out"
+	expect "fsck: the temporary name an interrupted write left" 1 \
+		"^tmpname +/rank0/\.wfs-tmp-77-0: temporary name of an interrupted write, never renamed into place: holds 10 bytes\$"
+	expect "fsck: the store was closed cleanly" 1 "^clean +lock: closed by its last owner\$"
+	run "$CTL" fsck --json "$S4"
+	got=$(python3 -c '
+import json, sys
+r = json.loads(sys.argv[1])
+m = [f for f in r["findings"] if f["kind"] == "missing"]
+print(r["state"], ",".join(m[0]["names"]) if m else "-")' "$out" 2>/dev/null)
+	verdict "fsck --json: state clean, the lost object's names" \
+		"$([ "$got" = "clean /rank0/w,/rank0/w.link,/rank1/w" ]; echo $?)" "got '$got'" "stdout: $out"
+	run "$CTL" fsck --repair "$S4"
+	expect "fsck --repair: removes the temporary name" 1 "^tmpname +/rank0/\.wfs-tmp-77-0: .*\[repaired\]\$"
+else
+	fail "mount $S4"
+fi
+
+# A killed daemon: the offline check says the store was not closed; --repair runs the recovery.
+if wfs_mount "$B" "$S4" "$M" -o nosync; then
+	pid=$(wfs_pid "$M")
+	fill c 100 >"$M/c"
+	kill -KILL "$pid"
+	wait "$pid" 2>/dev/null
+	fusermount3 -u "$M" 2>/dev/null || fusermount3 -uz "$M"
+	unset "WFS_MOUNT_PIDS[$M]"
+	run "$CTL" fsck "$S4"
+	expect "fsck after kill -9: unclean, names the killed daemon" 1 \
+		"^unclean +lock: not closed by its last owner \(pid $pid, mounted on $M\): killed, crashed or a power loss; the next mount \(or fsck --repair\) runs the recovery\$"
+	run "$CTL" fsck --json "$S4"
+	expect_json "fsck --json after kill -9: state unclean" state unclean
+	run "$CTL" fsck --repair "$S4"
+	expect "fsck --repair after kill -9: recovered" 1 "^unclean +lock: .*recovered now.*\[repaired\]\$"
+	run "$CTL" fsck "$S4"
+	expect "fsck after the repair: clean again" 1 "^clean +lock: closed by its last owner\$"
+else
+	fail "mount $S4 again"
+fi
+
+# A damaged catalog is reported as such, with what to do (not "No such file or directory").
+dd if=/dev/urandom of="$S4/catalog.db" bs=16 count=1 seek=256 conv=notrunc status=none # page 2
+run "$CTL" fsck "$S4"
+expect "fsck, a damaged catalog: exit 1, says damaged and what to do" 1 \
+	"^catalog +catalog\.db: damaged \(SQLite: .*\): the names cannot be read or trusted .*restore catalog\.db from a backup"
+run "$CTL" fsck --json "$S4"
+expect_json "fsck --json, a damaged catalog: catalog_damaged" catalog_damaged True
+
 echo "store: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
