@@ -448,10 +448,11 @@ static void check_unclean(struct fsck *f)
 	struct wfs_fsck_report *r = f->report;
 	struct wfs_recovery rec = {0};
 	char detail[600];
-	bool repaired = f->opt->repair && !r->catalog_damaged && wfs_catalog_recover(f->catalog, &rec) == 0;
+	bool repaired;
 
 	if (!r->unclean)
 		return;
+	repaired = f->opt->repair && !r->catalog_damaged && wfs_catalog_recover(f->catalog, &rec) == 0;
 	snprintf(detail, sizeof(detail), "not closed by its last owner (pid %d%s%s): killed, crashed or a power "
 		 "loss; %s", r->unclean_pid, r->unclean_what[0] ? ", " : "", r->unclean_what,
 		 repaired ? "recovered now" : "the next mount (or fsck --repair) runs the recovery");
