@@ -450,9 +450,11 @@ static int open_catalog(struct wfs_fs *fs, bool recover)
 		fprintf(stderr, "weightfs: %s: recovery failed: %s\n", path, strerror(-ret));
 		return ret;
 	}
-	if (rec.unsealed_removed || rec.orphans_removed)
-		wfs_log(WFS_LOG_INFO, "recovered: removed %llu never-sealed names, %llu orphan inodes",
-			(unsigned long long)rec.unsealed_removed, (unsigned long long)rec.orphans_removed);
+	if (rec.unsealed_removed || rec.orphans_removed || rec.declared_empty_removed)
+		wfs_log(WFS_LOG_INFO, "recovered: removed %llu never-sealed names, %llu temporary names "
+			"sealed empty that declare bytes (a tensor write cut short), %llu orphan inodes",
+			(unsigned long long)rec.unsealed_removed, (unsigned long long)rec.declared_empty_removed,
+			(unsigned long long)rec.orphans_removed);
 	{
 		struct wfs_gc_report gc;
 

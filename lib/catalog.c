@@ -14,8 +14,10 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "dtype.h"
 #include "fault.h"
 #include "log.h"
+#include "weightfs.h"
 
 /* 1: the first schema; 2: inodes.rdev (device number of a character or block device node). */
 #define SCHEMA_VERSION 2
@@ -980,6 +982,105 @@ int wfs_catalog_wal_sync(struct wfs_catalog *c)
 	return ret; /* no WAL yet: nothing was committed to it */
 }
 
+/*
+ * Inside wfs_catalog_recover()'s transaction: unlink the temporary names sealed empty whose
+ * attributes declare bytes (their inodes' nlink drops; the caller then drops those at 0). Their
+ * count into *@removed.
+ */
+static int recover_declared_empty(struct wfs_catalog *c, uint64_t *removed)
+{
+	struct cand {
+		uint64_t parent, ino;
+		char *name;
+	} *v = NULL;
+	size_t n = 0, cap = 0;
+	char sql[512];
+	sqlite3_stmt *s;
+	int ret, rc;
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT d.parent, d.name, i.ino FROM dentries d JOIN inodes i ON i.ino = d.ino"
+		 " WHERE i.digest IS NOT NULL AND i.size = 0 AND (i.mode & %u) = %u"
+		 " AND CAST(substr(CAST(d.name AS BLOB), 1, %zu) AS BLOB) = CAST('%s' AS BLOB)",
+		 (unsigned)S_IFMT, (unsigned)S_IFREG, strlen(WFS_TMP_PREFIX), WFS_TMP_PREFIX);
+	ret = map_sqlite(c, sqlite3_prepare_v2(c->db, sql, -1, &s, NULL));
+	if (ret)
+		return ret;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if (n == cap) {
+			struct cand *p = realloc(v, (cap = cap ? 2 * cap : 8) * sizeof(*p));
+
+			if (!p) {
+				ret = -ENOMEM;
+				break;
+			}
+			v = p;
+		}
+		v[n].parent = (uint64_t)sqlite3_column_int64(s, 0);
+		v[n].ino = (uint64_t)sqlite3_column_int64(s, 2);
+		if (!(v[n].name = strdup((const char *)sqlite3_column_text(s, 1)))) {
+			ret = -ENOMEM;
+			break;
+		}
+		n++;
+	}
+	if (ret == 0 && rc != SQLITE_DONE)
+		ret = map_sqlite(c, rc);
+	sqlite3_finalize(s);
+	for (size_t i = 0; ret == 0 && i < n; i++) {
+		uint64_t declared;
+		sqlite3_stmt *del;
+
+		if (wfs_catalog_declared_bytes(c, v[i].ino, &declared) || declared == 0)
+			continue;
+		ret = map_sqlite(c, sqlite3_prepare_v2(c->db,
+						       "DELETE FROM dentries WHERE parent = ?1 AND name = ?2;",
+						       -1, &del, NULL));
+		if (ret)
+			break;
+		sqlite3_bind_int64(del, 1, (int64_t)v[i].parent);
+		sqlite3_bind_text(del, 2, v[i].name, -1, SQLITE_STATIC);
+		ret = step_done(c, del);
+		sqlite3_finalize(del);
+		if (ret)
+			break;
+		ret = map_sqlite(c, sqlite3_prepare_v2(c->db, "UPDATE inodes SET nlink = nlink - 1 WHERE ino = ?1", -1,
+						       &del, NULL));
+		if (ret)
+			break;
+		sqlite3_bind_int64(del, 1, (int64_t)v[i].ino);
+		ret = step_done(c, del);
+		sqlite3_finalize(del);
+		if (ret == 0)
+			(*removed)++;
+	}
+	for (size_t i = 0; i < n; i++)
+		free(v[i].name);
+	free(v);
+	return ret;
+}
+
+int wfs_catalog_declared_bytes(struct wfs_catalog *c, uint64_t ino, uint64_t *bytes)
+{
+	char dtype[32], shape[WFS_SHAPE_MAX_DIMS * 21 + 2];
+	size_t dlen, slen;
+	uint64_t elements;
+	int size, ret;
+
+	ret = wfs_catalog_xattr_get(c, ino, WFS_XATTR_DTYPE, dtype, sizeof(dtype), &dlen);
+	if (ret == 0)
+		ret = wfs_catalog_xattr_get(c, ino, WFS_XATTR_SHAPE, shape, sizeof(shape), &slen);
+	if (ret == -ERANGE)
+		return -ENODATA; /* too long to be a dtype or a shape */
+	if (ret)
+		return ret;
+	size = wfs_dtype_size(dtype, dlen);
+	if (size < 0 || wfs_shape_elements(shape, slen, &elements))
+		return -ENODATA;
+	*bytes = elements * (uint64_t)size;
+	return 0;
+}
+
 int wfs_catalog_recover(struct wfs_catalog *c, struct wfs_recovery *report)
 {
 	struct wfs_recovery r = {0};
@@ -1008,6 +1109,8 @@ int wfs_catalog_recover(struct wfs_catalog *c, struct wfs_recovery *report)
 		ret = exec(c, sql);
 	if (ret == 0)
 		r.unsealed_removed = (uint64_t)sqlite3_changes(c->db);
+	if (ret == 0)
+		ret = recover_declared_empty(c, &r.declared_empty_removed);
 	/* ...then, invariant 3: every inode without a name goes, with its xattrs. */
 	if (ret == 0)
 		ret = exec(c, "DELETE FROM xattrs WHERE ino IN (SELECT ino FROM inodes WHERE nlink = 0);"

@@ -87,8 +87,17 @@ int wfs_catalog_diagnose(const char *path, char *what, size_t what_bytes);
 struct wfs_recovery {
 	uint64_t unsealed_removed; /* names of files that were still being created */
 	uint64_t orphans_removed;  /* other inodes with no name left (unlinked while open) */
+	uint64_t declared_empty_removed; /* temporary names sealed empty that declare bytes (below) */
 };
-/* Crash recovery at mount: enforce invariants 2 and 3. Returns 0 or -errno. */
+/*
+ * Crash recovery at mount: enforce invariants 2 and 3, and remove the temporary names of the
+ * tensor-file protocol (WFS_TMP_PREFIX, lib/tensorfile.h) that are sealed with no bytes while their
+ * dtype × shape declare some (wfs_catalog_declared_bytes): a large tensor's name is closed empty
+ * after its attributes are set and reopened for writing, so a daemon killed during the write left
+ * one (never a finished tensor: those are renamed after a seal with their bytes). Other names that
+ * declare bytes and hold none are left: a placeholder may be meant. One transaction. Returns 0 or
+ * -errno.
+ */
 int wfs_catalog_recover(struct wfs_catalog *c, struct wfs_recovery *report);
 
 int wfs_catalog_getattr(struct wfs_catalog *c, uint64_t ino, struct wfs_attr *out);
@@ -236,6 +245,13 @@ int wfs_catalog_xattr_remove(struct wfs_catalog *c, uint64_t ino, const char *na
  * attributes so the caller can release its object. -ENOENT when already gone.
  */
 int wfs_catalog_inode_drop(struct wfs_catalog *c, uint64_t ino, struct wfs_attr *old);
+
+/*
+ * The bytes the user.weightfs.dtype and user.weightfs.shape attributes of @ino declare (elements ×
+ * dtype bytes) into *@bytes. Returns 0, -ENODATA (either attribute missing, or one that does not
+ * parse: lib/dtype.h), or another -errno of the catalog.
+ */
+int wfs_catalog_declared_bytes(struct wfs_catalog *c, uint64_t ino, uint64_t *bytes);
 
 /* Reference count of object @d (invariant 1). -ENOENT if the catalog has no such object. */
 int wfs_catalog_object_refcount(struct wfs_catalog *c, const struct wfs_digest *d, uint64_t *refcount);

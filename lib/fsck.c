@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "digest.h"
-#include "dtype.h"
 #include "mounts.h"
 #include "store.h"
 #include "weightfs.h"
@@ -456,10 +455,11 @@ static void check_unclean(struct fsck *f)
 	snprintf(detail, sizeof(detail), "not closed by its last owner (pid %d%s%s): killed, crashed or a power "
 		 "loss; %s", r->unclean_pid, r->unclean_what[0] ? ", " : "", r->unclean_what,
 		 repaired ? "recovered now" : "the next mount (or fsck --repair) runs the recovery");
-	if (repaired && (rec.unsealed_removed || rec.orphans_removed))
+	if (repaired && (rec.unsealed_removed || rec.orphans_removed || rec.declared_empty_removed))
 		snprintf(detail + strlen(detail), sizeof(detail) - strlen(detail),
-			 ": %llu never-sealed names and %llu nameless inodes removed",
-			 (unsigned long long)rec.unsealed_removed, (unsigned long long)rec.orphans_removed);
+			 ": %llu never-sealed names, %llu declared-but-empty temporary names and %llu nameless "
+			 "inodes removed", (unsigned long long)rec.unsealed_removed,
+			 (unsigned long long)rec.declared_empty_removed, (unsigned long long)rec.orphans_removed);
 	finding(f, WFS_FSCK_UNCLEAN, "lock", detail, repaired);
 }
 
@@ -495,22 +495,6 @@ static int add_tmpname(void *ctx, const char *path, uint64_t parent, uint64_t in
 	return 0;
 }
 
-/* The bytes user.weightfs.dtype × user.weightfs.shape of @ino declare; false when not both set. */
-static bool declared_bytes(struct wfs_catalog *c, uint64_t ino, uint64_t *bytes)
-{
-	char dtype[32], shape[512];
-	size_t dlen, slen;
-	uint64_t elements;
-	int size;
-
-	if (wfs_catalog_xattr_get(c, ino, WFS_XATTR_DTYPE, dtype, sizeof(dtype), &dlen) ||
-	    wfs_catalog_xattr_get(c, ino, WFS_XATTR_SHAPE, shape, sizeof(shape), &slen) ||
-	    (size = wfs_dtype_size(dtype, dlen)) < 0 || wfs_shape_elements(shape, slen, &elements))
-		return false;
-	*bytes = elements * (uint64_t)size;
-	return true;
-}
-
 /*
  * Offline: names of the tensor-file protocol's temporary files (WFS_TMP_PREFIX, and the older
  * WFS_TMP_PREFIX_IMPORT_OLD) left in the namespace by a writer that never renamed them into place.
@@ -535,7 +519,7 @@ static int check_tmpnames(struct fsck *f)
 
 		if (wfs_catalog_getattr(f->catalog, t->ino, &a))
 			continue;
-		if (declared_bytes(f->catalog, t->ino, &declared))
+		if (wfs_catalog_declared_bytes(f->catalog, t->ino, &declared) == 0)
 			snprintf(detail, sizeof(detail), "temporary name of an interrupted write, never renamed into "
 				 "place: holds %llu bytes, its dtype and shape declare %llu",
 				 (unsigned long long)a.size, (unsigned long long)declared);

@@ -906,7 +906,7 @@ START_TEST(test_recover)
 	uint64_t deep = mkfile(d, "deep"), sym = mk(ROOT, "sym", S_IFLNK | 0777, "sealed");
 	uint64_t orphan = mkfile(ROOT, "orphan"), empty = mkdir_(d, "empty");
 	uint64_t raw_orphan = mkfile(ROOT, "raw"), gone_dir = mkdir_(ROOT, "gone");
-	struct wfs_recovery r = {77, 77};
+	struct wfs_recovery r = {77, 77, 77};
 	struct wfs_attr a;
 	char buf[8];
 	size_t len;
@@ -955,7 +955,7 @@ END_TEST
 START_TEST(test_recover_counts_linked_unsealed)
 {
 	uint64_t u = mkfile(ROOT, "u"), orphan = mkfile(ROOT, "orphan");
-	struct wfs_recovery r = {77, 77};
+	struct wfs_recovery r = {77, 77, 77};
 	struct wfs_attr a;
 
 	ck_assert_int_eq(wfs_catalog_link(cat, u, ROOT, "u2", &a), 0);
@@ -967,6 +967,59 @@ START_TEST(test_recover_counts_linked_unsealed)
 	ck_assert_uint_eq(r.unsealed_removed, 2);
 	ck_assert_msg(r.orphans_removed == 1, "orphans_removed = %llu, want 1 (the one unlinked sealed inode)",
 		      (unsigned long long)r.orphans_removed);
+}
+END_TEST
+
+/*
+ * A large tensor's temporary name is closed empty once its dtype and shape are set, then reopened
+ * for writing: a daemon killed meanwhile leaves it sealed with no bytes, declaring some. Recovery
+ * removes those, and only those (issue 35).
+ */
+START_TEST(test_recover_declared_empty_tmp)
+{
+	uint64_t d = mkdir_(ROOT, "rank0");
+	uint64_t cut = mkfile(d, ".wfs-tmp-1-0"), zero = mkfile(d, ".wfs-tmp-1-1");
+	uint64_t full = mkfile(d, ".wfs-tmp-1-2"), bare = mkfile(d, ".wfs-tmp-1-3");
+	uint64_t placeholder = mkfile(d, "placeholder");
+	struct wfs_recovery r = {77, 77, 77};
+	uint64_t declared = 0;
+	struct wfs_attr a;
+	char buf[8];
+	size_t len;
+
+	for (uint64_t *i = (uint64_t[]){cut, zero, bare, placeholder, 0}; *i; i++)
+		seal(*i, "", 0);
+	seal(full, "F", 16);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, cut, "user.weightfs.shape", "[1024,1024]", 11, 0), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, cut, "user.weightfs.dtype", "F32", 3, 0), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, zero, "user.weightfs.shape", "[0,8]", 5, 0), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, zero, "user.weightfs.dtype", "F32", 3, 0), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, full, "user.weightfs.shape", "[4]", 3, 0), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, full, "user.weightfs.dtype", "F32", 3, 0), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, placeholder, "user.weightfs.shape", "[4]", 3, 0), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, placeholder, "user.weightfs.dtype", "BF16", 4, 0), 0);
+	ck_assert_int_eq(wfs_catalog_declared_bytes(cat, cut, &declared), 0);
+	ck_assert_uint_eq(declared, 4194304);
+	ck_assert_int_eq(wfs_catalog_declared_bytes(cat, placeholder, &declared), 0);
+	ck_assert_uint_eq(declared, 8);
+	ck_assert_int_eq(wfs_catalog_declared_bytes(cat, bare, &declared), -ENODATA);
+	ck_assert_uint_eq(refcount(""), 4);
+
+	ck_assert_int_eq(wfs_catalog_recover(cat, &r), 0);
+	ck_assert_uint_eq(r.declared_empty_removed, 1);
+	ck_assert_uint_eq(r.unsealed_removed, 0);
+	ck_assert_uint_eq(r.orphans_removed, 0);
+	ck_assert_uint_eq(ino_at(d, ".wfs-tmp-1-0"), 0);
+	ck_assert_int_eq(wfs_catalog_getattr(cat, cut, &a), -ENOENT);
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, cut, "user.weightfs.dtype", buf, sizeof(buf), &len), -ENODATA);
+	ck_assert_uint_eq(refcount(""), 3);
+	/* Kept: one that declares nothing, one that holds bytes, one without attributes, any other name. */
+	ck_assert_uint_eq(ino_at(d, ".wfs-tmp-1-1"), zero);
+	ck_assert_uint_eq(ino_at(d, ".wfs-tmp-1-2"), full);
+	ck_assert_uint_eq(ino_at(d, ".wfs-tmp-1-3"), bare);
+	ck_assert_uint_eq(ino_at(d, "placeholder"), placeholder);
+	ck_assert_int_eq(wfs_catalog_recover(cat, &r), 0);
+	ck_assert_uint_eq(r.declared_empty_removed, 0);
 }
 END_TEST
 
@@ -1844,6 +1897,7 @@ static Suite *catalog_suite(void)
 	add(s, "create_sealed", test_create_sealed);
 	add(s, "unreferenced", test_unreferenced);
 	add(s, "retain_budget", test_retain_budget);
+	add(s, "recover_declared_empty_tmp", test_recover_declared_empty_tmp);
 	add(s, "inode_drop", test_inode_drop);
 	add(s, "ino_never_reused", test_ino_never_reused);
 	add(s, "recover", test_recover);
