@@ -437,7 +437,14 @@ static int open_catalog(struct wfs_fs *fs, bool recover)
 	}
 	ret = wfs_catalog_open(path, WFS_CATALOG_CREATE, getuid(), getgid(), &fs->catalog);
 	if (ret) {
-		fprintf(stderr, "weightfs: %s: cannot open catalog: %s\n", path, strerror(-ret));
+		char why[256];
+
+		if (ret == -EIO && wfs_catalog_diagnose(path, why, sizeof(why)) == 1)
+			fprintf(stderr, "weightfs: %s: the catalog is damaged (SQLite: %s); see what weightfsctl "
+				"fsck %s says (with a backup beside it, fsck --repair rebuilds it)\n", path, why,
+				fs->opt.store);
+		else
+			fprintf(stderr, "weightfs: %s: cannot open catalog: %s\n", path, strerror(-ret));
 		return ret;
 	}
 	wfs_catalog_watch_inodes(fs->catalog, wfs_inode_attr_changed, fs); /* GETATTR from memory */
@@ -721,6 +728,7 @@ int main(int argc, char *argv[])
 	wfs_ops_notifier_stop();
 	wfs_check_stop(&fs);
 	wfs_commit_stop(&fs);
+	wfs_commit_backup(&fs); /* the names as the unmount leaves them, for fsck --repair */
 	if (ret > 0)
 		wfs_log(WFS_LOG_INFO, "signal %d (%s): unmounting %s", ret, strsignal(ret), cmd.mountpoint);
 	ret = ret < 0 ? 1 : 0;

@@ -793,6 +793,126 @@ static int migrate_schema(struct wfs_catalog *c, const char *path, int64_t *vers
 	return 0;
 }
 
+/* Copy database @from into a new file @to (removed first) with SQLite's backup API, and sync it with
+ * @durable. Returns 0 or -errno. */
+static int copy_database(const char *from, const char *to, bool durable)
+{
+	sqlite3 *src = NULL, *dst = NULL;
+	sqlite3_backup *b;
+	int rc, ret = 0, fd;
+
+	unlink(to);
+	rc = sqlite3_open_v2(from, &src, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+	if (rc == SQLITE_OK) {
+		sqlite3_busy_timeout(src, 5000);
+		rc = sqlite3_open_v2(to, &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+	}
+	if (rc == SQLITE_OK) {
+		b = sqlite3_backup_init(dst, "main", src, "main");
+		if (!b) {
+			rc = sqlite3_errcode(dst);
+		} else {
+			rc = sqlite3_backup_step(b, -1); /* every page, from one read snapshot */
+			sqlite3_backup_finish(b);
+			rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+		}
+	}
+	if (rc != SQLITE_OK) {
+		wfs_log(WFS_LOG_ERR, "catalog backup %s -> %s: %s", from, to,
+			dst && sqlite3_errcode(dst) != SQLITE_OK ? sqlite3_errmsg(dst)
+			: src ? sqlite3_errmsg(src) : sqlite3_errstr(rc));
+		ret = map_sqlite(NULL, rc == SQLITE_ERROR ? SQLITE_IOERR : rc);
+	}
+	sqlite3_close(dst); /* a WAL the copy opened is checkpointed and removed here */
+	sqlite3_close(src);
+	if (ret == 0 && durable) {
+		fd = open(to, O_RDONLY | O_CLOEXEC);
+		if (fd < 0 || fsync(fd) < 0)
+			ret = -errno;
+		if (fd >= 0)
+			close(fd);
+	}
+	if (ret)
+		unlink(to);
+	return ret;
+}
+
+/* fsync(2) of the directory that holds @path. */
+static int sync_parent(const char *path)
+{
+	char dir[PATH_MAX];
+	char *slash;
+	int fd, ret = 0;
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	slash = strrchr(dir, '/');
+	if (slash)
+		*(slash == dir ? slash + 1 : slash) = '\0';
+	else
+		snprintf(dir, sizeof(dir), ".");
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd) < 0)
+		ret = -errno;
+	if (fd >= 0)
+		close(fd);
+	return ret;
+}
+
+int wfs_catalog_backup(struct wfs_catalog *c, const char *dest, bool durable)
+{
+	char tmp[PATH_MAX];
+	int ret;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp", dest) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	ret = copy_database(c->path, tmp, durable);
+	if (ret == 0) {
+		char why[256];
+		int check = wfs_catalog_diagnose(tmp, why, sizeof(why));
+
+		/* A damaged catalog makes a damaged copy: keep the last good one instead. */
+		if (check) {
+			wfs_log(WFS_LOG_ERR, "catalog backup %s: the copy fails its check (%s): not kept", dest,
+				check == 1 ? why : strerror(-check));
+			unlink(tmp);
+			return -EIO;
+		}
+	}
+	if (ret == 0 && rename(tmp, dest) < 0) {
+		ret = -errno;
+		unlink(tmp);
+	}
+	if (ret == 0 && durable)
+		ret = sync_parent(dest);
+	return ret;
+}
+
+int wfs_catalog_restore(const char *backup, const char *path, char *aside)
+{
+	static const char *const suffixes[] = {"", "-wal", "-shm"};
+	char why[256], from[PATH_MAX], to[PATH_MAX + 32];
+	long now = (long)time(NULL);
+	int ret = wfs_catalog_diagnose(backup, why, sizeof(why));
+
+	if (ret == 1) {
+		wfs_log(WFS_LOG_ERR, "catalog backup %s is damaged too: %s", backup, why);
+		return -EIO;
+	}
+	if (ret)
+		return ret;
+	snprintf(aside, PATH_MAX, "%s.damaged-%ld", path, now);
+	for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
+		snprintf(from, sizeof(from), "%s%s", path, suffixes[i]);
+		snprintf(to, sizeof(to), "%s%s", aside, suffixes[i]);
+		if (rename(from, to) < 0 && errno != ENOENT)
+			return -errno;
+	}
+	ret = copy_database(backup, path, true);
+	if (ret == 0)
+		ret = sync_parent(path);
+	return ret;
+}
+
 int wfs_catalog_diagnose(const char *path, char *what, size_t what_bytes)
 {
 	sqlite3 *db = NULL;
@@ -2179,6 +2299,24 @@ static int object_delete_once(struct wfs_catalog *c, const struct wfs_digest *d)
 			ret = -EBUSY;
 	}
 	return ret;
+}
+
+int wfs_catalog_object_adopt(struct wfs_catalog *c, const struct wfs_digest *d, uint64_t bytes)
+{
+	sqlite3_stmt *s;
+	int ret = begin(c);
+
+	if (ret)
+		return ret;
+	ret = map_sqlite(c, sqlite3_prepare_v2(c->db, "INSERT OR IGNORE INTO objects(digest, size, refcount, released)"
+						   " VALUES(?1, ?2, 0, unixepoch())", -1, &s, NULL));
+	if (ret == 0) {
+		sqlite3_bind_blob(s, 1, d->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
+		sqlite3_bind_int64(s, 2, (int64_t)bytes);
+		ret = step_done(c, s);
+		sqlite3_finalize(s);
+	}
+	return end(c, ret);
 }
 
 /* Frees space: on a full filesystem, runs again with the catalog's reserve released. */

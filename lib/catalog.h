@@ -75,6 +75,28 @@ int wfs_catalog_open(const char *path, unsigned flags, uint32_t root_uid, uint32
 		     struct wfs_catalog **out);
 void wfs_catalog_close(struct wfs_catalog *c);
 /*
+ * Backups: a copy of the catalog kept beside it (WFS_STORE_CATALOG_BACKUP), so that a damaged
+ * catalog can be rebuilt (weightfsctl fsck --repair) with the names as they were at the copy.
+ *
+ * wfs_catalog_backup: copy what is committed in @c's database (the open batch is not) into @dest
+ * with SQLite's online backup API, from a read connection of its own (so any thread may call it
+ * beside the handle's other calls: a daemon runs it without its lock), into "@dest.tmp", then
+ * fsync (with @durable), SQLite's quick_check of the copy, and rename(2) over @dest: @dest is always a
+ * whole copy that passed the check (a damaged catalog never replaces a good backup: -EIO). Returns
+ * 0, -ENOSPC, -EIO, -EBUSY, -ENOMEM, or the -errno of open/fsync/rename.
+ */
+int wfs_catalog_backup(struct wfs_catalog *c, const char *dest, bool durable);
+/*
+ * Replace the catalog at @path (damaged: no handle may be open on it) with the backup @backup:
+ * @backup is checked first (wfs_catalog_diagnose); then catalog.db and its -wal and -shm are renamed
+ * aside to "@path.damaged-<unix seconds>" (and -wal, -shm: kept for inspection, that name into
+ * @aside, PATH_MAX bytes), and the backup is copied to @path (SQLite's backup API) and synced.
+ * Returns 0, -ENOENT (no backup), -EIO (the backup is damaged too: nothing changed), or the -errno
+ * of a rename or of SQLite.
+ */
+int wfs_catalog_restore(const char *backup, const char *path, char *aside);
+
+/*
  * Is the catalog at @path damaged? Opens it read-only on a connection of its own (no handle needed:
  * for when wfs_catalog_open() itself fails) and runs SQLite's quick_check. Returns 0 (intact; @what
  * "ok"), 1 (damaged: SQLite's first complaint, e.g. "database disk image is malformed", into @what,
@@ -276,6 +298,13 @@ enum wfs_object_state {
 /* Set object @d's state. -ENOENT if the catalog has no such object. */
 int wfs_catalog_object_set_state(struct wfs_catalog *c, const struct wfs_digest *d,
 				 enum wfs_object_state state);
+/*
+ * Add object @d of @bytes bytes, whose file is in the store, as an unreferenced object (released
+ * now): an object file found without a row after the catalog was rebuilt from a backup (its names,
+ * made after the backup, are lost), kept for reuse within the retention budget. Returns 0 (also
+ * when a row exists: nothing changes), or an -errno of the catalog.
+ */
+int wfs_catalog_object_adopt(struct wfs_catalog *c, const struct wfs_digest *d, uint64_t bytes);
 /*
  * Forget object @d; only when unreferenced (-EBUSY otherwise). The caller removes the file after: in
  * a batch (wfs_catalog_batch) the batch is committed first, so a crash never leaves a row, or a name,

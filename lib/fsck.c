@@ -24,11 +24,8 @@ static const char *const kind_names[WFS_FSCK_KINDS] = {
 	[WFS_FSCK_UNCLEAN] = "unclean",   [WFS_FSCK_TMPNAME] = "tmpname",
 };
 
-/* What a damaged catalog's finding says to do (docs/integrity.md, "A damaged catalog"). */
-#define CATALOG_WHAT_TO_DO                                                                             \
-	"the names cannot be read or trusted (the objects stay, checked against their digests); with "  \
-	"the store unmounted, keep a copy of catalog.db*, then restore catalog.db from a backup "        \
-	"(docs/integrity.md, A damaged catalog)"
+/* What a damaged catalog means, the start of its finding (docs/integrity.md, "A damaged catalog"). */
+#define CATALOG_DAMAGED "the names cannot be read or trusted (the objects stay, checked against their digests)"
 
 const char *wfs_fsck_kind_name(enum wfs_fsck_kind kind)
 {
@@ -70,6 +67,7 @@ struct fsck {
 	bool *row_seen;
 	struct object_file *files;   /* objects/ contents, digest order */
 	size_t nfiles, capfiles;
+	bool restored;               /* the catalog was rebuilt from its backup (rebuild) */
 	struct timespec start;
 };
 
@@ -252,11 +250,18 @@ static void check_files(struct fsck *f)
 
 			unknown.bytes = of->bytes;
 			row = &unknown;
+		} else if (!row && f->restored) {
+			/* Written after the backup: its names are lost, its bytes may be written again. */
+			finding(f, WFS_FSCK_ORPHAN, hex, "object file the rebuilt catalog does not list (written "
+				"after its backup): kept as an unreferenced object, for reuse within the store's "
+				"retention budget", repair && wfs_catalog_object_adopt(f->catalog, &of->digest,
+										      of->bytes) == 0);
+			continue;
 		} else if (!row) {
 			/* Online, a seal may be between its link and its commit: not an orphan yet. */
 			if (!f->report->online)
 				finding(f, WFS_FSCK_ORPHAN, hex, "object file the catalog does not list",
-					f->opt->repair && wfs_store_object_remove(f->store, &of->digest) == 0);
+					repair && wfs_store_object_remove(f->store, &of->digest) == 0);
 			continue;
 		}
 		if (of->mode & 0222) {
@@ -313,46 +318,118 @@ static void check_rows(struct fsck *f)
 	}
 }
 
+/* How the catalog at @db is damaged (@err: what failed, a -errno, or 0 for the check) into @out. */
+static void damage_text(const char *db, int err, char *out, size_t size)
+{
+	char why[256];
+	int ret = wfs_catalog_diagnose(db, why, sizeof(why));
+
+	if (ret == -ENOENT)
+		snprintf(out, size, "missing, while objects/ holds objects");
+	else if (ret == 1)
+		snprintf(out, size, "damaged (SQLite: %s)", why);
+	else
+		snprintf(out, size, "damaged (%s)", err ? strerror(-err) : "SQLite integrity check failed");
+}
+
+/* The backup's path into @backup (PATH_MAX bytes) and its time into @when ("" without one). */
+static bool backup_of(struct fsck *f, char *backup, char *when, size_t when_bytes)
+{
+	struct stat st;
+	struct tm tm;
+
+	snprintf(backup, PATH_MAX, "%s/" WFS_STORE_CATALOG_BACKUP, wfs_store_path(f->store));
+	when[0] = '\0';
+	if (stat(backup, &st) < 0)
+		return false;
+	strftime(when, when_bytes, "%Y-%m-%d %H:%M:%S", localtime_r(&st.st_mtime, &tm));
+	return true;
+}
+
 /*
- * The catalog at @db cannot be read, or failed SQLite's check (@err: what failed, a -errno, or 0
- * for the check): one finding that says so and what to do, and from here on the names are unknown
- * (f->report->catalog_damaged).
+ * The catalog at @db cannot be read, or failed SQLite's check (@err as damage_text): one finding
+ * that says so and what to do, and from here on the names are unknown (f->report->catalog_damaged).
  */
 static void catalog_damaged(struct fsck *f, const char *db, int err)
 {
-	char why[256], detail[600];
-	int ret = wfs_catalog_diagnose(db, why, sizeof(why));
+	char damage[320], backup[PATH_MAX], when[32], detail[900];
 
 	if (f->report->catalog_damaged)
 		return;
 	f->report->catalog_damaged = true;
-	if (ret == -ENOENT)
-		snprintf(detail, sizeof(detail), "missing, while objects/ holds objects: %s", CATALOG_WHAT_TO_DO);
-	else if (ret == 1)
-		snprintf(detail, sizeof(detail), "damaged (SQLite: %s): %s", why, CATALOG_WHAT_TO_DO);
+	damage_text(db, err, damage, sizeof(damage));
+	if (backup_of(f, backup, when, sizeof(when)) && !f->opt->repair)
+		snprintf(detail, sizeof(detail), "%s: %s; weightfsctl fsck --repair rebuilds them from "
+			 WFS_STORE_CATALOG_BACKUP " (of %s; docs/integrity.md, A damaged catalog)", damage,
+			 CATALOG_DAMAGED, when);
 	else
-		snprintf(detail, sizeof(detail), "damaged (%s): %s", err ? strerror(-err) : "SQLite integrity check failed",
-			 CATALOG_WHAT_TO_DO);
+		snprintf(detail, sizeof(detail), "%s: %s; %s: with the store unmounted, keep a copy of catalog.db*, "
+			 "then restore catalog.db from a backup of your own (docs/integrity.md, A damaged catalog)",
+			 damage, CATALOG_DAMAGED, when[0] ? "its backup cannot be used either" : "no backup beside it");
 	finding(f, WFS_FSCK_CATALOG, WFS_STORE_CATALOG, detail, false);
 }
 
-static void check_catalog(struct fsck *f, const char *db)
+/*
+ * Open the catalog, check it (with repair, fix its counts: refcounts, rows, dentries, links), and
+ * read its object rows. Returns 0 (usable), 1 (damaged: *@err as damage_text), or -ENOMEM, -EACCES,
+ * -EBUSY.
+ */
+static int open_catalog(struct fsck *f, const char *db, int *err)
+{
+	struct wfs_catalog_check *c = &f->report->catalog;
+	int ret = wfs_catalog_open(db, f->opt->repair ? 0 : WFS_CATALOG_READONLY, 0, 0, &f->catalog);
+
+	*err = ret;
+	if (ret == -ENOMEM || ret == -EACCES || ret == -EBUSY)
+		return ret;
+	if (ret) /* missing beside objects (a store's catalog is made with it), or damaged */
+		return 1;
+	ret = wfs_catalog_check(f->catalog, false, c);
+	if (ret == 0 && c->integrity_ok && f->opt->repair &&
+	    (c->refcounts_wrong || c->digests_without_row || c->dangling_dentries || c->nlink_wrong))
+		ret = wfs_catalog_check(f->catalog, true, c);
+	if (ret == 0 && c->integrity_ok && (ret = wfs_catalog_objects(f->catalog, add_row, f)) != 0)
+		f->nrows = 0; /* part of them: none is told as missing */
+	*err = ret < 0 ? ret : ret ? -EIO : 0;
+	return ret || !c->integrity_ok ? 1 : 0;
+}
+
+/*
+ * With repair, a damaged catalog (@damage: how, damage_text) is rebuilt from its backup
+ * (wfs_catalog_restore): one catalog finding, repaired, that says from when. Returns 0 when rebuilt
+ * (f->restored; the catalog is closed), or -errno.
+ */
+static int rebuild(struct fsck *f, const char *db, const char *damage)
+{
+	char backup[PATH_MAX], aside[PATH_MAX], when[32], detail[900];
+	const char *base;
+	int ret;
+
+	if (!backup_of(f, backup, when, sizeof(when)))
+		return -ENOENT;
+	wfs_catalog_close(f->catalog);
+	f->catalog = NULL;
+	f->nrows = 0;
+	ret = wfs_catalog_restore(backup, db, aside);
+	if (ret)
+		return ret;
+	base = strrchr(aside, '/') ? strrchr(aside, '/') + 1 : aside;
+	snprintf(detail, sizeof(detail), "%s: rebuilt from " WFS_STORE_CATALOG_BACKUP " of %s: names made, "
+		 "renamed or removed after it are as they were then (objects written since are kept "
+		 "unreferenced, names of objects removed since are missing); the damaged files are kept as %.64s*",
+		 damage, when, base);
+	finding(f, WFS_FSCK_CATALOG, WFS_STORE_CATALOG, detail, true);
+	f->restored = true;
+	return 0;
+}
+
+/* The catalog's own findings (its counts, checked by open_catalog), repaired with repair. */
+static void check_catalog(struct fsck *f)
 {
 	struct wfs_catalog_check *c = &f->report->catalog;
 	char detail[160];
-	bool repaired;
-	int ret = wfs_catalog_check(f->catalog, false, c);
+	bool repaired = f->opt->repair;
 
-	if (ret || !c->integrity_ok) {
-		catalog_damaged(f, db, ret);
-		return;
-	}
-	if (f->opt->repair && (c->refcounts_wrong || c->digests_without_row || c->dangling_dentries ||
-			       c->nlink_wrong) && wfs_catalog_check(f->catalog, true, c)) {
-		catalog_damaged(f, db, -EIO);
-		return;
-	}
-	repaired = f->opt->repair;
 	if (c->refcounts_wrong) {
 		snprintf(detail, sizeof(detail), "%llu object refcounts differ from the inodes naming them",
 			 (unsigned long long)c->refcounts_wrong);
@@ -570,7 +647,7 @@ int wfs_fsck(const char *path, const struct wfs_fsck_options *opt, struct wfs_fs
 {
 	struct fsck f = {.opt = opt, .report = report, .dir_fd = -1};
 	char db[PATH_MAX];
-	int ret;
+	int ret, err;
 
 	memset(report, 0, sizeof(*report));
 	ret = wfs_store_open(path, WFS_STORE_READONLY, &f.store); /* is it a store at all? */
@@ -603,17 +680,20 @@ int wfs_fsck(const char *path, const struct wfs_fsck_options *opt, struct wfs_fs
 			goto out;
 	}
 	snprintf(db, sizeof(db), "%s/" WFS_STORE_CATALOG, path);
-	ret = wfs_catalog_open(db, opt->repair ? 0 : WFS_CATALOG_READONLY, 0, 0, &f.catalog);
-	if (ret == -ENOMEM || ret == -EACCES || ret == -EBUSY)
-		goto out;
-	if (ret) /* missing beside objects (a store's catalog is made with it), or damaged */
-		catalog_damaged(&f, db, ret);
-	else
-		check_catalog(&f, db);
-	if (!report->catalog_damaged && wfs_catalog_objects(f.catalog, add_row, &f)) {
-		catalog_damaged(&f, db, -EIO);
-		f.nrows = 0; /* part of them: none is told as missing */
+	ret = open_catalog(&f, db, &err);
+	if (ret == 1 && opt->repair) {
+		char damage[320];
+
+		damage_text(db, err, damage, sizeof(damage));
+		if (rebuild(&f, db, damage) == 0)
+			ret = open_catalog(&f, db, &err);
 	}
+	if (ret < 0)
+		goto out;
+	if (ret == 1)
+		catalog_damaged(&f, db, err);
+	else
+		check_catalog(&f);
 	check_unclean(&f);
 	ret = list_objects(&f);
 	if (ret)

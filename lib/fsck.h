@@ -24,7 +24,12 @@
  *
  * A damaged catalog (catalog.db missing beside objects, failing to open, or failing SQLite's check)
  * is one catalog finding that says so and what to do; the names are then unknown, so the objects
- * are only checked against their digests (none is an orphan) and nothing is repaired.
+ * are only checked against their digests (none is an orphan) and nothing is repaired. With repair
+ * and a backup (STORE/catalog.db.backup, wfs_catalog_backup) the catalog is rebuilt from it
+ * instead (wfs_catalog_restore; the damaged files kept as catalog.db.damaged-<seconds>), one
+ * catalog finding, repaired, and the check goes on against it; an object file it does not list
+ * (written after the backup) is adopted as an unreferenced object (wfs_catalog_object_adopt), not
+ * removed.
  *
  * Offline (no daemon holds the store) everything can be checked and repaired. Online (a daemon
  * has it mounted) the check is read-only and may be rate-limited so it stays out of the trainer's

@@ -336,7 +336,8 @@ bool wfs_store_parent_missing(const char *path, char *parent)
 void wfs_store_unmake(const char *path)
 {
 	static const char *const files[] = {WFS_STORE_CATALOG "-wal", WFS_STORE_CATALOG "-shm",
-					    WFS_STORE_CATALOG "-reserve", WFS_STORE_CATALOG, "lock", WFS_STORE_LOG};
+					    WFS_STORE_CATALOG "-reserve", WFS_STORE_CATALOG, WFS_STORE_CATALOG_BACKUP,
+					    "lock", WFS_STORE_LOG};
 	int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 
 	if (fd < 0)

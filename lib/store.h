@@ -10,6 +10,7 @@
  *   STORE/quarantine/<32 hex>   objects whose bytes no longer hash to their name, moved aside for
  *                               inspection; writing the same content again stores a good copy.
  *   STORE/catalog.db            the namespace (catalog.h); not touched by this module.
+ *   STORE/catalog.db.backup     a whole copy of it (wfs_catalog_backup), for fsck --repair.
  *   STORE/lock                  flock()ed by the one process that owns the store read-write, which
  *                               writes its pid and what it does there (a daemon: its mount point),
  *                               and empties it at its wfs_store_close(): left filled, it names an
@@ -111,7 +112,7 @@ bool wfs_store_parent_missing(const char *path, char *parent);
 /*
  * Undo the making of a store at @path that the caller made a moment ago (wfs_store_open with
  * WFS_STORE_CREATE on a missing directory) and then could not use (a mount that failed): after
- * wfs_store_close(), its own files (catalog.db and its WAL, shared memory and reserve, lock,
+ * wfs_store_close(), its own files (catalog.db and its WAL, shared memory, reserve and backup, lock,
  * weightfs.log) and empty objects/ and tmp/ go, then the directory if nothing else is left. An
  * object or any other file keeps its directory and the store as it is. Best effort: nothing returned.
  */

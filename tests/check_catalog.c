@@ -1023,6 +1023,69 @@ START_TEST(test_recover_declared_empty_tmp)
 }
 END_TEST
 
+/* A backup is the committed catalog at its time; a restore puts it in place of a damaged one, whose
+ * files are kept aside; a damaged catalog never replaces a good backup. */
+START_TEST(test_backup_restore)
+{
+	char backup[700], aside[PATH_MAX], path[PATH_MAX], why[128];
+	uint64_t a = mkfile(ROOT, "a"), b;
+	struct wfs_attr attr;
+	int fd;
+
+	seal(a, "A", 1);
+	tu_path(backup, sizeof(backup), tu_test_dir, "catalog.db.backup");
+	ck_assert_int_eq(wfs_catalog_backup(cat, backup, true), 0);
+	ck_assert_int_eq(wfs_catalog_diagnose(backup, why, sizeof(why)), 0);
+	ck_assert_str_eq(why, "ok");
+	b = mkfile(ROOT, "b"); /* after the backup */
+	seal(b, "B", 2);
+	wfs_catalog_close(cat);
+	cat = NULL;
+	fd = open(db_path, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, "\x07\x07\x07\x07\x07\x07\x07\x07", 8, 4096), 8);
+	close(fd);
+	ck_assert_int_eq(wfs_catalog_diagnose(db_path, why, sizeof(why)), 1);
+
+	ck_assert_int_eq(wfs_catalog_restore(backup, db_path, aside), 0);
+	snprintf(path, sizeof(path), "%s", aside);
+	ck_assert_int_eq(access(path, F_OK), 0); /* the damaged file, kept */
+	ck_assert_int_eq(wfs_catalog_diagnose(path, why, sizeof(why)), 1);
+	ck_assert_int_eq(wfs_catalog_open(db_path, 0, UID, GID, &cat), 0);
+	ck_assert_uint_eq(ino_at(ROOT, "a"), a);
+	ck_assert_uint_eq(ino_at(ROOT, "b"), 0); /* made after the backup */
+	ck_assert_int_eq(wfs_catalog_getattr(cat, a, &attr), 0);
+	ck_assert(attr.sealed);
+	ck_assert_uint_eq(refcount("A"), 1);
+
+	/* A damaged source: the backup stays as it was. */
+	{
+		char bad[700];
+		struct wfs_catalog *c2 = NULL;
+
+		tu_path(bad, sizeof(bad), tu_test_dir, "bad.db");
+		ck_assert_int_eq(wfs_catalog_open(bad, WFS_CATALOG_CREATE, UID, GID, &c2), 0);
+		for (int i = 0; i < 40; i++) {
+			char name[16];
+
+			snprintf(name, sizeof(name), "f%d", i);
+			ck_assert_int_eq(wfs_catalog_create(c2, ROOT, name, S_IFREG | 0644, 0, 0, NULL, &attr), 0);
+		}
+		ck_assert_int_eq(wfs_catalog_checkpoint(c2), 0);
+		fd = open(bad, O_RDWR);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(pwrite(fd, "\x07\x07\x07\x07\x07\x07\x07\x07", 8, 4096), 8);
+		close(fd);
+		ck_assert_int_eq(wfs_catalog_backup(c2, backup, false), -EIO);
+		wfs_catalog_close(c2);
+		ck_assert_int_eq(wfs_catalog_diagnose(backup, why, sizeof(why)), 0);
+	}
+	/* No backup: nothing changes. */
+	tu_path(path, sizeof(path), tu_test_dir, "none.backup");
+	ck_assert_int_eq(wfs_catalog_restore(path, db_path, aside), -ENOENT);
+}
+END_TEST
+
 /* ---- readdir --------------------------------------------------------------------------------- */
 
 #define MAX_ENTRIES 10000
@@ -1898,6 +1961,7 @@ static Suite *catalog_suite(void)
 	add(s, "unreferenced", test_unreferenced);
 	add(s, "retain_budget", test_retain_budget);
 	add(s, "recover_declared_empty_tmp", test_recover_declared_empty_tmp);
+	add(s, "backup_restore", test_backup_restore);
 	add(s, "inode_drop", test_inode_drop);
 	add(s, "ino_never_reused", test_ino_never_reused);
 	add(s, "recover", test_recover);

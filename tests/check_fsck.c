@@ -1539,6 +1539,61 @@ START_TEST(test_catalog_damaged)
 }
 END_TEST
 
+/* With a backup beside it, --repair rebuilds a damaged catalog: the names of the backup, the objects
+ * written since kept as unreferenced ones, the damaged files kept aside. */
+START_TEST(test_catalog_rebuilt)
+{
+	struct wfs_digest a, late;
+	char backup[800], hex[WFS_DIGEST_HEX_CHARS + 1];
+	const struct finding_rec *f;
+	struct wfs_object_row row;
+	struct wfs_attr attr;
+	struct fsck_run x;
+	int fd;
+
+	for (int i = 0; i < 40; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "f%d", i);
+		put_file(ROOT, name, 100, 200 + (uint64_t)i, i == 0 ? &a : NULL);
+	}
+	spath(backup, sizeof(backup), "catalog.db.backup");
+	ck_assert_int_eq(wfs_catalog_backup(cat, backup, false), 0);
+	put_file(ROOT, "late", 700, 300, &late); /* after the backup */
+	close_store_catalog();
+	fd = open(db_path, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, "\x07\x07\x07\x07\x07\x07\x07\x07", 8, 4096), 8);
+	close(fd);
+
+	fsck_ok(&x, false);
+	f = one_of(&x, WFS_FSCK_CATALOG);
+	ck_assert_msg(strstr(f->detail, "weightfsctl fsck --repair rebuilds them from catalog.db.backup") != NULL, "%s",
+		      f->detail);
+
+	fsck_ok(&x, true);
+	ck_assert(!x.r.catalog_damaged);
+	f = one_of(&x, WFS_FSCK_CATALOG);
+	ck_assert(f->repaired);
+	ck_assert_msg(strstr(f->detail, "rebuilt from catalog.db.backup of ") != NULL, "%s", f->detail);
+	hex_of(&late, hex);
+	f = one_of(&x, WFS_FSCK_ORPHAN);
+	ck_assert_str_eq(f->what, hex);
+	ck_assert(f->repaired);
+	ck_assert_uint_eq(wfs_fsck_unrepaired(&x.r), 0);
+	ck_assert(object_row(&late, &row)); /* adopted, unreferenced */
+	ck_assert_uint_eq(row.refcount, 0);
+	ck_assert_uint_eq(row.bytes, 700);
+
+	fsck_ok(&x, false);
+	expect_clean(&x);
+	open_store_catalog();
+	ck_assert_int_eq(wfs_catalog_lookup(cat, ROOT, "f0", &attr), 0);
+	ck_assert(wfs_digest_equal(&attr.digest, &a));
+	ck_assert_int_eq(wfs_catalog_lookup(cat, ROOT, "late", &attr), -ENOENT);
+}
+END_TEST
+
 static Suite *fsck_suite(void)
 {
 	Suite *s = suite_create("fsck");
@@ -1576,6 +1631,7 @@ static Suite *fsck_suite(void)
 	tcase_add_test(tc, test_unclean_store);
 	tcase_add_test(tc, test_tmpname_left);
 	tcase_add_test(tc, test_catalog_damaged);
+	tcase_add_test(tc, test_catalog_rebuilt);
 	tcase_add_test(tcase(s, "rate"), test_rate_limit);
 	tc = tcase(s, "gc");
 	tcase_add_test(tc, test_gc_least_recently_released_first);

@@ -326,9 +326,55 @@ fi
 dd if=/dev/urandom of="$S4/catalog.db" bs=16 count=1 seek=256 conv=notrunc status=none # page 2
 run "$CTL" fsck "$S4"
 expect "fsck, a damaged catalog: exit 1, says damaged and what to do" 1 \
-	"^catalog +catalog\.db: damaged \(SQLite: .*\): the names cannot be read or trusted .*restore catalog\.db from a backup"
+	"^catalog +catalog\.db: damaged \(SQLite: .*\): the names cannot be read or trusted .*; weightfsctl fsck --repair rebuilds them from catalog\.db\.backup \(of [0-9-]+ [0-9:]+;"
 run "$CTL" fsck --json "$S4"
 expect_json "fsck --json, a damaged catalog: catalog_damaged" catalog_damaged True
+
+# ---- 6. a damaged catalog is rebuilt from its backup --------------------------------------------------
+# The store keeps what no name uses (retain): b's object, removed after the backup, is still there.
+S7=$work/store7
+"$CTL" init --retain 1M "$S7" >/dev/null
+if wfs_mount "$B" "$S7" "$M" -o nosync; then
+	mkdir -p "$M/rank0"
+	fill a 1000 >"$M/rank0/a" && fill b 2000 >"$M/rank0/b"
+	wfs_umount "$M" || fail "unmount"
+fi
+verdict "a clean unmount leaves catalog.db.backup" "$([ -s "$S7/catalog.db.backup" ]; echo $?)"
+# Changes after the backup: a name made, a name removed, then the daemon killed (no backup at exit).
+if wfs_mount "$B" "$S7" "$M" -o nosync; then
+	pid=$(wfs_pid "$M")
+	fill x 3000 >"$M/rank0/x" && rm "$M/rank0/b" && sync -f "$M/rank0"
+	sleep 0.2
+	kill -KILL "$pid"
+	wait "$pid" 2>/dev/null
+	fusermount3 -u "$M" 2>/dev/null || fusermount3 -uz "$M"
+	unset "WFS_MOUNT_PIDS[$M]"
+fi
+dd if=/dev/urandom of="$S7/catalog.db" bs=16 count=1 seek=256 conv=notrunc status=none
+run "$B/weightfs" "$S7" "$M" -o nosync
+expect "a mount of a damaged catalog: refused, says damaged and what to run" 1 "" \
+	"^weightfs: $S7/catalog\.db: the catalog is damaged \(SQLite: .*\); see what weightfsctl fsck $S7 says"
+run "$CTL" fsck --repair "$S7"
+expect "fsck --repair, a damaged catalog: rebuilt from its backup" 0 \
+	"^catalog +catalog\.db: damaged \(SQLite: .*\): rebuilt from catalog\.db\.backup of [0-9-]+ [0-9:]+: .*\[repaired\]\$"
+expect "fsck --repair: the object written after the backup is kept, unreferenced" 0 \
+	"^orphan +[0-9a-f]{32}: object file the rebuilt catalog does not list \(written after its backup\): kept as an unreferenced object.*\[repaired\]\$"
+verdict "fsck --repair: the damaged files are kept aside" \
+	"$(ls "$S7"/catalog.db.damaged-* >/dev/null 2>&1; echo $?)" "$(ls "$S7")"
+run "$CTL" fsck "$S7"
+expect "fsck after the rebuild: 0 problems" 0 "0 problems, 0 repaired, 0 left"
+run "$CTL" stat --json "$S7"
+expect_json "after the rebuild: the names of the backup (a, b)" names 2
+expect_json "after the rebuild: x's object kept unreferenced" unreferenced_objects 1
+if wfs_mount "$B" "$S7" "$M" -o nosync; then
+	got=$(cd "$M/rank0" && ls | tr '\n' ' ')
+	verdict "after the rebuild: the mount shows the backup's names" "$([ "$got" = "a b " ]; echo $?)" "ls: '$got'"
+	head -c 1000 /dev/zero | tr '\0' a | cmp -s - "$M/rank0/a"
+	verdict "after the rebuild: a reads its bytes" $?
+	wfs_umount "$M" || fail "unmount"
+else
+	fail "mount $S7 after the rebuild"
+fi
 
 echo "store: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
