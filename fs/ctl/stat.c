@@ -402,7 +402,7 @@ static void metric(const char *name, const char *help, const char *type, const c
  * serves it) in the Prometheus text format. Returns the exit status.
  */
 static int stat_prometheus(const char *store, const struct wfs_catalog_stats *st, uint64_t disk_bytes,
-			   uint64_t quarantine_files, uint64_t quarantine_bytes, const json_t *daemon)
+			   uint64_t quarantine_files, uint64_t quarantine_bytes, uint64_t retain, const json_t *daemon)
 {
 	struct wfs_cache_residency r;
 	char labels[PATH_MAX + 16], objects[PATH_MAX + 16];
@@ -435,8 +435,12 @@ static int stat_prometheus(const char *store, const struct wfs_catalog_stats *st
 		metric("objects_disk_bytes", "Disk usage of STORE/objects.", "gauge", labels, (double)disk_bytes);
 	metric("dedup_ratio", "Logical bytes / physical bytes.", "gauge", labels,
 	       st->object_bytes ? (double)st->logical_bytes / (double)st->object_bytes : 1.0);
-	metric("unreferenced_objects", "Objects no name uses (kept by -o retain).", "gauge", labels,
+	metric("unreferenced_objects", "Objects no name uses (kept within the retention budget).", "gauge", labels,
 	       (double)st->unreferenced_objects);
+	metric("unreferenced_bytes", "Bytes of the objects no name uses.", "gauge", labels,
+	       (double)st->unreferenced_bytes);
+	metric("retain_bytes", "The store's retention budget: bytes of objects no name uses that every mount "
+	       "keeps (weightfsctl retain).", "gauge", labels, (double)retain);
 	metric("quarantined_objects", "Objects that failed verification (their names fail with EIO).", "gauge",
 	       labels, (double)st->quarantined_objects);
 	metric("quarantine_files", "Damaged copies in STORE/quarantine/, until gc --quarantine removes them "
@@ -630,7 +634,7 @@ int wfs_ctl_stat(int argc, char **argv)
 		du = disk_usage(fd);
 	ratio = st.object_bytes ? (double)st.logical_bytes / (double)st.object_bytes : 1.0;
 	if (prometheus) {
-		ret = stat_prometheus(store, &st, from_daemon ? WFS_CACHE_UNKNOWN : du, qfiles, qbytes, daemon);
+		ret = stat_prometheus(store, &st, from_daemon ? WFS_CACHE_UNKNOWN : du, qfiles, qbytes, retain, daemon);
 		json_decref(daemon);
 		return ret;
 	}

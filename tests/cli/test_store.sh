@@ -124,6 +124,11 @@ verdict "-o retain=64K: the one kept is the most recently released (c)" "$([ "$k
 	"first byte of what is left: '$kept'"
 run "$CTL" retain "$S"
 expect "-o retain=64K is recorded for later mounts" 0 "^retain: $S: 65536 bytes "
+run "$CTL" stat --prometheus "$S"
+expect "stat --prometheus: weightfs_retain_bytes, the store's budget" 0 "^weightfs_retain_bytes\{store=\"$S\"\} 65536\$"
+expect "stat --prometheus: weightfs_unreferenced_bytes" 0 "^weightfs_unreferenced_bytes\{store=\"$S\"\} 65536\$"
+run "$CTL" stat --json "$S"
+expect_json "stat --json: retain_bytes, the store's budget" retain_bytes 65536
 run "$CTL" retain "$S" 0
 expect "retain STORE 0: recorded" 0 "^retain: $S: 0 bytes .*was 65536 bytes"
 run "$CTL" retain "$S" 12Q
