@@ -793,8 +793,8 @@ static int migrate_schema(struct wfs_catalog *c, const char *path, int64_t *vers
 	return 0;
 }
 
-/* Copy database @from into a new file @to (removed first) with SQLite's backup API, and sync it with
- * @durable. Returns 0 or -errno. */
+/* Copy database @from into a new file @to (removed first) with SQLite's backup API, in rollback
+ * journal mode, and sync it with @durable. Returns 0 or -errno. */
 static int copy_database(const char *from, const char *to, bool durable)
 {
 	sqlite3 *src = NULL, *dst = NULL;
@@ -817,6 +817,10 @@ static int copy_database(const char *from, const char *to, bool durable)
 			rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
 		}
 	}
+	/* The copy carries the source's WAL mode in its header: a file of its own instead, which a
+	 * read-only open (wfs_catalog_diagnose) reads without making -wal and -shm beside it. */
+	if (rc == SQLITE_OK)
+		rc = sqlite3_exec(dst, "PRAGMA journal_mode=DELETE", NULL, NULL, NULL);
 	if (rc != SQLITE_OK) {
 		wfs_log(WFS_LOG_ERR, "catalog backup %s -> %s: %s", from, to,
 			dst && sqlite3_errcode(dst) != SQLITE_OK ? sqlite3_errmsg(dst)

@@ -87,10 +87,10 @@ void wfs_catalog_close(struct wfs_catalog *c);
  */
 int wfs_catalog_backup(struct wfs_catalog *c, const char *dest, bool durable);
 /*
- * Replace the catalog at @path (damaged: no handle may be open on it) with the backup @backup:
- * @backup is checked first (wfs_catalog_diagnose); then catalog.db and its -wal and -shm are renamed
- * aside to "@path.damaged-<unix seconds>" (and -wal, -shm: kept for inspection, that name into
- * @aside, PATH_MAX bytes), and the backup is copied to @path (SQLite's backup API) and synced.
+ * Replace the catalog at @path (damaged: no handle may be open on it) with the backup @backup.
+ * @backup is checked first (wfs_catalog_diagnose). Then @path, @path-wal and @path-shm are renamed
+ * aside, kept for inspection, as "@path.damaged-<unix seconds>" (with the same suffixes; that name
+ * into @aside, PATH_MAX bytes), and the backup is copied to @path (SQLite's backup API) and synced.
  * Returns 0, -ENOENT (no backup), -EIO (the backup is damaged too: nothing changed), or the -errno
  * of a rename or of SQLite.
  */

@@ -345,6 +345,8 @@ if wfs_mount "$B" "$S7" "$M" -o nosync; then
 	wfs_umount "$M" || fail "unmount"
 fi
 verdict "a clean unmount leaves catalog.db.backup" "$([ -s "$S7/catalog.db.backup" ]; echo $?)"
+left=$(cd "$S7" && ls -d catalog.db.backup?* 2>/dev/null | tr '\n' ' ')
+verdict "the backup is one file (no -wal, -shm or .tmp beside it)" "$([ -z "$left" ]; echo $?)" "found: $left"
 # Changes after the backup: a name made, a name removed, then the daemon killed (no backup at exit).
 if wfs_mount "$B" "$S7" "$M" -o nosync; then
 	pid=$(wfs_pid "$M")
