@@ -22,6 +22,7 @@
 #include "inode.h"
 #include "log.h"
 #include "mounts.h"
+#include "object.h"
 #include "ops.h"
 #include "receive.h"
 #include "weightfs.h"
@@ -90,7 +91,9 @@ static void usage(const char *prog)
 	       "                             default digest: trust the digest)\n"
 	       "    -o retain=SIZE           keep up to SIZE bytes (K, M, G, T suffixes) of objects no\n"
 	       "                             name uses, least recently released out first, so a later\n"
-	       "                             run writing the same weights stores nothing new (default 0)\n"
+	       "                             run writing the same weights stores nothing new; recorded\n"
+	       "                             in the store for every later mount (default: the recorded\n"
+	       "                             budget, weightfsctl retain STORE)\n"
 	       "    -o readahead=SIZE        how far the kernel reads ahead of a daemon-served reader\n"
 	       "                             (no passthrough; default 4M, root only)\n"
 	       "    -o sync=group|close|none group: every seal is durable within 1 s of its close(2)\n"
@@ -393,6 +396,32 @@ static bool has_objects(const char *store)
 	return found;
 }
 
+/*
+ * The retention budget belongs to the store (catalog.h, wfs_catalog_retain_get): -o retain=SIZE
+ * records it for every later mount, and a mount without it keeps what is recorded, so that a plain
+ * remount after a crash, mount(8) and weightfsctl's private mounts do not delete what the store
+ * keeps. Sets fs->opt.retain. Returns 0 or -errno of the catalog (printed).
+ */
+static int retention_budget(struct wfs_fs *fs)
+{
+	uint64_t recorded;
+	int ret = wfs_catalog_retain_get(fs->catalog, &recorded);
+
+	if (ret == 0 && !fs->opt.retain_text)
+		fs->opt.retain = recorded;
+	else if (ret == 0 && recorded != fs->opt.retain) {
+		ret = wfs_catalog_retain_set(fs->catalog, fs->opt.retain);
+		if (ret == 0)
+			wfs_log(WFS_LOG_INFO, "%s: retention budget recorded: %llu bytes (was %llu); every "
+				"mount of the store keeps that much of the objects no name uses",
+				fs->opt.store, (unsigned long long)fs->opt.retain, (unsigned long long)recorded);
+	}
+	if (ret)
+		fprintf(stderr, "weightfs: %s: cannot %s the retention budget: %s\n", fs->opt.store,
+			fs->opt.retain_text ? "record" : "read", strerror(-ret));
+	return ret;
+}
+
 static int open_catalog(struct wfs_fs *fs, bool recover)
 {
 	char path[PATH_MAX];
@@ -408,20 +437,31 @@ static int open_catalog(struct wfs_fs *fs, bool recover)
 	}
 	ret = wfs_catalog_open(path, WFS_CATALOG_CREATE, getuid(), getgid(), &fs->catalog);
 	if (ret) {
-		fprintf(stderr, "weightfs: %s: cannot open catalog: %s\n", path, strerror(-ret));
+		char why[256];
+
+		if (ret == -EIO && wfs_catalog_diagnose(path, why, sizeof(why)) == 1)
+			fprintf(stderr, "weightfs: %s: the catalog is damaged (SQLite: %s); see what weightfsctl "
+				"fsck %s says (with a backup beside it, fsck --repair rebuilds it)\n", path, why,
+				fs->opt.store);
+		else
+			fprintf(stderr, "weightfs: %s: cannot open catalog: %s\n", path, strerror(-ret));
 		return ret;
 	}
 	wfs_catalog_watch_inodes(fs->catalog, wfs_inode_attr_changed, fs); /* GETATTR from memory */
 	if (!recover)
 		return 0;
+	if (retention_budget(fs))
+		return -EIO;
 	ret = wfs_catalog_recover(fs->catalog, &rec);
 	if (ret) {
 		fprintf(stderr, "weightfs: %s: recovery failed: %s\n", path, strerror(-ret));
 		return ret;
 	}
-	if (rec.unsealed_removed || rec.orphans_removed)
-		wfs_log(WFS_LOG_INFO, "recovered: removed %llu never-sealed names, %llu orphan inodes",
-			(unsigned long long)rec.unsealed_removed, (unsigned long long)rec.orphans_removed);
+	if (rec.unsealed_removed || rec.orphans_removed || rec.declared_empty_removed)
+		wfs_log(WFS_LOG_INFO, "recovered: removed %llu never-sealed names, %llu temporary names "
+			"sealed empty that declare bytes (a tensor write cut short), %llu orphan inodes",
+			(unsigned long long)rec.unsealed_removed, (unsigned long long)rec.declared_empty_removed,
+			(unsigned long long)rec.orphans_removed);
 	{
 		struct wfs_gc_report gc;
 
@@ -431,8 +471,7 @@ static int open_catalog(struct wfs_fs *fs, bool recover)
 		if (ret == 0)
 			fs->retained = gc.bytes_kept;
 		if (ret == 0 && gc.objects_removed)
-			wfs_log(WFS_LOG_INFO, "removed %llu unreferenced objects (%llu bytes)",
-				(unsigned long long)gc.objects_removed, (unsigned long long)gc.bytes_removed);
+			wfs_object_log_collected(fs, &gc);
 		/* After a killed or crashed owner: object files linked whose catalog commit was lost
 		 * (nothing names them; no seal is in flight before the mount). */
 		if (ret == 0 && wfs_store_unclean(fs->store, &pid, NULL, 0))
@@ -588,8 +627,10 @@ int main(int argc, char *argv[])
 			fs.opt.store = abs;
 		}
 	}
-	if (!cmd.foreground) {
-		/* A daemon's stderr goes nowhere: keep its log next to the store (and in syslog). */
+	{
+		/* Every mount logs next to the store (a background daemon also to syslog; its stderr
+		 * goes nowhere): a foreground one too, such as weightfsctl's private mounts, so that
+		 * what any mount did to the store (recovery, retention) is found in one place. */
 		char logpath[PATH_MAX + 16];
 
 		snprintf(logpath, sizeof(logpath), "%s/" WFS_STORE_LOG, fs.opt.store);
@@ -690,6 +731,7 @@ int main(int argc, char *argv[])
 	wfs_ops_notifier_stop();
 	wfs_check_stop(&fs);
 	wfs_commit_stop(&fs);
+	wfs_commit_backup(&fs); /* the names as the unmount leaves them, for fsck --repair */
 	if (ret > 0)
 		wfs_log(WFS_LOG_INFO, "signal %d (%s): unmounting %s", ret, strsignal(ret), cmd.mountpoint);
 	ret = ret < 0 ? 1 : 0;

@@ -60,7 +60,7 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 {
 	struct wfs_catalog_stats st;
 	struct wfs_counters *k = &fs->counters;
-	uint64_t verified, unverified;
+	uint64_t verified, unverified, qfiles, qbytes;
 	const struct wfs_lock *l = &fs->lock;
 	struct wfs_catalog_timing ct;
 	char site[160];
@@ -78,11 +78,13 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 	wfs_fs_reclaim(fs);
 	if (ret == 0)
 		ret = wfs_check_count(fs, &verified, &unverified);
+	if (ret == 0) /* damaged copies on disk, healed or not: stat shows them to the mount's users */
+		ret = wfs_store_quarantine_clear(fs->store, true, &qfiles, &qbytes);
 	if (ret)
 		return ret;
 	wfs_ops_requests_json(&requests, &request_ms); /* NULL (ENOMEM) fails the pack below */
 #define U64(v) json_integer((json_int_t)(v))
-	o = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:b, s:s, "
+	o = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:b, s:s, "
 		      "s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
 		      "s:o, s:o, s:o, s:o, s:o}, s:{s:o, s:f, s:f, s:s, s:o, s:f, s:o, s:f, s:o}, s:{s:o, s:f, s:f, s:o, s:f, s:f, s:o, s:f}}",
 		      "names", U64(st.names), "directories", U64(st.directories), "symlinks", U64(st.symlinks),
@@ -91,7 +93,8 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		      "dedup_ratio", st.object_bytes ? (double)st.logical_bytes / (double)st.object_bytes : 1.0,
 		      "retained_objects", U64(st.unreferenced_objects), "retained_bytes", U64(st.unreferenced_bytes),
 		      "objects_verified", U64(verified), "objects_unverified", U64(unverified),
-		      "objects_quarantined", U64(st.quarantined_objects), "unsealed_files", U64(st.unsealed_files),
+		      "objects_quarantined", U64(st.quarantined_objects), "quarantine_files", U64(qfiles),
+		      "quarantine_bytes", U64(qbytes), "unsealed_files", U64(st.unsealed_files),
 		      "special_files", U64(st.special_files), "passthrough", (int)atomic_load(&fs->passthrough),
 		      "direct", (int)wfs_direct_served(fs), "verify", fs->opt.verify ? "open" : "none",
 		      "since_mount", "seals", U64(k->seals), "objects_published", U64(k->objects_published),

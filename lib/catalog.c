@@ -14,8 +14,10 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "dtype.h"
 #include "fault.h"
 #include "log.h"
+#include "weightfs.h"
 
 /* 1: the first schema; 2: inodes.rdev (device number of a character or block device node). */
 #define SCHEMA_VERSION 2
@@ -719,8 +721,12 @@ static int get_schema_version(struct wfs_catalog *c, int64_t *version)
 	int rc;
 
 	rc = sqlite3_prepare_v2(c->db, "SELECT value FROM meta WHERE key = 'schema_version'", -1, &s, NULL);
+	/* No meta table yet: a new file. Any other error (a damaged schema page also fails the
+	 * prepare with SQLITE_ERROR) is not "no catalog": fsck reported ENOENT for a damaged one. */
+	if (rc == SQLITE_ERROR && strncmp(sqlite3_errmsg(c->db), "no such table", 13) == 0)
+		return -ENOENT;
 	if (rc != SQLITE_OK)
-		return rc == SQLITE_ERROR ? -ENOENT : map_sqlite(c, rc); /* no meta table yet */
+		return map_sqlite(c, rc == SQLITE_ERROR ? SQLITE_CORRUPT : rc);
 	rc = sqlite3_step(s);
 	*version = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
 	sqlite3_finalize(s);
@@ -785,6 +791,175 @@ static int migrate_schema(struct wfs_catalog *c, const char *path, int64_t *vers
 	*version = 2;
 	wfs_log(WFS_LOG_INFO, "catalog %s: schema 1 upgraded to 2 (device numbers)", path);
 	return 0;
+}
+
+/* Copy database @from into a new file @to (removed first) with SQLite's backup API, in rollback
+ * journal mode, and sync it with @durable. Returns 0 or -errno. */
+static int copy_database(const char *from, const char *to, bool durable)
+{
+	sqlite3 *src = NULL, *dst = NULL;
+	sqlite3_backup *b;
+	int rc, ret = 0, fd;
+
+	unlink(to);
+	rc = sqlite3_open_v2(from, &src, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+	if (rc == SQLITE_OK) {
+		sqlite3_busy_timeout(src, 5000);
+		rc = sqlite3_open_v2(to, &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+	}
+	if (rc == SQLITE_OK) {
+		b = sqlite3_backup_init(dst, "main", src, "main");
+		if (!b) {
+			rc = sqlite3_errcode(dst);
+		} else {
+			rc = sqlite3_backup_step(b, -1); /* every page, from one read snapshot */
+			sqlite3_backup_finish(b);
+			rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+		}
+	}
+	/* The copy carries the source's WAL mode in its header: a file of its own instead, which a
+	 * read-only open (wfs_catalog_diagnose) reads without making -wal and -shm beside it. */
+	if (rc == SQLITE_OK)
+		rc = sqlite3_exec(dst, "PRAGMA journal_mode=DELETE", NULL, NULL, NULL);
+	if (rc != SQLITE_OK) {
+		wfs_log(WFS_LOG_ERR, "catalog backup %s -> %s: %s", from, to,
+			dst && sqlite3_errcode(dst) != SQLITE_OK ? sqlite3_errmsg(dst)
+			: src ? sqlite3_errmsg(src) : sqlite3_errstr(rc));
+		ret = map_sqlite(NULL, rc == SQLITE_ERROR ? SQLITE_IOERR : rc);
+	}
+	sqlite3_close(dst); /* a WAL the copy opened is checkpointed and removed here */
+	sqlite3_close(src);
+	if (ret == 0 && durable) {
+		fd = open(to, O_RDONLY | O_CLOEXEC);
+		if (fd < 0 || fsync(fd) < 0)
+			ret = -errno;
+		if (fd >= 0)
+			close(fd);
+	}
+	if (ret)
+		unlink(to);
+	return ret;
+}
+
+/* fsync(2) of the directory that holds @path. */
+static int sync_parent(const char *path)
+{
+	char dir[PATH_MAX];
+	char *slash;
+	int fd, ret = 0;
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	slash = strrchr(dir, '/');
+	if (slash)
+		*(slash == dir ? slash + 1 : slash) = '\0';
+	else
+		snprintf(dir, sizeof(dir), ".");
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd) < 0)
+		ret = -errno;
+	if (fd >= 0)
+		close(fd);
+	return ret;
+}
+
+int wfs_catalog_backup(struct wfs_catalog *c, const char *dest, bool durable)
+{
+	char tmp[PATH_MAX];
+	int ret;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp", dest) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	ret = copy_database(c->path, tmp, durable);
+	if (ret == 0) {
+		char why[256];
+		int check = wfs_catalog_diagnose(tmp, why, sizeof(why));
+
+		/* A damaged catalog makes a damaged copy: keep the last good one instead. */
+		if (check) {
+			wfs_log(WFS_LOG_ERR, "catalog backup %s: the copy fails its check (%s): not kept", dest,
+				check == 1 ? why : strerror(-check));
+			unlink(tmp);
+			return -EIO;
+		}
+	}
+	if (ret == 0 && rename(tmp, dest) < 0) {
+		ret = -errno;
+		unlink(tmp);
+	}
+	if (ret == 0 && durable)
+		ret = sync_parent(dest);
+	return ret;
+}
+
+int wfs_catalog_restore(const char *backup, const char *path, char *aside)
+{
+	static const char *const suffixes[] = {"", "-wal", "-shm"};
+	char why[256], from[PATH_MAX], to[PATH_MAX + 32];
+	long now = (long)time(NULL);
+	int ret = wfs_catalog_diagnose(backup, why, sizeof(why));
+
+	if (ret == 1) {
+		wfs_log(WFS_LOG_ERR, "catalog backup %s is damaged too: %s", backup, why);
+		return -EIO;
+	}
+	if (ret)
+		return ret;
+	snprintf(aside, PATH_MAX, "%s.damaged-%ld", path, now);
+	for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
+		snprintf(from, sizeof(from), "%s%s", path, suffixes[i]);
+		snprintf(to, sizeof(to), "%s%s", aside, suffixes[i]);
+		if (rename(from, to) < 0 && errno != ENOENT)
+			return -errno;
+	}
+	ret = copy_database(backup, path, true);
+	if (ret == 0)
+		ret = sync_parent(path);
+	return ret;
+}
+
+int wfs_catalog_diagnose(const char *path, char *what, size_t what_bytes)
+{
+	sqlite3 *db = NULL;
+	sqlite3_stmt *s = NULL;
+	int rc, ret = 0;
+
+	snprintf(what, what_bytes, "ok");
+	if (access(path, F_OK) < 0)
+		return -errno;
+	rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_prepare_v2(db, "PRAGMA quick_check(1)", -1, &s, NULL);
+	if (rc == SQLITE_OK) {
+		rc = sqlite3_step(s);
+		if (rc == SQLITE_ROW) {
+			const char *text = (const char *)sqlite3_column_text(s, 0);
+
+			if (text && strcmp(text, "ok") != 0) {
+				/* "*** in database main ***\nPage 4: ...": its first line says no more */
+				const char *line = strncmp(text, "***", 3) == 0 && strchr(text, '\n') ? strchr(text, '\n') + 1
+													 : text;
+
+				snprintf(what, what_bytes, "%.*s", (int)strcspn(line, "\n"), line);
+				ret = 1;
+			}
+			rc = SQLITE_OK;
+		}
+	}
+	if (rc != SQLITE_OK) {
+		if ((rc & 0xff) == SQLITE_NOMEM)
+			ret = -ENOMEM;
+		else if ((rc & 0xff) == SQLITE_CANTOPEN || (rc & 0xff) == SQLITE_PERM)
+			ret = -EACCES;
+		else if ((rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED)
+			ret = -EBUSY;
+		else {
+			snprintf(what, what_bytes, "%s", db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+			ret = 1;
+		}
+	}
+	sqlite3_finalize(s);
+	sqlite3_close(db);
+	return ret;
 }
 
 int wfs_catalog_open(const char *path, unsigned flags, uint32_t root_uid, uint32_t root_gid,
@@ -931,6 +1106,105 @@ int wfs_catalog_wal_sync(struct wfs_catalog *c)
 	return ret; /* no WAL yet: nothing was committed to it */
 }
 
+/*
+ * Inside wfs_catalog_recover()'s transaction: unlink the temporary names sealed empty whose
+ * attributes declare bytes (their inodes' nlink drops; the caller then drops those at 0). Their
+ * count into *@removed.
+ */
+static int recover_declared_empty(struct wfs_catalog *c, uint64_t *removed)
+{
+	struct cand {
+		uint64_t parent, ino;
+		char *name;
+	} *v = NULL;
+	size_t n = 0, cap = 0;
+	char sql[512];
+	sqlite3_stmt *s;
+	int ret, rc;
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT d.parent, d.name, i.ino FROM dentries d JOIN inodes i ON i.ino = d.ino"
+		 " WHERE i.digest IS NOT NULL AND i.size = 0 AND (i.mode & %u) = %u"
+		 " AND CAST(substr(CAST(d.name AS BLOB), 1, %zu) AS BLOB) = CAST('%s' AS BLOB)",
+		 (unsigned)S_IFMT, (unsigned)S_IFREG, strlen(WFS_TMP_PREFIX), WFS_TMP_PREFIX);
+	ret = map_sqlite(c, sqlite3_prepare_v2(c->db, sql, -1, &s, NULL));
+	if (ret)
+		return ret;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if (n == cap) {
+			struct cand *p = realloc(v, (cap = cap ? 2 * cap : 8) * sizeof(*p));
+
+			if (!p) {
+				ret = -ENOMEM;
+				break;
+			}
+			v = p;
+		}
+		v[n].parent = (uint64_t)sqlite3_column_int64(s, 0);
+		v[n].ino = (uint64_t)sqlite3_column_int64(s, 2);
+		if (!(v[n].name = strdup((const char *)sqlite3_column_text(s, 1)))) {
+			ret = -ENOMEM;
+			break;
+		}
+		n++;
+	}
+	if (ret == 0 && rc != SQLITE_DONE)
+		ret = map_sqlite(c, rc);
+	sqlite3_finalize(s);
+	for (size_t i = 0; ret == 0 && i < n; i++) {
+		uint64_t declared;
+		sqlite3_stmt *del;
+
+		if (wfs_catalog_declared_bytes(c, v[i].ino, &declared) || declared == 0)
+			continue;
+		ret = map_sqlite(c, sqlite3_prepare_v2(c->db,
+						       "DELETE FROM dentries WHERE parent = ?1 AND name = ?2;",
+						       -1, &del, NULL));
+		if (ret)
+			break;
+		sqlite3_bind_int64(del, 1, (int64_t)v[i].parent);
+		sqlite3_bind_text(del, 2, v[i].name, -1, SQLITE_STATIC);
+		ret = step_done(c, del);
+		sqlite3_finalize(del);
+		if (ret)
+			break;
+		ret = map_sqlite(c, sqlite3_prepare_v2(c->db, "UPDATE inodes SET nlink = nlink - 1 WHERE ino = ?1", -1,
+						       &del, NULL));
+		if (ret)
+			break;
+		sqlite3_bind_int64(del, 1, (int64_t)v[i].ino);
+		ret = step_done(c, del);
+		sqlite3_finalize(del);
+		if (ret == 0)
+			(*removed)++;
+	}
+	for (size_t i = 0; i < n; i++)
+		free(v[i].name);
+	free(v);
+	return ret;
+}
+
+int wfs_catalog_declared_bytes(struct wfs_catalog *c, uint64_t ino, uint64_t *bytes)
+{
+	char dtype[32], shape[WFS_SHAPE_MAX_DIMS * 21 + 2];
+	size_t dlen, slen;
+	uint64_t elements;
+	int size, ret;
+
+	ret = wfs_catalog_xattr_get(c, ino, WFS_XATTR_DTYPE, dtype, sizeof(dtype), &dlen);
+	if (ret == 0)
+		ret = wfs_catalog_xattr_get(c, ino, WFS_XATTR_SHAPE, shape, sizeof(shape), &slen);
+	if (ret == -ERANGE)
+		return -ENODATA; /* too long to be a dtype or a shape */
+	if (ret)
+		return ret;
+	size = wfs_dtype_size(dtype, dlen);
+	if (size < 0 || wfs_shape_elements(shape, slen, &elements))
+		return -ENODATA;
+	*bytes = elements * (uint64_t)size;
+	return 0;
+}
+
 int wfs_catalog_recover(struct wfs_catalog *c, struct wfs_recovery *report)
 {
 	struct wfs_recovery r = {0};
@@ -959,6 +1233,8 @@ int wfs_catalog_recover(struct wfs_catalog *c, struct wfs_recovery *report)
 		ret = exec(c, sql);
 	if (ret == 0)
 		r.unsealed_removed = (uint64_t)sqlite3_changes(c->db);
+	if (ret == 0)
+		ret = recover_declared_empty(c, &r.declared_empty_removed);
 	/* ...then, invariant 3: every inode without a name goes, with its xattrs. */
 	if (ret == 0)
 		ret = exec(c, "DELETE FROM xattrs WHERE ino IN (SELECT ino FROM inodes WHERE nlink = 0);"
@@ -2029,6 +2305,24 @@ static int object_delete_once(struct wfs_catalog *c, const struct wfs_digest *d)
 	return ret;
 }
 
+int wfs_catalog_object_adopt(struct wfs_catalog *c, const struct wfs_digest *d, uint64_t bytes)
+{
+	sqlite3_stmt *s;
+	int ret = begin(c);
+
+	if (ret)
+		return ret;
+	ret = map_sqlite(c, sqlite3_prepare_v2(c->db, "INSERT OR IGNORE INTO objects(digest, size, refcount, released)"
+						   " VALUES(?1, ?2, 0, unixepoch())", -1, &s, NULL));
+	if (ret == 0) {
+		sqlite3_bind_blob(s, 1, d->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
+		sqlite3_bind_int64(s, 2, (int64_t)bytes);
+		ret = step_done(c, s);
+		sqlite3_finalize(s);
+	}
+	return end(c, ret);
+}
+
 /* Frees space: on a full filesystem, runs again with the catalog's reserve released. */
 int wfs_catalog_object_delete(struct wfs_catalog *c, const struct wfs_digest *d)
 {
@@ -2168,6 +2462,95 @@ static int query_u64(struct wfs_catalog *c, const char *sql, uint64_t *a, uint64
 	}
 	sqlite3_finalize(s);
 	return rc == SQLITE_ROW ? 0 : map_sqlite(c, rc);
+}
+
+/*
+ * The names chosen by @where (a condition on dentry d and inode i; ?1 bound to @blob of @blob_bytes
+ * bytes) with their paths: each chosen dentry's directory chain is followed up to the root (a
+ * directory has one dentry), at most 4096 levels so that a cycle in a damaged catalog ends.
+ */
+static int paths_where(struct wfs_catalog *c, const char *where, const void *blob, int blob_bytes,
+		       wfs_catalog_path_fn fn, void *ctx)
+{
+	char sql[1024];
+	sqlite3_stmt *s;
+	int ret, rc;
+
+	snprintf(sql, sizeof(sql),
+		 "WITH RECURSIVE up(ino, dir, parent, path, depth) AS ("
+		 " SELECT d.ino, d.parent, d.parent, d.name, 0 FROM dentries d JOIN inodes i ON i.ino = d.ino"
+		 " WHERE %s"
+		 " UNION ALL"
+		 " SELECT up.ino, up.dir, pd.parent, pd.name || '/' || up.path, up.depth + 1 FROM up"
+		 " JOIN dentries pd ON pd.ino = up.parent WHERE up.parent != %d AND up.depth < 4096)"
+		 " SELECT '/' || path, dir, ino FROM up WHERE parent = %d ORDER BY 1",
+		 where, WFS_ROOT_INO, WFS_ROOT_INO);
+	ret = map_sqlite(c, sqlite3_prepare_v2(c->db, sql, -1, &s, NULL));
+	if (ret)
+		return ret;
+	sqlite3_bind_blob(s, 1, blob, blob_bytes, SQLITE_STATIC);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		ret = fn(ctx, (const char *)sqlite3_column_text(s, 0), (uint64_t)sqlite3_column_int64(s, 1),
+			 (uint64_t)sqlite3_column_int64(s, 2));
+		if (ret)
+			break;
+	}
+	if (ret == 0 && rc != SQLITE_DONE)
+		ret = map_sqlite(c, rc);
+	sqlite3_finalize(s);
+	return ret;
+}
+
+int wfs_catalog_object_paths(struct wfs_catalog *c, const struct wfs_digest *d, wfs_catalog_path_fn fn,
+			     void *ctx)
+{
+	return paths_where(c, "i.digest = ?1", d->bytes, WFS_DIGEST_BYTES, fn, ctx);
+}
+
+int wfs_catalog_prefixed_paths(struct wfs_catalog *c, const char *prefix, wfs_catalog_path_fn fn, void *ctx)
+{
+	/* substr() and a blob comparison: bytewise, without LIKE's wildcards and case folding. */
+	return paths_where(c, "CAST(substr(CAST(d.name AS BLOB), 1, length(CAST(?1 AS BLOB))) AS BLOB) = ?1",
+			   prefix, (int)strlen(prefix), fn, ctx);
+}
+
+int wfs_catalog_retain_get(struct wfs_catalog *c, uint64_t *bytes)
+{
+	sqlite3_stmt *s;
+	int rc;
+
+	rc = sqlite3_prepare_v2(c->db, "SELECT value FROM meta WHERE key = 'retain_bytes'", -1, &s, NULL);
+	if (rc != SQLITE_OK)
+		return map_sqlite(c, rc);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
+		*bytes = rc == SQLITE_ROW ? (uint64_t)sqlite3_column_int64(s, 0) : 0;
+		rc = SQLITE_OK;
+	}
+	sqlite3_finalize(s);
+	return map_sqlite(c, rc);
+}
+
+int wfs_catalog_retain_set(struct wfs_catalog *c, uint64_t bytes)
+{
+	sqlite3_stmt *s;
+	int ret, rc;
+
+	if (c->readonly)
+		return -EROFS;
+	ret = begin(c);
+	if (ret)
+		return ret;
+	rc = sqlite3_prepare_v2(c->db, "INSERT OR REPLACE INTO meta(key, value) VALUES('retain_bytes', ?)", -1, &s,
+				NULL);
+	if (rc == SQLITE_OK) {
+		sqlite3_bind_int64(s, 1, (sqlite3_int64)bytes); /* up to 8 EiB: wfs_parse_size's range */
+		ret = step_done(c, s);
+		sqlite3_finalize(s);
+	} else {
+		ret = map_sqlite(c, rc);
+	}
+	return end(c, ret);
 }
 
 int wfs_catalog_stats(struct wfs_catalog *c, struct wfs_catalog_stats *out)

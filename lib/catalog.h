@@ -74,13 +74,52 @@ enum wfs_catalog_flags {
 int wfs_catalog_open(const char *path, unsigned flags, uint32_t root_uid, uint32_t root_gid,
 		     struct wfs_catalog **out);
 void wfs_catalog_close(struct wfs_catalog *c);
+/*
+ * Backups: a copy of the catalog kept beside it (WFS_STORE_CATALOG_BACKUP), so that a damaged
+ * catalog can be rebuilt (weightfsctl fsck --repair) with the names as they were at the copy.
+ *
+ * wfs_catalog_backup: copy what is committed in @c's database (the open batch is not) into @dest
+ * with SQLite's online backup API, from a read connection of its own (so any thread may call it
+ * beside the handle's other calls: a daemon runs it without its lock), into "@dest.tmp", then
+ * fsync (with @durable), SQLite's quick_check of the copy, and rename(2) over @dest: @dest is always a
+ * whole copy that passed the check (a damaged catalog never replaces a good backup: -EIO). Returns
+ * 0, -ENOSPC, -EIO, -EBUSY, -ENOMEM, or the -errno of open/fsync/rename.
+ */
+int wfs_catalog_backup(struct wfs_catalog *c, const char *dest, bool durable);
+/*
+ * Replace the catalog at @path (damaged: no handle may be open on it) with the backup @backup.
+ * @backup is checked first (wfs_catalog_diagnose). Then @path, @path-wal and @path-shm are renamed
+ * aside, kept for inspection, as "@path.damaged-<unix seconds>" (with the same suffixes; that name
+ * into @aside, PATH_MAX bytes), and the backup is copied to @path (SQLite's backup API) and synced.
+ * Returns 0, -ENOENT (no backup), -EIO (the backup is damaged too: nothing changed), or the -errno
+ * of a rename or of SQLite.
+ */
+int wfs_catalog_restore(const char *backup, const char *path, char *aside);
+
+/*
+ * Is the catalog at @path damaged? Opens it read-only on a connection of its own (no handle needed:
+ * for when wfs_catalog_open() itself fails) and runs SQLite's quick_check. Returns 0 (intact; @what
+ * "ok"), 1 (damaged: SQLite's first complaint, e.g. "database disk image is malformed", into @what,
+ * @what_bytes bytes, NUL-terminated), or -ENOENT (no such file), -EACCES, -EBUSY, -ENOMEM (cannot
+ * tell).
+ */
+int wfs_catalog_diagnose(const char *path, char *what, size_t what_bytes);
 
 /* What wfs_catalog_recover() removed. */
 struct wfs_recovery {
 	uint64_t unsealed_removed; /* names of files that were still being created */
 	uint64_t orphans_removed;  /* other inodes with no name left (unlinked while open) */
+	uint64_t declared_empty_removed; /* temporary names sealed empty that declare bytes (below) */
 };
-/* Crash recovery at mount: enforce invariants 2 and 3. Returns 0 or -errno. */
+/*
+ * Crash recovery at mount: enforce invariants 2 and 3, and remove the temporary names of the
+ * tensor-file protocol (WFS_TMP_PREFIX, lib/tensorfile.h) that are sealed with no bytes while their
+ * dtype × shape declare some (wfs_catalog_declared_bytes): a large tensor's name is closed empty
+ * after its attributes are set and reopened for writing, so a daemon killed during the write left
+ * one (never a finished tensor: those are renamed after a seal with their bytes). Other names that
+ * declare bytes and hold none are left: a placeholder may be meant. One transaction. Returns 0 or
+ * -errno.
+ */
 int wfs_catalog_recover(struct wfs_catalog *c, struct wfs_recovery *report);
 
 int wfs_catalog_getattr(struct wfs_catalog *c, uint64_t ino, struct wfs_attr *out);
@@ -229,6 +268,13 @@ int wfs_catalog_xattr_remove(struct wfs_catalog *c, uint64_t ino, const char *na
  */
 int wfs_catalog_inode_drop(struct wfs_catalog *c, uint64_t ino, struct wfs_attr *old);
 
+/*
+ * The bytes the user.weightfs.dtype and user.weightfs.shape attributes of @ino declare (elements ×
+ * dtype bytes) into *@bytes. Returns 0, -ENODATA (either attribute missing, or one that does not
+ * parse: lib/dtype.h), or another -errno of the catalog.
+ */
+int wfs_catalog_declared_bytes(struct wfs_catalog *c, uint64_t ino, uint64_t *bytes);
+
 /* Reference count of object @d (invariant 1). -ENOENT if the catalog has no such object. */
 int wfs_catalog_object_refcount(struct wfs_catalog *c, const struct wfs_digest *d, uint64_t *refcount);
 /*
@@ -253,6 +299,13 @@ enum wfs_object_state {
 int wfs_catalog_object_set_state(struct wfs_catalog *c, const struct wfs_digest *d,
 				 enum wfs_object_state state);
 /*
+ * Add object @d of @bytes bytes, whose file is in the store, as an unreferenced object (released
+ * now): an object file found without a row after the catalog was rebuilt from a backup (its names,
+ * made after the backup, are lost), kept for reuse within the retention budget. Returns 0 (also
+ * when a row exists: nothing changes), or an -errno of the catalog.
+ */
+int wfs_catalog_object_adopt(struct wfs_catalog *c, const struct wfs_digest *d, uint64_t bytes);
+/*
  * Forget object @d; only when unreferenced (-EBUSY otherwise). The caller removes the file after: in
  * a batch (wfs_catalog_batch) the batch is committed first, so a crash never leaves a row, or a name,
  * whose file is gone.
@@ -264,6 +317,22 @@ int wfs_catalog_object_delete(struct wfs_catalog *c, const struct wfs_digest *d)
  */
 int wfs_catalog_unreferenced(struct wfs_catalog *c,
 			     int (*fn)(void *ctx, const struct wfs_digest *d, uint64_t bytes), void *ctx);
+
+/*
+ * Paths of names, for reports (fsck): a name's path is its dentries from the root joined by '/',
+ * starting with '/' ("/rank0/model.embed.weight"), as the mount shows it below its mount point.
+ * @fn gets each path (valid during the call), the directory that holds the name (its last
+ * component) and the inode it names; a non-zero return stops (and
+ * is returned). A name whose directory chain does not reach the root (a dangling dentry on the way,
+ * which wfs_catalog_check() counts) is not told. Do not modify the catalog from @fn.
+ */
+typedef int (*wfs_catalog_path_fn)(void *ctx, const char *path, uint64_t parent, uint64_t ino);
+/* Every name of every inode whose content is object @d. Returns 0, @fn's value, or -errno. */
+int wfs_catalog_object_paths(struct wfs_catalog *c, const struct wfs_digest *d, wfs_catalog_path_fn fn,
+			     void *ctx);
+/* Every name that starts with @prefix (compared bytewise, e.g. WFS_TMP_PREFIX), in any directory.
+ * Returns 0, @fn's value, or -errno. */
+int wfs_catalog_prefixed_paths(struct wfs_catalog *c, const char *prefix, wfs_catalog_path_fn fn, void *ctx);
 
 /* One row of the objects table. */
 struct wfs_object_row {
@@ -292,6 +361,19 @@ struct wfs_catalog_check {
  * nlink recounted. Unsealed files are only counted. -EROFS when @repair on a read-only handle.
  */
 int wfs_catalog_check(struct wfs_catalog *c, bool repair, struct wfs_catalog_check *out);
+
+/*
+ * The store's retention budget, in bytes: how much of the objects no name uses every mount of the
+ * store keeps for reuse (beyond it, the least recently released go first; lib/gc.h). It belongs to
+ * the store, not to one mount, so it is recorded here (meta 'retain_bytes'): set by `weightfsctl
+ * init --retain`, `weightfsctl retain` and `weightfs -o retain=`, read by every mount (a plain
+ * remount, mount(8), fstab, weightfsctl's private mounts). get: *@bytes is 0 when none was ever
+ * recorded (a store made before the budget was recorded: its mounts keep nothing unless told).
+ * set: one transaction (joins the open batch on a batching handle). Returns 0, -EROFS (set on a
+ * read-only handle), or another -errno of the catalog (-EIO, -EBUSY, -ENOSPC).
+ */
+int wfs_catalog_retain_get(struct wfs_catalog *c, uint64_t *bytes);
+int wfs_catalog_retain_set(struct wfs_catalog *c, uint64_t bytes);
 
 /* Totals for the stat command. Bytes are logical file sizes or object sizes, not disk blocks. */
 struct wfs_catalog_stats {

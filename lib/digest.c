@@ -209,6 +209,37 @@ static int64_t hash_run(struct wfs_hasher *h, int fd, off_t off, uint64_t len)
 	return ret;
 }
 
+int wfs_digest_range(int fd, uint64_t offset, uint64_t bytes, struct wfs_digest *out)
+{
+	struct wfs_hasher h;
+	char *buf = malloc(DIGEST_READ_BYTES);
+	int ret = buf ? wfs_hasher_init(&h) : -ENOMEM;
+
+	if (ret) {
+		free(buf);
+		return ret;
+	}
+	while (bytes > 0) {
+		ssize_t n = pread(fd, buf, bytes < DIGEST_READ_BYTES ? (size_t)bytes : DIGEST_READ_BYTES,
+				  (off_t)offset);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			ret = n < 0 ? -errno : -ENODATA;
+			break;
+		}
+		wfs_hasher_update(&h, buf, (size_t)n);
+		offset += (uint64_t)n;
+		bytes -= (uint64_t)n;
+	}
+	if (ret == 0)
+		wfs_hasher_digest(&h, out);
+	wfs_hasher_release(&h);
+	free(buf);
+	return ret;
+}
+
 int wfs_digest_fd(int fd, struct wfs_digest *out, uint64_t *bytes)
 {
 	struct wfs_hasher h;

@@ -48,6 +48,13 @@ void wfs_digest_buf(const void *buf, size_t len, struct wfs_digest *out);
  * failed read (-EIO, ...). Out parameters are written only on success.
  */
 int wfs_digest_fd(int fd, struct wfs_digest *out, uint64_t *bytes);
+/*
+ * Digest of the @bytes bytes of the file open at @fd from byte @offset (pread, @fd's offset
+ * untouched): what the content would be named as an object, without copying it (a tensor inside a
+ * safetensors file). Returns 0, -ENODATA (the file ends before @offset + @bytes), -ENOMEM, or the
+ * -errno of a failed read. *@out is written only on success.
+ */
+int wfs_digest_range(int fd, uint64_t offset, uint64_t bytes, struct wfs_digest *out);
 
 /* Hex spelling: writes 32 lower-case hex characters and a NUL into @hex (33 bytes). */
 void wfs_digest_to_hex(const struct wfs_digest *d, char hex[WFS_DIGEST_HEX_CHARS + 1]);

@@ -4,7 +4,8 @@
  * An object becomes unreferenced when its last name is unlinked, renamed over or rewritten. It can
  * be kept for a while (a retention budget, in bytes) so that a later run writing the same weights
  * needs no new bytes on disk; beyond the budget, the least recently released objects go first.
- * The daemon applies the same policy online (-o retain=SIZE) and skips objects still open.
+ * The daemon applies the same policy online, with the store's budget (wfs_catalog_retain_get(): set
+ * by -o retain=SIZE, weightfsctl init --retain and weightfsctl retain), and skips objects still open.
  */
 #ifndef WFS_GC_H
 #define WFS_GC_H

@@ -11,6 +11,8 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "digest.h"
+#include "dtype.h"
 #include "safetensors.h"
 #include "weightfs.h"
 
@@ -24,6 +26,7 @@ struct shard {
 struct item {
 	const struct wfs_st_tensor *t;
 	struct shard *shard;
+	bool unchanged; /* DIR already holds it, the same (check_targets): not written again */
 };
 
 struct wfs_st_import {
@@ -38,6 +41,7 @@ struct wfs_st_import {
 	struct wfs_st_file *meta; /* the shards' __metadata__, merged */
 	uint64_t bytes;
 	size_t replaced;
+	size_t unchanged;
 	struct wfs_tf_progress progress;
 	struct wfs_copy copy;
 };
@@ -347,13 +351,61 @@ int wfs_st_import_open(const char *checkpoint, const struct wfs_st_import_option
 }
 
 /*
- * Before writing anything: refuse names that exist in DIR (unless @force), a tensor whose name is a
- * directory there, a parent that is a file, and metadata that differs from DIR's (unless @force).
+ * Is the regular file @path (@st its lstat) tensor @it already: the same dtype and shape
+ * attributes, size and content? The content is compared by digest: the file's user.weightfs.digest
+ * on weightfs (no read), else its bytes hashed; the tensor's bytes are hashed where they lie in the
+ * checkpoint. Returns 1 (the same), 0 (different), or -errno of reading either (reported).
+ */
+static int same_tensor(struct wfs_st_import *im, const struct item *it, const char *path, const struct stat *st)
+{
+	const struct wfs_st_tensor *t = it->t;
+	uint64_t dims[WFS_SHAPE_MAX_DIMS];
+	char text[512];
+	struct wfs_digest have, want;
+	unsigned ndim;
+	ssize_t n;
+	int ret, fd;
+
+	if (!S_ISREG(st->st_mode) || (uint64_t)st->st_size != t->end - t->begin)
+		return 0;
+	n = lgetxattr(path, WFS_XATTR_DTYPE, text, sizeof(text) - 1);
+	if (n < 0 || (size_t)n != strlen(t->dtype) || memcmp(text, t->dtype, (size_t)n) != 0)
+		return 0;
+	n = lgetxattr(path, WFS_XATTR_SHAPE, text, sizeof(text) - 1);
+	if (n < 0 || wfs_shape_parse(text, (size_t)n, dims, &ndim) || ndim != t->ndim ||
+	    (ndim && memcmp(dims, t->shape, ndim * sizeof(dims[0])) != 0))
+		return 0;
+	n = lgetxattr(path, WFS_XATTR_DIGEST, text, sizeof(text) - 1);
+	if (n == WFS_DIGEST_HEX_CHARS) {
+		text[n] = '\0';
+		ret = wfs_digest_from_hex(text, &have);
+	} else {
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			return fail(im, -errno, path, "cannot read it to compare: %s", strerror(errno));
+		ret = wfs_digest_fd(fd, &have, NULL);
+		close(fd);
+	}
+	if (ret)
+		return fail(im, ret, path, "cannot read it to compare: %s", strerror(-ret));
+	ret = wfs_digest_range(it->shard->fd, 8 + it->shard->st->header_bytes + t->begin, t->end - t->begin, &want);
+	if (ret)
+		return fail(im, ret, it->shard->path, "cannot read tensor '%s': %s", t->name,
+			    strerror(ret == -ENODATA ? EIO : -ret));
+	return wfs_digest_equal(&have, &want);
+}
+
+/*
+ * Before writing anything: mark the tensors DIR already holds the same (same_tensor(): left as they
+ * are, also with @force), refuse names that exist with other content (unless @force), a tensor whose
+ * name is a directory there, a parent that is a file, and metadata that differs from DIR's (unless
+ * @force).
  */
 static int check_targets(struct wfs_st_import *im)
 {
 	char path[PATH_MAX], shown[PATH_MAX + 100], b[96];
 	struct stat st;
+	int ret;
 
 	for (size_t i = 0; i < im->nitems; i++) {
 		const char *name = im->items[i].t->name;
@@ -374,8 +426,16 @@ static int check_targets(struct wfs_st_import *im)
 			continue;
 		if (S_ISDIR(st.st_mode))
 			return fail(im, -EISDIR, path, "a directory, where tensor '%s' goes", printable(name, b));
+		ret = same_tensor(im, &im->items[i], path, &st);
+		if (ret < 0)
+			return ret;
+		if (ret == 1) {
+			im->items[i].unchanged = true;
+			im->unchanged++;
+			continue;
+		}
 		if (!im->opt.force)
-			return fail(im, -EEXIST, path, "exists (--force replaces it)");
+			return fail(im, -EEXIST, path, "exists with other content, dtype or shape (--force replaces it)");
 		im->replaced++;
 	}
 	if (im->meta->has_metadata && !im->opt.force) {
@@ -471,7 +531,9 @@ int wfs_st_import_run(struct wfs_st_import *im, const char *dir)
 	im->progress.bytes_total = im->bytes;
 	progress(im);
 	for (size_t i = 0; i < im->nitems; i++) {
-		if ((ret = write_one(im, &im->items[i], (unsigned long)i, datasync)) != 0)
+		if (im->items[i].unchanged)
+			im->progress.bytes_done += im->items[i].t->end - im->items[i].t->begin;
+		else if ((ret = write_one(im, &im->items[i], (unsigned long)i, datasync)) != 0)
 			return ret;
 		im->progress.tensors_done++;
 		progress(im);
@@ -504,6 +566,7 @@ void wfs_st_import_summary(const struct wfs_st_import *im, struct wfs_st_import_
 		.tensors_done = im->progress.tensors_done,
 		.bytes = im->bytes,
 		.replaced = im->replaced,
+		.unchanged = im->unchanged,
 		.metadata = im->meta && im->meta->has_metadata,
 		.index_metadata = im->index && im->index->metadata,
 	};

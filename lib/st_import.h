@@ -11,7 +11,10 @@
  * Two phases, so that nothing is written before everything is checked:
  *   wfs_st_import_open()  reads every header and the index, and checks them against each other and
  *                         the tensor names as file names (wfs_st_name_check(), no "a" and "a/b");
- *   wfs_st_import_run()   checks DIR (existing names need @force; a tensor's name may not be a
+ *   wfs_st_import_run()   checks DIR (a name that holds the tensor already, the same dtype, shape
+ *                         and content by digest, is left as it is and counted unchanged, so
+ *                         importing a checkpoint again succeeds; other existing names need
+ *                         @force; a tensor's name may not be a
  *                         directory there, nor its parent a file; DIR's metadata must match unless
  *                         @force), then writes the tensors in file order, sets DIR's xattrs and
  *                         fsyncs DIR. On weightfs the close of each file seals it; elsewhere each
@@ -22,7 +25,7 @@
  * with the path concerned (a checkpoint, a shard or a file under DIR; NULL for -ENOMEM) and a
  * one-line reason (control characters in tensor names shown as '?', names cut at 80 bytes), e.g.
  *   path "ckpt.safetensors", "byte 123: tensor 'a.weight': data_offsets [0, 10] but F32 x [3] is 12 bytes"
- *   path "out/a.weight", "exists (--force replaces it)"
+ *   path "out/a.weight", "exists with other content, dtype or shape (--force replaces it)"
  * An -EINTR (opt->stop was set) is not reported: the caller knows.
  *
  * Memory: a struct wfs_st_import is the caller's (wfs_st_import_free()); it holds the shards open
@@ -55,7 +58,8 @@ struct wfs_st_import_summary {
 	size_t tensors;      /* tensors in the checkpoint */
 	size_t tensors_done; /* tensors written so far by wfs_st_import_run() */
 	uint64_t bytes;      /* bytes of tensor data in the checkpoint */
-	size_t replaced;     /* existing tensor files replaced (@force) */
+	size_t replaced;     /* existing tensor files replaced (@force): other content, dtype or shape */
+	size_t unchanged;    /* existing tensor files that were the tensor already: left, not written */
 	bool metadata;       /* a shard had a "__metadata__" (DIR's WFS_XATTR_ST_META set) */
 	bool index_metadata; /* the index had "metadata" (DIR's WFS_XATTR_ST_INDEX set) */
 };
@@ -72,8 +76,9 @@ int wfs_st_import_open(const char *checkpoint, const struct wfs_st_import_option
 		       struct wfs_st_import **out);
 
 /*
- * Write @im's tensors under directory @dir (made when missing; phase 2). Returns 0, -EEXIST (a
- * name or DIR's metadata exists and not @force), -EISDIR / -ENOTDIR (a name or its parent has the
+ * Write @im's tensors under directory @dir (made when missing; phase 2); those @dir holds already
+ * are not written again (summary's unchanged). Returns 0, -EEXIST (a name exists with other content,
+ * dtype or shape, or DIR's metadata differs, and not @force), -EISDIR / -ENOTDIR (a name or its parent has the
  * wrong type in DIR), -EINTR, -ENAMETOOLONG, or an error of wfs_tf_write() (-ENOTSUP: DIR keeps no
  * user xattrs; -ENOSPC, -EIO: a seal), or -errno of mkdir/open/fsetxattr/fsync on DIR.
  */

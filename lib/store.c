@@ -255,6 +255,19 @@ int wfs_store_open(const char *path, unsigned flags, struct wfs_store **out)
 		ret = clean_tmp(s);
 		if (ret)
 			goto fail;
+	} else {
+		/* Inspection (fsck) tells a killed owner's mark too, when no process holds the lock:
+		 * a shared flock for a moment, on a descriptor of its own. */
+		int fd = openat(s->dir_fd, "lock", O_RDONLY | O_CLOEXEC);
+		char what[PATH_MAX + 16];
+		int pid;
+
+		if (fd >= 0 && flock(fd, LOCK_SH | LOCK_NB) == 0 && read_owner(fd, &pid, what, sizeof(what)) == 0) {
+			s->unclean_pid = pid;
+			s->unclean_what = strdup(what);
+		}
+		if (fd >= 0)
+			close(fd);
 	}
 	*out = s;
 	return 0;
@@ -323,7 +336,8 @@ bool wfs_store_parent_missing(const char *path, char *parent)
 void wfs_store_unmake(const char *path)
 {
 	static const char *const files[] = {WFS_STORE_CATALOG "-wal", WFS_STORE_CATALOG "-shm",
-					    WFS_STORE_CATALOG "-reserve", WFS_STORE_CATALOG, "lock", WFS_STORE_LOG};
+					    WFS_STORE_CATALOG "-reserve", WFS_STORE_CATALOG, WFS_STORE_CATALOG_BACKUP,
+					    "lock", WFS_STORE_LOG};
 	int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 
 	if (fd < 0)

@@ -10,6 +10,7 @@
  *   STORE/quarantine/<32 hex>   objects whose bytes no longer hash to their name, moved aside for
  *                               inspection; writing the same content again stores a good copy.
  *   STORE/catalog.db            the namespace (catalog.h); not touched by this module.
+ *   STORE/catalog.db.backup     a whole copy of it (wfs_catalog_backup), for fsck --repair.
  *   STORE/lock                  flock()ed by the one process that owns the store read-write, which
  *                               writes its pid and what it does there (a daemon: its mount point),
  *                               and empties it at its wfs_store_close(): left filled, it names an
@@ -85,8 +86,10 @@ int wfs_store_owner(const char *path, int *pid, char *what, size_t what_bytes);
  * crash, the machine going down)? wfs_store_open() reads STORE/lock before it records the caller.
  * Returns true with the pid that owner recorded in *@pid and its recorded line in @what (@what_bytes
  * bytes, NUL-terminated, "" when none; a daemon's "mounted on MNT"; @what may be NULL when
- * @what_bytes is 0); false when it closed the store, for a new or read-only store. Stores written
- * before this check existed were never emptied: their first open says true once.
+ * @what_bytes is 0); false when it closed the store, and for a new store. A WFS_STORE_READONLY open
+ * reads the mark too, unless a process holds the store at that moment (then false: it is in use, not
+ * left). Stores written before this check existed were never emptied: their first open says true
+ * once.
  */
 bool wfs_store_unclean(const struct wfs_store *s, int *pid, char *what, size_t what_bytes);
 
@@ -109,7 +112,7 @@ bool wfs_store_parent_missing(const char *path, char *parent);
 /*
  * Undo the making of a store at @path that the caller made a moment ago (wfs_store_open with
  * WFS_STORE_CREATE on a missing directory) and then could not use (a mount that failed): after
- * wfs_store_close(), its own files (catalog.db and its WAL, shared memory and reserve, lock,
+ * wfs_store_close(), its own files (catalog.db and its WAL, shared memory, reserve and backup, lock,
  * weightfs.log) and empty objects/ and tmp/ go, then the directory if nothing else is left. An
  * object or any other file keeps its directory and the store as it is. Best effort: nothing returned.
  */
@@ -183,7 +186,9 @@ int wfs_store_object_unlink_open(struct wfs_store *s, const struct wfs_digest *d
 int wfs_store_object_quarantine(struct wfs_store *s, const struct wfs_digest *d);
 /*
  * The files of STORE/quarantine/ (damaged copies kept for inspection): counted into *@files and
- * *@bytes (st_size), and removed unless @dry_run. Their names stay broken (EIO) until the content is
+ * *@bytes (st_size), and removed unless @dry_run (with it, the count alone: what stat reports, on a
+ * read-only store too; a copy stays on disk after its content was written again, until removed).
+ * Their names stay broken (EIO) until the content is
  * written again, as before; only the inspection copies go. Returns 0 (also when there is no
  * quarantine/), -EROFS (a read-only store, unless @dry_run), or -errno of reading or unlinking.
  */

@@ -47,6 +47,7 @@
 #define WFS_STORE_TMP "tmp"               /* files being written by the daemon */
 #define WFS_STORE_QUARANTINE "quarantine" /* objects whose bytes did not match their digest */
 #define WFS_STORE_CATALOG "catalog.db"    /* the SQLite catalog (WAL) */
+#define WFS_STORE_CATALOG_BACKUP "catalog.db.backup" /* a whole copy of it (wfs_catalog_backup) */
 #define WFS_STORE_LOG "weightfs.log"      /* a background daemon's log */
 
 #endif

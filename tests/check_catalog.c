@@ -819,6 +819,29 @@ START_TEST(test_unreferenced)
 }
 END_TEST
 
+/* The retention budget is the store's: recorded once, read back by every later handle. */
+START_TEST(test_retain_budget)
+{
+	struct wfs_catalog *ro = NULL;
+	uint64_t bytes = 1;
+
+	ck_assert_int_eq(wfs_catalog_retain_get(cat, &bytes), 0);
+	ck_assert_uint_eq(bytes, 0); /* never recorded: keep nothing */
+	ck_assert_int_eq(wfs_catalog_retain_set(cat, 4ull << 30), 0);
+	ck_assert_int_eq(wfs_catalog_retain_set(cat, 64ull << 30), 0); /* replaced, not added */
+	wfs_catalog_close(cat);
+	ck_assert_int_eq(wfs_catalog_open(db_path, 0, 0, 0, &cat), 0);
+	ck_assert_int_eq(wfs_catalog_retain_get(cat, &bytes), 0);
+	ck_assert_uint_eq(bytes, 64ull << 30);
+	ck_assert_int_eq(wfs_catalog_retain_set(cat, UINT64_MAX - 1), 0); /* the whole uint64_t range */
+	ck_assert_int_eq(wfs_catalog_open(db_path, WFS_CATALOG_READONLY, 0, 0, &ro), 0);
+	ck_assert_int_eq(wfs_catalog_retain_get(ro, &bytes), 0);
+	ck_assert_uint_eq(bytes, UINT64_MAX - 1);
+	ck_assert_int_eq(wfs_catalog_retain_set(ro, 0), -EROFS);
+	wfs_catalog_close(ro);
+}
+END_TEST
+
 START_TEST(test_inode_drop)
 {
 	uint64_t f = mkfile(ROOT, "f"), d = mkdir_(ROOT, "d");
@@ -883,7 +906,7 @@ START_TEST(test_recover)
 	uint64_t deep = mkfile(d, "deep"), sym = mk(ROOT, "sym", S_IFLNK | 0777, "sealed");
 	uint64_t orphan = mkfile(ROOT, "orphan"), empty = mkdir_(d, "empty");
 	uint64_t raw_orphan = mkfile(ROOT, "raw"), gone_dir = mkdir_(ROOT, "gone");
-	struct wfs_recovery r = {77, 77};
+	struct wfs_recovery r = {77, 77, 77};
 	struct wfs_attr a;
 	char buf[8];
 	size_t len;
@@ -932,7 +955,7 @@ END_TEST
 START_TEST(test_recover_counts_linked_unsealed)
 {
 	uint64_t u = mkfile(ROOT, "u"), orphan = mkfile(ROOT, "orphan");
-	struct wfs_recovery r = {77, 77};
+	struct wfs_recovery r = {77, 77, 77};
 	struct wfs_attr a;
 
 	ck_assert_int_eq(wfs_catalog_link(cat, u, ROOT, "u2", &a), 0);
@@ -944,6 +967,122 @@ START_TEST(test_recover_counts_linked_unsealed)
 	ck_assert_uint_eq(r.unsealed_removed, 2);
 	ck_assert_msg(r.orphans_removed == 1, "orphans_removed = %llu, want 1 (the one unlinked sealed inode)",
 		      (unsigned long long)r.orphans_removed);
+}
+END_TEST
+
+/*
+ * A large tensor's temporary name is closed empty once its dtype and shape are set, then reopened
+ * for writing: a daemon killed meanwhile leaves it sealed with no bytes, declaring some. Recovery
+ * removes those, and only those (issue 35).
+ */
+START_TEST(test_recover_declared_empty_tmp)
+{
+	uint64_t d = mkdir_(ROOT, "rank0");
+	uint64_t cut = mkfile(d, ".wfs-tmp-1-0"), zero = mkfile(d, ".wfs-tmp-1-1");
+	uint64_t full = mkfile(d, ".wfs-tmp-1-2"), bare = mkfile(d, ".wfs-tmp-1-3");
+	uint64_t placeholder = mkfile(d, "placeholder");
+	struct wfs_recovery r = {77, 77, 77};
+	uint64_t declared = 0;
+	struct wfs_attr a;
+	char buf[8];
+	size_t len;
+
+	for (uint64_t *i = (uint64_t[]){cut, zero, bare, placeholder, 0}; *i; i++)
+		seal(*i, "", 0);
+	seal(full, "F", 16);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, cut, "user.weightfs.shape", "[1024,1024]", 11, 0), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, cut, "user.weightfs.dtype", "F32", 3, 0), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, zero, "user.weightfs.shape", "[0,8]", 5, 0), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, zero, "user.weightfs.dtype", "F32", 3, 0), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, full, "user.weightfs.shape", "[4]", 3, 0), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, full, "user.weightfs.dtype", "F32", 3, 0), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, placeholder, "user.weightfs.shape", "[4]", 3, 0), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, placeholder, "user.weightfs.dtype", "BF16", 4, 0), 0);
+	ck_assert_int_eq(wfs_catalog_declared_bytes(cat, cut, &declared), 0);
+	ck_assert_uint_eq(declared, 4194304);
+	ck_assert_int_eq(wfs_catalog_declared_bytes(cat, placeholder, &declared), 0);
+	ck_assert_uint_eq(declared, 8);
+	ck_assert_int_eq(wfs_catalog_declared_bytes(cat, bare, &declared), -ENODATA);
+	ck_assert_uint_eq(refcount(""), 4);
+
+	ck_assert_int_eq(wfs_catalog_recover(cat, &r), 0);
+	ck_assert_uint_eq(r.declared_empty_removed, 1);
+	ck_assert_uint_eq(r.unsealed_removed, 0);
+	ck_assert_uint_eq(r.orphans_removed, 0);
+	ck_assert_uint_eq(ino_at(d, ".wfs-tmp-1-0"), 0);
+	ck_assert_int_eq(wfs_catalog_getattr(cat, cut, &a), -ENOENT);
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, cut, "user.weightfs.dtype", buf, sizeof(buf), &len), -ENODATA);
+	ck_assert_uint_eq(refcount(""), 3);
+	/* Kept: one that declares nothing, one that holds bytes, one without attributes, any other name. */
+	ck_assert_uint_eq(ino_at(d, ".wfs-tmp-1-1"), zero);
+	ck_assert_uint_eq(ino_at(d, ".wfs-tmp-1-2"), full);
+	ck_assert_uint_eq(ino_at(d, ".wfs-tmp-1-3"), bare);
+	ck_assert_uint_eq(ino_at(d, "placeholder"), placeholder);
+	ck_assert_int_eq(wfs_catalog_recover(cat, &r), 0);
+	ck_assert_uint_eq(r.declared_empty_removed, 0);
+}
+END_TEST
+
+/* A backup is the committed catalog at its time; a restore puts it in place of a damaged one, whose
+ * files are kept aside; a damaged catalog never replaces a good backup. */
+START_TEST(test_backup_restore)
+{
+	char backup[700], aside[PATH_MAX], path[PATH_MAX], why[128];
+	uint64_t a = mkfile(ROOT, "a"), b;
+	struct wfs_attr attr;
+	int fd;
+
+	seal(a, "A", 1);
+	tu_path(backup, sizeof(backup), tu_test_dir, "catalog.db.backup");
+	ck_assert_int_eq(wfs_catalog_backup(cat, backup, true), 0);
+	ck_assert_int_eq(wfs_catalog_diagnose(backup, why, sizeof(why)), 0);
+	ck_assert_str_eq(why, "ok");
+	b = mkfile(ROOT, "b"); /* after the backup */
+	seal(b, "B", 2);
+	wfs_catalog_close(cat);
+	cat = NULL;
+	fd = open(db_path, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, "\x07\x07\x07\x07\x07\x07\x07\x07", 8, 4096), 8);
+	close(fd);
+	ck_assert_int_eq(wfs_catalog_diagnose(db_path, why, sizeof(why)), 1);
+
+	ck_assert_int_eq(wfs_catalog_restore(backup, db_path, aside), 0);
+	snprintf(path, sizeof(path), "%s", aside);
+	ck_assert_int_eq(access(path, F_OK), 0); /* the damaged file, kept */
+	ck_assert_int_eq(wfs_catalog_diagnose(path, why, sizeof(why)), 1);
+	ck_assert_int_eq(wfs_catalog_open(db_path, 0, UID, GID, &cat), 0);
+	ck_assert_uint_eq(ino_at(ROOT, "a"), a);
+	ck_assert_uint_eq(ino_at(ROOT, "b"), 0); /* made after the backup */
+	ck_assert_int_eq(wfs_catalog_getattr(cat, a, &attr), 0);
+	ck_assert(attr.sealed);
+	ck_assert_uint_eq(refcount("A"), 1);
+
+	/* A damaged source: the backup stays as it was. */
+	{
+		char bad[700];
+		struct wfs_catalog *c2 = NULL;
+
+		tu_path(bad, sizeof(bad), tu_test_dir, "bad.db");
+		ck_assert_int_eq(wfs_catalog_open(bad, WFS_CATALOG_CREATE, UID, GID, &c2), 0);
+		for (int i = 0; i < 40; i++) {
+			char name[16];
+
+			snprintf(name, sizeof(name), "f%d", i);
+			ck_assert_int_eq(wfs_catalog_create(c2, ROOT, name, S_IFREG | 0644, 0, 0, NULL, &attr), 0);
+		}
+		ck_assert_int_eq(wfs_catalog_checkpoint(c2), 0);
+		fd = open(bad, O_RDWR);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(pwrite(fd, "\x07\x07\x07\x07\x07\x07\x07\x07", 8, 4096), 8);
+		close(fd);
+		ck_assert_int_eq(wfs_catalog_backup(c2, backup, false), -EIO);
+		wfs_catalog_close(c2);
+		ck_assert_int_eq(wfs_catalog_diagnose(backup, why, sizeof(why)), 0);
+	}
+	/* No backup: nothing changes. */
+	tu_path(path, sizeof(path), tu_test_dir, "none.backup");
+	ck_assert_int_eq(wfs_catalog_restore(path, db_path, aside), -ENOENT);
 }
 END_TEST
 
@@ -1820,6 +1959,9 @@ static Suite *catalog_suite(void)
 	add(s, "set_content_refcounts", test_set_content_refcounts);
 	add(s, "create_sealed", test_create_sealed);
 	add(s, "unreferenced", test_unreferenced);
+	add(s, "retain_budget", test_retain_budget);
+	add(s, "recover_declared_empty_tmp", test_recover_declared_empty_tmp);
+	add(s, "backup_restore", test_backup_restore);
 	add(s, "inode_drop", test_inode_drop);
 	add(s, "ino_never_reused", test_ino_never_reused);
 	add(s, "recover", test_recover);

@@ -237,6 +237,36 @@ START_TEST(test_fd_equals_buf)
 }
 END_TEST
 
+/* A range of a file hashes as those bytes alone (a tensor inside a safetensors file). */
+START_TEST(test_range_equals_buf)
+{
+	const size_t size = 3 * MIB + 17;
+	static const uint64_t ranges[][2] = {{0, 0}, {0, 1}, {8, 241}, {100, MIB}, {1, 3 * MIB + 16}, {MIB - 3, MIB + 9}};
+	unsigned char *in = malloc(size);
+	struct wfs_digest a, b;
+	char path[300];
+	int fd;
+
+	ck_assert_ptr_nonnull(in);
+	tu_fill(in, size, 7);
+	tu_path(path, sizeof(path), tu_test_dir, "f");
+	ck_assert_int_eq(tu_write_file(path, in, size, 0644), 0);
+	fd = open(path, O_RDONLY);
+	ck_assert_int_ge(fd, 0);
+	for (size_t k = 0; k < sizeof(ranges) / sizeof(ranges[0]); k++) {
+		ck_assert_int_eq(wfs_digest_range(fd, ranges[k][0], ranges[k][1], &a), 0);
+		wfs_digest_buf(in + ranges[k][0], ranges[k][1], &b);
+		ck_assert_msg(wfs_digest_equal(&a, &b), "range %d: differs", (int)k);
+	}
+	ck_assert_int_eq(lseek(fd, 0, SEEK_CUR), 0); /* pread: the offset is the caller's */
+	memset(&a, 0xab, sizeof(a));
+	ck_assert_int_eq(wfs_digest_range(fd, size - 10, 11, &a), -ENODATA); /* past the end */
+	ck_assert_uint_eq(a.bytes[0], 0xab); /* untouched on error */
+	close(fd);
+	free(in);
+}
+END_TEST
+
 START_TEST(test_fd_golden_mib)
 {
 	unsigned char *in = malloc(MIB);
@@ -476,6 +506,7 @@ static Suite *digest_suite(void)
 	tc = tcase_create("fd");
 	tcase_add_checked_fixture(tc, tu_test_dir_setup, tu_test_dir_teardown);
 	tcase_add_test(tc, test_fd_equals_buf);
+	tcase_add_test(tc, test_range_equals_buf);
 	tcase_add_test(tc, test_fd_golden_mib);
 	tcase_add_test(tc, test_fd_offset_untouched);
 	tcase_add_test(tc, test_fd_sparse);

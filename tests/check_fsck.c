@@ -254,7 +254,9 @@ static void flip_byte(const struct wfs_digest *d, off_t off)
 struct finding_rec {
 	enum wfs_fsck_kind kind;
 	char what[256];
-	char detail[256];
+	char detail[600];
+	char names[512]; /* the names told with it, joined by ' ' */
+	size_t nnames;
 	bool repaired;
 };
 
@@ -268,15 +270,21 @@ struct fsck_run {
 };
 
 static void on_finding(void *ctx, enum wfs_fsck_kind kind, const char *what, const char *detail,
-		       bool repaired)
+		       const char *const *names, size_t nnames, bool repaired)
 {
 	struct fsck_run *x = ctx;
+	size_t off = 0;
 
 	if (x->n == MAX_FINDINGS)
 		return;
 	x->f[x->n].kind = kind;
 	snprintf(x->f[x->n].what, sizeof(x->f[x->n].what), "%s", what);
 	snprintf(x->f[x->n].detail, sizeof(x->f[x->n].detail), "%s", detail ? detail : "");
+	x->f[x->n].names[0] = '\0';
+	for (size_t i = 0; i < nnames && off < sizeof(x->f[x->n].names); i++)
+		off += (size_t)snprintf(x->f[x->n].names + off, sizeof(x->f[x->n].names) - off, "%s%s",
+					i ? " " : "", names[i]);
+	x->f[x->n].nnames = nnames;
 	x->f[x->n].repaired = repaired;
 	x->n++;
 }
@@ -1364,6 +1372,228 @@ static TCase *tcase(Suite *s, const char *name)
 	return tc;
 }
 
+/* ---- naming what is broken (issue 35) ----------------------------------------------------------- */
+
+/* A lost object is told with every name that uses it (hard links and dedup alike), as paths from
+ * the root; a damaged one too, and its quarantined copy after repair. */
+START_TEST(test_names_of_broken_objects)
+{
+	struct wfs_digest d, c, ok;
+	char hex[WFS_DIGEST_HEX_CHARS + 1], chex[WFS_DIGEST_HEX_CHARS + 1], path[800], qwhat[64];
+	const struct finding_rec *f;
+	struct wfs_attr a, sub, l;
+	struct fsck_run x;
+	uint64_t ino;
+
+	ck_assert_int_eq(wfs_catalog_create(cat, ROOT, "rank0", S_IFDIR | 0755, 0, 0, NULL, &a), 0);
+	ck_assert_int_eq(wfs_catalog_create(cat, a.ino, "sub", S_IFDIR | 0755, 0, 0, NULL, &sub), 0);
+	ino = put_file(a.ino, "w", 3000, 40, &d);
+	ck_assert_int_eq(wfs_catalog_link(cat, ino, ROOT, "link", &l), 0); /* a hard link */
+	put_file(sub.ino, "same", 3000, 40, &d);                          /* dedup: one object */
+	put_file(ROOT, "c", 5000, 41, &c);
+	put_file(ROOT, "ok", 100, 42, &ok);
+	close_store_catalog();
+	object_path(path, sizeof(path), &d);
+	ck_assert_int_eq(unlink(path), 0);
+	flip_byte(&c, 7);
+	hex_of(&d, hex);
+	hex_of(&c, chex);
+
+	fsck_ok(&x, false);
+	f = one_of(&x, WFS_FSCK_MISSING);
+	ck_assert_str_eq(f->what, hex);
+	ck_assert_uint_eq(f->nnames, 3);
+	ck_assert_str_eq(f->names, "/link /rank0/sub/same /rank0/w");
+	ck_assert_msg(strstr(f->detail, "3 names fail with EIO") != NULL, "%s", f->detail);
+	f = one_of(&x, WFS_FSCK_CORRUPT);
+	ck_assert_str_eq(f->what, chex);
+	ck_assert_str_eq(f->names, "/c");
+
+	fsck_ok(&x, true); /* quarantines c: its copy is told with its name */
+	snprintf(qwhat, sizeof(qwhat), "quarantine/%s", chex);
+	f = one_of(&x, WFS_FSCK_QUARANTINED);
+	ck_assert_str_eq(f->what, qwhat);
+	ck_assert_str_eq(f->names, "/c");
+	ck_assert_msg(strstr(f->detail, "1 names fail with EIO") != NULL, "%s", f->detail);
+	fsck_ok(&x, false);
+	ck_assert_uint_eq(x.r.found[WFS_FSCK_MISSING], 2); /* d lost, c quarantined */
+	for (size_t i = 0; i < x.n; i++)
+		if (x.f[i].kind == WFS_FSCK_MISSING && strcmp(x.f[i].what, chex) == 0)
+			ck_assert_str_eq(x.f[i].names, "/c");
+}
+END_TEST
+
+/* The mark a killed owner leaves in STORE/lock: an offline check says so; repair runs the crash
+ * recovery and the store is closed cleanly after it. */
+START_TEST(test_unclean_store)
+{
+	struct wfs_attr a;
+	const struct finding_rec *f;
+	struct fsck_run x;
+	char path[800];
+
+	put_file(ROOT, "w", 100, 43, NULL);
+	ck_assert_int_eq(wfs_catalog_create(cat, ROOT, "never-sealed", S_IFREG | 0644, 0, 0, NULL, &a), 0);
+	close_store_catalog();
+	fsck_ok(&x, false);
+	expect_clean(&x);
+	ck_assert(!x.r.unclean);
+
+	/* What a daemon killed with SIGKILL leaves: its pid and mount point, never emptied. */
+	spath(path, sizeof(path), "lock");
+	ck_assert_int_eq(tu_write_file(path, "2147483000\nmounted on /mnt/w\n", 29, 0600), 0);
+	fsck_ok(&x, false);
+	expect_only(&x, WFS_FSCK_UNCLEAN, "lock", false);
+	ck_assert(x.r.unclean);
+	ck_assert_int_eq(x.r.unclean_pid, 2147483000);
+	ck_assert_str_eq(x.r.unclean_what, "mounted on /mnt/w");
+	f = one_of(&x, WFS_FSCK_UNCLEAN);
+	ck_assert_msg(strstr(f->detail, "not closed by its last owner (pid 2147483000, mounted on /mnt/w)") != NULL,
+		      "%s", f->detail);
+
+	fsck_ok(&x, true);
+	f = one_of(&x, WFS_FSCK_UNCLEAN);
+	ck_assert(f->repaired);
+	ck_assert_msg(strstr(f->detail, "1 never-sealed names") != NULL, "%s", f->detail);
+	fsck_ok(&x, false);
+	expect_clean(&x);
+	ck_assert(!x.r.unclean);
+	open_store_catalog();
+	ck_assert_int_eq(wfs_catalog_lookup(cat, ROOT, "never-sealed", &a), -ENOENT);
+}
+END_TEST
+
+/* A temporary name of the tensor-file protocol left in the namespace: declared 4 MiB, holding 0. */
+START_TEST(test_tmpname_left)
+{
+	struct wfs_attr a, d;
+	const struct finding_rec *f;
+	struct fsck_run x;
+	struct wfs_digest empty;
+
+	ck_assert_int_eq(wfs_catalog_create(cat, ROOT, "rank0", S_IFDIR | 0755, 0, 0, NULL, &d), 0);
+	put_file(d.ino, "w", 100, 44, NULL);
+	put_file(d.ino, ".wfs-tmp-123-0", 0, 0, &empty);
+	ck_assert_int_eq(wfs_catalog_lookup(cat, d.ino, ".wfs-tmp-123-0", &a), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, a.ino, "user.weightfs.shape", "[1024,1024]", 11, 0), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, a.ino, "user.weightfs.dtype", "F32", 3, 0), 0);
+	close_store_catalog();
+
+	fsck_ok(&x, false);
+	expect_only(&x, WFS_FSCK_TMPNAME, "/rank0/.wfs-tmp-123-0", false);
+	f = one_of(&x, WFS_FSCK_TMPNAME);
+	ck_assert_msg(strstr(f->detail, "holds 0 bytes, its dtype and shape declare 4194304") != NULL, "%s",
+		      f->detail);
+	fsck_ok(&x, true);
+	expect_only(&x, WFS_FSCK_TMPNAME, "/rank0/.wfs-tmp-123-0", true);
+	fsck_ok(&x, false);
+	expect_clean(&x);
+	open_store_catalog();
+	ck_assert_int_eq(wfs_catalog_lookup(cat, d.ino, ".wfs-tmp-123-0", &a), -ENOENT);
+	ck_assert_int_eq(wfs_catalog_lookup(cat, d.ino, "w", &a), 0);
+}
+END_TEST
+
+/* A damaged catalog is one finding that says so and what to do; the objects are still checked
+ * against their digests, none is taken for an orphan, and repair touches nothing. */
+START_TEST(test_catalog_damaged)
+{
+	struct wfs_digest d, c;
+	char path[800], chex[WFS_DIGEST_HEX_CHARS + 1];
+	const struct finding_rec *f;
+	struct fsck_run x;
+	int fd;
+
+	for (int i = 0; i < 40; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "f%d", i);
+		put_file(ROOT, name, 100, 100 + (uint64_t)i, i == 0 ? &d : NULL);
+	}
+	put_file(ROOT, "c", 5000, 45, &c);
+	close_store_catalog();
+	flip_byte(&c, 9);
+	hex_of(&c, chex);
+	fd = open(db_path, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, "\x07\x07\x07\x07\x07\x07\x07\x07", 8, 4096), 8); /* page 2's header */
+	close(fd);
+
+	fsck_ok(&x, false);
+	ck_assert(x.r.catalog_damaged);
+	f = one_of(&x, WFS_FSCK_CATALOG);
+	ck_assert_str_eq(f->what, "catalog.db");
+	ck_assert_msg(strncmp(f->detail, "damaged (SQLite: ", 17) == 0 && strstr(f->detail, "restore catalog.db") != NULL,
+		      "%s", f->detail);
+	f = one_of(&x, WFS_FSCK_CORRUPT);
+	ck_assert_str_eq(f->what, chex);
+	ck_assert_uint_eq(x.r.found[WFS_FSCK_ORPHAN], 0);
+	ck_assert_uint_eq(x.r.objects_checked, 41);
+
+	fsck_ok(&x, true);
+	ck_assert_uint_eq(x.r.repaired[WFS_FSCK_CORRUPT] + x.r.repaired[WFS_FSCK_ORPHAN], 0);
+	object_path(path, sizeof(path), &d);
+	ck_assert(exists(path));
+	object_path(path, sizeof(path), &c);
+	ck_assert(exists(path));
+}
+END_TEST
+
+/* With a backup beside it, --repair rebuilds a damaged catalog: the names of the backup, the objects
+ * written since kept as unreferenced ones, the damaged files kept aside. */
+START_TEST(test_catalog_rebuilt)
+{
+	struct wfs_digest a, late;
+	char backup[800], hex[WFS_DIGEST_HEX_CHARS + 1];
+	const struct finding_rec *f;
+	struct wfs_object_row row;
+	struct wfs_attr attr;
+	struct fsck_run x;
+	int fd;
+
+	for (int i = 0; i < 40; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "f%d", i);
+		put_file(ROOT, name, 100, 200 + (uint64_t)i, i == 0 ? &a : NULL);
+	}
+	spath(backup, sizeof(backup), "catalog.db.backup");
+	ck_assert_int_eq(wfs_catalog_backup(cat, backup, false), 0);
+	put_file(ROOT, "late", 700, 300, &late); /* after the backup */
+	close_store_catalog();
+	fd = open(db_path, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, "\x07\x07\x07\x07\x07\x07\x07\x07", 8, 4096), 8);
+	close(fd);
+
+	fsck_ok(&x, false);
+	f = one_of(&x, WFS_FSCK_CATALOG);
+	ck_assert_msg(strstr(f->detail, "weightfsctl fsck --repair rebuilds them from catalog.db.backup") != NULL, "%s",
+		      f->detail);
+
+	fsck_ok(&x, true);
+	ck_assert(!x.r.catalog_damaged);
+	f = one_of(&x, WFS_FSCK_CATALOG);
+	ck_assert(f->repaired);
+	ck_assert_msg(strstr(f->detail, "rebuilt from catalog.db.backup of ") != NULL, "%s", f->detail);
+	hex_of(&late, hex);
+	f = one_of(&x, WFS_FSCK_ORPHAN);
+	ck_assert_str_eq(f->what, hex);
+	ck_assert(f->repaired);
+	ck_assert_uint_eq(wfs_fsck_unrepaired(&x.r), 0);
+	ck_assert(object_row(&late, &row)); /* adopted, unreferenced */
+	ck_assert_uint_eq(row.refcount, 0);
+	ck_assert_uint_eq(row.bytes, 700);
+
+	fsck_ok(&x, false);
+	expect_clean(&x);
+	open_store_catalog();
+	ck_assert_int_eq(wfs_catalog_lookup(cat, ROOT, "f0", &attr), 0);
+	ck_assert(wfs_digest_equal(&attr.digest, &a));
+	ck_assert_int_eq(wfs_catalog_lookup(cat, ROOT, "late", &attr), -ENOENT);
+}
+END_TEST
+
 static Suite *fsck_suite(void)
 {
 	Suite *s = suite_create("fsck");
@@ -1396,6 +1626,12 @@ static Suite *fsck_suite(void)
 	tcase_add_test(tc, test_tmp_leftover);
 	tcase_add_test(tc, test_tmp_leftover_dir);
 	tcase_add_test(tcase(s, "online"), test_online_read_only);
+	tc = tcase(s, "names");
+	tcase_add_test(tc, test_names_of_broken_objects);
+	tcase_add_test(tc, test_unclean_store);
+	tcase_add_test(tc, test_tmpname_left);
+	tcase_add_test(tc, test_catalog_damaged);
+	tcase_add_test(tc, test_catalog_rebuilt);
 	tcase_add_test(tcase(s, "rate"), test_rate_limit);
 	tc = tcase(s, "gc");
 	tcase_add_test(tc, test_gc_least_recently_released_first);

@@ -335,6 +335,11 @@ START_TEST(test_open_unclean)
 	}
 	ck_assert_int_eq(waitpid(child, &status, 0), child);
 	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* Inspection (fsck) reads the mark too, and leaves it for the next owner. */
+	s = open_store(WFS_STORE_READONLY);
+	ck_assert(wfs_store_unclean(s, &pid, what, sizeof(what)));
+	ck_assert_int_eq(pid, (int)child);
+	wfs_store_close(s);
 	s = open_store(0);
 	ck_assert(wfs_store_unclean(s, &pid, what, sizeof(what)));
 	ck_assert_int_eq(pid, (int)child);
@@ -342,6 +347,13 @@ START_TEST(test_open_unclean)
 	wfs_store_close(s);
 	s = open_store(0);
 	ck_assert(!wfs_store_unclean(s, &pid, what, sizeof(what)));
+	{
+		/* While an owner holds it, a read-only open is not told of its filled lock. */
+		struct wfs_store *ro = open_store(WFS_STORE_READONLY);
+
+		ck_assert(!wfs_store_unclean(ro, &pid, what, sizeof(what)));
+		wfs_store_close(ro);
+	}
 	wfs_store_close(s);
 }
 END_TEST

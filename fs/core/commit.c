@@ -1,5 +1,7 @@
 /* commit.h: the committer thread. */
 #include <errno.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -9,6 +11,7 @@
 #include "daemon.h"
 #include "fault.h"
 #include "log.h"
+#include "weightfs.h"
 
 /* The catalog's cue (called under fs->lock): a batch has its first change, or a checkpoint is due. */
 static void first_pending(void *ctx)
@@ -192,6 +195,36 @@ static void checkpoint(struct wfs_fs *fs, bool must)
 		;
 }
 
+int wfs_commit_backup(struct wfs_fs *fs)
+{
+	char path[PATH_MAX];
+	int ret;
+
+	if (snprintf(path, sizeof(path), "%s/" WFS_STORE_CATALOG_BACKUP, fs->opt.store) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	ret = wfs_catalog_backup(fs->catalog, path, fs->opt.sync != WFS_SYNC_NONE);
+	if (ret)
+		wfs_log(WFS_LOG_WARN, "catalog backup %s: %s (the last good one stays)", path, strerror(-ret));
+	return ret;
+}
+
+/* (L) The periodic backup (wfs_commit_backup), when WFS_BACKUP_INTERVAL_S passed with changes. */
+static void backup_if_due(struct wfs_fs *fs)
+{
+	struct wfs_catalog_timing t;
+	struct timespec now;
+
+	wfs_catalog_timing(fs->catalog, &t);
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (t.commits == fs->commit.backup_commits || now.tv_sec - fs->commit.backup_at.tv_sec < WFS_BACKUP_INTERVAL_S)
+		return;
+	fs->commit.backup_commits = t.commits;
+	fs->commit.backup_at = now;
+	wfs_unlock(&fs->lock);
+	wfs_commit_backup(fs);
+	wfs_lock(&fs->lock);
+}
+
 static void *committer(void *arg)
 {
 	struct wfs_fs *fs = arg;
@@ -226,6 +259,7 @@ static void *committer(void *arg)
 			wfs_lock(&fs->lock);
 			if (ret == 0 && need != WFS_CHECKPOINT_NONE && (group || !wfs_commit_waiting(&fs->commit)))
 				checkpoint(fs, need == WFS_CHECKPOINT_NOW);
+			backup_if_due(fs);
 		} else {
 			/* Kept open (or lost, and logged): try again an interval later, not in a loop. */
 			deadline = wfs_deadline_in(WFS_COMMIT_INTERVAL_MS);
@@ -247,6 +281,7 @@ int wfs_commit_start(struct wfs_fs *fs)
 	wfs_lock(&fs->lock);
 	ret = wfs_catalog_batch(fs->catalog, true, first_pending, fs);
 	fs->commit.stop = false;
+	clock_gettime(CLOCK_MONOTONIC, &fs->commit.backup_at);
 	if (ret == 0 && (ret = -pthread_create(&fs->commit.thread, NULL, committer, fs)) != 0)
 		wfs_catalog_batch(fs->catalog, false, NULL, NULL);
 	fs->commit.started = ret == 0;

@@ -49,6 +49,8 @@ struct wfs_fs;
 				   * the others' pages while they were still writing; at 1 s, 1.08x */
 #define WFS_SYNC_CLOSE_MIN (64ull << 20) /* bytes: from this size close(2) waits for the disk; a
 				   * flush (2-3 ms on the test disks) is then under 5% of writing the file */
+#define WFS_BACKUP_INTERVAL_S 600 /* the most a catalog backup lags its changes while mounted (a
+				   * crash loses the names made since, if the catalog is damaged too) */
 #define WFS_SYNC_FILES_MAX 16 /* a group sync for at most this many seals, each of WFS_SYNC_CLOSE_MIN
 			       * or more, syncs their objects one by one instead of the whole filesystem */
 
@@ -78,6 +80,8 @@ struct wfs_commit {
 	size_t nlarge;
 	uint64_t checkpoints;     /* of the WAL into catalog.db, since the mount (checkpoint_lent) */
 	struct timespec unsynced_since; /* CLOCK_REALTIME of the first of them */
+	uint64_t backup_commits;        /* the catalog's commit count at the last backup */
+	struct timespec backup_at;      /* CLOCK_MONOTONIC of the last backup (or of the start) */
 };
 
 /* (L) Seals whose objects no group sync has covered yet. */
@@ -105,6 +109,13 @@ void wfs_commit_stop(struct wfs_fs *fs);
  * -EIO, -EBUSY), logged here.
  */
 int wfs_commit_now(struct wfs_fs *fs);
+/*
+ * Copy the committed catalog to STORE/WFS_STORE_CATALOG_BACKUP (wfs_catalog_backup; synced unless
+ * -o sync=none), what weightfsctl fsck --repair rebuilds the names from when the catalog is damaged.
+ * The committer runs it every WFS_BACKUP_INTERVAL_S while changes come, and the daemon at unmount.
+ * Call without fs->lock: it reads through a connection of its own. Returns 0 or -errno (logged).
+ */
+int wfs_commit_backup(struct wfs_fs *fs);
 /*
  * (L) Close @fd (wfs_store_object_unlink_open: a removed object) on the committer thread, without
  * fs->lock: that close frees the file's space, a filesystem's work that grows with the file (its

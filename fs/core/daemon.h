@@ -64,7 +64,8 @@ struct wfs_options {
 	int verify;           /* check each object's digest on its first open (default 1) */
 	int dedup_verify;     /* compare bytes with the stored copy on a dedup hit (default 0) */
 	char *retain_text;    /* -o retain=SIZE as given */
-	uint64_t retain;      /* bytes of unreferenced objects kept for reuse (0: delete at once) */
+	uint64_t retain;      /* bytes of unreferenced objects kept for reuse (0: delete at once): the
+			       * store's budget (catalog.h), which -o retain records */
 	char *readahead_text; /* -o readahead=SIZE as given */
 	int64_t readahead;    /* its bytes; -1: not given, READAHEAD_DEFAULT (ops.c) */
 	int sync;             /* enum wfs_sync_mode: when seals become durable (commit.h) */

@@ -178,6 +178,15 @@ static bool object_in_use(void *ctx, const struct wfs_digest *d)
 	return wfs_object_in_use(ctx, d);
 }
 
+void wfs_object_log_collected(const struct wfs_fs *fs, const struct wfs_gc_report *gc)
+{
+	wfs_log(WFS_LOG_WARN, "retention: objects no name uses exceeded the store's budget of %llu bytes: "
+		"removed %llu objects (%llu bytes), least recently released first; kept %llu objects "
+		"(%llu bytes)", (unsigned long long)fs->opt.retain, (unsigned long long)gc->objects_removed,
+		(unsigned long long)gc->bytes_removed, (unsigned long long)gc->objects_kept,
+		(unsigned long long)gc->bytes_kept);
+}
+
 void wfs_object_maybe_delete(struct wfs_fs *fs, const struct wfs_digest *d)
 {
 	struct wfs_gc_report gc;
@@ -202,10 +211,13 @@ void wfs_object_maybe_delete(struct wfs_fs *fs, const struct wfs_digest *d)
 		if (fs->retained <= fs->opt.retain)
 			return;
 		ret = wfs_gc_collect(fs->store, fs->catalog, fs->opt.retain, false, object_in_use, fs, &gc);
-		if (ret)
+		if (ret) {
 			wfs_log(WFS_LOG_WARN, "retention: %s", strerror(-ret));
-		else
-			fs->retained = gc.bytes_kept;
+			return;
+		}
+		fs->retained = gc.bytes_kept;
+		if (gc.objects_removed)
+			wfs_object_log_collected(fs, &gc);
 		return;
 	}
 	if (ret == 0) {

@@ -92,6 +92,14 @@ bool wfs_object_in_use(struct wfs_fs *fs, const struct wfs_digest *d);
  * (and the daemon's next start, after a crash).
  */
 void wfs_object_maybe_delete(struct wfs_fs *fs, const struct wfs_digest *d);
+struct wfs_gc_report;
+/*
+ * Log, at warning level, what a collection by the retention budget (fs->opt.retain, the store's:
+ * catalog.h) removed, from @gc (wfs_gc_collect()'s report, objects_removed > 0): the objects and
+ * bytes removed, least recently released first, and those kept. Only gc and this collection delete
+ * objects the store keeps, so each time is on the record. Needs no lock.
+ */
+void wfs_object_log_collected(const struct wfs_fs *fs, const struct wfs_gc_report *gc);
 /* At exit: free every entry, closing descriptors (backing ids go with the session). */
 void wfs_objects_release(struct wfs_fs *fs);
 

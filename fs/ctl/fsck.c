@@ -23,7 +23,7 @@ struct fsck_ui {
 };
 
 static void on_finding(void *ctx, enum wfs_fsck_kind kind, const char *what, const char *detail,
-		       bool repaired)
+		       const char *const *names, size_t nnames, bool repaired)
 {
 	struct fsck_ui *ui = ctx;
 	char note[96] = "";
@@ -38,13 +38,20 @@ static void on_finding(void *ctx, enum wfs_fsck_kind kind, const char *what, con
 						     : r == 0 ? " [the daemon reads it intact now]" : "");
 	}
 	if (ui->findings) {
+		json_t *list = json_array();
+
+		for (size_t i = 0; list && i < nnames; i++)
+			json_array_append_new(list, wfs_ctl_json_string(names[i]));
 		json_array_append_new(ui->findings,
-				      json_pack("{s:s, s:o, s:o, s:b}", "kind", wfs_fsck_kind_name(kind), "what",
-						wfs_ctl_json_string(what), "detail", wfs_ctl_json_string(detail), "repaired",
-						repaired));
+				      json_pack("{s:s, s:o, s:o, s:o, s:b}", "kind", wfs_fsck_kind_name(kind), "what",
+						wfs_ctl_json_string(what), "detail", wfs_ctl_json_string(detail), "names",
+						list, "repaired", repaired));
 		return;
 	}
 	printf("%-11s %s: %s%s%s\n", wfs_fsck_kind_name(kind), what, detail, repaired ? " [repaired]" : "", note);
+	/* Each name that uses the object, below the mount point: what to write again. */
+	for (size_t i = 0; i < nnames; i++)
+		printf("%-11s %s%s\n", "", ui->mnt[0] ? ui->mnt : "", names[i]);
 }
 
 static void on_progress(void *ctx, uint64_t bytes_done, uint64_t bytes_total, uint64_t objects_done,
@@ -65,10 +72,14 @@ static void fsck_usage(FILE *out)
 		"usage: weightfsctl fsck [--repair] [--rate BYTES/S] [--json] STORE|MOUNTPOINT\n\n"
 		"Read every object and check its bytes against its digest; check the catalog against the\n"
 		"objects directory (missing objects, orphan files, stray files, writable objects) and its own\n"
-		"invariants (refcounts, link counts, names without inodes); list tmp leftovers and\n"
-		"quarantined objects.\n\n"
-		"  --repair        fix what is safe: quarantine corrupt objects, remove orphans and tmp\n"
-		"                  leftovers, recount refcounts and links (needs the store unmounted)\n"
+		"invariants (refcounts, link counts, names without inodes); list tmp leftovers,\n"
+		"quarantined objects and temporary names (.wfs-tmp-*) an interrupted write left; say\n"
+		"whether the store was closed cleanly. Each damaged, missing or quarantined object is\n"
+		"listed with the names that use it (paths below the mount point): what to write again.\n"
+		"A damaged catalog is reported as such, with what to do.\n\n"
+		"  --repair        fix what is safe: quarantine corrupt objects, remove orphans, tmp\n"
+		"                  leftovers and temporary names, recount refcounts and links, run the\n"
+		"                  crash recovery of a store not closed cleanly (needs it unmounted)\n"
 		"  --rate BYTES/S  read objects at most this fast (e.g. 200M), to stay out of a trainer's way\n"
 		"                  when the store is mounted (0, the default: as fast as the disk reads)\n"
 		"  --json          machine-readable report\n\n"
@@ -127,6 +138,8 @@ int wfs_ctl_fsck(int argc, char **argv)
 	left = wfs_fsck_unrepaired(&r);
 	if (out) {
 		json_object_set_new(out, "online", json_boolean(r.online));
+		json_object_set_new(out, "state", json_string(r.online ? "mounted" : r.unclean ? "unclean" : "clean"));
+		json_object_set_new(out, "catalog_damaged", json_boolean(r.catalog_damaged));
 		json_object_set_new(out, "objects_checked", json_integer((json_int_t)r.objects_checked));
 		json_object_set_new(out, "bytes_checked", json_integer((json_int_t)r.bytes_checked));
 		json_object_set_new(out, "problems_left", json_integer((json_int_t)left));
@@ -134,6 +147,9 @@ int wfs_ctl_fsck(int argc, char **argv)
 	} else {
 		uint64_t found = 0, fixed = 0;
 
+		/* The store's state: an unclean one is a finding of its own, above. */
+		if (!r.online && !r.unclean)
+			printf("%-11s %s: closed by its last owner\n", "clean", "lock");
 		for (int k = 0; k < WFS_FSCK_KINDS; k++) {
 			if (k == WFS_FSCK_QUARANTINED)
 				continue;

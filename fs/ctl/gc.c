@@ -14,9 +14,10 @@ static void gc_usage(FILE *out)
 {
 	fprintf(out, "usage: weightfsctl gc [--retain SIZE] [--quarantine] [--dry-run] [--json] STORE\n\n"
 		     "Remove objects no name uses, least recently released first, until those left take\n"
-		     "at most SIZE bytes (default 0: remove them all), and object files the catalog does not\n"
-		     "list (orphans a crash left). The store must not be mounted (the daemon does the same\n"
-		     "online with -o retain=SIZE, and removes orphans when it starts after a crash).\n\n"
+		     "at most SIZE bytes (default 0: remove them all, whatever budget the store keeps for its\n"
+		     "mounts: weightfsctl retain), and object files the catalog does not list (orphans a\n"
+		     "crash left). The store must not be mounted (the daemon does the same online with the\n"
+		     "store's budget, and removes orphans when it starts after a crash).\n\n"
 		     "  --retain SIZE keep the most recently released unused objects, up to SIZE bytes (e.g. 20G)\n"
 		     "  --quarantine  also remove STORE/quarantine/: the damaged copies a failed check moved\n"
 		     "                aside for inspection (their names fail with EIO until the content is\n"
@@ -52,7 +53,7 @@ int wfs_ctl_gc(int argc, char **argv)
 		ret = wfs_gc_quarantine(store, dry_run, &qfiles, &qbytes);
 	if (ret) {
 		fprintf(stderr, "weightfsctl gc: %s: %s\n", argv[optind],
-			ret == -EBUSY ? "mounted: unmount it first (or mount with -o retain=SIZE)"
+			ret == -EBUSY ? "mounted: unmount it first (its mount keeps the store's budget: weightfsctl retain)"
 				      : wfs_ctl_store_error(ret));
 		return 1;
 	}

@@ -29,10 +29,13 @@ static void import_usage(FILE *out)
 		"The checkpoint's __metadata__ goes into DIR's " WFS_XATTR_ST_META " xattr\n"
 		"(an index's metadata into " WFS_XATTR_ST_INDEX "). Every header is checked before\n"
 		"anything is written; a malformed one is refused with its byte offset and the reason.\n"
-		"Identical tensors are stored once. DIR is made when missing.\n\n"
+		"Identical tensors are stored once. DIR is made when missing. A tensor DIR already holds\n"
+		"(the same dtype, shape and bytes) is left as it is and reported unchanged, so importing\n"
+		"the same checkpoint again succeeds and writes nothing.\n\n"
 		"  --store STORE  import into the store's namespace, DIR being a path in it (default: its\n"
 		"                 root); an unmounted store is mounted privately for the import\n"
-		"  --force        replace tensors that already exist in DIR, and DIR's metadata\n"
+		"  --force        replace tensors that exist in DIR with other content, dtype or shape,\n"
+		"                 and DIR's metadata\n"
 		"  --json         print a JSON summary\n\n"
 		"Each tensor appears under its name only complete and with its xattrs; tensors written\n"
 		"before an error stay. Progress is shown on a terminal.\n\n"
@@ -140,16 +143,25 @@ out:
 	if (wfs_ctl_target_close("import", &ts))
 		ret = 1;
 	if (ret == 0 && json) {
-		ret = wfs_ctl_json_print(json_pack("{s:o, s:o, s:o?, s:I, s:I, s:I, s:I, s:b, s:b}", "checkpoint",
+		ret = wfs_ctl_json_print(json_pack("{s:o, s:o, s:o?, s:I, s:I, s:I, s:I, s:I, s:b, s:b}", "checkpoint",
 						   wfs_ctl_json_string(checkpoint), "dir", wfs_ctl_json_string(dir_arg),
 						   "store", wfs_ctl_json_string(store), "shards", (json_int_t)sum.shards,
 						   "tensors", (json_int_t)sum.tensors, "bytes", (json_int_t)sum.bytes,
-						   "replaced", (json_int_t)sum.replaced, "metadata", sum.metadata,
+						   "replaced", (json_int_t)sum.replaced, "unchanged",
+						   (json_int_t)sum.unchanged, "metadata", sum.metadata,
 						   "index_metadata", sum.index_metadata),
 					 0);
 	} else if (ret == 0) {
-		printf("import: %zu tensors (%.1f MiB) from %s into %s%s%s\n", sum.tensors,
-		       (double)sum.bytes / 1048576.0, checkpoint, store ? store : "", store ? ":" : "", dir_arg);
+		char unchanged[64] = "";
+
+		if (sum.unchanged == sum.tensors && sum.tensors)
+			snprintf(unchanged, sizeof(unchanged), " (unchanged: all there already)");
+		else if (sum.unchanged)
+			snprintf(unchanged, sizeof(unchanged), " (%zu unchanged, %zu written)", sum.unchanged,
+				 sum.tensors - sum.unchanged);
+		printf("import: %zu tensors (%.1f MiB) from %s into %s%s%s%s\n", sum.tensors,
+		       (double)sum.bytes / 1048576.0, checkpoint, store ? store : "", store ? ":" : "", dir_arg,
+		       unchanged);
 	}
 	wfs_st_import_free(im);
 	return ret;

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,18 +63,26 @@ static int resolve(const char *path, char *real)
 
 static void init_usage(FILE *out)
 {
-	fprintf(out, "usage: weightfsctl init STORE\n\n"
+	fprintf(out, "usage: weightfsctl init [--retain SIZE] STORE\n\n"
 		     "Make a new, empty weightfs store in directory STORE (created when missing; its parent\n"
 		     "must exist): objects/, tmp/ and catalog.db, with STORE made 0700 so that only you (and\n"
 		     "root) read it directly; others read through a mount, under each file's mode. STORE may\n"
 		     "hold other files (left as they are): this is the way to make a store there, which\n"
 		     "weightfs refuses to do by itself. A store already there is left as it is (exit 0).\n"
-		     "Then mount it: weightfs STORE MOUNTPOINT.\n");
+		     "Then mount it: weightfs STORE MOUNTPOINT.\n\n"
+		     "  --retain SIZE every mount of the store keeps up to SIZE bytes (K, M, G, T suffixes)\n"
+		     "                of the objects no name uses, so a later run writing the same weights\n"
+		     "                stores nothing new (default 0; weightfsctl retain changes it later)\n");
 }
 
 int wfs_ctl_init(int argc, char **argv)
 {
-	const struct wfs_ctl_cmd cmd = {"init", init_usage, NULL, 1, 1};
+	uint64_t retain = UINT64_MAX, recorded = 0; /* UINT64_MAX: not given (no size parses to it) */
+	const struct wfs_ctl_opt opts[] = {
+		WFS_CTL_OPT_SIZE("retain", 'r', &retain, "not a size (e.g. 20G)"),
+		WFS_CTL_OPT_END,
+	};
+	const struct wfs_ctl_cmd cmd = {"init", init_usage, opts, 1, 1};
 	char real[PATH_MAX], mnt[PATH_MAX], store[PATH_MAX], db[PATH_MAX + 16];
 	struct wfs_catalog *c = NULL;
 	struct wfs_store *s = NULL;
@@ -103,6 +112,17 @@ int wfs_ctl_init(int argc, char **argv)
 	}
 	snprintf(db, sizeof(db), "%s/" WFS_STORE_CATALOG, path);
 	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode) && access(db, F_OK) == 0) {
+		/* An init run again with what it was run with: done. Another budget is a change, which
+		 * init does not make to a store it finds. */
+		if (retain != UINT64_MAX && (wfs_catalog_open(db, WFS_CATALOG_READONLY, 0, 0, &c) ||
+				     wfs_catalog_retain_get(c, &recorded) || recorded != retain)) {
+			wfs_catalog_close(c);
+			fprintf(stderr, "weightfsctl init: %s: already a weightfs store, left as it is (its "
+				"retention budget: %llu bytes); change the budget with: weightfsctl retain %s "
+				"SIZE\n", path, (unsigned long long)recorded, path);
+			return 1;
+		}
+		wfs_catalog_close(c);
 		printf("init: %s: already a weightfs store; left as it is\n", path);
 		return 0;
 	}
@@ -117,6 +137,8 @@ int wfs_ctl_init(int argc, char **argv)
 	ret = wfs_store_open(path, WFS_STORE_INIT, &s);
 	if (ret == 0)
 		ret = wfs_catalog_open(db, WFS_CATALOG_CREATE, getuid(), getgid(), &c);
+	if (ret == 0 && retain != UINT64_MAX)
+		ret = wfs_catalog_retain_set(c, retain);
 	wfs_catalog_close(c);
 	wfs_store_close(s);
 	if (ret == -ENOENT && wfs_store_parent_missing(path, mnt)) {
@@ -129,7 +151,8 @@ int wfs_ctl_init(int argc, char **argv)
 			ret == -EBUSY ? "in use by a weightfs process" : strerror(-ret));
 		return 1;
 	}
-	printf("init: %s: a new weightfs store (mode 0700); mount it with: weightfs %s MOUNTPOINT\n", path,
+	printf("init: %s: a new weightfs store (mode 0700, keeps %llu bytes of objects no name uses); mount it "
+	       "with: weightfs %s MOUNTPOINT\n", path, retain == UINT64_MAX ? 0ull : (unsigned long long)retain,
 	       path);
 	return 0;
 }

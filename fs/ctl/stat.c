@@ -18,6 +18,7 @@
 #include "cache.h"
 #include "catalog.h"
 #include "ctl.h"
+#include "store.h"
 #include "mounts.h"
 #include "weightfs.h"
 
@@ -401,7 +402,7 @@ static void metric(const char *name, const char *help, const char *type, const c
  * serves it) in the Prometheus text format. Returns the exit status.
  */
 static int stat_prometheus(const char *store, const struct wfs_catalog_stats *st, uint64_t disk_bytes,
-			   const json_t *daemon)
+			   uint64_t quarantine_files, uint64_t quarantine_bytes, uint64_t retain, const json_t *daemon)
 {
 	struct wfs_cache_residency r;
 	char labels[PATH_MAX + 16], objects[PATH_MAX + 16];
@@ -434,10 +435,18 @@ static int stat_prometheus(const char *store, const struct wfs_catalog_stats *st
 		metric("objects_disk_bytes", "Disk usage of STORE/objects.", "gauge", labels, (double)disk_bytes);
 	metric("dedup_ratio", "Logical bytes / physical bytes.", "gauge", labels,
 	       st->object_bytes ? (double)st->logical_bytes / (double)st->object_bytes : 1.0);
-	metric("unreferenced_objects", "Objects no name uses (kept by -o retain).", "gauge", labels,
+	metric("unreferenced_objects", "Objects no name uses (kept within the retention budget).", "gauge", labels,
 	       (double)st->unreferenced_objects);
+	metric("unreferenced_bytes", "Bytes of the objects no name uses.", "gauge", labels,
+	       (double)st->unreferenced_bytes);
+	metric("retain_bytes", "The store's retention budget: bytes of objects no name uses that every mount "
+	       "keeps (weightfsctl retain).", "gauge", labels, (double)retain);
 	metric("quarantined_objects", "Objects that failed verification (their names fail with EIO).", "gauge",
 	       labels, (double)st->quarantined_objects);
+	metric("quarantine_files", "Damaged copies in STORE/quarantine/, until gc --quarantine removes them "
+	       "(also after their content was written again).", "gauge", labels, (double)quarantine_files);
+	metric("quarantine_bytes", "Bytes of the damaged copies in STORE/quarantine/.", "gauge", labels,
+	       (double)quarantine_bytes);
 	metric("unsealed_files", "Files being written or never sealed.", "gauge", labels, (double)st->unsealed_files);
 	if (resident_known) {
 		metric("resident_bytes", "Page cache of the store's object files (mincore).", "gauge", labels,
@@ -519,6 +528,23 @@ static int stat_prometheus(const char *store, const struct wfs_catalog_stats *st
 	return 0;
 }
 
+/*
+ * The damaged copies in STORE/quarantine/ into *@files and *@bytes (st_size): on disk until gc
+ * --quarantine removes them, also after their content was written again (and no object is
+ * quarantined any more). Counted by wfs_store_quarantine_clear() without removing anything. Returns
+ * false when the store cannot be read (another user's private store: the daemon counts them).
+ */
+static bool quarantine_on_disk(const char *store, uint64_t *files, uint64_t *bytes)
+{
+	struct wfs_store *s = NULL;
+	int ret = wfs_store_open(store, WFS_STORE_READONLY, &s);
+
+	if (ret == 0)
+		ret = wfs_store_quarantine_clear(s, true, files, bytes);
+	wfs_store_close(s);
+	return ret == 0;
+}
+
 int wfs_ctl_stat(int argc, char **argv)
 {
 	bool json = false, prometheus = false, from_daemon = false;
@@ -532,7 +558,7 @@ int wfs_ctl_stat(int argc, char **argv)
 	struct wfs_catalog *c = NULL;
 	json_t *daemon;
 	char store[PATH_MAX], db[PATH_MAX + 16];
-	uint64_t du = 0;
+	uint64_t du = 0, retain = 0, qfiles = 0, qbytes = 0;
 	double ratio;
 	int ret, fd;
 
@@ -563,6 +589,8 @@ int wfs_ctl_stat(int argc, char **argv)
 	ret = wfs_catalog_open(db, WFS_CATALOG_READONLY, 0, 0, &c);
 	if (ret == 0)
 		ret = wfs_catalog_stats(c, &st);
+	if (ret == 0)
+		ret = wfs_catalog_retain_get(c, &retain);
 	wfs_catalog_close(c);
 	if (ret && access(db, R_OK) < 0)
 		ret = -errno; /* SQLite says only "cannot open" for a store this user cannot enter */
@@ -588,7 +616,12 @@ int wfs_ctl_stat(int argc, char **argv)
 			.unsealed_files = json_u64(daemon, "unsealed_files"),
 			.special_files = json_u64(daemon, "special_files"),
 		};
+		qfiles = json_u64(daemon, "quarantine_files");
+		qbytes = json_u64(daemon, "quarantine_bytes");
 		ret = 0;
+	} else if (ret == 0 && !quarantine_on_disk(store, &qfiles, &qbytes) && daemon) {
+		qfiles = json_u64(daemon, "quarantine_files");
+		qbytes = json_u64(daemon, "quarantine_bytes");
 	}
 	if (ret) {
 		fprintf(stderr, "weightfsctl stat: %s: cannot read catalog: %s\n", db, strerror(-ret));
@@ -601,20 +634,22 @@ int wfs_ctl_stat(int argc, char **argv)
 		du = disk_usage(fd);
 	ratio = st.object_bytes ? (double)st.logical_bytes / (double)st.object_bytes : 1.0;
 	if (prometheus) {
-		ret = stat_prometheus(store, &st, from_daemon ? WFS_CACHE_UNKNOWN : du, daemon);
+		ret = stat_prometheus(store, &st, from_daemon ? WFS_CACHE_UNKNOWN : du, qfiles, qbytes, retain, daemon);
 		json_decref(daemon);
 		return ret;
 	}
 	if (json)
 		return wfs_ctl_json_print(
-			json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o?}",
+			json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, "
+				  "s:o?}",
 				  "store", wfs_ctl_json_string(store), "names", (json_int_t)st.names,
 				  "directories", (json_int_t)st.directories, "symlinks", (json_int_t)st.symlinks,
 				  "logical_bytes", (json_int_t)st.logical_bytes, "objects", (json_int_t)st.objects,
 				  "object_bytes", (json_int_t)st.object_bytes, "objects_disk_bytes", (json_int_t)du,
 				  "unreferenced_objects", (json_int_t)st.unreferenced_objects,
 				  "unreferenced_bytes", (json_int_t)st.unreferenced_bytes,
-				  "quarantined_objects", (json_int_t)st.quarantined_objects,
+				  "retain_bytes", (json_int_t)retain, "quarantined_objects", (json_int_t)st.quarantined_objects,
+				  "quarantine_files", (json_int_t)qfiles, "quarantine_bytes", (json_int_t)qbytes,
 				  "unsealed_files", (json_int_t)st.unsealed_files,
 				  "special_files", (json_int_t)st.special_files,
 				  "dedup_ratio", wfs_ctl_json_fixed(ratio, 4), "daemon", daemon),
@@ -631,12 +666,16 @@ int wfs_ctl_stat(int argc, char **argv)
 	printf("objects:            %llu\n", (unsigned long long)st.objects);
 	printf("physical bytes:     %llu (%.1f MiB); on disk %.1f MiB\n", (unsigned long long)st.object_bytes,
 	       (double)st.object_bytes / 1048576.0, (double)du / 1048576.0);
-	if (st.unreferenced_objects)
-		printf("unreferenced:       %llu objects, %llu bytes (kept for reuse, -o retain)\n",
-		       (unsigned long long)st.unreferenced_objects, (unsigned long long)st.unreferenced_bytes);
+	if (st.unreferenced_objects || retain)
+		printf("unreferenced:       %llu objects, %llu bytes (kept for reuse: the store keeps up to "
+		       "%llu bytes, weightfsctl retain)\n", (unsigned long long)st.unreferenced_objects,
+		       (unsigned long long)st.unreferenced_bytes, (unsigned long long)retain);
 	if (st.quarantined_objects)
 		printf("quarantined:        %llu objects (their names fail with EIO until rewritten)\n",
 		       (unsigned long long)st.quarantined_objects);
+	if (qfiles)
+		printf("quarantine/:        %llu damaged copies, %llu bytes on disk (weightfsctl gc --quarantine "
+		       "removes them)\n", (unsigned long long)qfiles, (unsigned long long)qbytes);
 	if (st.unsealed_files)
 		printf("unsealed files:     %llu (being written, or left by a crash)\n",
 		       (unsigned long long)st.unsealed_files);

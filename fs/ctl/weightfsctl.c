@@ -20,6 +20,7 @@ static const struct subcommand subcommands[] = {
 	{"stat", wfs_ctl_stat, "names, bytes, objects and the dedup ratio of a store, mount or subtree"},
 	{"fsck", wfs_ctl_fsck, "check every object's digest and the catalog; --repair what is safe"},
 	{"gc", wfs_ctl_gc, "remove objects no name uses (beyond a retention budget)"},
+	{"retain", wfs_ctl_retain, "show or record how much of the objects no name uses the store keeps"},
 	{"stage", wfs_ctl_stage, "copy files to a GPU through pinned buffers (and back), with a benchmark"},
 	{"import", wfs_ctl_import, "write a safetensors checkpoint (or sharded index) as tensor files"},
 	{"export", wfs_ctl_export, "write a directory of tensor files as one safetensors file"},

@@ -269,7 +269,7 @@ fi
 
 run "$CTL" fsck "$STORE"
 expect "fsck STORE after repair: exit 1 (missing, quarantined)" 1 "^missing +$hex: .*quarantined"
-others=$(grep -Ev "^(missing +$hex|quarantined +quarantine/$hex|fsck): " <<<"$out")
+others=$(grep -Ev "^(missing +$hex|quarantined +quarantine/$hex|clean +lock|fsck): |^ +/" <<<"$out")
 if [ -z "$others" ] && grep -Eq "1 problems, 0 repaired, 1 left; 1 in quarantine\$" <<<"$out"; then
 	ok "fsck STORE after repair: nothing else left"
 else
@@ -451,10 +451,12 @@ PY
 		fail "export -> import -> export: byte-identical" "$err"
 	fi
 
+	# The same checkpoint again: nothing to replace (other content needs --force: test_store.sh).
 	run "$CTL" import "$FX/model.safetensors" "$SMNT/m"
-	expect "import over existing tensors: exit 1" 1 "" "exists \(--force replaces it\)"
+	expect "import over the same tensors: exit 0, unchanged" 0 "^import: 12 tensors .* \(unchanged: all there already\)\$"
 	run "$CTL" import --force --json "$FX/model.safetensors" "$SMNT/m"
-	expect_json "import --force: replaces the 12 tensors" replaced 12
+	expect_json "import --force of the same tensors: replaces none" replaced 0
+	expect_json "import --force of the same tensors: 12 unchanged" unchanged 12
 	if [ -z "$(find "$SMNT/m" -name '.wfs-tmp-*')" ]; then
 		ok "import: no temporary names left"
 	else
@@ -718,9 +720,9 @@ run "$DAEMON" "$work/no/such/parent" "$work/mnt2" -o nosync
 expect "weightfs with a missing store parent: exit 1, names it" 1 "" \
 	"cannot make the store: its parent directory $work/no/such does not exist"
 run "$CTL" init
-expect "weightfsctl init (no store): exit 2" 2 "" "^usage: weightfsctl init STORE"
+expect "weightfsctl init (no store): exit 2" 2 "" "^usage: weightfsctl init \[--retain SIZE\] STORE"
 run "$CTL" init --help
-expect "weightfsctl init --help: exit 0" 0 "^usage: weightfsctl init STORE"
+expect "weightfsctl init --help: exit 0" 0 "^usage: weightfsctl init \[--retain SIZE\] STORE"
 
 # Swapped arguments: weightfs MNT STORE must not hide the store under a mount, nor make a store in MNT.
 SM=$work/swapmnt

@@ -1,0 +1,387 @@
+#!/usr/bin/env bash
+# What the store keeps, it keeps (issue 35): the retention budget is the store's and every mount
+# honours it (plain remounts, weightfsctl's private mounts), a budget exceeded is logged. Root only
+# (FUSE). Prints one ok/FAIL line per check and closes with "store: N passed, N failed".
+#   usage: tests/cli/test_store.sh BUILD_DIR
+set -uo pipefail
+
+if [ $# -ne 1 ]; then
+	echo "usage: $0 BUILD_DIR" >&2
+	exit 2
+fi
+B=$(cd "$1" && pwd) || exit 2
+CTL=$B/weightfsctl
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+for bin in "$CTL" "$B/weightfs"; do
+	if [ ! -x "$bin" ]; then
+		echo "store: $bin is missing (run make all)" >&2
+		exit 1
+	fi
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/wfs-store.XXXXXX") || exit 1
+S=$work/store
+M=$work/mnt
+cleanup() {
+	if mountpoint -q "$M" 2>/dev/null; then
+		fusermount3 -u "$M" 2>/dev/null || fusermount3 -uz "$M" 2>/dev/null
+	fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+. "$ROOT/tests/lib/check.sh" # ok, fail, skip, verdict, run, expect
+. "$ROOT/tests/lib/mount.sh" # wfs_mount, wfs_umount
+
+# json_key KEY: the value of top-level KEY of the JSON in $out (empty when absent, or not JSON).
+json_key() {
+	python3 -c 'import json, sys; v = json.loads(sys.argv[1]).get(sys.argv[2]); print("" if v is None else v)' \
+		"$out" "$1" 2>/dev/null
+}
+# expect_json NAME KEY VALUE: the last run's JSON has "KEY": VALUE.
+expect_json() {
+	local got
+	got=$(json_key "$2")
+	if [ "$got" = "$3" ]; then
+		ok "$1"
+	else
+		fail "$1" "\"$2\": '$got', want $3" "stdout: $out" "stderr: $err"
+	fi
+}
+# unreferenced: the store's count of objects no name uses (offline stat).
+unreferenced() {
+	run "$CTL" stat --json "$S"
+	json_key unreferenced_objects
+}
+fill() { head -c "$2" /dev/zero | tr '\0' "$1"; }
+
+# ---- 1. retention belongs to the store -----------------------------------------------------------
+run "$CTL" init --retain 192K "$S"
+expect "init --retain 192K: a new store" 0 "^init: $S: a new weightfs store"
+run "$CTL" retain --json "$S"
+expect_json "retain --json: the budget init recorded" retain_bytes 196608
+run "$CTL" init --retain 1M "$S"
+expect "init --retain 1M on that store: refused, names weightfsctl retain" 1 "" \
+	"already a weightfs store, left as it is \(its retention budget: 196608 bytes\); change the budget with: weightfsctl retain $S SIZE"
+run "$CTL" init --retain 192K "$S"
+expect "init --retain 192K again: the same, exit 0" 0 "already a weightfs store; left as it is"
+
+# Three 64 KiB objects, released one after another (a, b, c: a is the least recently released).
+if wfs_mount "$B" "$S" "$M" -o nosync; then
+	for x in a b c; do fill "$x" 65536 >"$M/$x"; done
+	for x in a b c; do rm "$M/$x" && sleep 1.1; done # a second apart: released in that order
+	run "$CTL" retain "$S" 1M
+	expect "retain STORE SIZE while mounted: refused, says why" 1 "" \
+		"in use by weightfs \(pid [0-9]+, mounted on $M\): a mount reads the budget when it mounts"
+	wfs_umount "$M" || fail "unmount"
+else
+	fail "mount $S"
+fi
+verdict "a mount without -o retain keeps what the store's budget allows (3 objects)" \
+	"$([ "$(unreferenced)" = 3 ]; echo $?)" "stat: $out"
+
+if wfs_mount "$B" "$S" "$M" -o nosync; then
+	wfs_umount "$M" || fail "unmount"
+fi
+verdict "a plain remount deletes nothing the store keeps" "$([ "$(unreferenced)" = 3 ]; echo $?)" "stat: $out"
+
+FX=$work/fx
+if python3 "$ROOT/tests/lib/st_write.py" fixtures "$FX" >/dev/null; then
+	: >"$S/weightfs.log"
+	run "$CTL" import --store "$S" "$FX/model.safetensors" m
+	expect "import --store: exit 0" 0 "^import: 12 tensors"
+	verdict "import --store: its private mount deletes nothing the store keeps" \
+		"$([ "$(unreferenced)" = 3 ]; echo $?)" "stat: $out"
+	if grep -Eq "weightfs\[info\]: $S mounted on .*/weightfsctl-import\.[^/]*/mnt" "$S/weightfs.log"; then
+		ok "import --store: its private mount logs to the store's log"
+	else
+		fail "import --store: its private mount logs to the store's log" "$(cat "$S/weightfs.log")"
+	fi
+	run "$CTL" export --store "$S" m "$work/out.safetensors"
+	expect "export --store: exit 0" 0
+	verdict "export --store: its private mount deletes nothing the store keeps" \
+		"$([ "$(unreferenced)" = 3 ]; echo $?)" "stat: $out"
+else
+	fail "write the safetensors fixtures (python3 tests/lib/st_write.py)"
+fi
+
+# A smaller budget given at mount is recorded, and what exceeds it goes, least recently released
+# first, with a warning that counts it.
+: >"$S/weightfs.log"
+if wfs_mount "$B" "$S" "$M" -o nosync,retain=64K; then
+	wfs_umount "$M" || fail "unmount"
+fi
+verdict "-o retain=64K: keeps one object" "$([ "$(unreferenced)" = 1 ]; echo $?)" "stat: $out"
+if grep -Eq "weightfs\[warning\]: retention: objects no name uses exceeded the store's budget of 65536 bytes: removed 2 objects \(131072 bytes\), least recently released first; kept 1 objects \(65536 bytes\)" \
+	"$S/weightfs.log"; then
+	ok "-o retain=64K: the removal is logged at warning level with counts and bytes"
+else
+	fail "-o retain=64K: the removal is logged at warning level with counts and bytes" "$(cat "$S/weightfs.log")"
+fi
+kept=$(find "$S/objects" -type f -size 64k -exec head -c 1 {} \; 2>/dev/null)
+verdict "-o retain=64K: the one kept is the most recently released (c)" "$([ "$kept" = c ]; echo $?)" \
+	"first byte of what is left: '$kept'"
+run "$CTL" retain "$S"
+expect "-o retain=64K is recorded for later mounts" 0 "^retain: $S: 65536 bytes "
+run "$CTL" stat --prometheus "$S"
+expect "stat --prometheus: weightfs_retain_bytes, the store's budget" 0 "^weightfs_retain_bytes\{store=\"$S\"\} 65536\$"
+expect "stat --prometheus: weightfs_unreferenced_bytes" 0 "^weightfs_unreferenced_bytes\{store=\"$S\"\} 65536\$"
+run "$CTL" stat --json "$S"
+expect_json "stat --json: retain_bytes, the store's budget" retain_bytes 65536
+run "$CTL" retain "$S" 0
+expect "retain STORE 0: recorded" 0 "^retain: $S: 0 bytes .*was 65536 bytes"
+run "$CTL" retain "$S" 12Q
+expect "retain STORE 12Q: usage error" 2 "" "12Q: not a size"
+
+# ---- 2. counts tell the truth: damaged copies on disk are counted until removed ---------------------
+S2=$work/store2
+if wfs_mount "$B" "$S2" "$M" -o nosync; then
+	fill q 65536 >"$M/q"
+	hex=$(getfattr --only-values -n user.weightfs.digest "$M/q" 2>/dev/null)
+	wfs_umount "$M" || fail "unmount"
+	obj=$S2/objects/${hex:0:2}/${hex:2}
+	chmod u+w "$obj" && printf X | dd of="$obj" bs=1 seek=100 conv=notrunc status=none
+	run "$CTL" fsck --repair "$S2"
+	expect "fsck --repair: quarantines the damaged object" 0 "^corrupt +$hex: .*\[repaired\]\$"
+	run "$CTL" stat --json "$S2"
+	expect_json "stat --json, quarantined: the object" quarantined_objects 1
+	expect_json "stat --json, quarantined: its damaged copy on disk" quarantine_files 1
+	# Writing the content again heals the name; the damaged copy stays until gc --quarantine.
+	if wfs_mount "$B" "$S2" "$M" -o nosync; then
+		fill q 65536 >"$M/q2"
+		cmp -s "$M/q" "$M/q2"
+		verdict "written again: the quarantined name reads its bytes" $?
+		wfs_umount "$M" || fail "unmount"
+	fi
+	run "$CTL" stat --json "$S2"
+	expect_json "stat --json, healed: no object quarantined" quarantined_objects 0
+	expect_json "stat --json, healed: the damaged copy still counted" quarantine_files 1
+	expect_json "stat --json, healed: its bytes" quarantine_bytes 65536
+	run "$CTL" stat "$S2"
+	expect "stat, healed: the damaged copy on a line" 0 \
+		"^quarantine/: +1 damaged copies, 65536 bytes on disk \(weightfsctl gc --quarantine removes them\)\$"
+	run "$CTL" stat --prometheus "$S2"
+	expect "stat --prometheus, healed: weightfs_quarantine_files 1" 0 "^weightfs_quarantine_files\{store=\"$S2\"\} 1\$"
+	expect "stat --prometheus, healed: weightfs_quarantine_bytes 65536" 0 \
+		"^weightfs_quarantine_bytes\{store=\"$S2\"\} 65536\$"
+	if wfs_mount "$B" "$S2" "$M" -o nosync; then
+		run "$CTL" stat --json "$M"
+		expect_json "stat --json MNT (mounted): the damaged copy counted" quarantine_files 1
+		daemon_q=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["daemon"]["quarantine_files"])' "$out" 2>/dev/null)
+		verdict "stat --json MNT: the daemon counts it too" "$([ "$daemon_q" = 1 ]; echo $?)" "stdout: $out"
+		wfs_umount "$M" || fail "unmount"
+	fi
+	run "$CTL" gc --quarantine "$S2"
+	run "$CTL" stat --json "$S2"
+	expect_json "gc --quarantine: nothing counted any more" quarantine_files 0
+else
+	fail "mount $S2"
+fi
+
+# ---- 3. importing the same tensors again succeeds; only other content needs --force -----------------
+S3=$work/store3
+mkdir -p "$work/ck"
+python3 - "$ROOT/tests/lib" "$work/ck" <<'PY'
+import struct, sys
+sys.path.insert(0, sys.argv[1])
+import st_write
+d = sys.argv[2]
+a = struct.pack("<4f", 1, 2, 3, 4)
+b = struct.pack("<4f", 1, 2, 3, 5)
+st_write.write(d + "/v1.safetensors", {"w": ("F32", [4], a), "sub/x": ("F32", [2, 2], a)}, {"format": "pt"})
+st_write.write(d + "/v2.safetensors", {"w": ("F32", [4], b), "sub/x": ("F32", [2, 2], a)}, {"format": "pt"})
+st_write.write(d + "/shape.safetensors", {"w": ("F32", [2, 2], a), "sub/x": ("F32", [2, 2], a)}, {"format": "pt"})
+PY
+if wfs_mount "$B" "$S3" "$M" -o nosync; then
+	run "$CTL" import "$work/ck/v1.safetensors" "$M/m"
+	expect "import v1: exit 0, writes both" 0 "^import: 2 tensors .* into $M/m\$"
+	before=$(getfattr --only-values -n user.weightfs.digest "$M/m/w" 2>/dev/null)
+	ino=$(stat -c %i "$M/m/w")
+	run "$CTL" import --json "$work/ck/v1.safetensors" "$M/m"
+	expect "import v1 again: exit 0" 0
+	expect_json "import v1 again: both unchanged" unchanged 2
+	expect_json "import v1 again: none replaced" replaced 0
+	verdict "import v1 again: the file is left as it was (same inode)" \
+		"$([ "$(stat -c %i "$M/m/w")" = "$ino" ]; echo $?)"
+	run "$CTL" import "$work/ck/v1.safetensors" "$M/m"
+	expect "import v1 again: says unchanged" 0 "^import: 2 tensors .* \(unchanged: all there already\)\$"
+	run "$CTL" import "$work/ck/v2.safetensors" "$M/m"
+	expect "import v2 (w differs): exit 1, needs --force" 1 "" \
+		"^weightfsctl import: $M/m/w: exists with other content, dtype or shape \(--force replaces it\)\$"
+	run "$CTL" import "$work/ck/shape.safetensors" "$M/m"
+	expect "import with another shape, same bytes: exit 1, needs --force" 1 "" \
+		"^weightfsctl import: $M/m/w: exists with other content"
+	run "$CTL" import --force --json "$work/ck/v2.safetensors" "$M/m"
+	expect_json "import --force v2: replaces w" replaced 1
+	expect_json "import --force v2: sub/x unchanged" unchanged 1
+	after=$(getfattr --only-values -n user.weightfs.digest "$M/m/w" 2>/dev/null)
+	verdict "import --force v2: w holds the new content" "$([ -n "$after" ] && [ "$after" != "$before" ]; echo $?)"
+	wfs_umount "$M" || fail "unmount"
+else
+	fail "mount $S3"
+fi
+# Outside weightfs (no digest attribute) the bytes are compared.
+if setfattr -n user.probe -v 1 "$work/ck" 2>/dev/null; then
+	run "$CTL" import "$work/ck/v1.safetensors" "$work/plain"
+	run "$CTL" import --json "$work/ck/v1.safetensors" "$work/plain"
+	expect_json "import v1 again into a plain directory: both unchanged" unchanged 2
+	run "$CTL" import "$work/ck/v2.safetensors" "$work/plain"
+	expect "import v2 into a plain directory: exit 1, needs --force" 1 "" "exists with other content"
+else
+	skip "import into a plain directory: $work keeps no user xattrs"
+fi
+
+# ---- 4. fsck names what is broken ------------------------------------------------------------------
+S4=$work/store4
+if wfs_mount "$B" "$S4" "$M" -o nosync; then
+	mkdir -p "$M/rank0" "$M/rank1"
+	fill a 4096 >"$M/rank0/w" && fill a 4096 >"$M/rank1/w" && ln "$M/rank0/w" "$M/rank0/w.link"
+	fill b 4096 >"$M/rank0/other"
+	fill t 10 >"$M/rank0/.wfs-tmp-77-0" # what an interrupted tensor write leaves
+	hex=$(getfattr --only-values -n user.weightfs.digest "$M/rank0/w" 2>/dev/null)
+	wfs_umount "$M" || fail "unmount"
+	rm -f "$S4/objects/${hex:0:2}/${hex:2}"
+	run "$CTL" fsck "$S4"
+	expect "fsck, a lost object: exit 1, counts its names" 1 \
+		"^missing +$hex: object file missing; 3 names fail with EIO until the content is written again\$"
+	names=$(grep -A3 "^missing" <<<"$out" | tail -n 3 | sed 's/^ *//' | tr '\n' ' ')
+	verdict "fsck, a lost object: the paths of its names follow it" \
+		"$([ "$names" = "/rank0/w /rank0/w.link /rank1/w " ]; echo $?)" "names: '$names'" "stdout: $out"
+	expect "fsck: the temporary name an interrupted write left" 1 \
+		"^tmpname +/rank0/\.wfs-tmp-77-0: temporary name of an interrupted write, never renamed into place: holds 10 bytes\$"
+	expect "fsck: the store was closed cleanly" 1 "^clean +lock: closed by its last owner\$"
+	run "$CTL" fsck --json "$S4"
+	got=$(python3 -c '
+import json, sys
+r = json.loads(sys.argv[1])
+m = [f for f in r["findings"] if f["kind"] == "missing"]
+print(r["state"], ",".join(m[0]["names"]) if m else "-")' "$out" 2>/dev/null)
+	verdict "fsck --json: state clean, the lost object's names" \
+		"$([ "$got" = "clean /rank0/w,/rank0/w.link,/rank1/w" ]; echo $?)" "got '$got'" "stdout: $out"
+	run "$CTL" fsck --repair "$S4"
+	expect "fsck --repair: removes the temporary name" 1 "^tmpname +/rank0/\.wfs-tmp-77-0: .*\[repaired\]\$"
+else
+	fail "mount $S4"
+fi
+
+# A killed daemon: the offline check says the store was not closed; --repair runs the recovery.
+if wfs_mount "$B" "$S4" "$M" -o nosync; then
+	pid=$(wfs_pid "$M")
+	fill c 100 >"$M/c"
+	kill -KILL "$pid"
+	wait "$pid" 2>/dev/null
+	fusermount3 -u "$M" 2>/dev/null || fusermount3 -uz "$M"
+	unset "WFS_MOUNT_PIDS[$M]"
+	run "$CTL" fsck "$S4"
+	expect "fsck after kill -9: unclean, names the killed daemon" 1 \
+		"^unclean +lock: not closed by its last owner \(pid $pid, mounted on $M\): killed, crashed or a power loss; the next mount \(or fsck --repair\) runs the recovery\$"
+	run "$CTL" fsck --json "$S4"
+	expect_json "fsck --json after kill -9: state unclean" state unclean
+	run "$CTL" fsck --repair "$S4"
+	expect "fsck --repair after kill -9: recovered" 1 "^unclean +lock: .*recovered now.*\[repaired\]\$"
+	run "$CTL" fsck "$S4"
+	expect "fsck after the repair: clean again" 1 "^clean +lock: closed by its last owner\$"
+else
+	fail "mount $S4 again"
+fi
+
+# ---- 5. recovery leaves no declared-but-empty temporary names ---------------------------------------
+# A 4 MiB tensor's temporary name is closed empty once its dtype and shape are set, then reopened for
+# writing (lib/tensorfile.h); the daemon is killed during the write.
+S6=$work/store6
+if wfs_mount "$B" "$S6" "$M" -o nosync; then
+	pid=$(wfs_pid "$M")
+	mkdir -p "$M/rank0"
+	fill k 100 >"$M/rank0/kept"
+	python3 - "$M/rank0/.wfs-tmp-9-0" "$pid" <<'PY'
+import os, signal, sys, time
+path, pid = sys.argv[1], int(sys.argv[2])
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+os.setxattr(fd, "user.weightfs.shape", b"[1024,1024]")
+os.setxattr(fd, "user.weightfs.dtype", b"F32")
+os.close(fd)
+time.sleep(0.3)  # the daemon commits its batch of changes within 10 ms: the name is in the catalog
+fd = os.open(path, os.O_WRONLY)
+os.write(fd, b"x" * 1048576)
+os.kill(pid, signal.SIGKILL)
+PY
+	wait "$pid" 2>/dev/null
+	fusermount3 -u "$M" 2>/dev/null || fusermount3 -uz "$M"
+	unset "WFS_MOUNT_PIDS[$M]"
+	: >"$S6/weightfs.log"
+	if wfs_mount "$B" "$S6" "$M" -o nosync; then
+		names=$(ls -A "$M/rank0" | tr '\n' ' ')
+		verdict "after kill -9 mid-write: the declared-but-empty temporary name is gone" \
+			"$([ "$names" = "kept " ]; echo $?)" "rank0: '$names'"
+		grep -q "recovered: removed 0 never-sealed names, 1 temporary names sealed empty that declare bytes" \
+			"$S6/weightfs.log"
+		verdict "after kill -9 mid-write: the recovery says so" $? "$(cat "$S6/weightfs.log")"
+		wfs_umount "$M" || fail "unmount"
+	else
+		fail "mount $S6 after kill -9"
+	fi
+	run "$CTL" fsck "$S6"
+	expect "fsck after that recovery: nothing left" 0 "0 problems"
+else
+	fail "mount $S6"
+fi
+
+# A damaged catalog is reported as such, with what to do (not "No such file or directory").
+dd if=/dev/urandom of="$S4/catalog.db" bs=16 count=1 seek=256 conv=notrunc status=none # page 2
+run "$CTL" fsck "$S4"
+expect "fsck, a damaged catalog: exit 1, says damaged and what to do" 1 \
+	"^catalog +catalog\.db: damaged \(SQLite: .*\): the names cannot be read or trusted .*; weightfsctl fsck --repair rebuilds them from catalog\.db\.backup \(of [0-9-]+ [0-9:]+;"
+run "$CTL" fsck --json "$S4"
+expect_json "fsck --json, a damaged catalog: catalog_damaged" catalog_damaged True
+
+# ---- 6. a damaged catalog is rebuilt from its backup --------------------------------------------------
+# The store keeps what no name uses (retain): b's object, removed after the backup, is still there.
+S7=$work/store7
+"$CTL" init --retain 1M "$S7" >/dev/null
+if wfs_mount "$B" "$S7" "$M" -o nosync; then
+	mkdir -p "$M/rank0"
+	fill a 1000 >"$M/rank0/a" && fill b 2000 >"$M/rank0/b"
+	wfs_umount "$M" || fail "unmount"
+fi
+verdict "a clean unmount leaves catalog.db.backup" "$([ -s "$S7/catalog.db.backup" ]; echo $?)"
+left=$(cd "$S7" && ls -d catalog.db.backup?* 2>/dev/null | tr '\n' ' ')
+verdict "the backup is one file (no -wal, -shm or .tmp beside it)" "$([ -z "$left" ]; echo $?)" "found: $left"
+# Changes after the backup: a name made, a name removed, then the daemon killed (no backup at exit).
+if wfs_mount "$B" "$S7" "$M" -o nosync; then
+	pid=$(wfs_pid "$M")
+	fill x 3000 >"$M/rank0/x" && rm "$M/rank0/b" && sync -f "$M/rank0"
+	sleep 0.2
+	kill -KILL "$pid"
+	wait "$pid" 2>/dev/null
+	fusermount3 -u "$M" 2>/dev/null || fusermount3 -uz "$M"
+	unset "WFS_MOUNT_PIDS[$M]"
+fi
+dd if=/dev/urandom of="$S7/catalog.db" bs=16 count=1 seek=256 conv=notrunc status=none
+run "$B/weightfs" "$S7" "$M" -o nosync
+expect "a mount of a damaged catalog: refused, says damaged and what to run" 1 "" \
+	"^weightfs: $S7/catalog\.db: the catalog is damaged \(SQLite: .*\); see what weightfsctl fsck $S7 says"
+run "$CTL" fsck --repair "$S7"
+expect "fsck --repair, a damaged catalog: rebuilt from its backup" 0 \
+	"^catalog +catalog\.db: damaged \(SQLite: .*\): rebuilt from catalog\.db\.backup of [0-9-]+ [0-9:]+: .*\[repaired\]\$"
+expect "fsck --repair: the object written after the backup is kept, unreferenced" 0 \
+	"^orphan +[0-9a-f]{32}: object file the rebuilt catalog does not list \(written after its backup\): kept as an unreferenced object.*\[repaired\]\$"
+verdict "fsck --repair: the damaged files are kept aside" \
+	"$(ls "$S7"/catalog.db.damaged-* >/dev/null 2>&1; echo $?)" "$(ls "$S7")"
+run "$CTL" fsck "$S7"
+expect "fsck after the rebuild: 0 problems" 0 "0 problems, 0 repaired, 0 left"
+run "$CTL" stat --json "$S7"
+expect_json "after the rebuild: the names of the backup (a, b)" names 2
+expect_json "after the rebuild: x's object kept unreferenced" unreferenced_objects 1
+if wfs_mount "$B" "$S7" "$M" -o nosync; then
+	got=$(cd "$M/rank0" && ls | tr '\n' ' ')
+	verdict "after the rebuild: the mount shows the backup's names" "$([ "$got" = "a b " ]; echo $?)" "ls: '$got'"
+	head -c 1000 /dev/zero | tr '\0' a | cmp -s - "$M/rank0/a"
+	verdict "after the rebuild: a reads its bytes" $?
+	wfs_umount "$M" || fail "unmount"
+else
+	fail "mount $S7 after the rebuild"
+fi
+
+echo "store: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
