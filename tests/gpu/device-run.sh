@@ -36,7 +36,7 @@ digest_matches() {
 }
 # bench_stage FILE: torch.from_file(...).to('cuda') against weightfs.backload.
 bench_stage() {
-	(cd lib/python && WEIGHTFS_LIB=$PWD/../../build/libweightfs.so python3 -m weightfs.bench_stage "$1" 5)
+	WEIGHTFS_LIB=$PWD/build/libweightfs.so python3 tests/bench/bench_stage.py "$1" 5
 }
 summary() {
 	[ ${#failures[@]} -eq 0 ] || echo "failing: ${failures[*]}"

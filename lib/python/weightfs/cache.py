@@ -19,7 +19,7 @@ import errno
 import os
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Union
 
-from .stage import library
+from . import _libweightfs
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -45,36 +45,24 @@ class _Group(ctypes.Structure):
                 ("objects", ctypes.c_uint64), ("unreadable", ctypes.c_uint64)]
 
 
-_bound = False
-
-
 def _lib() -> ctypes.CDLL:
-    global _bound
-    lib = library()
-    if not _bound:
-        P, S, U64, I = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_int
-        sigs = {
-            "wfs_cache_set_new": ([ctypes.POINTER(P)], I),
-            "wfs_cache_set_free": ([P], None),
-            "wfs_cache_set_add": ([P, ctypes.c_char_p, ctypes.c_char_p, S], I),
-            "wfs_cache_set_groups": ([P], S),
-            "wfs_cache_set_group": ([P, S], ctypes.POINTER(_Group)),
-            "wfs_cache_set_objects": ([P], S),
-            "wfs_cache_status": ([P, S, ctypes.c_bool, ctypes.POINTER(_Residency)], I),
-            "wfs_cache_drop": ([P, ctypes.POINTER(U64), ctypes.POINTER(U64)], I),
-            "wfs_cache_load_start": ([P, I, I, ctypes.c_uint, ctypes.POINTER(P)], I),
-            "wfs_cache_load_poll": ([P, ctypes.POINTER(U64), ctypes.POINTER(U64)], ctypes.c_bool),
-            "wfs_cache_load_wait": ([P, ctypes.c_char_p, S], I),
-            "wfs_cache_load_free": ([P], None),
-            "wfs_cache_numa_node_of_device": ([I], I),
-            "wfs_cache_max_node": ([], I),
-        }
-        for name, (args, res) in sigs.items():
-            fn = getattr(lib, name)
-            fn.argtypes = args
-            fn.restype = res
-        _bound = True
-    return lib
+    P, S, U64, I = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_int
+    return _libweightfs.bind({
+        "wfs_cache_set_new": ([ctypes.POINTER(P)], I),
+        "wfs_cache_set_free": ([P], None),
+        "wfs_cache_set_add": ([P, ctypes.c_char_p, ctypes.c_char_p, S], I),
+        "wfs_cache_set_groups": ([P], S),
+        "wfs_cache_set_group": ([P, S], ctypes.POINTER(_Group)),
+        "wfs_cache_set_objects": ([P], S),
+        "wfs_cache_status": ([P, S, ctypes.c_bool, ctypes.POINTER(_Residency)], I),
+        "wfs_cache_drop": ([P, ctypes.POINTER(U64), ctypes.POINTER(U64)], I),
+        "wfs_cache_load_start": ([P, I, I, ctypes.c_uint, ctypes.POINTER(P)], I),
+        "wfs_cache_load_poll": ([P, ctypes.POINTER(U64), ctypes.POINTER(U64)], ctypes.c_bool),
+        "wfs_cache_load_wait": ([P, ctypes.c_char_p, S], I),
+        "wfs_cache_load_free": ([P], None),
+        "wfs_cache_numa_node_of_device": ([I], I),
+        "wfs_cache_max_node": ([], I),
+    })
 
 
 class _Set:

@@ -19,7 +19,7 @@ import os
 import stat
 from typing import Optional, Union
 
-from .stage import library
+from . import _libweightfs
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -29,12 +29,7 @@ _PROC_FD = "/proc/self/fd"
 
 
 def _lib():
-    lib = library()
-    if not getattr(lib, "_wfs_direct_ready", False):
-        lib.wfs_direct_open_fd.argtypes = [ctypes.c_int]
-        lib.wfs_direct_open_fd.restype = ctypes.c_int
-        lib._wfs_direct_ready = True
-    return lib
+    return _libweightfs.bind({"wfs_direct_open_fd": ([ctypes.c_int], ctypes.c_int)})
 
 
 def _object_of(fd: int) -> int:

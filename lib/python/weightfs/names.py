@@ -6,7 +6,7 @@
 
 The xattr names and the temporary-name prefix are lib/weightfs.h's strings, repeated here;
 the dtype table and the shape grammar come from the library when it can be loaded ($WEIGHTFS_LIB,
-the repository's build/, PREFIX/lib after `make install`: see stage.library()) and otherwise from
+the repository's build/, PREFIX/lib after `make install`: see _libweightfs.py) and otherwise from
 the copies below. tests/python/test_names.py checks every copy against the library, entry by entry.
 """
 
@@ -16,6 +16,8 @@ import ctypes
 import re
 import threading
 from typing import Dict, Optional, Tuple
+
+from . import _libweightfs
 
 __all__ = ["CLAIM_XATTR", "CLAIMS_XATTR", "DIGEST_XATTR", "DTYPE_XATTR", "SHAPE_XATTR", "STATS_XATTR", "TMP_PREFIX",
            "PASSTHROUGH_WRITE_MIN", "FALLBACK_DTYPE_BYTES", "SHAPE_MAX_DIMS", "dtype_bytes", "parse_shape"]
@@ -49,20 +51,15 @@ def _library() -> Optional[ctypes.CDLL]:
         if _loaded:
             return _lib
         _loaded = True
-        from .stage import library
         try:
-            lib = library()
-            lib.wfs_dtype_count.argtypes = []
-            lib.wfs_dtype_count.restype = ctypes.c_uint
-            lib.wfs_dtype_name.argtypes = [ctypes.c_uint]
-            lib.wfs_dtype_name.restype = ctypes.c_char_p
-            lib.wfs_dtype_size_at.argtypes = [ctypes.c_uint]
-            lib.wfs_dtype_size_at.restype = ctypes.c_int
-            lib.wfs_shape_parse.argtypes = [ctypes.c_char_p, ctypes.c_size_t,
-                                            ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint)]
-            lib.wfs_shape_parse.restype = ctypes.c_int
-            lib.wfs_tmp_prefix.argtypes = []
-            lib.wfs_tmp_prefix.restype = ctypes.c_char_p
+            U64P, UP = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint)
+            lib = _libweightfs.bind({
+                "wfs_dtype_count": ([], ctypes.c_uint),
+                "wfs_dtype_name": ([ctypes.c_uint], ctypes.c_char_p),
+                "wfs_dtype_size_at": ([ctypes.c_uint], ctypes.c_int),
+                "wfs_shape_parse": ([ctypes.c_char_p, ctypes.c_size_t, U64P, UP], ctypes.c_int),
+                "wfs_tmp_prefix": ([], ctypes.c_char_p),
+            })
         except (OSError, AttributeError):  # no library, or one older than these functions
             return None
         _lib = lib

@@ -5,18 +5,18 @@
     weightfs.backload("/data/frozen/rank0/layer0.w", w)     # file bytes -> w's storage
     weightfs.offload_tensor(w, "/data/frozen/rank0/layer0.w")  # w's storage -> a new file
 
-The C library is found through $WEIGHTFS_LIB (a path to libweightfs.so), then the build/ directory of
-the repository this package sits in, then PREFIX/lib of an installed package and the usual library
-directories (after `make install`), then the loader's default path (_candidates()). torch is imported only by the
+The C library is found as _libweightfs.py says ($WEIGHTFS_LIB, the repository's build/, PREFIX/lib
+after `make install`, the usual library directories). torch is imported only by the
 tensor functions. Errors are OSError with the errno and the C library's one-line message, which names
 the file (for example "rank0/w.bin: short file: 1000 bytes, expected 4096", errno ENODATA).
 """
 
 import ctypes
 import os
-import sys
 import threading
-from typing import Any, Dict, Iterator, Optional, Union
+from typing import Any, Dict, Optional, Union
+
+from . import _libweightfs
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -58,74 +58,24 @@ class _Stats(ctypes.Structure):
     ]
 
 
-_lib = None
-_lib_lock = threading.Lock()
-
-
-def _candidates() -> Iterator[str]:
-    """Where libweightfs.so is looked for, in order: $WEIGHTFS_LIB; the build/ directory of the
-    repository this package sits in (lib/python/weightfs); PREFIX/lib for a package installed under
-    PREFIX (PREFIX/lib/pythonX.Y/site-packages/weightfs, where `make install PREFIX=...` puts the
-    library); sys.prefix/lib, /usr/local/lib and /usr/lib (make install's default PREFIX and the
-    usual ones, found even before ldconfig has run); then the dynamic loader's own search."""
-    env = os.environ.get("WEIGHTFS_LIB")
-    if env:
-        yield env
-    here = os.path.dirname(os.path.abspath(__file__))
-    repo = os.path.normpath(os.path.join(here, "..", "..", ".."))
-    yield os.path.join(repo, "build", "libweightfs.so")
-    seen = set()
-    d = here
-    while os.path.dirname(d) != d:
-        d = os.path.dirname(d)
-        if os.path.basename(d) == "lib":
-            cand = os.path.join(d, "libweightfs.so")
-            seen.add(cand)
-            yield cand
-    for prefix in (sys.prefix, "/usr/local", "/usr"):
-        cand = os.path.join(prefix, "lib", "libweightfs.so")
-        if cand not in seen:
-            seen.add(cand)
-            yield cand
-    yield "libweightfs.so"
+def _signatures() -> _libweightfs.Signatures:
+    P, S, U64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64
+    return {
+        "wfs_stage_opts_init": ([ctypes.POINTER(_Opts)], None),
+        "wfs_stage_new": ([ctypes.POINTER(_Opts), ctypes.POINTER(P), ctypes.c_char_p, S], ctypes.c_int),
+        "wfs_stage_free": ([P], None),
+        "wfs_stage_load": ([P, ctypes.c_char_p, U64, U64, P, ctypes.c_uint, ctypes.c_char_p, S], ctypes.c_int),
+        "wfs_stage_offload": ([P, P, U64, ctypes.c_char_p, ctypes.c_uint, ctypes.c_char_p, ctypes.c_char_p, S],
+                              ctypes.c_int),
+        "wfs_stage_stats": ([P, ctypes.POINTER(_Stats)], None),
+        "wfs_stage_have_cuda": ([], ctypes.c_bool),
+    }
 
 
 def library() -> ctypes.CDLL:
-    """The loaded libweightfs (ctypes.CDLL), loading it on first use."""
-    global _lib
-    with _lib_lock:
-        if _lib is not None:
-            return _lib
-        errors = []
-        for cand in _candidates():
-            if os.sep in cand and not os.path.exists(cand):
-                errors.append(f"{cand}: not found")
-                continue
-            try:
-                lib = ctypes.CDLL(cand)
-                break
-            except OSError as e:
-                errors.append(str(e))
-        else:
-            raise OSError("cannot load libweightfs.so (set WEIGHTFS_LIB): " + "; ".join(errors))
-        P, S, U64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64
-        lib.wfs_stage_opts_init.argtypes = [ctypes.POINTER(_Opts)]
-        lib.wfs_stage_opts_init.restype = None
-        lib.wfs_stage_new.argtypes = [ctypes.POINTER(_Opts), ctypes.POINTER(P), ctypes.c_char_p, S]
-        lib.wfs_stage_new.restype = ctypes.c_int
-        lib.wfs_stage_free.argtypes = [P]
-        lib.wfs_stage_free.restype = None
-        lib.wfs_stage_load.argtypes = [P, ctypes.c_char_p, U64, U64, P, ctypes.c_uint, ctypes.c_char_p, S]
-        lib.wfs_stage_load.restype = ctypes.c_int
-        lib.wfs_stage_offload.argtypes = [P, P, U64, ctypes.c_char_p, ctypes.c_uint, ctypes.c_char_p,
-                                          ctypes.c_char_p, S]
-        lib.wfs_stage_offload.restype = ctypes.c_int
-        lib.wfs_stage_stats.argtypes = [P, ctypes.POINTER(_Stats)]
-        lib.wfs_stage_stats.restype = None
-        lib.wfs_stage_have_cuda.argtypes = []
-        lib.wfs_stage_have_cuda.restype = ctypes.c_bool
-        _lib = lib
-        return lib
+    """The loaded libweightfs (ctypes.CDLL) with the staging functions declared (_libweightfs.py says
+    where it is looked for). Raises OSError when it cannot be loaded."""
+    return _libweightfs.bind(_signatures())
 
 
 def _error(rc, buf):
@@ -274,74 +224,3 @@ def offload_tensor(tensor: Any, path: PathLike, fsync: bool = False, stager: Opt
     close (a file on weightfs only: Stager.offload)."""
     nbytes = _check_tensor(tensor, "offload_tensor")
     _stager_for(tensor, stager).offload(tensor.data_ptr(), nbytes, path, fsync=fsync, digest=digest)
-
-
-def selftest():
-    """Round trips through a host stager, and through the GPU when torch sees one. Prints what ran."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as d:
-        _selftest(d)
-
-
-def _selftest(tmpdir):
-    import errno
-
-    data = os.urandom(5 * (1 << 20) + 12345)
-    src = os.path.join(tmpdir, "w.bin")
-    with open(src, "wb") as f:
-        f.write(data)
-    with Stager(host=True, buffers=3, buffer_mib=1, threads=2) as st:
-        buf = ctypes.create_string_buffer(len(data))
-        st.load(src, ctypes.addressof(buf), len(data))
-        assert buf.raw == data, "host load: bytes differ"
-        out = os.path.join(tmpdir, "out.bin")
-        st.offload(ctypes.addressof(buf), len(data), out)
-        with open(out, "rb") as f:
-            assert f.read() == data, "host offload: bytes differ"
-        try:
-            st.load(src, ctypes.addressof(buf), len(data) + 1)
-        except OSError as e:
-            assert e.errno == errno.ENODATA and "w.bin: short file" in str(e), e
-        else:
-            raise AssertionError("short file not reported")
-        assert st.stats()["ring_bytes"] == 3 << 20
-    print("weightfs.stage selftest: host round trips ok")
-    try:
-        import torch
-    except ImportError:
-        print("weightfs.stage selftest: torch not installed; GPU part NOT RUN")
-        return
-    if not torch.cuda.is_available():
-        print("weightfs.stage selftest: no CUDA device; GPU part NOT RUN")
-        return
-    n = len(data) // 2
-    raw = data[: 2 * n]
-    with open(src, "wb") as f:
-        f.write(raw)
-    t = torch.empty(n, dtype=torch.bfloat16, device="cuda")
-    backload(src, t)
-    assert t.cpu().view(torch.uint8).numpy().tobytes() == raw, "GPU backload: bytes differ"
-    out = os.path.join(tmpdir, "gpu.out")
-    offload_tensor(t, out, fsync=True)
-    with open(out, "rb") as f:
-        assert f.read() == raw, "GPU offload: bytes differ"
-    try:
-        backload(src, torch.empty(n + 1, dtype=torch.bfloat16, device="cuda"))
-    except OSError as e:
-        assert e.errno == errno.ENODATA and "short file" in str(e), e
-    else:
-        raise AssertionError("short file not reported")
-    try:
-        backload(src, torch.empty(n - 1, dtype=torch.bfloat16, device="cuda"))
-    except OSError as e:
-        assert e.errno == errno.EMSGSIZE and "size mismatch" in str(e), e
-    else:
-        raise AssertionError("size mismatch not reported")
-    try:
-        backload(src, torch.empty(n, dtype=torch.bfloat16))
-    except ValueError:
-        pass
-    else:
-        raise AssertionError("CPU tensor accepted")
-    print("weightfs.stage selftest: GPU backload/offload ok on", torch.cuda.get_device_name())

@@ -38,6 +38,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Optional, Sequence, Tuple, Union
 
+from . import _libweightfs
 from . import direct as _direct
 from .stage import library as _library
 from .stage import offload_tensor as _offload_tensor
@@ -147,31 +148,17 @@ class _Hasher(ctypes.Structure):
 
 
 _Digest = ctypes.c_uint8 * _DIGEST_BYTES
-_lib = None
-_lib_lock = threading.Lock()
-
-
 def _digest_lib():
-    global _lib
-    with _lib_lock:
-        if _lib is None:
-            lib = _library()
-            P, S = ctypes.c_void_p, ctypes.c_size_t
-            lib.wfs_digest_buf.argtypes = [P, S, ctypes.POINTER(_Digest)]
-            lib.wfs_digest_buf.restype = None
-            lib.wfs_digest_fd.argtypes = [ctypes.c_int, ctypes.POINTER(_Digest),
-                                          ctypes.POINTER(ctypes.c_uint64)]
-            lib.wfs_digest_fd.restype = ctypes.c_int
-            lib.wfs_hasher_init.argtypes = [ctypes.POINTER(_Hasher)]
-            lib.wfs_hasher_init.restype = ctypes.c_int
-            lib.wfs_hasher_update.argtypes = [ctypes.POINTER(_Hasher), P, S]
-            lib.wfs_hasher_update.restype = None
-            lib.wfs_hasher_digest.argtypes = [ctypes.POINTER(_Hasher), ctypes.POINTER(_Digest)]
-            lib.wfs_hasher_digest.restype = None
-            lib.wfs_hasher_release.argtypes = [ctypes.POINTER(_Hasher)]
-            lib.wfs_hasher_release.restype = None
-            _lib = lib
-        return _lib
+    P, S = ctypes.c_void_p, ctypes.c_size_t
+    H, D = ctypes.POINTER(_Hasher), ctypes.POINTER(_Digest)
+    return _libweightfs.bind({
+        "wfs_digest_buf": ([P, S, D], None),
+        "wfs_digest_fd": ([ctypes.c_int, D, ctypes.POINTER(ctypes.c_uint64)], ctypes.c_int),
+        "wfs_hasher_init": ([H], ctypes.c_int),
+        "wfs_hasher_update": ([H, P, S], None),
+        "wfs_hasher_digest": ([H, D], None),
+        "wfs_hasher_release": ([H], None),
+    })
 
 
 def _hex(d):

@@ -1,6 +1,8 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Benchmark: torch's naive backload vs weightfs.backload, same file, same run, interleaved.
 
-    python3 -m weightfs.bench_stage FILE [PASSES]
+    PYTHONPATH=lib/python python3 tests/bench/bench_stage.py FILE [PASSES]
 
 Prints medians of: pinned host-to-device copy (the peak), torch.from_file(...).to('cuda') with
 shared=False and shared=True, and weightfs.backload; the ratios; whether the device bytes equal the
@@ -13,7 +15,8 @@ import time
 
 import torch
 
-import weightfs
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib", "python"))
+import weightfs  # noqa: E402
 
 def main(argv):
     path = argv[1]
