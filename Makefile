@@ -12,6 +12,11 @@ PYTHON   ?= python3
 
 WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wvla \
             -Wwrite-strings
+# WERROR=1: a warning fails the build (.ci/run sets it, so the tree stays at zero warnings).
+WERROR   ?= 0
+ifeq ($(WERROR),1)
+WARN     += -Werror
+endif
 # CFLAGS/LDFLAGS are the user's (optimisation, sanitizers); what the code needs is in WFS_CFLAGS.
 CFLAGS   ?= -O2 -g
 WFS_CFLAGS := -std=c17 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -pthread $(WARN) -Ilib -MMD -MP

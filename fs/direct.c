@@ -304,7 +304,7 @@ int wfs_direct_start(struct wfs_fs *fs, const char *mountpoint)
 		ret = -errno;
 		goto fail;
 	}
-	for (; d->nthreads < DIRECT_THREADS; d->nthreads++) {
+	for (d->nthreads = 0; d->nthreads < DIRECT_THREADS; d->nthreads++) {
 		ret = -pthread_create(&d->threads[d->nthreads], NULL, serve, d);
 		if (ret)
 			break;

@@ -1282,7 +1282,7 @@ START_TEST(truncate_dup_close)
 
 	/* Created and closed with nothing written: sealed empty by the time its digest is asked for. */
 	for (int i = 0; i < 50; i++) {
-		char name[16];
+		char name[32];
 		int fd;
 
 		snprintf(name, sizeof(name), "empty%d", i);

@@ -363,7 +363,10 @@ static bool store_residency(const char *dir, struct wfs_cache_residency *r)
 	while ((e = readdir(d)) != NULL) {
 		if (strlen(e->d_name) != 2)
 			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path)) {
+			known = false; /* a store path this long cannot be measured */
+			continue;
+		}
 		sub = opendir(path);
 		if (!sub)
 			continue;
