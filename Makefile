@@ -30,7 +30,7 @@ CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
 
 # libfuse: $(B)/fuse.mk holds FUSE_CFLAGS/FUSE_LIBS, made once by .ci/build-libfuse.
-ifeq ($(filter clean distclean,$(MAKECMDGOALS)),)
+ifeq ($(filter clean distclean lint,$(MAKECMDGOALS)),)
 -include $(B)/fuse.mk
 endif
 $(B)/fuse.mk: .ci/build-libfuse
@@ -119,7 +119,7 @@ $(B)/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c lib/safetensors.c lib/
 	$(FUZZ_CC) -g -O1 -std=c17 -D_GNU_SOURCE -Ilib -fsanitize=fuzzer,address,undefined \
 		-o $@ tests/fuzz/fuzz_safetensors.c lib/safetensors.c lib/dtype.c $(FUZZ_JANSSON)
 
-.PHONY: all check asan demo bench install uninstall clean fuzz posix
+.PHONY: all check asan lint demo bench install uninstall clean fuzz posix
 all: $(PROGS)
 
 # The suite: Check unit suites, mount tests against a real mount, a small real-weights check.
@@ -132,6 +132,22 @@ asan:
 	CK_TIMEOUT_MULTIPLIER=3 $(MAKE) B=build-asan \
 		CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
 		LDFLAGS="-fsanitize=address,undefined" check
+
+# cppcheck on lib/ and fs/ (once without and once with the CUDA runtime's code), shellcheck on every
+# shell script of .ci/, tests/ and mount-helpers/ (.shellcheckrc). Any finding fails; false positives
+# are suppressed inline with their reason, or in tests/lint/cppcheck-suppressions.xml (whole checks;
+# files under rewrite). `information` makes a stale suppression a finding too.
+CPPCHECK ?= cppcheck
+SHELLCHECK ?= shellcheck
+CPPCHECK_FLAGS := -q --std=c11 -D_GNU_SOURCE -Ilib -Ifs -Ifs/core --inline-suppr --error-exitcode=1 \
+	--enable=warning,style,performance,portability,information --suppress=missingIncludeSystem \
+	--library=tests/lint/jansson.cfg --suppress-xml=tests/lint/cppcheck-suppressions.xml \
+	--template='{file}:{line}: {severity} {id}: {message}'
+SHELL_SCRIPTS = $(shell grep -rlIE '^(\#!.*[/ ](ba)?sh$$|\# shellcheck shell=)' .ci tests mount-helpers | sort)
+lint:
+	$(CPPCHECK) $(CPPCHECK_FLAGS) lib fs
+	$(CPPCHECK) $(CPPCHECK_FLAGS) -DWFS_HAVE_CUDA=1 lib fs
+	$(SHELLCHECK) $(SHELL_SCRIPTS)
 
 fuzz: $(B)/fuzz/fuzz_safetensors
 	@mkdir -p $(B)/fuzz/corpus $(B)/fuzz/artifacts

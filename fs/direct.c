@@ -199,6 +199,7 @@ static void serve_one(struct wfs_direct *d, int c)
 				memcpy(&fds[nfds++], CMSG_DATA(h) + i * sizeof(int), sizeof(int));
 	if (nfds == 1)
 		fd = fds[0];
+	/* cppcheck-suppress uninitvar ; recvmsg() filled it through msg's iovec */
 	memcpy(&req, req_buf, sizeof(req));
 	if (n != (ssize_t)sizeof(req) || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || nfds > 1 ||
 	    req.magic != WFS_DIRECT_MAGIC)

@@ -32,9 +32,9 @@
  * they use.
  */
 struct backing_map {
-	int32_t fd;
-	uint32_t flags;
-	uint64_t padding;
+	int32_t fd;       /* cppcheck-suppress unusedStructMember ; read by the kernel */
+	uint32_t flags;   /* cppcheck-suppress unusedStructMember ; read by the kernel */
+	uint64_t padding; /* cppcheck-suppress unusedStructMember ; the kernel's layout */
 };
 #define DEV_IOC_BACKING_OPEN _IOW(229, 1, struct backing_map)
 #define DEV_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)

@@ -960,6 +960,7 @@ int wfs_catalog_recover(struct wfs_catalog *c, struct wfs_recovery *report)
 	if (ret == 0)
 		r.unsealed_removed = (uint64_t)sqlite3_changes(c->db);
 	/* ...then, invariant 3: every inode without a name goes, with its xattrs. */
+	/* cppcheck-suppress duplicateCondition ; one `if (ret == 0)` per step, as above */
 	if (ret == 0)
 		ret = exec(c, "DELETE FROM xattrs WHERE ino IN (SELECT ino FROM inodes WHERE nlink = 0);"
 			      "DELETE FROM inodes WHERE nlink = 0;");
@@ -1837,7 +1838,7 @@ int wfs_catalog_xattr_set(struct wfs_catalog *c, uint64_t ino, const char *name,
 	if (ret)
 		return ret;
 	xattrs_written(c, ino);
-	s = stmt(c, flags & XATTR_REPLACE ? ST_XATTR_UPDATE : ST_XATTR_INSERT);
+	s = stmt(c, (flags & XATTR_REPLACE) ? ST_XATTR_UPDATE : ST_XATTR_INSERT);
 	sqlite3_bind_int64(s, 1, (int64_t)ino);
 	sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
 	sqlite3_bind_blob(s, 3, len ? value : "", (int)len, SQLITE_STATIC);
