@@ -1,7 +1,9 @@
 # weightfs — non-recursive build. `make` builds everything into $(B)/; `make check` runs the test suite;
 # `make demo` runs the real-weights job; `make bench` the side-by-side benchmark; `make asan` the
-# sanitizer build of the suite. Dependencies come from pkg-config; libfuse >= 3.17 is built from Debian's
-# source package when the system one is older (.ci/build-libfuse).
+# sanitizer build of the suite, `make tsan` ThreadSanitizer over the daemon's suites, `make lint`
+# cppcheck and shellcheck; WERROR=1 makes every warning an error (.ci/run). Dependencies come from
+# pkg-config; libfuse >= 3.17 is built from Debian's source package when the system one is older
+# (.ci/build-libfuse).
 
 B        ?= build
 .DEFAULT_GOAL := all
@@ -119,7 +121,7 @@ $(B)/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c lib/safetensors.c lib/
 	$(FUZZ_CC) -g -O1 -std=c17 -D_GNU_SOURCE -Ilib -fsanitize=fuzzer,address,undefined \
 		-o $@ tests/fuzz/fuzz_safetensors.c lib/safetensors.c lib/dtype.c $(FUZZ_JANSSON)
 
-.PHONY: all check asan lint demo bench install uninstall clean fuzz posix
+.PHONY: all check asan tsan lint demo bench install uninstall clean fuzz posix
 all: $(PROGS)
 
 # The suite: Check unit suites, mount tests against a real mount, a small real-weights check.
@@ -132,6 +134,16 @@ asan:
 	CK_TIMEOUT_MULTIPLIER=3 $(MAKE) B=build-asan \
 		CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
 		LDFLAGS="-fsanitize=address,undefined" check
+
+# ThreadSanitizer over the daemon's threads: the core's suite and the mount suite in both passthrough
+# modes (the daemon under test is build-tsan's), in its own build directory; tests/run-tsan runs them
+# and fails on any report (tests/tsan.supp: libfuse's known reports only).
+TSAN_B := build-tsan
+tsan:
+	$(MAKE) B=$(TSAN_B) CFLAGS="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" \
+		LDFLAGS="-fsanitize=thread" $(TSAN_B)/weightfs $(TSAN_B)/weightfsctl $(TSAN_B)/tests/check_core \
+		$(TSAN_B)/tests/check_mount
+	@tests/run-tsan $(TSAN_B)
 
 # cppcheck on lib/ and fs/ (once without and once with the CUDA runtime's code), shellcheck on every
 # shell script of .ci/, tests/ and mount-helpers/ (.shellcheckrc). Any finding fails; false positives
@@ -190,6 +202,6 @@ uninstall:
 	rm -f $(addprefix $(DESTDIR)$(PREFIX)/share/man/man8/,$(notdir $(wildcard docs/*.8)))
 
 clean:
-	rm -rf $(B) build-asan
+	rm -rf $(B) build-asan $(TSAN_B)
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
