@@ -135,9 +135,10 @@ asan:
 		CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
 		LDFLAGS="-fsanitize=address,undefined" check
 
-# ThreadSanitizer over the daemon's threads: the core's suite and the mount suite in both passthrough
-# modes (the daemon under test is build-tsan's), in its own build directory; tests/run-tsan runs them
-# and fails on any report (tests/tsan.supp: libfuse's known reports only).
+# ThreadSanitizer over the daemon's threads: the core's suite, the mount suite in both passthrough
+# modes and the cli/tools scripts (the daemon and weightfsctl under test are build-tsan's), in its own
+# build directory; tests/run-tsan runs them and fails on any report (tests/tsan.supp: libfuse's known
+# reports only).
 TSAN_B := build-tsan
 tsan:
 	$(MAKE) B=$(TSAN_B) CFLAGS="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" \
