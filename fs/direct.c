@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The direct path, daemon side (fs/direct.h; protocol and permission argument in lib/direct.h).
  *

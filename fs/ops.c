@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * FUSE low-level handlers (ops.h): parse the request, call the core (fs/core/), reply once. Namespace
  * work happens under fs->lock; what the kernel must hear afterwards goes out once it is dropped.

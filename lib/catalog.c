@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* catalog.h: the namespace and object metadata of a store, in SQLite. */
 #include "catalog.h"
 
 #include <errno.h>

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* log.h: one-line diagnostics for the daemon and tools. */
 #include "log.h"
 
 #include <errno.h>

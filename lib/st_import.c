@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* st_import.h: a safetensors checkpoint into a directory of tensor files. */
 #include "st_import.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Mount tests: real syscalls against a real weightfs mount. Each test gets a fresh store and mount
  * point and its own daemon (started from $WFS_BUILD, default build/), in the passthrough mode named by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* seal.h: a name's write path — versions started, written, sealed, claimed, abandoned. */
 #include <assert.h>
 #include <errno.h>

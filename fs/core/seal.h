@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * seal — a name's write path: the version being written, the handles writing it, and its seal into
  * an object (or a digest claim, which seals a name without its bytes).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * weightfsctl stat: the totals of a store (its catalog), of a mount (and what its daemon knows), or
  * of a subtree below a mount point (read through the mount); --json, or --prometheus for a store.
