@@ -1,7 +1,9 @@
 # weightfs — non-recursive build. `make` builds everything into $(B)/; `make check` runs the test suite;
 # `make demo` runs the real-weights job; `make bench` the side-by-side benchmark; `make asan` the
-# sanitizer build of the suite. Dependencies come from pkg-config; libfuse >= 3.17 is built from Debian's
-# source package when the system one is older (.ci/build-libfuse).
+# sanitizer build of the suite, `make tsan` ThreadSanitizer over the daemon's suites, `make lint`
+# cppcheck and shellcheck; WERROR=1 makes every warning an error (.ci/run). Dependencies come from
+# pkg-config; libfuse >= 3.17 is built from Debian's source package when the system one is older
+# (.ci/build-libfuse).
 
 B        ?= build
 .DEFAULT_GOAL := all
@@ -12,6 +14,11 @@ PYTHON   ?= python3
 
 WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wvla \
             -Wwrite-strings
+# WERROR=1: a warning fails the build (.ci/run sets it, so the tree stays at zero warnings).
+WERROR   ?= 0
+ifeq ($(WERROR),1)
+WARN     += -Werror
+endif
 # CFLAGS/LDFLAGS are the user's (optimisation, sanitizers); what the code needs is in WFS_CFLAGS.
 CFLAGS   ?= -O2 -g
 WFS_CFLAGS := -std=c17 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -pthread $(WARN) -Ilib -MMD -MP
@@ -25,7 +32,7 @@ CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
 
 # libfuse: $(B)/fuse.mk holds FUSE_CFLAGS/FUSE_LIBS, made once by .ci/build-libfuse.
-ifeq ($(filter clean distclean,$(MAKECMDGOALS)),)
+ifeq ($(filter clean distclean lint,$(MAKECMDGOALS)),)
 -include $(B)/fuse.mk
 endif
 $(B)/fuse.mk: .ci/build-libfuse
@@ -114,7 +121,7 @@ $(B)/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c lib/safetensors.c lib/
 	$(FUZZ_CC) -g -O1 -std=c17 -D_GNU_SOURCE -Ilib -fsanitize=fuzzer,address,undefined \
 		-o $@ tests/fuzz/fuzz_safetensors.c lib/safetensors.c lib/dtype.c $(FUZZ_JANSSON)
 
-.PHONY: all check asan demo bench install uninstall clean fuzz posix
+.PHONY: all check asan tsan lint demo bench install uninstall clean fuzz posix
 all: $(PROGS)
 
 # The suite: Check unit suites, mount tests against a real mount, a small real-weights check.
@@ -127,6 +134,33 @@ asan:
 	CK_TIMEOUT_MULTIPLIER=3 $(MAKE) B=build-asan \
 		CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
 		LDFLAGS="-fsanitize=address,undefined" check
+
+# ThreadSanitizer over the daemon's threads: the core's suite, the mount suite in both passthrough
+# modes and the cli/tools scripts (the daemon and weightfsctl under test are build-tsan's), in its own
+# build directory; tests/run-tsan runs them and fails on any report (tests/tsan.supp: libfuse's known
+# reports only).
+TSAN_B := build-tsan
+tsan:
+	$(MAKE) B=$(TSAN_B) CFLAGS="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" \
+		LDFLAGS="-fsanitize=thread" $(TSAN_B)/weightfs $(TSAN_B)/weightfsctl $(TSAN_B)/tests/check_core \
+		$(TSAN_B)/tests/check_mount
+	@tests/run-tsan $(TSAN_B)
+
+# cppcheck on lib/ and fs/ (once without and once with the CUDA runtime's code), shellcheck on every
+# shell script of .ci/, tests/ and mount-helpers/ (.shellcheckrc). Any finding fails; false positives
+# are suppressed inline with their reason, or in tests/lint/cppcheck-suppressions.xml (whole checks;
+# files under rewrite). `information` makes a stale suppression a finding too.
+CPPCHECK ?= cppcheck
+SHELLCHECK ?= shellcheck
+CPPCHECK_FLAGS := -q --std=c11 -D_GNU_SOURCE -Ilib -Ifs -Ifs/core --inline-suppr --error-exitcode=1 \
+	--enable=warning,style,performance,portability,information --suppress=missingIncludeSystem \
+	--library=tests/lint/jansson.cfg --suppress-xml=tests/lint/cppcheck-suppressions.xml \
+	--template='{file}:{line}: {severity} {id}: {message}'
+SHELL_SCRIPTS = $(shell grep -rlIE '^(\#!.*[/ ](ba)?sh$$|\# shellcheck shell=)' .ci tests mount-helpers | sort)
+lint:
+	$(CPPCHECK) $(CPPCHECK_FLAGS) lib fs
+	$(CPPCHECK) $(CPPCHECK_FLAGS) -DWFS_HAVE_CUDA=1 lib fs
+	$(SHELLCHECK) $(SHELL_SCRIPTS)
 
 fuzz: $(B)/fuzz/fuzz_safetensors
 	@mkdir -p $(B)/fuzz/corpus $(B)/fuzz/artifacts
@@ -169,6 +203,6 @@ uninstall:
 	rm -f $(addprefix $(DESTDIR)$(PREFIX)/share/man/man8/,$(notdir $(wildcard docs/*.8)))
 
 clean:
-	rm -rf $(B) build-asan
+	rm -rf $(B) build-asan $(TSAN_B)
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The direct path, daemon side (fs/direct.h; protocol and permission argument in lib/direct.h).
  *
@@ -199,6 +200,7 @@ static void serve_one(struct wfs_direct *d, int c)
 				memcpy(&fds[nfds++], CMSG_DATA(h) + i * sizeof(int), sizeof(int));
 	if (nfds == 1)
 		fd = fds[0];
+	/* cppcheck-suppress uninitvar ; recvmsg() filled it through msg's iovec */
 	memcpy(&req, req_buf, sizeof(req));
 	if (n != (ssize_t)sizeof(req) || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || nfds > 1 ||
 	    req.magic != WFS_DIRECT_MAGIC)
@@ -304,7 +306,7 @@ int wfs_direct_start(struct wfs_fs *fs, const char *mountpoint)
 		ret = -errno;
 		goto fail;
 	}
-	for (; d->nthreads < DIRECT_THREADS; d->nthreads++) {
+	for (d->nthreads = 0; d->nthreads < DIRECT_THREADS; d->nthreads++) {
 		ret = -pthread_create(&d->threads[d->nthreads], NULL, serve, d);
 		if (ret)
 			break;

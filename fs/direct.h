@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The daemon's side of the direct path (lib/direct.h has the protocol and the permission argument).
  *

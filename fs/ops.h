@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ops — the FUSE low-level handlers: the only daemon code that speaks libfuse besides weightfs.c
  * (the mount and the loop) and receive.c (how request threads read /dev/fuse).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The request threads' receive path: a spinning leader and followers (receive.h says why).
  */

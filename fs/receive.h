@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * How the daemon's request threads take FUSE requests off /dev/fuse: a leader with followers, and a
  * leader that spins before it sleeps.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * weightfs STORE MOUNTPOINT [options] — mount a content-addressed store of frozen model weights.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The user.weightfs.* extended attributes (names in lib/weightfs.h) and stored user.* ones: user.*
  * lives in the catalog; user.weightfs.digest is computed and read-only; user.weightfs.stats (mount

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Page cache of weightfs names, acted on through their object files (cache.h has the design).
  */

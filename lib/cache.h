@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Host page cache of a set of weightfs names: drop it, load it (on a NUMA node), measure it.
  *

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* catalog.h: the namespace and object metadata of a store, in SQLite. */
 #include "catalog.h"
 
 #include <errno.h>
@@ -1236,6 +1238,7 @@ int wfs_catalog_recover(struct wfs_catalog *c, struct wfs_recovery *report)
 	if (ret == 0)
 		ret = recover_declared_empty(c, &r.declared_empty_removed);
 	/* ...then, invariant 3: every inode without a name goes, with its xattrs. */
+	/* cppcheck-suppress duplicateCondition ; one `if (ret == 0)` per step, as above */
 	if (ret == 0)
 		ret = exec(c, "DELETE FROM xattrs WHERE ino IN (SELECT ino FROM inodes WHERE nlink = 0);"
 			      "DELETE FROM inodes WHERE nlink = 0;");
@@ -2113,7 +2116,7 @@ int wfs_catalog_xattr_set(struct wfs_catalog *c, uint64_t ino, const char *name,
 	if (ret)
 		return ret;
 	xattrs_written(c, ino);
-	s = stmt(c, flags & XATTR_REPLACE ? ST_XATTR_UPDATE : ST_XATTR_INSERT);
+	s = stmt(c, (flags & XATTR_REPLACE) ? ST_XATTR_UPDATE : ST_XATTR_INSERT);
 	sqlite3_bind_int64(s, 1, (int64_t)ino);
 	sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
 	sqlite3_bind_blob(s, 3, len ? value : "", (int)len, SQLITE_STATIC);

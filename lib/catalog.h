@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * catalog — the namespace and object metadata of a store, in SQLite (STORE/catalog.db, WAL mode).
  *

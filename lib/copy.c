@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* copy.h: a byte range from one file to another, in order. */
 #include "copy.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * copy — move a byte range from one file to another, in order (prefix wfs_copy_).
  *

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* digest.h: XXH3-128 content digests of objects. */
 #include "digest.h"
 
 #include <errno.h>

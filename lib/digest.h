@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * digest — content digests of objects: XXH3-128 over the exact bytes of a file.
  *

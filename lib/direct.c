@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The direct path's client (direct.h): ask a mount's daemon for the object behind a descriptor.
  */

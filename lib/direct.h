@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * direct — the object file behind a name under a weightfs mount, as a plain read-only descriptor.
  *

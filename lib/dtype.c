@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* dtype.h: tensor element types and shapes as safetensors names them. */
 #include "dtype.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * dtype — tensor element types and shapes as safetensors names them, for the user.weightfs.dtype and
  * user.weightfs.shape extended attributes and for safetensors import/export (safetensors.h).

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* fault.h: test-only crash points and I/O fault injection. */
 #include "fault.h"
 
 #include <errno.h>

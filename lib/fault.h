@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fault — test-only crash points and I/O fault injection, off unless the environment asks.
  *

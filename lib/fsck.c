@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* fsck.h: a store's check (objects, catalog, invariants) and its repair. */
 #include "fsck.h"
 
 #include <dirent.h>

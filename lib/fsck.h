@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fsck — check a store: every object's bytes against its digest, the catalog against the objects
  * directory, the catalog's own invariants; with repair, fix what is safe to fix.

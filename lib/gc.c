@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* gc.h: the removal of objects no name refers to. */
 #include "gc.h"
 
 #include <errno.h>

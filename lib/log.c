@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* log.h: one-line diagnostics, the daemon's log file, and the trace a fatal signal leaves. */
 #include "log.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * log — one-line diagnostics for the daemon and tools.
  *

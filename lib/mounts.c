@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mounts — the weightfs entries of /proc/self/mounts, and of /proc/self/mountinfo for device
  * numbers (mounts.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mounts — the weightfs mounts of this process's mount namespace, as /proc/self/mounts lists them.
  *

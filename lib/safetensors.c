@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* safetensors.h: the safetensors header's parser and writer. */
 #include "safetensors.h"
 
 #include <errno.h>

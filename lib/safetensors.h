@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * safetensors — parse and write the header of a safetensors file (prefix wfs_st_).
  *

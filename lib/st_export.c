@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* st_export.h: a directory of tensor files as one safetensors file. */
 #include "st_export.h"
 
 #include <dirent.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * st_export — a directory of tensor files as one safetensors file (prefix wfs_st_export_).
  *

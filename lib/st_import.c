@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* st_import.h: a safetensors checkpoint into a directory of tensor files. */
 #include "st_import.h"
 
 #include <errno.h>
@@ -54,7 +56,7 @@ static const char *printable(const char *s, char buf[96])
 {
 	size_t i = 0;
 
-	for (; s[i] && i < 80; i++)
+	for (; i < 80 && s[i]; i++)
 		buf[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
 	while (s[i] && i > 0 && ((unsigned char)s[i] & 0xc0) == 0x80)
 		i--; /* cut on a UTF-8 character boundary */

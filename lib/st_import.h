@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * st_import — a safetensors checkpoint into a directory of tensor files (prefix wfs_st_import_).
  *

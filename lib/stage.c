@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stage — see stage.h for the design. Locking: one mutex, st->lock, guards every field marked
  * "guarded" below; there is no other lock, so there is no lock order. No system call or CUDA call is

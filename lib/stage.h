@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stage — GPU staging: files to device memory (backload) and device memory to files (offload)
  * through a bounded ring of pinned host buffers.

@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* store.h: the object store on the backing filesystem. */
 #include "store.h"
 
 #include <dirent.h>

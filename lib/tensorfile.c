@@ -1,3 +1,5 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* tensorfile.h: one tensor file written the way weightfs expects it. */
 #include "tensorfile.h"
 
 #include <errno.h>

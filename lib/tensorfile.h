@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tensorfile — write one tensor file the way weightfs expects it (prefix wfs_tf_).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * weightfs — the names weightfs puts in the world, in one place: the extended attributes of files
  * under a mount, the temporary names of files being written, and the store's layout. Names only:

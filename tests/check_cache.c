@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lib/cache.c without a mount: page placement of a read under a NUMA preference (the memory policy
  * in force during the read, and the node of the pages it cached), and residency of a plain file.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Check suite for lib/catalog: the namespace (create, lookup, link, unlink, rename), link counts,
  * object reference counts, crash recovery, readdir cookies, xattrs, stats, inode-number stability

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Check suite for the daemon core (fs/core/): versions, seal, claim and open mode, without FUSE, a
  * mount or root. Each test gets a store and catalog of its own in a fresh directory, a struct wfs_fs

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Crash safety: the daemon killed (SIGKILL) at every crash point of the write, seal and delete paths
  * (lib/fault.h), and at random moments of a large write; writers killed mid-write. After each crash

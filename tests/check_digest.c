@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Check suite for lib/digest: golden XXH3-128 vectors in canonical hex, streaming versus one-shot,
  * digests of files, and the hex spelling both ways.

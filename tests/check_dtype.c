@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dtype: safetensors dtype sizes and shape parsing (lib/dtype.h). */
 #include <errno.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Check suite for lib/fsck and lib/gc: a clean store, each kind of finding injected alone (and found
  * exactly once, with its kind and what), repair and what a second check finds after it, the online

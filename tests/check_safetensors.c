@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* safetensors: header parser, writer, index, names (lib/safetensors.h). */
 #include <errno.h>
 #include <string.h>

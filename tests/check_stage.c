@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Check suite for lib/stage: the ring, the threads and every error path, through a host-memory
  * stager (no GPU needed), plus the NUMA lookup against a fake sysfs.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Check suite for lib/store: the directory layout, the owner lock, tmp cleanup, publishing (names,
  * modes, dedup, races), object access, and ENOSPC injected through a small tmpfs.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The mount harness: helpers for the Check suites that run a real weightfs daemon (check_mount,
  * check_crash). Root only: it mounts FUSE and tmpfs and unmounts with umount2(2).

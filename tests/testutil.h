@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shared helpers for the Check suites. */
 #ifndef WFS_TESTUTIL_H
 #define WFS_TESTUTIL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* check.h: objects' bytes against their digests, and quarantine. */
 #include <errno.h>
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * check — a name never returns bytes that differ from its digest.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* commit.h: the committer thread. */
 #include <errno.h>
 #include <limits.h>

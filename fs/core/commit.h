@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * commit — the committer thread: when the daemon's catalog changes are committed (lib/catalog.h,
  * wfs_catalog_batch), the group sync of seals, and closing removed objects outside fs->lock.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* daemon.h: the shared state's set-up and teardown. */
 #include <errno.h>
 #include <pthread.h>

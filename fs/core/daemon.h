@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * daemon — the state the weightfs daemon shares between its threads, and who owns each part.
  *

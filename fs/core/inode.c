@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* inode.h: the in-memory inodes and their lookup counts. Every function runs with fs->lock held. */
 #include <assert.h>
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * inode — the in-memory inodes: one per inode number the kernel holds a lookup on or has open.
  *

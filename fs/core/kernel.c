@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kernel.h: the news the core hands to the handler files. */
 #include <stdlib.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kernel — what the daemon core asks of the kernel, without knowing it is FUSE.
  *

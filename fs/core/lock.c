@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lock.h: fs->lock with its hold times. */
 #include <assert.h>
 #include <errno.h>

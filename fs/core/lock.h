@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lock — fs->lock, the daemon's one big lock, with a record of how long it is held and where.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* map.h: a chained hash table keyed on uint64. */
 #include <assert.h>
 #include <errno.h>

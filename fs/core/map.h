@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * map — a chained hash table keyed on uint64, for the daemon's in-memory tables (inodes by number,
  * objects and checks by the first 8 bytes of their digest). Entries embed a wfs_map_node and are

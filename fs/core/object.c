@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* object.h: objects in use by open handles and seals. Every function runs with fs->lock held. */
 #include <assert.h>
 #include <errno.h>

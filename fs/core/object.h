@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * object — the objects open handles and seals are using: one entry per digest in use, shared by every
  * open of every name with that content.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* openmode.h: how the kernel serves each open (passthrough or daemon-served), and open handles. */
 #include <assert.h>
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * openmode — how the kernel serves each open of an inode, and the open handles.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* seal.h: a name's versions — started, joined, sealed, abandoned; dtype/shape size rules. */
 #include <assert.h>
 #include <errno.h>

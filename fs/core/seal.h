@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * seal — a name's version: the bytes being written, the handles counted as its writers, and its seal
  * into an object; the dtype/shape size rule. What a handle does to its file is fileio.h's, what a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* version.h: the bytes of a version being written (states drawn there). */
 #include <assert.h>
 #include <errno.h>

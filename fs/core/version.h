@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * version — the bytes of a name while they are being written, up to the moment they become an object.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Whose close is a writer's end: what the daemon reads of a closing process (/proc) to decide
  * whether a flush seals a version. No FUSE here: callers pass the kernel's thread ids.

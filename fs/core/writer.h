@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * writer — whose close(2) ends the writing of a version. The kernel sends a FLUSH for every close,
  * so the daemon asks here, from the closing thread's id, whether that close is the writer's end:

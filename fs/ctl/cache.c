@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * weightfsctl cache drop|load|status PATH...: the host page cache of weightfs names, through their
  * object files (lib/cache.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ctl — what the weightfsctl subcommands share (ctl.h): options, the progress line, JSON output, the
  * store behind a path, and --store's namespace for import and export.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ctl — weightfsctl, the admin command line: its subcommands (one file each) and what they share:
  * options, the progress line, JSON output, the store behind a path, and --store's private mount.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * weightfsctl export: a directory of tensor files as one safetensors file, through lib/st_export.h,
  * which holds the format, the layout and the checks. Here: options, --store (ctl.h), one progress

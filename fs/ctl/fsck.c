@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * weightfsctl fsck: check a store, and repair what is safe (lib/fsck.h).
  */

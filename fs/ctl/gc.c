@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * weightfsctl gc: remove the objects no name uses from a store that is not mounted (lib/gc.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * weightfsctl import: a safetensors checkpoint (or a sharded one's index) as tensor files, through
  * lib/st_import.h, which holds the format, the checks and the write protocol. Here: options, --store

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * weightfsctl init: make a new, empty store in a directory (lib/store.h, lib/catalog.h).
  */

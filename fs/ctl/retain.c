@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * weightfsctl retain: show or record a store's retention budget (lib/catalog.h,
  * wfs_catalog_retain_get): how many bytes of objects no name uses every mount of it keeps for reuse.

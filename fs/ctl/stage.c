@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * weightfsctl stage — stage files (or directories of params) into GPU memory with lib/stage and report
  * the rate; --offload writes them back out (device → file); --bench measures, in the same run, the

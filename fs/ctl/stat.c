@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * weightfsctl stat: the totals of a store (its catalog), of a mount (and what its daemon knows), or
  * of a subtree below a mount point (read through the mount); --json, or --prometheus for a store.
@@ -364,7 +365,10 @@ static bool store_residency(const char *dir, struct wfs_cache_residency *r)
 	while ((e = readdir(d)) != NULL) {
 		if (strlen(e->d_name) != 2)
 			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path)) {
+			known = false; /* a store path this long cannot be measured */
+			continue;
+		}
 		sub = opendir(path);
 		if (!sub)
 			continue;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * weightfsctl — the weightfs admin command line: one binary, one subcommand per task (ctl.h).
  */

@@ -15,7 +15,7 @@ N=${WFS_OOM_MIB:-128}
 LIMIT=$((3 * N)) # MiB: the weights, the engine's 2.5 N, and room for the interpreters
 py=$(command -v python3 || echo /usr/bin/python3)
 
-cg= ver=
+cg='' ver=''
 if [ "$(stat -fc %T /sys/fs/cgroup 2>/dev/null)" = cgroup2fs ] && grep -qw memory /sys/fs/cgroup/cgroup.controllers; then
 	ver=2
 	echo +memory >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null

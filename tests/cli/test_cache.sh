@@ -21,6 +21,7 @@ chmod 755 "$work"
 STORE=$work/store
 MNT=$work/mnt
 holder=
+# shellcheck disable=SC2317 # run by the trap below
 cleanup() {
 	[ -n "$holder" ] && kill "$holder" 2>/dev/null && wait "$holder" 2>/dev/null
 	wfs_umount "$MNT" >/dev/null 2>&1
@@ -40,8 +41,6 @@ summary() {
 }
 # meminfo KEY: the value in KiB.
 meminfo() { awk -v k="$1:" '$1 == k { print $2 }' /proc/meminfo; }
-# jnum KEY: the first number after "KEY": in $out.
-jnum() { sed -nE "s/.*\"$1\": ?([0-9]+).*/\1/p" <<<"$out" | head -n 1; }
 # total_resident: the total resident bytes of `cache status --json` in $out.
 total_resident() { sed -nE 's/.*"total":\{"bytes":[0-9]+,"resident_bytes":([0-9]+).*/\1/p' <<<"$out"; }
 
@@ -71,7 +70,7 @@ expect "status: text line per path with node 0" 0 "rank0: 2 files, 2 objects, .*
 
 # ---- drop: MemFree rises by 0.95 N within a second ----------------------------------------------
 best=0 best_avail=0 best_s=
-for attempt in 1 2 3; do
+for _ in 1 2 3; do
 	cat "$MNT/rank0/w" >/dev/null
 	f0=$(meminfo MemFree) a0=$(meminfo MemAvailable) s0=$(date +%s.%N)
 	"$CTL" cache drop "$MNT/rank0/w" >"$work/drop.out" 2>&1

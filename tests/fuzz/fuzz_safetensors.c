@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libFuzzer target for lib/safetensors: the input is a whole safetensors file. Whatever parses must
  * survive a write and a re-read unchanged (parse(encode(x)) == x, encode(parse(encode(x))) ==

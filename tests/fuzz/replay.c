@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Replay a libFuzzer corpus without libFuzzer: every file in the directories (or files) given is fed
  * to LLVMFuzzerTestOneInput once, so `make check` keeps the crashers found by `make fuzz` fixed with

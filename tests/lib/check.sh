@@ -37,6 +37,7 @@ verdict() {
 
 # run CMD...: its stdout in $out, stderr in $err, exit status in $rc.
 out='' err='' rc=0
+# shellcheck disable=SC2154 # $work: set by the script that sources this file
 run() {
 	out=$("$@" 2>"$work/stderr")
 	rc=$?
