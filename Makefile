@@ -136,7 +136,7 @@ asan:
 		LDFLAGS="-fsanitize=address,undefined" check
 
 # ThreadSanitizer over the daemon's threads: the core's suite, the mount suite in both passthrough
-# modes and the cli/tools scripts (the daemon and weightfsctl under test are build-tsan's), in its own
+# modes, the concurrent stress test and the cli/tools scripts (the daemon and weightfsctl under test are build-tsan's), in its own
 # build directory; tests/run-tsan runs them and fails on any report (tests/tsan.supp: libfuse's known
 # reports only).
 TSAN_B := build-tsan

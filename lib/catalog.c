@@ -1235,10 +1235,10 @@ int wfs_catalog_recover(struct wfs_catalog *c, struct wfs_recovery *report)
 		ret = exec(c, sql);
 	if (ret == 0)
 		r.unsealed_removed = (uint64_t)sqlite3_changes(c->db);
+	/* cppcheck-suppress duplicateCondition ; one `if (ret == 0)` per step, as above */
 	if (ret == 0)
 		ret = recover_declared_empty(c, &r.declared_empty_removed);
 	/* ...then, invariant 3: every inode without a name goes, with its xattrs. */
-	/* cppcheck-suppress duplicateCondition ; one `if (ret == 0)` per step, as above */
 	if (ret == 0)
 		ret = exec(c, "DELETE FROM xattrs WHERE ino IN (SELECT ino FROM inodes WHERE nlink = 0);"
 			      "DELETE FROM inodes WHERE nlink = 0;");

@@ -634,14 +634,17 @@ static off_t largest_folio_bytes(void)
 
 void wfs_openmode_read_done(struct wfs_fs *fs, int fd, off_t off, size_t len)
 {
-	static off_t block;
-	off_t from, to, end = off + (off_t)len;
+	static _Atomic off_t block_bytes; /* request threads read it at once: set once, the same by all */
+	off_t block, from, to, end = off + (off_t)len;
 	struct stat st;
 
 	if (atomic_load(&fs->passthrough))
 		return; /* the object's page cache is the copy passthrough readers share */
-	if (!block)
+	block = atomic_load_explicit(&block_bytes, memory_order_relaxed);
+	if (!block) {
 		block = largest_folio_bytes();
+		atomic_store_explicit(&block_bytes, block, memory_order_relaxed);
+	}
 	/* DONTNEED drops only whole folios: a large folio partly inside the range stays cached
 	 * (mm/truncate.c). So drop the blocks this read finished, and at the end of the file the
 	 * rest; readahead beyond the read stays for the next one. The kernel's readahead sends

@@ -204,7 +204,6 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 		if (linked)
 			wfs_check_mark_good(fs, &d, &linked_st);
 		wfs_object_set_publishing(o, false);
-		publishing = false;
 		pthread_cond_broadcast(&fs->seal_done);
 	}
 	/* A seal that a caller waits for and that is to be durable (large, or fsync'd) is committed at

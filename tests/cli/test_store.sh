@@ -311,7 +311,7 @@ PY
 	unset "WFS_MOUNT_PIDS[$M]"
 	: >"$S6/weightfs.log"
 	if wfs_mount "$B" "$S6" "$M" -o nosync; then
-		names=$(ls -A "$M/rank0" | tr '\n' ' ')
+		names=$(find "$M/rank0" -mindepth 1 -maxdepth 1 -printf '%f\n' | sort | tr '\n' ' ')
 		verdict "after kill -9 mid-write: the declared-but-empty temporary name is gone" \
 			"$([ "$names" = "kept " ]; echo $?)" "rank0: '$names'"
 		grep -q "recovered: removed 0 never-sealed names, 1 temporary names sealed empty that declare bytes" \
@@ -345,7 +345,7 @@ if wfs_mount "$B" "$S7" "$M" -o nosync; then
 	wfs_umount "$M" || fail "unmount"
 fi
 verdict "a clean unmount leaves catalog.db.backup" "$([ -s "$S7/catalog.db.backup" ]; echo $?)"
-left=$(cd "$S7" && ls -d catalog.db.backup?* 2>/dev/null | tr '\n' ' ')
+left=$(find "$S7" -maxdepth 1 -name 'catalog.db.backup?*' -printf '%f ')
 verdict "the backup is one file (no -wal, -shm or .tmp beside it)" "$([ -z "$left" ]; echo $?)" "found: $left"
 # Changes after the backup: a name made, a name removed, then the daemon killed (no backup at exit).
 if wfs_mount "$B" "$S7" "$M" -o nosync; then
@@ -374,7 +374,7 @@ run "$CTL" stat --json "$S7"
 expect_json "after the rebuild: the names of the backup (a, b)" names 2
 expect_json "after the rebuild: x's object kept unreferenced" unreferenced_objects 1
 if wfs_mount "$B" "$S7" "$M" -o nosync; then
-	got=$(cd "$M/rank0" && ls | tr '\n' ' ')
+	got=$(find "$M/rank0" -mindepth 1 -maxdepth 1 -printf '%f\n' | sort | tr '\n' ' ')
 	verdict "after the rebuild: the mount shows the backup's names" "$([ "$got" = "a b " ]; echo $?)" "ls: '$got'"
 	head -c 1000 /dev/zero | tr '\0' a | cmp -s - "$M/rank0/a"
 	verdict "after the rebuild: a reads its bytes" $?
