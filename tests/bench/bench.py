@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Side-by-side benchmark: the same work on weightfs and on the backing filesystem directly.
 
     bench.py --wfs DIR --native DIR [--daemon-pid PID] [--rounds 5] [--size 2GiB]

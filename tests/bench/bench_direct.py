@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Reads without kernel passthrough: the daemon-served mounted file, the direct path, and native.
 
     bench_direct.py --build BUILD [--mib 1024] [--rounds 3] [--dir DIR] [--doc FILE] [--command CMD]

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Trainer offload benchmark: restart vs first offload, and 4 ranks against a plain directory.
 
     bench_offload.py --build BUILD --work DIR [--rounds 3] [--models all|a,b] [--synthetic 512MiB]

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Write-side benchmark (issue 10): weightfs vs the filesystem under its store, side by side in one run.
 
     bench_write.py --build BUILD --work DIR [--rounds 3] [--quick] [--tensors 20000] [--files 20000]

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The FUSE round-trip floor: what one request costs with no work in the daemon.
 
     tests/bench/roundtrip.py MNT [DIR]

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The original failure, small: an inference engine next to frozen weights in one memory cgroup.
 #  (a) weights offloaded through weightfs and read (page cache, ~N MiB charged to the cgroup), then the
 #      engine allocates anonymous memory until only N/2 of the limit is left: the kernel reclaims the

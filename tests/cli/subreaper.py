@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Run a command as a child subreaper and record how it and every process it leaves behind exit.
 
 usage: subreaper.py STATUS_FILE COMMAND [ARG...]

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # weightfsctl cache drop|load|status and stat --prometheus on a real mount (root only: FUSE, and the
 # store's object files). The eviction check is the system-level one: after reading N MiB and a drop,
 # MemFree rises by at least 0.95 x N within a second. Prints one ok/FAIL/skip line per check and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # weightfsctl exit codes and messages (stat, fsck, gc, safetensors import/export, usage errors) on a
 # store made through a real mount. Root only (FUSE). Prints one ok/FAIL line per check and closes
 # with "cli: N passed, N failed".

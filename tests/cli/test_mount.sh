@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Mounting like any filesystem (docs/mounting.md): make install / uninstall with PREFIX and DESTDIR;
 # mount -t fuse.weightfs through fuse3's mount.fuse3 and through mount.fuse.weightfs; mount -T with a
 # private fstab; an fstab line through systemd-fstab-generator, systemd-analyze verify and the mount /

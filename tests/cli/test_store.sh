@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # What the store keeps, it keeps (issue 35): the retention budget is the store's and every mount
 # honours it (plain remounts, weightfsctl's private mounts), a budget exceeded is logged. Root only
 # (FUSE). Prints one ok/FAIL line per check and closes with "store: N passed, N failed".

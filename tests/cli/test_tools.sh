@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Everyday tools on a real mount: rsync -aHAX, cp -a and tar --xattrs copy trees into weightfs and
 # back out, exit 0, and keep every user.* attribute except the computed user.weightfs.digest (read
 # by name, never listed, so no copy carries it); a tree with every file type, hard links, symlinks,

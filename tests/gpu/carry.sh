@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Put into BUILD/carry what tests/gpu/device-run.sh needs on the GPU test machine, which has no
 # package registry: the shared libraries the build links against (except glibc's and CUDA's, which
 # are there) in BUILD/carry/lib, and xxhsum in BUILD/carry/bin.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Run on the GPU test machine (no package registry there: what it needs travels in build/carry/).
 #   tests/gpu/device-run.sh bench        GPU unit tests; stage --bench from a weightfs mount (warm and
 #                                        cold) and from the same file on the backing filesystem; the

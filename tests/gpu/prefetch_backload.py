@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Backload after a prefetch, against cold and warm (issue 12: a backload right after a completed
 prefetch runs at >= 0.9x the warm rate). Runs on the GPU machine as root, a weightfs mount given:
 

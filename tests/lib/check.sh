@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # Checks for the test scripts (tests/cli/*.sh): each check prints one line, "ok   NAME",
 # "FAIL NAME" (with indented details) or "skip NAME", and counts it in $passed, $failed, $skipped;

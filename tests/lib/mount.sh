@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # Start and stop a weightfs mount from a bash script (tests, demo, benchmark). Source this file:
 #

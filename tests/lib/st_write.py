@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Write safetensors files in the reference implementation's layout, standard library only.
 
 The layout is huggingface/safetensors' `serialize` (safetensors/src/tensor.rs): tensors sorted by

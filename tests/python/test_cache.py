@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """weightfs.evict / prefetch / residency and FrozenOffload.evict / prefetch on a real mount (root).
 Needs neither torch nor numpy. Prints one ok/FAIL line per check and "python-cache: N passed, N failed".
     usage: test_cache.py MOUNTPOINT"""

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The direct path (lib/direct.h, docs/direct.md) against real mounts, as root.
 
     test_direct.py --build BUILD [-o passthrough=auto|off]

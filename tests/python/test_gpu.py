@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The package's CUDA paths, on a machine with a GPU (not part of `make check`: CI has no GPU).
 
     test_gpu.py --plain DIR [--mnt MNT]

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Four trainer ranks offload one real model's frozen tensors to weightfs, map them back, restart.
 
     test_multirank.py --mnt MNT --store STORE --plain DIR --state FILE --phase first|restart

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The Python package's names and tables against the C library's, and the package installed by pip.
 
     test_names.py BUILD_DIR

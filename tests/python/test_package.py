@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Unit tests of the weightfs Python package with torch on the CPU, against a real weightfs mount.
 
     test_package.py --mnt MNT --store STORE --plain DIR --state FILE --phase first|remount

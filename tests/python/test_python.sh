@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source-path=SCRIPTDIR/..
 # The Python package's tests against a real weightfs mount (torch on the CPU).
 #

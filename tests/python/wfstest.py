@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A minimal test runner for the Python tests: named checks, one line each, and a closing count.
 
     t = Tests("package")

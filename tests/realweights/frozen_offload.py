@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Frozen-weight offload as N data-parallel trainer ranks do it, on real TF.js weights.
 
 Each rank is its own process. Write phase: every rank writes every tensor of the selected models as

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source-path=SCRIPTDIR/..
 # A small real-weights check for the test suite: 2 trainer ranks offload three real TF.js models onto a
 # fresh weightfs mount of their own, mmap every tensor back and compare the bytes, then the store is

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Read the tensors of TF.js graph models (model.json + binary shards), standard library only.
 
 A TF.js model.json has a `weightsManifest`: a list of groups, each with `paths` (shard files, relative

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """weightfs: Python helpers around libweightfs (ctypes, no build step beyond the C library).
 
     import weightfs

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """libweightfs through ctypes: the one place the package finds, loads and declares the C library.
 
 load() finds libweightfs.so, in order: $WEIGHTFS_LIB (a path); the build/ directory of the repository

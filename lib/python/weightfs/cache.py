@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Host page cache of weightfs names: evict, prefetch (on a NUMA node), residency (lib/cache.h).
 
     import weightfs

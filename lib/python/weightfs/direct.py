@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The direct path: the object file behind a name under a weightfs mount (lib/direct.h, docs/direct.md).
 
     fd = weightfs.open_object("/data/skyrl/frozen-offload/rank0/layer0.w")   # a plain O_RDONLY fd

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """FrozenOffload: one rank's frozen parameters as files, offloaded once, mapped or backloaded later.
 
     fo = weightfs.FrozenOffload("/data/skyrl/frozen-offload", rank=0)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Names and tables the package shares with the C library, read from libweightfs.so when it loads.
 
     names.dtype_bytes()          # {"BOOL": 1, ..., "C64": 8}: lib/dtype.c's table (wfs_dtype_*)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """GPU staging: files to CUDA tensors and back through libweightfs's pinned ring (lib/stage.h).
 
     import torch, weightfs

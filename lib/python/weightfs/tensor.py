@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tensors as sealed files: digest, offload (claim first, write on a miss), load (mmap), dtype names.
 
     import torch, weightfs
