@@ -146,12 +146,14 @@ tsan:
 		$(TSAN_B)/tests/check_mount
 	@tests/run-tsan $(TSAN_B)
 
-# cppcheck on lib/ and fs/ (once without and once with the CUDA runtime's code), shellcheck on every
-# shell script of .ci/, tests/ and mount-helpers/ (.shellcheckrc). Any finding fails; false positives
+# cppcheck on lib/ and fs/ (once without and once with the CUDA runtime's code), mypy on the Python
+# package, shellcheck on every shell script of .ci/, tests/ and mount-helpers/ (.shellcheckrc). Any finding fails; false positives
 # are suppressed inline with their reason, or in tests/lint/cppcheck-suppressions.xml (whole checks;
-# files under rewrite). `information` makes a stale suppression a finding too.
+# files under rewrite). `information` makes a stale suppression a finding too. mypy checks the Python
+# package's annotations against the interpreter the tests use (torch and numpy installed there).
 CPPCHECK ?= cppcheck
 SHELLCHECK ?= shellcheck
+MYPY ?= mypy
 CPPCHECK_FLAGS := -q --std=c11 -D_GNU_SOURCE -Ilib -Ifs -Ifs/core --inline-suppr --error-exitcode=1 \
 	--enable=warning,style,performance,portability,information --suppress=missingIncludeSystem \
 	--library=tests/lint/jansson.cfg --suppress-xml=tests/lint/cppcheck-suppressions.xml \
@@ -161,6 +163,7 @@ lint:
 	$(CPPCHECK) $(CPPCHECK_FLAGS) lib fs
 	$(CPPCHECK) $(CPPCHECK_FLAGS) -DWFS_HAVE_CUDA=1 lib fs
 	$(SHELLCHECK) $(SHELL_SCRIPTS)
+	cd lib/python && $(MYPY) --python-executable /usr/bin/python3 --no-error-summary weightfs
 
 fuzz: $(B)/fuzz/fuzz_safetensors
 	@mkdir -p $(B)/fuzz/corpus $(B)/fuzz/artifacts

@@ -69,7 +69,7 @@ def _lib() -> ctypes.CDLL:
 class _Set:
     """A wfs_cache_set of paths (each walked; objects opened once). Closed by close() or GC."""
 
-    def __init__(self, paths: Iterable[PathLike]) -> None:
+    def __init__(self, paths: Union[PathLike, Iterable[PathLike]]) -> None:
         self._lib = _lib()
         self._p = ctypes.c_void_p()
         if isinstance(paths, (str, bytes, os.PathLike)):

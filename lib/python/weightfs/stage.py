@@ -110,7 +110,8 @@ class Stager:
         rc = lib.wfs_stage_new(ctypes.byref(o), ctypes.byref(handle), err, _MSG_MAX)
         if rc < 0:
             raise _error(rc, err)
-        self._lib, self._h, self.device, self.host = lib, handle, int(device), bool(host)
+        self._lib, self.device, self.host = lib, int(device), bool(host)
+        self._h: Optional[ctypes.c_void_p] = handle
 
     def close(self) -> None:
         if getattr(self, "_h", None):

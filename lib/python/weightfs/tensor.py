@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import _libweightfs
 from . import direct as _direct
@@ -354,7 +354,7 @@ def digest_file(path: PathLike) -> str:
 
 # ---- dtype names -------------------------------------------------------------------------------
 
-_torch_dtype_names = {}  # torch dtype -> its safetensors name or None, as found (one per dtype)
+_torch_dtype_names: Dict[Any, Optional[str]] = {}  # torch dtype -> its safetensors name or None, as found (one per dtype)
 
 
 def dtype_name(dtype: Any) -> Optional[str]:
@@ -477,7 +477,8 @@ def claim_files(directory: PathLike, entries: Iterable[Tuple[str, str, Optional[
         th.start()
         inflight = (th, err)
 
-    batch, size = [], 0
+    batch: List[bytes] = []
+    size = 0
     try:
         for name, hexdigest, dtype, shape in entries:
             if isinstance(shape, (str, bytes)):
@@ -511,7 +512,7 @@ def claim_files(directory: PathLike, entries: Iterable[Tuple[str, str, Optional[
 # ---- the filesystem's answer to claims, per device ---------------------------------------------
 
 # st_dev -> True (claims work there) or False (not supported: write the bytes).
-_claims = {}
+_claims: Dict[int, bool] = {}
 _claims_lock = threading.Lock()
 
 
@@ -615,7 +616,7 @@ _tmp_counter = itertools.count()
 _made_dirs = set()  # directories this process created or found: no mkdir round trip per tensor
 
 
-_dir_devs = {}  # directory -> st_dev of the files created in it: no GETATTR of each new file
+_dir_devs: Dict[str, int] = {}  # directory -> st_dev of the files created in it: no GETATTR of each new file
 
 
 def _dev_of(d, fd):
@@ -969,7 +970,7 @@ def fs_type(path: PathLike) -> Optional[str]:
     return best_type
 
 
-_weightfs_devs = {}  # st_dev -> is it a weightfs mount
+_weightfs_devs: Dict[int, bool] = {}  # st_dev -> is it a weightfs mount
 
 
 def _is_weightfs(dev):
