@@ -70,13 +70,18 @@ int wfs_claim_inode(struct wfs_fs *fs, struct wfs_inode *in, const struct wfs_di
 			ret = wfs_check_plausible(fs, o, &st); /* a stat, not a read: a first open checks */
 		if (ret == -ENOENT || ret == -EIO)
 			ret = -ENODATA;
-		if (ret != -ENODATA || !wfs_object_expected_elsewhere(o, in->ino, &until))
+		if (ret != -ENODATA || !wfs_object_expected_elsewhere(o, in->ino, &until) ||
+		    fs->claims_waiting >= WFS_CLAIM_WAITERS_MAX)
 			break;
 		/* Another file's claim of this content missed and its writer is writing it now (ranks
 		 * offloading the same tensor at once): wait for that seal rather than write it again. */
-		if (wfs_lock_timedwait(&fs->seal_done, &fs->lock, &until) == ETIMEDOUT &&
-		    wfs_store_object_stat(fs->store, d, &st) != 0)
-			break; /* waited long enough: this writer writes it too (ret is -ENODATA) */
+		fs->claims_waiting++;
+		ret = wfs_lock_timedwait(&fs->seal_done, &fs->lock, &until);
+		fs->claims_waiting--;
+		if (ret == ETIMEDOUT && wfs_store_object_stat(fs->store, d, &st) != 0) {
+			ret = -ENODATA;
+			break; /* waited long enough: this writer writes it too */
+		}
 	}
 	if (ret == -ENODATA) {
 		fs->counters.claim_misses++;

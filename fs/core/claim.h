@@ -19,6 +19,12 @@
  * claim misses and its writer writes the bytes too (today's cost, never a wrong answer).
  */
 #define WFS_CLAIM_WAIT_MS 10000
+/*
+ * How many claims wait at once, at most: each holds a request thread (libfuse's max_threads, 10 by
+ * default), and the writer they wait for needs threads for its own requests. Past it, a claim misses
+ * at once and its writer writes too.
+ */
+#define WFS_CLAIM_WAITERS_MAX 4
 
 struct wfs_fs;
 struct wfs_attr;

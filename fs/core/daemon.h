@@ -124,6 +124,7 @@ struct wfs_fs {
 	struct wfs_handle *handles;   /* (L) open handles (openmode.c): the kernel sends no release for
 				       * those still open at unmount; freed at exit */
 	struct wfs_moved_ring moved;  /* (L) inodes a name just moved to for a writer (openmode.c) */
+	unsigned claims_waiting;      /* (L) claims waiting for another file's writer (claim.c) */
 	unsigned releases_telling;    /* (L) releases whose news the kernel has not been told yet: an
 				       * open waiting for a release waits for those too (seal.h,
 				       * wfs_openmode_wait_release; broadcast on seal_done) */
