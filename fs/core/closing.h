@@ -85,6 +85,8 @@ int wfs_closing_flush(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struct
  * The kernel's RELEASE of @h (@tid: the thread it names, 0 for none): the handle's writing ends here
  * if no flush ended it (writes after the last close: a shared mapping's writeback, or a passthrough
  * writer's file). Returns 0 or the seal's -errno, which the caller logs (the kernel drops it).
+ * @news may be NULL only for a handle that writes nothing (a read-only release under a lent
+ * fs->lock, openmode.c): nothing is then done and nothing is told.
  */
 int wfs_closing_release(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struct wfs_news *news);
 

@@ -143,11 +143,12 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	wfs_crashpoint("seal.after-digest");
 
 	wfs_lock(&fs->lock);
-	if (ret == 0 && (unchanged || wfs_version_same_as_base(v, &d)) && !wfs_version_touched(v)) {
+	if (ret == 0 && wfs_version_same_as_base(v, &d) && !wfs_version_touched(v)) {
 		/* Opened for writing and nothing written (a writable shared mapping that was only
 		 * read, as torch.from_file(shared=True) makes of a tensor file): the name keeps its
 		 * content and its times, as on ext4; no seal is counted. A copy whose bytes came back
-		 * the same after writes is sealed as usual: its mtime moves, as ext4's would. */
+		 * the same after writes is sealed as usual: its mtime moves, as ext4's would. (An
+		 * unchanged copy's digest is its base's: wfs_version_unchanged() needs no asking.) */
 		wfs_version_put(v);
 		wfs_seal_abandon(fs, in);
 		return 0;
