@@ -700,7 +700,7 @@ static void wfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 	if (ret)
 		goto out;
 	in = wfs_inode_get(fs, &a);
-	ret = in ? wfs_openmode_create(fs, in, tid_of(req), &h, &r) : -ENOMEM;
+	ret = in ? wfs_openmode_create(fs, in, (fi->flags & O_TRUNC) != 0, tid_of(req), &h, &r) : -ENOMEM;
 	if (ret) {
 		undo_create(fs, parent, name);
 		if (in)

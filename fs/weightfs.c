@@ -36,8 +36,10 @@ enum { KEY_HELP, KEY_VERSION, KEY_CHOICE };
 static const struct fuse_opt option_spec[] = {
 	OPT("passthrough=auto", passthrough, -1),
 	OPT("passthrough=off", passthrough, 0),
-	OPT("passthrough_writes=auto", passthrough_writes, 1),
-	OPT("passthrough_writes=off", passthrough_writes, 0),
+	OPT("passthrough_writes=all", passthrough_writes, WFS_WRITES_ALL),
+	OPT("passthrough_writes=tensors", passthrough_writes, WFS_WRITES_TENSORS),
+	OPT("passthrough_writes=auto", passthrough_writes, WFS_WRITES_ALL),
+	OPT("passthrough_writes=off", passthrough_writes, WFS_WRITES_OFF),
 	OPT("verify=open", verify, 1),
 	OPT("verify=none", verify, 0),
 	OPT("dedup_verify=bytes", dedup_verify, 1),
@@ -81,9 +83,11 @@ static void usage(const char *prog)
 	       "weightfs options:\n"
 	       "    -o passthrough=auto|off  serve reads through kernel FUSE passthrough when the kernel\n"
 	       "                             and privileges allow (default auto)\n"
-	       "    -o passthrough_writes=auto|off  with passthrough, write tensors whose dtype and\n"
-	       "                             shape declare 4 MiB or more through it too, when opened for\n"
-	       "                             writing after their attributes are set (default auto)\n"
+	       "    -o passthrough_writes=all|tensors|off  with passthrough, which writes the kernel\n"
+	       "                             makes into the store itself: every create or open with\n"
+	       "                             O_TRUNC, and tensors whose dtype and shape declare 4 MiB\n"
+	       "                             or more (all, the default; auto is all); only those\n"
+	       "                             tensors (tensors); none (off)\n"
 	       "    -o verify=open|none      check each object's digest on its first open after mount;\n"
 	       "                             a mismatch quarantines it and fails its names with EIO\n"
 	       "                             (default open)\n"
@@ -145,6 +149,8 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 			const char *group, *arg;
 		} valid[] = {
 			{"passthrough", "passthrough=auto"}, {"passthrough", "passthrough=off"},
+			{"passthrough_writes", "passthrough_writes=all"},
+			{"passthrough_writes", "passthrough_writes=tensors"},
 			{"passthrough_writes", "passthrough_writes=auto"},
 			{"passthrough_writes", "passthrough_writes=off"},
 			{"verify", "verify=open"},           {"verify", "verify=none"},
@@ -525,7 +531,7 @@ int main(int argc, char *argv[])
 	int ret = 1;
 
 	fs.opt.passthrough = -1;
-	fs.opt.passthrough_writes = 1;
+	fs.opt.passthrough_writes = WFS_WRITES_ALL;
 	fs.opt.sync = WFS_SYNC_GROUP;
 	fs.opt.verify = 1;
 	fs.opt.timeout = 10.0;
@@ -707,6 +713,7 @@ int main(int argc, char *argv[])
 		goto out_unmount;
 	wfs_commit_start(&fs); /* without it, every change commits at once */
 	wfs_check_start(&fs);  /* without it, objects sealed on a declared digest wait for a first open */
+	wfs_mapped_start(&fs); /* without it, files closed while mapped for writing seal at the unmount */
 	if (wfs_ops_notifier_start(&fs))
 		wfs_log(WFS_LOG_WARN, "no notifier thread: dentry news are told by request threads");
 	wfs_direct_start(&fs, cmd.mountpoint); /* without it, clients read the mounted files */
@@ -730,6 +737,7 @@ int main(int argc, char *argv[])
 	wfs_delay("daemon.exit"); /* test-only: a daemon slow to let go of its store after the unmount */
 	wfs_direct_stop(&fs);
 	wfs_ops_notifier_stop();
+	wfs_mapped_stop(&fs); /* their seals, before the last commit */
 	wfs_check_stop(&fs);
 	wfs_commit_stop(&fs);
 	wfs_commit_backup(&fs); /* the names as the unmount leaves them, for fsck --repair */

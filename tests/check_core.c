@@ -607,7 +607,7 @@ START_TEST(openmode_write_flush_seals)
 	wfs_lock(&fs.lock);
 	in = new_file("f");
 	ino = in->ino;
-	ck_assert_int_eq(wfs_openmode_create(&fs, in, 0, &h, &r), 0);
+	ck_assert_int_eq(wfs_openmode_create(&fs, in, false, 0, &h, &r), 0);
 	wfs_unlock(&fs.lock);
 	ck_assert_int_eq(wfs_fileio_write(&fs, h, 0, gettid(), "weights", 7, 0, &mode_changed), 7);
 	ck_assert(!mode_changed);
@@ -695,7 +695,47 @@ START_TEST(openmode_passthrough_writer_still_open)
 	ck_assert_int_eq(open_ino(ino, true, &w, &rw, &news), 0);
 	kfd = backing_open_as(rw.backing_id, O_RDWR);
 	ck_assert_int_eq(tu_write_all(kfd, data, len), 0);
-	wfs_openmode_release(&fs, w, 0, &news); /* kfd stays open: a writer the daemon cannot see */
+	/* kfd stays open: a writer the daemon cannot see (a mapping that outlived its close). */
+	wfs_openmode_release(&fs, w, 0, &news);
+	ck_assert_int_eq(wfs_catalog_getattr(fs.catalog, ino, &a), 0);
+	ck_assert_uint_eq(a.size, 0); /* not sealed under it (still the empty file): when it goes (mapped.h) */
+	ck_assert_uint_eq(fs.mapped.n, 1);
+	ck_assert_int_eq(pwrite(kfd, "XXXX", 4, 0), 4); /* still the file's bytes */
+	close(kfd);
+	wfs_unlock(&fs.lock);
+	ck_assert_int_eq(wfs_mapped_start(&fs), 0);
+	for (int i = 0; i < 200; i++) {
+		wfs_lock(&fs.lock);
+		ck_assert_int_eq(wfs_catalog_getattr(fs.catalog, ino, &a), 0);
+		wfs_unlock(&fs.lock);
+		if (a.size == len)
+			break; /* sealed by the thread, after the close */
+		usleep(10000);
+	}
+	ck_assert_uint_eq(a.size, len);
+	wfs_mapped_stop(&fs);
+	memcpy(data, "XXXX", 4);
+	wfs_lock(&fs.lock);
+	assert_sealed_as(ino, data, len);
+	ck_assert_uint_eq(fs.counters.published_copies, 0); /* the file itself, nobody writes it now */
+	ck_assert_int_eq(wfs_catalog_getattr(fs.catalog, ino, &a), 0);
+	wfs_store_object_name(&a.digest, name);
+	snprintf(path, sizeof(path), "%s/store/objects/%s", tu_test_dir, name);
+	ck_assert_int_eq(tu_read_file(path, (void **)&back, &back_len), 0);
+	ck_assert_uint_eq(back_len, len);
+	ck_assert(memcmp(back, data, len) == 0);
+	free(back);
+
+	/* Still open for writing at the unmount: a copy of the bytes as they are is sealed. */
+	ino = declared_tensor("kept");
+	ck_assert_int_eq(open_ino(ino, true, &w, &rw, &news), 0);
+	kfd = backing_open_as(rw.backing_id, O_RDWR);
+	tu_fill(data, len, 11);
+	ck_assert_int_eq(tu_write_all(kfd, data, len), 0);
+	wfs_openmode_release(&fs, w, 0, &news);
+	wfs_unlock(&fs.lock);
+	wfs_mapped_stop(&fs);
+	wfs_lock(&fs.lock);
 	assert_sealed_as(ino, data, len);
 	ck_assert_uint_eq(fs.counters.published_copies, 1);
 	ck_assert_int_eq(pwrite(kfd, "XXXX", 4, 0), 4); /* too late: the object is a copy */
@@ -704,8 +744,7 @@ START_TEST(openmode_passthrough_writer_still_open)
 	wfs_store_object_name(&a.digest, name);
 	snprintf(path, sizeof(path), "%s/store/objects/%s", tu_test_dir, name);
 	ck_assert_int_eq(tu_read_file(path, (void **)&back, &back_len), 0);
-	ck_assert_uint_eq(back_len, len);
-	ck_assert(memcmp(back, data, len) == 0);
+	ck_assert(back_len == len && memcmp(back, data, len) == 0);
 	wfs_unlock(&fs.lock);
 	free(back);
 	free(data);
@@ -900,7 +939,11 @@ static const struct closing_row {
 	 KILLED(0), FITS(true)}, WFS_CLOSE_LEAVE_FINISHED},
 	{"a writer whose version was replaced", {FLUSH, .ends = true, .writers = 1, KILLED(0)}, WFS_CLOSE_LEAVE},
 	{"passthrough close before the end", {FLUSH, PT, .opener_known = true, .writers = 1, MINE},
+	 WFS_CLOSE_ASK_KILLED},
+	{"passthrough close before data", {FLUSH, PT, .opener_known = true, .writers = 1, MINE, KILLED(0)},
 	 WFS_CLOSE_KEEP},
+	{"passthrough opener killed before data", {FLUSH, PT, .opener_known = true, .writers = 1, MINE,
+	 KILLED(9)}, WFS_CLOSE_DOOM},
 	{"passthrough tensor closed, fits", {FLUSH, PT, .ends = true, .writers = 1, MINE, KILLED(0), FITS(true)},
 	 WFS_CLOSE_FINISH},
 	{"passthrough tensor closed short", {FLUSH, PT, .ends = true, .writers = 1, MINE, KILLED(0), FITS(false)},

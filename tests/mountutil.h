@@ -79,6 +79,20 @@ static inline bool mu_passthrough_mode(void)
 	return strcmp(mu_mode(), "off") != 0;
 }
 
+/*
+ * Do creates and O_TRUNC opens write through the kernel (-o passthrough_writes=all, the default, in
+ * passthrough mode)? Their seal is then at the release, after close(2) returned, and write(2) errors
+ * (ENOSPC) come from the kernel, not the daemon.
+ */
+static inline bool mu_kernel_writes(void)
+{
+	const char *extra = getenv("WFS_TEST_OPTS") ? getenv("WFS_TEST_OPTS") : "";
+
+	return mu_passthrough_mode() && !strstr(extra, "passthrough_writes=off") &&
+	       !strstr(extra, "passthrough_writes=tensors") && !strstr(mu.opts, "passthrough_writes=off") &&
+	       !strstr(mu.opts, "passthrough_writes=tensors");
+}
+
 static inline char *mu_path(const char *name)
 {
 	static char buf[4][PATH_MAX];
@@ -234,7 +248,35 @@ static inline void mu_sync(void)
 	close(fd);
 }
 
-/* Write @len bytes to @p (create/truncate) and close; returns close(2)'s result as -errno or 0. */
+/*
+ * After a close(2) of @p that returned 0: wait until its seal is done (written through the kernel,
+ * the seal is at the release, after close(2) returned). Returns 0 (sealed), or what the name says of
+ * a seal that failed: -EIO (never sealed) or -ENOENT (removed). Up to 10 s, then -ETIMEDOUT.
+ */
+static inline int mu_await_seal(const char *p)
+{
+	char hex[WFS_DIGEST_HEX_CHARS + 1];
+
+	for (int i = 0; i < 10000; i++) {
+		int fd;
+
+		if (getxattr(p, "user.weightfs.digest", hex, sizeof(hex)) == WFS_DIGEST_HEX_CHARS)
+			return 0;
+		if (errno != ENODATA)
+			return -errno; /* EIO: its object is damaged */
+		fd = open(p, O_RDONLY);
+		if (fd < 0)
+			return -errno; /* EIO: never sealed (the seal failed); ENOENT: removed */
+		close(fd);
+		usleep(1000);
+	}
+	return -ETIMEDOUT;
+}
+
+/*
+ * Write @len bytes to @p (create/truncate) and close; returns close(2)'s result as -errno or 0, and
+ * where the kernel wrote the bytes (mu_kernel_writes()) what became of the seal (mu_await_seal()).
+ */
 static inline int mu_write_file(const char *p, const void *buf, size_t len)
 {
 	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -254,6 +296,8 @@ static inline int mu_write_file(const char *p, const void *buf, size_t len)
 	}
 	if (close(fd) < 0 && ret == 0)
 		ret = -errno;
+	if (ret == 0 && mu_kernel_writes())
+		ret = mu_await_seal(p);
 	return ret;
 }
 
@@ -320,6 +364,15 @@ static inline void mu_digest_xattr(const char *p, struct wfs_digest *d)
 
 	ck_assert_msg(n == WFS_DIGEST_HEX_CHARS, "getxattr digest %s: %zd (%s)", p, n, strerror(errno));
 	ck_assert_int_eq(wfs_digest_from_hex(hex, d), 0);
+}
+
+/* The digest of @p into *@d, if it has one now (sealed): for MU_EVENTUALLY. */
+static inline bool mu_has_digest(const char *p, struct wfs_digest *d)
+{
+	char hex[WFS_DIGEST_HEX_CHARS + 1] = {0};
+
+	return getxattr(p, "user.weightfs.digest", hex, sizeof(hex) - 1) == WFS_DIGEST_HEX_CHARS &&
+	       wfs_digest_from_hex(hex, d) == 0;
 }
 
 static inline bool mu_object_exists(const struct wfs_digest *d)

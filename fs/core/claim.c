@@ -30,8 +30,8 @@ static int claim_target_empty(struct wfs_fs *fs, struct wfs_inode *in, bool free
 	/* A seal in progress (an empty file's is at its release, after close(2) returned): wait. */
 	while ((v = in->writer) != NULL && wfs_version_frozen(v))
 		wfs_lock_wait(&fs->seal_done, &fs->lock);
-	if (in->io.npassthrough > 0)
-		return -ETXTBSY;
+	if (in->io.npassthrough > 0 && !wfs_openmode_on_version(in))
+		return -ETXTBSY; /* readers share the current object's file */
 	if (v) {
 		/* The bytes being written are what the file holds now, whatever was sealed before. */
 		ret = wfs_version_claim_freeze(v, freeze);
@@ -52,7 +52,7 @@ int wfs_claim_inode(struct wfs_fs *fs, struct wfs_inode *in, const struct wfs_di
 	struct wfs_attr old;
 	struct wfs_object *o;
 	struct timespec mtime;
-	bool frozen = false;
+	bool frozen = false, kernel_fill = false;
 	struct stat st;
 	int ret;
 
@@ -97,6 +97,20 @@ int wfs_claim_inode(struct wfs_fs *fs, struct wfs_inode *in, const struct wfs_di
 		ret = claim_target_empty(fs, in, true, &frozen);
 	if (ret == 0)
 		ret = wfs_seal_fits(fs, in->ino, (uint64_t)st.st_size, NULL, NULL, 0, "claim refused");
+	if (ret == 0 && frozen && wfs_version_kernel_written(in->writer)) {
+		/* The kernel reads and writes the version's file (passthrough): the bytes go there. */
+		struct wfs_version *v = in->writer;
+		int fd = wfs_object_fd(fs, o);
+
+		wfs_version_get(v);
+		wfs_unlock(&fs->lock);
+		ret = fd < 0 ? fd : wfs_version_claim_fill(v, fd, (uint64_t)st.st_size, d);
+		wfs_lock(&fs->lock);
+		if (ret == 0 && in->writer != v)
+			ret = -EAGAIN; /* cannot happen while frozen; said rather than assumed */
+		wfs_version_put(v);
+		kernel_fill = ret == 0;
+	}
 	if (ret == 0) {
 		clock_gettime(CLOCK_REALTIME, &mtime);
 		/* Not synced: the object is durable already, and the claimed name becomes durable with
@@ -104,15 +118,23 @@ int wfs_claim_inode(struct wfs_fs *fs, struct wfs_inode *in, const struct wfs_di
 		ret = wfs_catalog_set_content(fs->catalog, in->ino, d, (uint64_t)st.st_size, &mtime, 0,
 					      &old, NULL);
 	}
+	if (ret == 0 && kernel_fill) {
+		/* Its file holds the object's bytes now: sealed at the release, as this content unless
+		 * written since. Writes wait no more. */
+		wfs_version_thaw(in->writer);
+		pthread_cond_broadcast(&fs->seal_done);
+	} else if (ret == 0 && in->writer) {
+		wfs_seal_abandon(fs, in); /* empty and unwritten: nothing is lost */
+	}
 	if (ret == 0) {
-		if (in->writer)
-			wfs_seal_abandon(fs, in); /* empty and unwritten: nothing is lost */
 		in->sealed = true;
 		in->digest = *d;
 		in->io.cache_valid = false;
 		fs->counters.claims++;
 	} else if (frozen) {
 		/* The one frozen above (fs->lock held since): as it was; writers waiting go on with it. */
+		if (kernel_fill)
+			wfs_version_free_kernel_bytes(in->writer); /* empty again, as the claim found it */
 		wfs_version_thaw(in->writer);
 		pthread_cond_broadcast(&fs->seal_done);
 	}
@@ -136,7 +158,8 @@ int wfs_claim(struct wfs_fs *fs, uint64_t ino, const struct wfs_digest *d)
 	in = wfs_inode_get(fs, &a);
 	if (!in)
 		return -ENOMEM;
-	ret = wfs_openmode_wait_readers(fs, in);
+	/* The opens of a file the kernel writes share its version's file, which the claim fills. */
+	ret = wfs_openmode_on_version(in) ? 0 : wfs_openmode_wait_readers(fs, in);
 	if (ret == 0)
 		ret = wfs_claim_inode(fs, in, d);
 	wfs_inode_maybe_free(fs, in);

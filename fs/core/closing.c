@@ -7,6 +7,7 @@
 #include "daemon.h"
 #include "inode.h"
 #include "log.h"
+#include "object.h"
 #include "openmode.h"
 #include "seal.h"
 #include "version.h"
@@ -18,9 +19,9 @@ enum wfs_close_action wfs_closing_decide(const struct wfs_close_facts *f)
 
 	if (!f->at_release) {
 		/* A close before any data, or by another process than the writer's (a forked child, a
-		 * shell's redirection): the writing goes on, unless the opener is being killed. Through
-		 * passthrough the daemon cannot tell data from none: only the writer's own close counts. */
-		if (!f->ends && (f->passthrough || !f->opener_known))
+		 * shell's redirection): the writing goes on, unless the opener is being killed. (Through
+		 * passthrough, data is what the file's size and blocks show: version.h.) */
+		if (!f->ends && !f->opener_known)
 			return WFS_CLOSE_KEEP;
 		if (!f->killed_known)
 			return WFS_CLOSE_ASK_KILLED;
@@ -110,6 +111,7 @@ static int act(struct wfs_fs *fs, struct wfs_handle *h, struct wfs_version *v, c
 		wfs_log(WFS_LOG_WARN, "inode %llu: writer killed by signal %d before it finished: nothing "
 			"sealed%s", ino, f->killed, keeps);
 		wfs_version_fail(v, -EINTR); /* the release drops it */
+		wfs_seal_writer_doomed(fs, in, news);
 		return 0;
 	case WFS_CLOSE_REFUSE:
 		wfs_version_refuse(v); /* logged by wfs_seal_fits(); the release drops it if still so */
@@ -143,9 +145,16 @@ static int act(struct wfs_fs *fs, struct wfs_handle *h, struct wfs_version *v, c
 				"writer's close(2) returned: sealed with what both wrote", ino, f->killed);
 		told = wfs_version_error_told(v);
 		ret = wfs_seal(fs, in, !f->at_release);
-		if (ret) {
-			/* -EINTR: a passthrough writer killed at its close (DOOM) */
+		if (ret == -EINTR || ret == -ENOSPC || (ret && !f->at_release)) {
+			/* -EINTR: a passthrough writer killed at its close (DOOM); -ENOSPC: its write(2)
+			 * said so; else close(2) reports it. A never-sealed name goes. */
 			wfs_seal_writer_gone(fs, in, ret == -EINTR, news);
+		} else if (ret) {
+			/* At the release nobody hears it: a never-sealed name stays and reads EIO (its
+			 * reads must not return bytes it does not hold). */
+			news->ino = in->ino;
+			news->inval = true;
+			wfs_object_expect_end(fs, &in->expecting);
 		} else if (news && in->attr_told) {
 			/* A stat while it was written may have cached a ctime (and, with a writable
 			 * mapping, an mtime) the seal moved: the kernel asks again. Not after a write(2)

@@ -13,7 +13,8 @@
  *
  *   FLUSH (close(2) returns what it says)              RELEASE (nobody hears an error)
  *   ─────────────────────────────────────              ──────────────────────────────
- *   not the end of the writing ....... KEEP            not the last writer .............. LEAVE
+ *   not the end of the writing ....... KEEP, unless    not the last writer .............. LEAVE
+ *     its opener is killed before data: as below
  *   passthrough: killed .............. DOOM (release   the size a close refused ......... ABANDON
  *                drops), or KEEP beside others           killed, nobody finished ......... ABANDON_UNLINK
  *                size does not fit ... REFUSE           otherwise ........................ SEAL

@@ -2,6 +2,7 @@
 /* daemon.h: the shared state's set-up and teardown. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "check.h"
@@ -20,6 +21,8 @@ int wfs_fs_init(struct wfs_fs *fs)
 		ret = pthread_cond_init(&fs->released, NULL);
 	if (ret == 0)
 		ret = pthread_cond_init(&fs->check_done, NULL);
+	if (ret == 0)
+		ret = pthread_cond_init(&fs->mapped.due, NULL);
 	wfs_map_init(&fs->inodes);
 	wfs_map_init(&fs->objects);
 	wfs_map_init(&fs->checks);
@@ -34,6 +37,8 @@ void wfs_fs_release(struct wfs_fs *fs)
 	wfs_inodes_release(fs);
 	wfs_objects_release(fs);
 	wfs_checks_release(fs);
+	free(fs->mapped.inos);
+	pthread_cond_destroy(&fs->mapped.due);
 	pthread_cond_destroy(&fs->check_done);
 	pthread_cond_destroy(&fs->released);
 	pthread_cond_destroy(&fs->seal_done);

@@ -51,17 +51,25 @@
 #include "kernel.h"
 #include "lock.h"
 #include "map.h"
+#include "mapped.h"
 #include "openmode.h"
 #include "store.h"
 
 struct fuse_session;
 struct wfs_direct;
 
+/* -o passthrough_writes=: which writable opens the kernel serves through passthrough (openmode.h). */
+enum wfs_writes {
+	WFS_WRITES_OFF,     /* none: the daemon serves every write */
+	WFS_WRITES_TENSORS, /* declared tensors of WFS_PASSTHROUGH_WRITE_MIN bytes or more */
+	WFS_WRITES_ALL,     /* ... and every create or open with O_TRUNC */
+};
+
 struct wfs_options {
 	char *store;
 	char *mountpoint;     /* as given until the command line is parsed, then resolved */
 	int passthrough;      /* -1 auto, 0 off */
-	int passthrough_writes; /* tensors written through passthrough when it is on (default 1) */
+	int passthrough_writes; /* what is written through passthrough when it is on: enum wfs_writes */
 	int verify;           /* check each object's digest on its first open (default 1) */
 	int dedup_verify;     /* compare bytes with the stored copy on a dedup hit (default 0) */
 	char *retain_text;    /* -o retain=SIZE as given */
@@ -110,6 +118,7 @@ struct wfs_fs {
 	struct wfs_catalog *catalog;  /* (L) */
 	struct wfs_commit commit;     /* (L) the committer of the catalog's batch (commit.c) */
 	struct wfs_checker checker;   /* (L) objects to check soon, and the thread that does (check.c) */
+	struct wfs_mapped mapped;     /* (L) files closed while mapped for writing (mapped.c) */
 	struct wfs_kernel kernel;     /* set before the session loop starts (kernel.h) */
 	struct fuse_session *se;      /* the handlers' session; the core never uses it */
 	struct wfs_lock lock;         /* fs->lock, with its hold times (lock.h) */

@@ -155,18 +155,24 @@ static bool seal_due(const struct wfs_inode *in, struct wfs_version *v)
 static ssize_t copy_by_claim(struct wfs_fs *fs, struct wfs_inode *src, off_t off_in, struct wfs_inode *dst,
 			     off_t off_out, size_t len)
 {
-	struct wfs_digest d = src->digest;
+	struct wfs_digest d;
 	struct wfs_attr a;
 
+	/* A source its writer just closed (cp right after writing it) is sealed at its release, which
+	 * may still be on its way: wait for that seal (wfs_openmode_wait_release(); fs->lock dropped
+	 * meanwhile, both inodes stay: the caller holds them open). */
+	if (src->writer && wfs_openmode_writers_closed(src))
+		wfs_openmode_wait_release(fs, src->ino);
+	d = src->digest;
 	if (off_in != 0 || off_out != 0 || !src->sealed || src->writer || src == dst ||
 	    wfs_catalog_getattr(fs->catalog, src->ino, &a) || a.size == 0 || len < a.size)
 		return 0;
-	/* Written through passthrough (cp onto a tensor: its O_TRUNC open took that path): the kernel
-	 * writes that version's file, which a claim cannot replace; and waiting for passthrough
-	 * readers would count the copier's own writable handle (500 ms, then a false ETXTBSY). */
-	if (wfs_openmode_on_version(dst))
+	/* Written through passthrough (cp's O_TRUNC open): the claim fills that version's file; not
+	 * waited for as readers, which would count the copier's own writable handle (500 ms, then a
+	 * false ETXTBSY). */
+	if (!wfs_openmode_on_version(dst) && wfs_openmode_wait_readers(fs, dst))
 		return 0;
-	if (wfs_openmode_wait_readers(fs, dst) || wfs_claim_inode(fs, dst, &d))
+	if (wfs_claim_inode(fs, dst, &d))
 		return 0; /* not empty, being read, or the object did not check: copy the bytes */
 	return (ssize_t)a.size;
 }

@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -368,6 +369,20 @@ static void count_open(struct wfs_fs *fs, struct wfs_handle *h)
 }
 
 /*
+ * Room for an undeclared file written through the kernel (WFS_PASSTHROUGH_WRITE_ROOM free, root's
+ * reserve included)? On a fuller store the daemon serves it: its bytes can still dedup onto stored
+ * content without room for a copy, and it sees a write fail (the kernel's ENOSPC reaches only the
+ * writer: seal.h).
+ */
+static bool store_has_room(struct wfs_fs *fs)
+{
+	struct statvfs sv;
+
+	return wfs_store_statfs(fs->store, &sv) == 0 &&
+	       (uint64_t)sv.f_bfree * sv.f_frsize >= WFS_PASSTHROUGH_WRITE_ROOM;
+}
+
+/*
  * A writable open of a tensor through passthrough (openmode.h): the first writable open of a file
  * whose dtype and shape declare at least WFS_PASSTHROUGH_WRITE_MIN bytes and that nothing else has
  * open gets a version in a tmp file, with that space reserved, as its backing file; a writable open
@@ -396,8 +411,12 @@ static int open_writer_passthrough(struct wfs_fs *fs, struct wfs_inode *in, stru
 		/* The create's handle, closed before this reopen, may not be released yet. */
 		if (io->nopen > 0 && io->npassthrough == 0 && io->ncached == io->ncached_closed)
 			wait_released(fs, &io->ncached, 100);
-		if (io->nopen > 0 || in->writer || wfs_seal_declared_size(fs, in->ino, &declared) ||
-		    declared < WFS_PASSTHROUGH_WRITE_MIN)
+		if (io->nopen > 0 || in->writer)
+			return 0;
+		if (wfs_seal_declared_size(fs, in->ino, &declared))
+			declared = 0; /* nothing declared: nothing reserved */
+		if (declared < WFS_PASSTHROUGH_WRITE_MIN &&
+		    !(truncate && fs->opt.passthrough_writes == WFS_WRITES_ALL && store_has_room(fs)))
 			return 0;
 		v = wfs_seal_writer(fs, in, truncate, &ret); /* may drop fs->lock (a rewrite's copy) */
 		if (!v)
@@ -429,6 +448,20 @@ static int open_writer_passthrough(struct wfs_fs *fs, struct wfs_inode *in, stru
 	return 1;
 }
 
+/*
+ * Written through passthrough, and finished: every writer has closed, the last close(2) said the
+ * bytes are done (closing.h FINISH), and no close refused their size. Its version's file is the
+ * inode's backing file until the last passthrough open closes (struct wfs_iomode). (Not the version
+ * lock: the seal holds it while it hashes.)
+ */
+static bool passthrough_finished(struct wfs_inode *in)
+{
+	struct wfs_version *v = in->writer;
+
+	return v && wfs_openmode_on_version(in) && wfs_openmode_writers_closed(in) && wfs_version_finished(v) &&
+	       !wfs_version_refused(v);
+}
+
 int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool truncate, pid_t tid,
 		      struct wfs_handle **hp, struct wfs_open_reply *r, struct wfs_news *news)
 {
@@ -442,7 +475,10 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool trunc
 	ret = wfs_inode_get_file(fs, ino, false, &a, &in);
 	if (ret)
 		return ret;
-	if ((in->writer && wfs_openmode_writers_closed(in)) || fs->releases_telling) {
+	if (!writable && passthrough_finished(in)) {
+		/* The bytes of a file the kernel wrote, whose writer's close(2) said they are done: read
+		 * from its version's file while the seal hashes and publishes them, without waiting. */
+	} else if ((in->writer && wfs_openmode_writers_closed(in)) || fs->releases_telling) {
 		/* The last writer closed and its seal is coming (its release; a passthrough tensor's
 		 * hash), or its drop (a close that refused the size): wait for it, so that a reader opens
 		 * what close(2) left (the sealed bytes, or the old ones after a refusal) and a writer
@@ -533,8 +569,8 @@ int wfs_openmode_open_lent(struct wfs_fs *fs, uint64_t ino, struct wfs_handle **
 	return 0;
 }
 
-int wfs_openmode_create(struct wfs_fs *fs, struct wfs_inode *in, pid_t tid, struct wfs_handle **hp,
-			struct wfs_open_reply *r)
+int wfs_openmode_create(struct wfs_fs *fs, struct wfs_inode *in, bool truncate, pid_t tid,
+			struct wfs_handle **hp, struct wfs_open_reply *r)
 {
 	struct wfs_handle *h = handle_new(fs, in, true);
 	struct wfs_version *v;
@@ -543,6 +579,19 @@ int wfs_openmode_create(struct wfs_fs *fs, struct wfs_inode *in, pid_t tid, stru
 	*r = (struct wfs_open_reply){0};
 	if (h)
 		h->opener_tid = tid;
+	if (h && truncate) {
+		ret = open_writer_passthrough(fs, in, h, true, tid, r);
+		if (ret == 1) {
+			count_open(fs, h);
+			*hp = h;
+			return 0;
+		}
+		if (ret < 0) {
+			handle_free(fs, h);
+			return ret;
+		}
+		ret = -ENOMEM;
+	}
 	v = h ? wfs_seal_writer(fs, in, true, &ret) : NULL;
 	if (!v) {
 		handle_free(fs, h);

@@ -51,6 +51,9 @@
 
 struct wfs_fs;
 struct wfs_inode;
+
+/* Free bytes a store needs for a create or O_TRUNC open to be written through the kernel (openmode.c). */
+#define WFS_PASSTHROUGH_WRITE_ROOM ((uint64_t)64 << 20)
 struct wfs_news;
 struct wfs_object;
 struct wfs_version;
@@ -135,8 +138,12 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool trunc
  * wfs_openmode_open().
  */
 int wfs_openmode_open_lent(struct wfs_fs *fs, uint64_t ino, struct wfs_handle **h, struct wfs_open_reply *r);
-/* The open of inode @in that thread @tid just created (CREATE): a writer with a new version. */
-int wfs_openmode_create(struct wfs_fs *fs, struct wfs_inode *in, pid_t tid, struct wfs_handle **h,
+/*
+ * The open of inode @in that thread @tid just created (CREATE): a writer with a new version; with
+ * @truncate (O_TRUNC: a program that replaces the file whole) and -o passthrough_writes=all, written
+ * through passthrough like a tensor's reopen (open_writer_passthrough()).
+ */
+int wfs_openmode_create(struct wfs_fs *fs, struct wfs_inode *in, bool truncate, pid_t tid, struct wfs_handle **h,
 			struct wfs_open_reply *r);
 /*
  * A daemon-served read of @len bytes at @off through @h by thread @tid, into @buf (the caller's,

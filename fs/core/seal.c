@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -15,6 +16,7 @@
 #include "fault.h"
 #include "inode.h"
 #include "log.h"
+#include "mapped.h"
 #include "object.h"
 #include "seal.h"
 #include "version.h"
@@ -101,12 +103,27 @@ void wfs_seal_join(struct wfs_handle *h, struct wfs_version *v)
 	h->writing = v;
 }
 
-static void log_seal_error(struct wfs_inode *in, int err)
+static void log_seal_error(struct wfs_inode *in, int err, bool reported)
 {
 	wfs_log(err == -ENOSPC || err == -EDQUOT ? WFS_LOG_WARN : WFS_LOG_ERR,
 		"inode %llu (find MNT -inum %llu): seal failed: %s; %s", (unsigned long long)in->ino,
 		(unsigned long long)in->ino, strerror(-err),
-		in->sealed ? "the name keeps its previous content" : "the new name is removed");
+		in->sealed ? "the name keeps its previous content"
+		: reported || err == -ENOSPC ? "the new name is removed"
+			   : "at its release, after close(2) returned: the new name reads EIO until it is written "
+			     "again (weightfsctl stat counts it in unsealed_files)");
+}
+
+/*
+ * Is the store's filesystem full, as far as a write of the daemon's goes (root's reserve included)?
+ * Bytes written through the kernel are never seen by the daemon, nor are their errors: a store this
+ * full at the seal means a write may have failed (ENOSPC), and the file may be cut short.
+ */
+static bool store_full(struct wfs_fs *fs)
+{
+	struct statvfs sv;
+
+	return wfs_store_statfs(fs->store, &sv) == 0 && (uint64_t)sv.f_bfree * sv.f_frsize < WFS_SEAL_FULL_BYTES;
 }
 
 int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
@@ -137,12 +154,30 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	wfs_delay("seal.before-freeze");
 	ret = wfs_version_freeze(v, &d, &size, &unwritten);
 	unchanged = wfs_version_unchanged(v);
+	if (ret == 0 && kernel && !unchanged && store_full(fs)) {
+		wfs_log(WFS_LOG_WARN, "inode %llu: written through the kernel while the store filled up (under "
+			"%d MiB free): its writes may have failed with ENOSPC, which its writer heard; not sealed",
+			(unsigned long long)in->ino, WFS_SEAL_FULL_BYTES >> 20);
+		ret = -ENOSPC;
+		told = true;
+	}
 	if (ret == 0 && wfs_version_declared_wrong(v))
 		wfs_log(WFS_LOG_WARN, "inode %llu: its writer declared a digest its bytes do not have: "
 			"sealed with the digest of the bytes", (unsigned long long)in->ino);
 	wfs_crashpoint("seal.after-digest");
 
 	wfs_lock(&fs->lock);
+	if (ret == -EBUSY) {
+		/* Still written through a mapping that outlived its close (version.h): not sealed now,
+		 * but when the mapping goes (mapped.h). Reads serve the version meanwhile. */
+		wfs_version_seal_cancel(v);
+		if (wfs_mapped_add(fs, in))
+			wfs_log(WFS_LOG_ERR, "inode %llu: closed while mapped for writing, and no memory to "
+				"note it: sealed at the next close or the unmount", (unsigned long long)in->ino);
+		wfs_version_put(v);
+		pthread_cond_broadcast(&fs->seal_done);
+		return 0;
+	}
 	if (ret == 0 && wfs_version_same_as_base(v, &d) && !wfs_version_touched(v)) {
 		/* Opened for writing and nothing written (a writable shared mapping that was only
 		 * read, as torch.from_file(shared=True) makes of a tensor file): the name keeps its
@@ -189,10 +224,12 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	}
 	wfs_unlock(&fs->lock);
 
-	if (ret == 0)
+	if (ret == 0) {
 		ret = wfs_version_publish(v, &d, stored, fs->opt.dedup_verify, durable, &existed);
-	else
+	} else {
+		wfs_version_free_kernel_bytes(v);
 		wfs_version_discard(v);
+	}
 	/* A copy this seal hashed is good (one published on a declaration is not until the checker
 	 * says so): its file's identity, taken before fs->lock (pinned, and no other seal links it). */
 	linked = publishing && ret == 0 && !existed && !wfs_version_trusted(v) &&
@@ -251,7 +288,7 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 				fs->largest_object = size;
 		}
 	} else if (!told) {
-		log_seal_error(in, ret);
+		log_seal_error(in, ret, reported);
 	}
 	assert(in->writer == v);
 	in->writer = NULL;
@@ -310,17 +347,13 @@ int wfs_seal_empty(struct wfs_fs *fs, struct wfs_inode *in)
 	return ret;
 }
 
-void wfs_seal_writer_gone(struct wfs_fs *fs, struct wfs_inode *in, bool killed, struct wfs_news *news)
+/* Remove @in's names if it never held bytes: never sealed, or (@killed) a tensor file left empty. */
+static void remove_unfilled(struct wfs_fs *fs, struct wfs_inode *in, bool killed, struct wfs_news *news)
 {
 	struct wfs_attr a;
 	uint64_t declared;
 	int ret;
 
-	news->ino = in->ino;
-	news->inval = true;
-	if (in->writer)
-		return;
-	wfs_object_expect_end(fs, &in->expecting); /* its bytes are not coming */
 	if (in->sealed && (!killed || wfs_catalog_getattr(fs->catalog, in->ino, &a) || a.size != 0 ||
 			   wfs_seal_declared_size(fs, in->ino, &declared) || declared == 0))
 		return;
@@ -331,6 +364,24 @@ void wfs_seal_writer_gone(struct wfs_fs *fs, struct wfs_inode *in, bool killed, 
 	else if (news->n)
 		wfs_log(WFS_LOG_INFO, "inode %llu: %s and its writer is gone: name removed",
 			(unsigned long long)in->ino, in->sealed ? "a tensor file that never held its bytes" : "never sealed");
+}
+
+void wfs_seal_writer_gone(struct wfs_fs *fs, struct wfs_inode *in, bool killed, struct wfs_news *news)
+{
+	news->ino = in->ino;
+	news->inval = true;
+	if (in->writer)
+		return;
+	wfs_object_expect_end(fs, &in->expecting); /* its bytes are not coming */
+	remove_unfilled(fs, in, killed, news);
+}
+
+void wfs_seal_writer_doomed(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_news *news)
+{
+	news->ino = in->ino;
+	news->inval = true;
+	wfs_object_expect_end(fs, &in->expecting);
+	remove_unfilled(fs, in, true, news);
 }
 
 bool wfs_seal_writing(struct wfs_fs *fs, uint64_t ino)

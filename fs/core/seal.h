@@ -45,6 +45,8 @@ struct wfs_version;
  * name of lib/dtype.c; 32 dimensions of 20 digits with commas and brackets. */
 #define WFS_SEAL_DTYPE_MAX 63
 #define WFS_SEAL_SHAPE_MAX 1023
+/* Free bytes under which a store counts as full at the seal of bytes the kernel wrote (seal.c). */
+#define WFS_SEAL_FULL_BYTES (1 << 20)
 
 /*
  * The version being written of @in, started when there is none: empty when @truncate or when the
@@ -61,6 +63,9 @@ void wfs_seal_join(struct wfs_handle *h, struct wfs_version *v);
  * publishing and syncing). On failure the version is discarded and the name keeps its previous
  * content. @reported: the error reaches the writer (close(2), truncate(2)); only then is a size that
  * does not fit the dtype/shape attributes refused (-EINVAL), and the commit synced (-o sync).
+ * Written through the kernel (passthrough), whose write errors the daemon never sees: -ENOSPC too when
+ * the store has under WFS_SEAL_FULL_BYTES free at the seal (a write may have failed, cutting the file
+ * short); -EBUSY never leaves here (a mapping that outlived the close waits in mapped.h: 0).
  * Returns 0 or -errno (-ENOSPC, -EIO, -EINVAL, -ENOMEM, an -errno of the catalog).
  */
 int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported);
@@ -80,6 +85,12 @@ int wfs_seal_empty(struct wfs_fs *fs, struct wfs_inode *in);
  * tell the kernel.
  */
 void wfs_seal_writer_gone(struct wfs_fs *fs, struct wfs_inode *in, bool killed, struct wfs_news *news);
+/*
+ * A writer through passthrough was killed before it finished (closing.h, DOOM): the same names go as
+ * in wfs_seal_writer_gone(@killed), at once, where a daemon-served writer's go at its close: a restart
+ * right after the kill must not find them. Its version stays @in's until the release drops it.
+ */
+void wfs_seal_writer_doomed(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_news *news);
 
 /* utimes(2) on inode @ino while it is being written: its seal keeps @mtime. */
 void wfs_seal_set_mtime(struct wfs_fs *fs, uint64_t ino, const struct timespec *mtime);

@@ -62,6 +62,8 @@ struct wfs_version {
 				    * one that has not moved since was not written (wfs_version_touched) */
 	bool copied_to_publish;    /* (V) the writers' file was still open for writing at the seal:
 				    * a copy of it was published (settle()) */
+	bool copy_if_mapped;       /* (V) a seal publishes a copy rather than wait for a writable
+				    * mapping to go (wfs_version_copy_if_mapped()) */
 	unsigned joins;            /* writable handles that joined as writers, ever; atomic */
 	bool has_declared;         /* (note_lock) its writer declared the digest of its bytes */
 	struct wfs_digest declared;
@@ -672,11 +674,26 @@ out:
  */
 #define SETTLE_TRIES 50 /* at 20, a loaded 2-core machine once published a copy after munmap */
 
+/* v->tmp.fd read-only (settle()) → read-write again, on the same file. Version lock held. */
+static int reopen_writable(struct wfs_version *v)
+{
+	char proc[32];
+	int rw;
+
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", v->tmp.fd);
+	rw = open(proc, O_RDWR | O_CLOEXEC);
+	if (rw < 0)
+		return -errno;
+	close(v->tmp.fd);
+	v->tmp.fd = rw;
+	return 0;
+}
+
 static int settle(struct wfs_version *v)
 {
 	struct wfs_tmpfile copy;
 	int ro, ret = 0;
-	bool leased = false;
+	bool leased = false, refused = false;
 
 	refresh(v);
 	if (v->reserved_past_eof && ftruncate(v->tmp.fd, (off_t)v->size) < 0)
@@ -694,11 +711,18 @@ static int settle(struct wfs_version *v)
 		} else if (errno != EAGAIN && errno != EBUSY) {
 			break; /* no leases here (EINVAL, ENOLCK): copy */
 		} else {
+			refused = true;
 			usleep(1000);
 		}
 	}
 	if (leased)
 		return 0;
+	if (refused && !v->copy_if_mapped) {
+		/* A writable mapping outlived its descriptor's close (the kernel maps the backing file
+		 * itself): what it writes from now on is the file's content. Wait for it to go. */
+		ret = reopen_writable(v);
+		return ret ? ret : -EBUSY;
+	}
 	ret = wfs_store_tmp_create(v->store, &copy);
 	if (ret == 0 && ioctl(copy.fd, FICLONE, ro) < 0)
 		ret = copy_range(ro, copy.fd, 0, (off_t)v->size);
@@ -726,6 +750,11 @@ int wfs_version_freeze(struct wfs_version *v, struct wfs_digest *d, uint64_t *si
 	ret = v->error;
 	if (ret == 0 && v->kernel_writes)
 		ret = settle(v);
+	if (ret == -EBUSY) {
+		__atomic_store_n(&v->frozen, false, __ATOMIC_RELEASE); /* OPEN again, still the kernel's */
+		pthread_mutex_unlock(&v->lock);
+		return ret;
+	}
 	if (ret == 0)
 		ret = version_digest(v, d);
 	*size = v->size;
@@ -767,6 +796,13 @@ static int hash_declared(struct wfs_version *v, const struct wfs_digest *d)
 }
 
 /* Release the bytes and mark DONE (version lock held). */
+/* wfs_version_free_kernel_bytes() with v->lock held. */
+static void free_kernel_bytes(struct wfs_version *v)
+{
+	if (v->kernel && v->tmp.fd >= 0 && ftruncate(v->tmp.fd, 0) != 0)
+		wfs_log(WFS_LOG_WARN, "a failed seal's file could not be emptied: %s", strerror(errno));
+}
+
 static void finish(struct wfs_version *v)
 {
 	wfs_store_tmp_discard(v->store, &v->tmp);
@@ -805,6 +841,8 @@ int wfs_version_publish(struct wfs_version *v, const struct wfs_digest *d, bool 
 		ret = -errno;
 	if (ret == 0 && !*existed)
 		ret = wfs_store_publish(v->store, &v->tmp, d, durable, existed);
+	if (ret)
+		free_kernel_bytes(v); /* not linked: nothing else has this file */
 	finish(v);
 	pthread_mutex_unlock(&v->lock);
 	return ret;
@@ -814,6 +852,39 @@ void wfs_version_discard(struct wfs_version *v)
 {
 	pthread_mutex_lock(&v->lock);
 	finish(v);
+	pthread_mutex_unlock(&v->lock);
+}
+
+int wfs_version_claim_fill(struct wfs_version *v, int src, uint64_t size, const struct wfs_digest *d)
+{
+	struct stat st;
+	int ret = 0;
+
+	pthread_mutex_lock(&v->lock);
+	if (!v->kernel_writes || v->tmp.fd < 0)
+		ret = -EINVAL;
+	if (ret == 0 && ioctl(v->tmp.fd, FICLONE, src) < 0)
+		ret = copy_range(src, v->tmp.fd, 0, (off_t)size); /* no shared extents here: a copy */
+	if (ret == 0 && ftruncate(v->tmp.fd, (off_t)size) < 0)
+		ret = -errno;
+	if (ret == 0) {
+		set_size(v, size);
+		v->has_base = true;
+		v->base = *d;
+		v->modified = false;
+		if (fstat(v->tmp.fd, &st) == 0)
+			v->kernel_from = st.st_mtim; /* a write from now on moves it: wfs_version_touched() */
+	} else if (v->tmp.fd >= 0 && ftruncate(v->tmp.fd, 0) < 0) {
+		ret = -errno; /* not empty any more, and no way back: the claim fails, the seal says so */
+	}
+	pthread_mutex_unlock(&v->lock);
+	return ret;
+}
+
+void wfs_version_free_kernel_bytes(struct wfs_version *v)
+{
+	pthread_mutex_lock(&v->lock);
+	free_kernel_bytes(v);
 	pthread_mutex_unlock(&v->lock);
 }
 
@@ -880,6 +951,39 @@ bool wfs_version_frozen(struct wfs_version *v)
 	return __atomic_load_n(&v->frozen, __ATOMIC_ACQUIRE) || __atomic_load_n(&v->sealing, __ATOMIC_ACQUIRE);
 }
 
+void wfs_version_seal_cancel(struct wfs_version *v)
+{
+	__atomic_store_n(&v->sealing, false, __ATOMIC_RELEASE);
+}
+
+void wfs_version_copy_if_mapped(struct wfs_version *v)
+{
+	pthread_mutex_lock(&v->lock);
+	v->copy_if_mapped = true;
+	pthread_mutex_unlock(&v->lock);
+}
+
+bool wfs_version_mapped(struct wfs_version *v)
+{
+	bool mapped = false;
+	int ro;
+
+	pthread_mutex_lock(&v->lock);
+	if (v->kernel_writes && v->tmp.fd >= 0 && v->size_fd >= 0 &&
+	    (ro = fcntl(v->size_fd, F_DUPFD_CLOEXEC, 0)) >= 0) {
+		close(v->tmp.fd); /* ours must not count: the lease is refused to any writable open */
+		v->tmp.fd = ro;
+		if (fcntl(ro, F_SETLEASE, F_RDLCK) == 0)
+			fcntl(ro, F_SETLEASE, F_UNLCK);
+		else
+			mapped = errno == EAGAIN || errno == EBUSY;
+		if (reopen_writable(v) != 0)
+			mapped = false; /* the seal finds out, and fails with the reason */
+	}
+	pthread_mutex_unlock(&v->lock);
+	return mapped;
+}
+
 bool wfs_version_seal_begin(struct wfs_version *v)
 {
 	if (__atomic_load_n(&v->frozen, __ATOMIC_ACQUIRE)) /* a claim holds it, or it is DONE */
@@ -887,10 +991,21 @@ bool wfs_version_seal_begin(struct wfs_version *v)
 	return !__atomic_exchange_n(&v->sealing, true, __ATOMIC_ACQ_REL);
 }
 
+/* One filesystem block: what numpy's sizing byte allocates (ext4, XFS and tmpfs alike). */
+#define SIZING_BLOCK_BYTES 4096
+
 bool wfs_version_has_data(struct wfs_version *v)
 {
-	return __atomic_load_n(&v->written, __ATOMIC_ACQUIRE) &&
-	       !__atomic_load_n(&v->only_extended, __ATOMIC_ACQUIRE);
+	struct stat st;
+
+	if (!__atomic_load_n(&v->written, __ATOMIC_ACQUIRE) || __atomic_load_n(&v->only_extended, __ATOMIC_ACQUIRE))
+		return false;
+	if (!__atomic_load_n(&v->kernel_writes, __ATOMIC_ACQUIRE) || v->size_fd < 0 || fstat(v->size_fd, &st) != 0)
+		return true;
+	/* Written by the kernel, unseen: empty, or one block allocated in a larger file (a sizing
+	 * byte past the end; a file written as a hole reads zeros, allocates nothing, and is rare) is
+	 * not data yet. Blocks the filesystem will allocate (delayed allocation) count already. */
+	return st.st_size > 0 && (st.st_size <= SIZING_BLOCK_BYTES || (uint64_t)st.st_blocks * 512 > SIZING_BLOCK_BYTES);
 }
 
 int wfs_version_claim_freeze(struct wfs_version *v, bool freeze)
@@ -899,7 +1014,8 @@ int wfs_version_claim_freeze(struct wfs_version *v, bool freeze)
 
 	pthread_mutex_lock(&v->lock);
 	refresh(v);
-	ret = v->written || v->size ? -EEXIST : 0;
+	/* Written through the kernel, @written says only that it may be: the size says whether it was. */
+	ret = (v->written && !v->kernel_writes) || v->size ? -EEXIST : 0;
 	if (ret == 0 && freeze)
 		__atomic_store_n(&v->frozen, true, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&v->lock);

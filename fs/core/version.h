@@ -123,10 +123,21 @@ bool wfs_version_frozen(struct wfs_version *v);
  * false, changing nothing, when @v is being sealed already or FROZEN (a claim holds it, or DONE).
  */
 bool wfs_version_seal_begin(struct wfs_version *v);
+/* A seal that took @v with wfs_version_seal_begin() gives it back unsealed (wfs_version_freeze()'s -EBUSY). */
+void wfs_version_seal_cancel(struct wfs_version *v);
+/*
+ * Written through the kernel: is its file still open for writing by anyone but the daemon (a shared
+ * writable mapping that outlived its descriptor's close)? One read-lease try (settle(), version.c).
+ */
+bool wfs_version_mapped(struct wfs_version *v);
+/* From now on a seal of @v does not wait for a writable mapping: it publishes a copy (an unmount). */
+void wfs_version_copy_if_mapped(struct wfs_version *v);
 /*
  * Have data been written to @v (not only created, truncated or fallocated)? A lone one-byte write
  * past the end of an empty version is not data: numpy.memmap(mode='w+') sizes a new file that way
- * before it fills a mapping of it, and closes its descriptor meanwhile (writer.h).
+ * before it fills a mapping of it, and closes its descriptor meanwhile (writer.h). Written through
+ * the kernel (passthrough), where the daemon sees no write: the file's size and allocated blocks
+ * say it (empty, or one block of a larger file, is not data).
  */
 bool wfs_version_has_data(struct wfs_version *v);
 
@@ -134,7 +145,10 @@ bool wfs_version_has_data(struct wfs_version *v);
  * OPEN → FROZEN: the digest of the bytes into *@d, the size into *@size, and whether the version was
  * never written and is empty (*@unwritten: the state of a file created and closed before its bytes).
  * Returns 0, or the first write error kept (-ENOSPC, -EIO, ...), or -errno of rehashing the tmp file;
- * frozen either way.
+ * frozen either way. Except -EBUSY: written through the kernel, and its file is still open for
+ * writing (a shared writable mapping whose descriptor was closed: the kernel maps the backing file
+ * itself, and the FUSE file goes at close); @v stays OPEN, to be sealed once the mapping goes
+ * (mapped.h), unless wfs_version_copy_if_mapped() asked for a copy of the bytes as they are.
  */
 int wfs_version_freeze(struct wfs_version *v, struct wfs_digest *d, uint64_t *size, bool *unwritten);
 /*
@@ -171,11 +185,27 @@ int wfs_version_publish(struct wfs_version *v, const struct wfs_digest *d, bool 
 /* → DONE without publishing: the bytes are released. */
 void wfs_version_discard(struct wfs_version *v);
 /*
+ * Before wfs_version_discard() of a failed seal: bytes the kernel wrote (passthrough) stay allocated
+ * while its backing file is open, past the discard; free their blocks now, so that a full store has
+ * room for what follows (the removal of a never-sealed name). Opens that share the backing file read
+ * the file as it then is: empty (the name they opened reads EIO from the next open on).
+ */
+void wfs_version_free_kernel_bytes(struct wfs_version *v);
+/*
  * For a digest claim: -EEXIST when @v has bytes (data written, or a size above 0), else 0; with
  * @freeze the empty version is FROZEN too, so that no write lands before the claim commits (or is
  * thawed).
  */
 int wfs_version_claim_freeze(struct wfs_version *v, bool freeze);
+/*
+ * A claim of object @d (@size bytes, read from descriptor @src) on @v, which the kernel writes
+ * (passthrough) and which is empty: the kernel reads and writes @v's file, so the object's bytes are
+ * put there (a reflink where the store's filesystem shares extents, else a copy), and @v counts as
+ * an unchanged copy of @d — its seal keeps the claimed content unless the file is written after this.
+ * Version lock taken; call without fs->lock (a copy). Returns 0, -EINVAL (not written by the
+ * kernel), or -errno of the copy (@v is then empty again).
+ */
+int wfs_version_claim_fill(struct wfs_version *v, int src, uint64_t size, const struct wfs_digest *d);
 /* FROZEN → OPEN, for a claim that failed after wfs_version_claim_freeze(@v, true). */
 void wfs_version_thaw(struct wfs_version *v);
 
