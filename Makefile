@@ -41,12 +41,13 @@ $(B)/fuse.mk: .ci/build-libfuse
 	{ echo "FUSE_CFLAGS := $$(PKG_CONFIG_PATH=$$pc pkg-config --cflags fuse3)"; \
 	  echo "FUSE_LIBS := $$(PKG_CONFIG_PATH=$$pc pkg-config --static --libs fuse3)"; } > $@.tmp && mv $@.tmp $@
 
-# CUDA runtime: optional. Found through CUDA_HOME (default /usr/local/cuda) or not at all.
+# CUDA: optional. GPU staging is compiled in when CUDA_HOME (default /usr/local/cuda) has the runtime's
+# headers, unless WFS_CUDA=0. Nothing links the runtime: lib/cudart.c loads libcudart.so.N at run time,
+# where staging needs it, so the daemon and weightfsctl start on a node without CUDA.
 CUDA_HOME ?= /usr/local/cuda
 ifneq ($(wildcard $(CUDA_HOME)/include/cuda_runtime.h),)
 ifneq ($(WFS_CUDA),0)
-CUDA_CFLAGS := -DWFS_HAVE_CUDA=1 -I$(CUDA_HOME)/include
-CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
+CUDA_CFLAGS := -DWFS_HAVE_CUDA=1 -I$(CUDA_HOME)/include -DWFS_CUDART_DIR='"$(CUDA_HOME)/lib64"'
 endif
 endif
 NUMA_LIBS := -lnuma
@@ -59,7 +60,7 @@ $(B)/lib/%.o: lib/%.c
 	$(CC) $(CFLAGS) $(LIB_CFLAGS) $(CUDA_CFLAGS) -fPIC -c -o $@ $<
 $(B)/libweightfs.a: $(LIB_OBJS)
 	$(AR) rcs $@ $^
-ALL_LIBS = $(B)/libweightfs.a $(LIB_LIBS) $(CUDA_LIBS) $(NUMA_LIBS) -lm
+ALL_LIBS = $(B)/libweightfs.a $(LIB_LIBS) $(NUMA_LIBS) -lm
 
 # ---- fs/: the daemon and the admin command -----------------------------------------------------
 CTL_SRCS    := $(wildcard fs/ctl/*.c)
@@ -88,7 +89,7 @@ $(B)/weightfsctl: $(CTL_OBJS) $(B)/libweightfs.a
 
 # Shared library for the Python binding (ctypes).
 $(B)/libweightfs.so: $(LIB_OBJS)
-	$(CC) $(LDFLAGS) -shared -o $@ $^ $(LIB_LIBS) $(CUDA_LIBS) $(NUMA_LIBS) -lm
+	$(CC) $(LDFLAGS) -shared -o $@ $^ $(LIB_LIBS) $(NUMA_LIBS) -lm
 
 PROGS := $(B)/weightfs $(B)/weightfsctl $(B)/libweightfs.so
 

@@ -351,6 +351,24 @@ for sub in stat fsck gc stage; do
 	expect "weightfsctl $sub --help: exit 0" 0 "^usage: weightfsctl $sub"
 done
 
+# ---- no CUDA runtime needed to start -----------------------------------------------------------
+# Nothing links libcudart: lib/cudart.c loads it where GPU staging needs it, so a node without CUDA
+# (or with another major version) mounts and runs weightfsctl; staging to a GPU then says why not.
+for bin in "$DAEMON" "$CTL" "$B/libweightfs.so"; do
+	run ldd "$bin"
+	if [ "$rc" -eq 0 ] && ! grep -q 'libcuda' <<<"$out"; then
+		ok "$(basename "$bin") links no CUDA library"
+	else
+		fail "$(basename "$bin") links no CUDA library" "ldd: $out $err"
+	fi
+done
+printf 'tensor' >"$work/one.bin"
+run env WFS_CUDART="$work/no-such-libcudart.so" "$CTL" stage "$work/one.bin"
+expect "weightfsctl stage with no CUDA runtime: exit 1, names what it looked for" 1 "" \
+	"^weightfsctl stage: (GPU staging is not available: cannot load the CUDA runtime \(WFS_CUDART\): $work/no-such-libcudart.so: cannot open|weightfs was not built with CUDA)"
+run env WFS_CUDART="$work/no-such-libcudart.so" "$CTL" stage --host "$work/one.bin"
+expect "weightfsctl stage --host with no CUDA runtime: exit 0" 0 "^staged 1 files, 6 bytes"
+
 # ---- the mount(8) helper ------------------------------------------------------------------------
 # mount(8) and fstab hand it their own options too; they must not reach weightfs.
 HELPER=$(cd "$(dirname "$0")/../.." && pwd)/mount-helpers/mount.fuse.weightfs
