@@ -6,6 +6,8 @@
 # (.ci/build-libfuse).
 
 B        ?= build
+# The one version number: VERSION, read here for the binaries and man pages and by the Python package.
+VERSION  := $(shell cat VERSION)
 .DEFAULT_GOAL := all
 PREFIX   ?= /usr/local
 DESTDIR  ?=
@@ -79,6 +81,9 @@ DAEMON_OBJS := $(DAEMON_SRCS:%.c=$(B)/%.o)
 $(DAEMON_OBJS): $(B)/fs/%.o: fs/%.c $(B)/fuse.mk
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LIB_CFLAGS) $(FUSE_CFLAGS) -Ifs -iquote fs/core -c -o $@ $<
+# The two objects that print the version are rebuilt when it changes.
+$(B)/fs/weightfs.o $(B)/fs/ctl/weightfsctl.o: VERSION
+$(B)/fs/weightfs.o $(B)/fs/ctl/weightfsctl.o: override CFLAGS += -DWFS_VERSION='"$(VERSION)"'
 $(B)/weightfs: $(DAEMON_OBJS) $(B)/libwfscore.a $(B)/libweightfs.a
 	$(CC) $(LDFLAGS) -rdynamic -o $@ $(DAEMON_OBJS) $(B)/libwfscore.a $(ALL_LIBS) $(FUSE_LIBS)
 $(CTL_OBJS): $(B)/fs/%.o: fs/%.c
@@ -90,6 +95,12 @@ $(B)/weightfsctl: $(CTL_OBJS) $(B)/libweightfs.a
 # Shared library for the Python binding (ctypes).
 $(B)/libweightfs.so: $(LIB_OBJS)
 	$(CC) $(LDFLAGS) -shared -o $@ $^ $(LIB_LIBS) $(NUMA_LIBS) -lm
+
+# Man pages: docs/*.8 with @VERSION@ replaced.
+MANS := $(patsubst docs/%,$(B)/man/%,$(wildcard docs/*.8))
+$(B)/man/%.8: docs/%.8 VERSION
+	@mkdir -p $(@D)
+	sed 's/@VERSION@/$(VERSION)/g' $< > $@
 
 PROGS := $(B)/weightfs $(B)/weightfsctl $(B)/libweightfs.so
 
@@ -123,7 +134,7 @@ $(B)/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c lib/safetensors.c lib/
 		-o $@ tests/fuzz/fuzz_safetensors.c lib/safetensors.c lib/dtype.c $(FUZZ_JANSSON)
 
 .PHONY: all check asan tsan lint demo bench install uninstall clean fuzz posix
-all: $(PROGS)
+all: $(PROGS) $(MANS)
 
 # The suite: Check unit suites, mount tests against a real mount, a small real-weights check.
 check: $(PROGS) $(TEST_BINS) $(FUZZ_REPLAY)
@@ -186,7 +197,7 @@ bench: $(PROGS)
 # for one site's mount point (its name must be the escaped path), so it goes with the documentation.
 MOUNT_UNIT_EXAMPLE := data-skyrl-frozen\x2doffload.mount
 EXAMPLES_DIR := $(PREFIX)/share/doc/weightfs/examples
-install: $(PROGS)
+install: $(PROGS) $(MANS)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man8
 	install -m 0755 $(B)/weightfs $(B)/weightfsctl $(DESTDIR)$(PREFIX)/bin/
 	install -d $(DESTDIR)$(PREFIX)/lib
@@ -197,7 +208,7 @@ install: $(PROGS)
 	chmod 0755 $(DESTDIR)$(PREFIX)/sbin/mount.fuse.weightfs
 	install -m 0755 mount-helpers/umount.fuse.weightfs $(DESTDIR)$(PREFIX)/sbin/
 	install -m 0644 'mount-helpers/$(MOUNT_UNIT_EXAMPLE)' $(DESTDIR)$(EXAMPLES_DIR)/
-	install -m 0644 $(wildcard docs/*.8) $(DESTDIR)$(PREFIX)/share/man/man8/
+	install -m 0644 $(MANS) $(DESTDIR)$(PREFIX)/share/man/man8/
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/weightfs $(DESTDIR)$(PREFIX)/bin/weightfsctl $(DESTDIR)$(PREFIX)/lib/libweightfs.so

@@ -351,6 +351,18 @@ for sub in stat fsck gc stage; do
 	expect "weightfsctl $sub --help: exit 0" 0 "^usage: weightfsctl $sub"
 done
 
+# ---- one version: VERSION, for both binaries, the man pages and the Python package -----------------
+version=$(cat "$(dirname "$0")/../../VERSION")
+run "$DAEMON" --version
+expect "weightfs --version: VERSION's ($version)" 0 "^weightfs $version \(libfuse "
+run "$CTL" --version
+expect "weightfsctl --version: VERSION's ($version)" 0 "^weightfsctl $version\$"
+run env PYTHONPATH="$(dirname "$0")/../../lib/python" python3 -c 'import weightfs; print(weightfs.__version__)'
+expect "weightfs.__version__: VERSION's ($version)" 0 "^$version\$"
+run head -n 1 "$B/man/weightfs.8" "$B/man/weightfsctl.8"
+[ "$(grep -c "^\.TH .* \"weightfs $version\" " <<<"$out")" -eq 2 ]
+verdict "man pages built with VERSION's ($version)" $? "$out"
+
 # ---- no CUDA runtime needed to start -----------------------------------------------------------
 # Nothing links libcudart: lib/cudart.c loads it where GPU staging needs it, so a node without CUDA
 # (or with another major version) mounts and runs weightfsctl; staging to a GPU then says why not.
