@@ -24,6 +24,8 @@ from wfstest import Tests
 
 import weightfs
 import weightfs.names as names
+import weightfs.dtypes as wdtypes
+import weightfs.offloading as woff
 import weightfs.tensor as wt
 
 SHAPES_VALID = ["[]", "[4096,1024]", " [ 3 , 5 ,7 ] ", "[0]", "[\t1,\n2\r]", "[18446744073709551615]",
@@ -57,8 +59,8 @@ def main():
     @T.check("dtypes: every library dtype has a torch name (when this torch has it) and load() knows it")
     def _():
         for name in names.library_dtype_bytes(lib):
-            assert name in wt._TORCH_NAMES, name
-            assert wt.dtype_name(name) == name
+            assert name in wdtypes._TORCH_NAMES, name
+            assert wdtypes.dtype_name(name) == name
 
     @T.check("shapes: wfs_shape_parse and the Python fallback agree on valid shapes")
     def _():
@@ -80,7 +82,7 @@ def main():
     @T.check("temp names: the package's prefix is wfs_tmp_prefix() and WFS_TMP_PREFIX; offload uses it")
     def _():
         assert lib.wfs_tmp_prefix().decode() == names.TMP_PREFIX == h["WFS_TMP_PREFIX"]
-        tmp = os.path.basename(wt._tmp_name("/d/x.bin"))
+        tmp = os.path.basename(woff._tmp_name("/d/x.bin"))
         assert tmp.startswith(f"{names.TMP_PREFIX}{os.getpid()}-"), tmp
 
     @T.check("xattr names: the package's are lib/weightfs.h's")
@@ -99,7 +101,7 @@ def main():
                 "assert n.dtype_bytes() is n.FALLBACK_DTYPE_BYTES\n"
                 "assert n.parse_shape(' [2, 3] ') == (2, 3)\n"
                 "import weightfs.tensor as t\n"
-                "assert t.tensor_info.__module__ == 'weightfs.tensor' and t.dtype_name('c64') == 'C64'\n"
+                "assert t.tensor_info.__module__ == 'weightfs.loading' and t.dtype_name('c64') == 'C64'\n"
                 "print('ok')\n")
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr.strip().splitlines()[-3:]
@@ -119,7 +121,8 @@ def main():
                                 "--no-cache-dir", "--disable-pip-version-check", "--quiet", "--target", site,
                                 src], capture_output=True, text=True, env=env)
             assert r.returncode == 0, (r.stdout + r.stderr).strip().splitlines()[-5:]
-            for f in ("__init__.py", "names.py", "tensor.py", "stage.py", "frozen.py", "py.typed"):
+            for f in ("__init__.py", "names.py", "tensor.py", "stage.py", "frozen.py", "py.typed", "VERSION",
+                      "errors.py", "digests.py", "dtypes.py", "claims.py", "offloading.py", "loading.py"):
                 assert os.path.isfile(os.path.join(site, "weightfs", f)), f
 
         @T.check("pip: the installed package imports from where pip put it and finds PREFIX/lib/libweightfs.so")

@@ -39,7 +39,10 @@ import numpy as np
 import torch
 
 import weightfs
-import weightfs.tensor as wt
+import weightfs.claims as wclaims
+import weightfs.errors as werrors
+import weightfs.offloading as woff
+from weightfs.names import PASSTHROUGH_WRITE_MIN
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "int8": torch.int8}
 ALL_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64,
@@ -299,7 +302,7 @@ def first(T, a):
     def _():
         def stats():
             return json.loads(os.getxattr(mnt, "user.weightfs.stats"))
-        n = max(wt.PASSTHROUGH_WRITE_MIN, 4 << 20) // 4
+        n = max(PASSTHROUGH_WRITE_MIN, 4 << 20) // 4
         t = make("declared", torch.float32, (n,))
         before = stats()["since_mount"]
         r = weightfs.offload(t, os.path.join(mnt, "pkg", "declared"), claim=False)
@@ -334,12 +337,12 @@ def first(T, a):
         want = weightfs.digest(b"x" * 100)
         answers[:] = ["99aa06d3014798d86001c324468d497f"] * 2  # the empty file's digest, twice
         with mock.patch("os.getxattr", slow):
-            wt._await_seal(p, want)
+            woff._await_seal(p, want)
         assert not answers, answers
         with mock.patch("os.getxattr", lambda *a, **k: b"99aa06d3014798d86001c324468d497f"), \
-                mock.patch.object(wt, "SEAL_WAIT_SECONDS", 0.05):
+                mock.patch.object(woff, "SEAL_WAIT_SECONDS", 0.05):
             try:
-                wt._await_seal(p, want)
+                woff._await_seal(p, want)
                 raise AssertionError("a digest that never comes was accepted")
             except OSError as e:
                 assert e.errno == errno.EIO and "does not hold what was written" in str(e), e
@@ -349,7 +352,7 @@ def first(T, a):
         t = make("changed", torch.float32, (1 << 20,))  # 4 MiB: written through passthrough
         fo = weightfs.FrozenOffload(os.path.join(mnt, "frozen-changed"), 0)
         with mock.patch("weightfs.frozen.digest", lambda x: "0123456789abcdef0123456789abcdef"), \
-                mock.patch.object(wt, "SEAL_WAIT_SECONDS", 0.2):
+                mock.patch.object(woff, "SEAL_WAIT_SECONDS", 0.2):
             try:
                 fo.offload({"w": t})
                 raise AssertionError("no error")
@@ -389,7 +392,7 @@ def first(T, a):
 
     @T.check("claim fallback: plain directory -> bytes written, one warning, no stray claim xattr")
     def _():
-        wt._reset_warnings()
+        werrors._reset_warnings()
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             res = [weightfs.offload(make(f"pl{i}", torch.float32), os.path.join(plain, f"p{i}"))
@@ -412,10 +415,10 @@ def first(T, a):
 
     for code, text in ((errno.EOPNOTSUPP, "claims are not supported"), (errno.EPERM, "EPERM")):
         def case(code=code, text=text):
-            wt._reset_warnings()
-            wt._reset_claim_state()
+            werrors._reset_warnings()
+            wclaims._reset_claim_state()
             t = make("claim4", torch.bfloat16, (256, 64))  # stored already: a claim would hit
-            with mock.patch.object(wt.os, "setxattr", fake_setxattr(code)), \
+            with mock.patch.object(os, "setxattr", fake_setxattr(code)), \
                     warnings.catch_warnings(record=True) as w:
                 warnings.simplefilter("always")
                 res = [weightfs.offload(t, os.path.join(mnt, "pkg", "rank0", f"fb-{code}-{i}"))
@@ -424,7 +427,7 @@ def first(T, a):
             assert len(msgs) == 1 and text in msgs[0], msgs
             assert not any(r.claimed for r in res)
             assert all(raw(weightfs.load(r.path)) == raw(t) for r in res)
-            wt._reset_claim_state()
+            wclaims._reset_claim_state()
         T.run(f"claim fallback: {errno.errorcode[code]} -> bytes written, one warning", case)
 
     @T.check("claim: success with the wrong bytes on a claim-capable mount -> WeightfsError EIO, no file")
@@ -438,7 +441,7 @@ def first(T, a):
             if attr == "user.weightfs.digest":
                 return b"f" * 32
             return real(target, attr, *a, **k)
-        with mock.patch.object(wt.os, "getxattr", fake_getxattr):
+        with mock.patch.object(os, "getxattr", fake_getxattr):
             try:
                 weightfs.offload(t, path)
             except weightfs.WeightfsError as e:
@@ -518,7 +521,7 @@ def first(T, a):
     def _():
         d = os.path.join(mnt, "pkg", "rank0")
         old = raw(weightfs.load(f"{d}/all-I32"))
-        with mock.patch.object(wt.os, "rename", side_effect=OSError(errno.EIO, "injected")):
+        with mock.patch.object(os, "rename", side_effect=OSError(errno.EIO, "injected")):
             try:
                 weightfs.offload(make("other", torch.int32, (7, 5, 3)), f"{d}/all-I32")
             except OSError as e:
@@ -607,7 +610,7 @@ def first(T, a):
                     ("..", hx, None, None), ("x" * 256, hx, None, None)]
         calls = []
         real = os.setxattr
-        with mock.patch.object(weightfs.tensor.os, "setxattr",
+        with mock.patch.object(os, "setxattr",
                                side_effect=lambda *a, **k: calls.append(a[1]) or real(*a, **k)):
             made = weightfs.claim_files(d, entries)
         assert made == {"t%d" % i for i in range(300)}, sorted(made)[:5]
@@ -649,7 +652,7 @@ def first(T, a):
         names = ["p%04d-%s" % (i, "x" * 150) for i in range(1000)]  # ~190 KB of lines: 3 requests
         calls = []
         real = os.setxattr
-        with mock.patch.object(weightfs.tensor.os, "setxattr",
+        with mock.patch.object(os, "setxattr",
                                side_effect=lambda *a, **k: calls.append(len(a[2])) or real(*a, **k)):
             made = weightfs.claim_files(d, ((n, hx, None, None) for n in names))
         assert made == set(names), len(made)
@@ -716,10 +719,10 @@ def first(T, a):
             if attr in ("user.weightfs.claims", "user.weightfs.claim"):
                 raise OSError(errno.EPERM, os.strerror(errno.EPERM))
             return real(target, attr, value, *a, **k)
-        wt._reset_warnings()
-        wt._reset_claim_state()
+        werrors._reset_warnings()
+        wclaims._reset_claim_state()
         m = model(seed=8)
-        with mock.patch.object(wt.os, "setxattr", refuse), warnings.catch_warnings(record=True) as w:
+        with mock.patch.object(os, "setxattr", refuse), warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             s = weightfs.FrozenOffload(os.path.join(mnt, "frozen-eperm"), 0).offload(m)
         msgs = [str(x.message) for x in w if issubclass(x.category, weightfs.WeightfsWarning)]
@@ -727,7 +730,7 @@ def first(T, a):
         assert s.written == 4 and s.claimed == 0, s[1:]
         fo = weightfs.FrozenOffload(os.path.join(mnt, "frozen-eperm"), 0)
         assert raw(fo.load("0.weight")) == raw(m[0].weight) and fo.verify() == []
-        wt._reset_claim_state()
+        wclaims._reset_claim_state()
 
     @T.check("FrozenOffload: a name whose object was found damaged is written again, which heals it")
     def _():

@@ -20,8 +20,12 @@ from .direct import open_object
 from .cache import EvictResult, Prefetch, evict, prefetch, residency
 from .frozen import FrozenOffload, OffloadSummary
 from .stage import Stager, backload, offload_tensor
-from .tensor import (OffloadResult, WeightfsError, WeightfsWarning, claim_files, digest, digest_file, dtype_name,
-                     load, offload, remove_stale_tmp, tensor_info)
+from .claims import claim_files
+from .digests import digest, digest_file
+from .dtypes import dtype_name
+from .errors import WeightfsError, WeightfsWarning
+from .loading import load, tensor_info
+from .offloading import OffloadResult, offload, remove_stale_tmp
 
 
 def _read_version() -> str:
