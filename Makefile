@@ -1,7 +1,7 @@
 # weightfs — non-recursive build. `make` builds everything into $(B)/; `make check` runs the test suite;
 # `make demo` runs the real-weights job; `make bench` the side-by-side benchmark; `make asan` the
 # sanitizer build of the suite, `make tsan` ThreadSanitizer over the daemon's suites, `make lint`
-# cppcheck and shellcheck; WERROR=1 makes every warning an error (.ci/run). Dependencies come from
+# cppcheck and shellcheck, `make deb` a Debian package; WERROR=1 makes every warning an error (.ci/run). Dependencies come from
 # pkg-config; libfuse >= 3.17 is built from Debian's source package when the system one is older
 # (.ci/build-libfuse).
 
@@ -133,7 +133,7 @@ $(B)/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c lib/safetensors.c lib/
 	$(FUZZ_CC) -g -O1 -std=c17 -D_GNU_SOURCE -Ilib -fsanitize=fuzzer,address,undefined \
 		-o $@ tests/fuzz/fuzz_safetensors.c lib/safetensors.c lib/dtype.c $(FUZZ_JANSSON)
 
-.PHONY: all check asan tsan lint demo bench install uninstall clean fuzz posix
+.PHONY: all check asan tsan lint demo bench install uninstall clean fuzz posix deb
 all: $(PROGS) $(MANS)
 
 # The suite: Check unit suites, mount tests against a real mount, a small real-weights check.
@@ -170,7 +170,7 @@ CPPCHECK_FLAGS := -q --std=c11 -D_GNU_SOURCE -Ilib -Ifs -Ifs/core --inline-suppr
 	--enable=warning,style,performance,portability,information --suppress=missingIncludeSystem \
 	--library=tests/lint/jansson.cfg --suppress-xml=tests/lint/cppcheck-suppressions.xml \
 	--template='{file}:{line}: {severity} {id}: {message}'
-SHELL_SCRIPTS = $(shell grep -rlIE '^(\#!.*[/ ](ba)?sh$$|\# shellcheck shell=)' .ci tests mount-helpers | sort)
+SHELL_SCRIPTS = $(shell grep -rlIE '^(\#!.*[/ ](ba)?sh$$|\# shellcheck shell=)' .ci tests mount-helpers packaging | sort)
 lint:
 	$(CPPCHECK) $(CPPCHECK_FLAGS) lib fs
 	$(CPPCHECK) $(CPPCHECK_FLAGS) -DWFS_HAVE_CUDA=1 lib fs
@@ -209,6 +209,29 @@ install: $(PROGS) $(MANS)
 	install -m 0755 mount-helpers/umount.fuse.weightfs $(DESTDIR)$(PREFIX)/sbin/
 	install -m 0644 'mount-helpers/$(MOUNT_UNIT_EXAMPLE)' $(DESTDIR)$(EXAMPLES_DIR)/
 	install -m 0644 $(MANS) $(DESTDIR)$(PREFIX)/share/man/man8/
+
+# make deb: $(B)/weightfs_VERSION_ARCH.deb, built with dpkg-deb from what `make install PREFIX=/usr`
+# stages in $(B)/deb/debian/weightfs, plus the Python package in /usr/lib/python3/dist-packages (its
+# loader finds /usr/lib/libweightfs.so). dpkg-shlibdeps reads the shared libraries' dependencies.
+# tests/deb/test_deb.sh installs it in a throwaway root.
+DEB_ARCH = $(shell dpkg --print-architecture 2>/dev/null)
+DEB := $(B)/weightfs_$(VERSION)_$(DEB_ARCH).deb
+DEB_ROOT := $(B)/deb/debian/weightfs
+PY_SRCS := $(wildcard lib/python/weightfs/*.py) lib/python/weightfs/py.typed
+deb: $(DEB)
+$(DEB): $(PROGS) $(MANS) $(PY_SRCS) VERSION packaging/deb/control.in packaging/deb/prerm mount-helpers/*.weightfs
+	rm -rf $(B)/deb
+	$(MAKE) --no-print-directory install B=$(B) PREFIX=/usr DESTDIR=$(abspath $(DEB_ROOT))
+	install -d $(DEB_ROOT)/usr/lib/python3/dist-packages/weightfs $(DEB_ROOT)/DEBIAN
+	install -m 0644 $(PY_SRCS) VERSION $(DEB_ROOT)/usr/lib/python3/dist-packages/weightfs/
+	touch $(B)/deb/debian/control
+	deps=$$(cd $(B)/deb && dpkg-shlibdeps -O debian/weightfs/usr/bin/weightfs \
+		debian/weightfs/usr/bin/weightfsctl debian/weightfs/usr/lib/libweightfs.so | sed -n 's/^shlibs:Depends=//p') && \
+	size=$$(du -sk --exclude=DEBIAN $(DEB_ROOT) | cut -f1) && \
+	sed -e 's/@VERSION@/$(VERSION)/' -e 's/@ARCH@/$(DEB_ARCH)/' -e "s/@DEPENDS@/$$deps/" -e "s/@SIZE@/$$size/" \
+		packaging/deb/control.in > $(DEB_ROOT)/DEBIAN/control
+	install -m 0755 packaging/deb/prerm $(DEB_ROOT)/DEBIAN/
+	dpkg-deb --root-owner-group --build $(DEB_ROOT) $@
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/weightfs $(DESTDIR)$(PREFIX)/bin/weightfsctl $(DESTDIR)$(PREFIX)/lib/libweightfs.so
