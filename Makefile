@@ -1,11 +1,13 @@
 # weightfs — non-recursive build. `make` builds everything into $(B)/; `make check` runs the test suite;
 # `make demo` runs the real-weights job; `make bench` the side-by-side benchmark; `make asan` the
 # sanitizer build of the suite, `make tsan` ThreadSanitizer over the daemon's suites, `make lint`
-# cppcheck and shellcheck; WERROR=1 makes every warning an error (.ci/run). Dependencies come from
+# cppcheck and shellcheck, `make deb` a Debian package; WERROR=1 makes every warning an error (.ci/run). Dependencies come from
 # pkg-config; libfuse >= 3.17 is built from Debian's source package when the system one is older
 # (.ci/build-libfuse).
 
 B        ?= build
+# The one version number: VERSION, read here for the binaries and man pages and by the Python package.
+VERSION  := $(shell cat VERSION)
 .DEFAULT_GOAL := all
 PREFIX   ?= /usr/local
 DESTDIR  ?=
@@ -41,12 +43,13 @@ $(B)/fuse.mk: .ci/build-libfuse
 	{ echo "FUSE_CFLAGS := $$(PKG_CONFIG_PATH=$$pc pkg-config --cflags fuse3)"; \
 	  echo "FUSE_LIBS := $$(PKG_CONFIG_PATH=$$pc pkg-config --static --libs fuse3)"; } > $@.tmp && mv $@.tmp $@
 
-# CUDA runtime: optional. Found through CUDA_HOME (default /usr/local/cuda) or not at all.
+# CUDA: optional. GPU staging is compiled in when CUDA_HOME (default /usr/local/cuda) has the runtime's
+# headers, unless WFS_CUDA=0. Nothing links the runtime: lib/cudart.c loads libcudart.so.N at run time,
+# where staging needs it, so the daemon and weightfsctl start on a node without CUDA.
 CUDA_HOME ?= /usr/local/cuda
 ifneq ($(wildcard $(CUDA_HOME)/include/cuda_runtime.h),)
 ifneq ($(WFS_CUDA),0)
-CUDA_CFLAGS := -DWFS_HAVE_CUDA=1 -I$(CUDA_HOME)/include
-CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
+CUDA_CFLAGS := -DWFS_HAVE_CUDA=1 -I$(CUDA_HOME)/include -DWFS_CUDART_DIR='"$(CUDA_HOME)/lib64"'
 endif
 endif
 NUMA_LIBS := -lnuma
@@ -59,7 +62,7 @@ $(B)/lib/%.o: lib/%.c
 	$(CC) $(CFLAGS) $(LIB_CFLAGS) $(CUDA_CFLAGS) -fPIC -c -o $@ $<
 $(B)/libweightfs.a: $(LIB_OBJS)
 	$(AR) rcs $@ $^
-ALL_LIBS = $(B)/libweightfs.a $(LIB_LIBS) $(CUDA_LIBS) $(NUMA_LIBS) -lm
+ALL_LIBS = $(B)/libweightfs.a $(LIB_LIBS) $(NUMA_LIBS) -lm
 
 # ---- fs/: the daemon and the admin command -----------------------------------------------------
 CTL_SRCS    := $(wildcard fs/ctl/*.c)
@@ -78,6 +81,9 @@ DAEMON_OBJS := $(DAEMON_SRCS:%.c=$(B)/%.o)
 $(DAEMON_OBJS): $(B)/fs/%.o: fs/%.c $(B)/fuse.mk
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LIB_CFLAGS) $(FUSE_CFLAGS) -Ifs -iquote fs/core -c -o $@ $<
+# The two objects that print the version are rebuilt when it changes.
+$(B)/fs/weightfs.o $(B)/fs/ctl/weightfsctl.o: VERSION
+$(B)/fs/weightfs.o $(B)/fs/ctl/weightfsctl.o: override CFLAGS += -DWFS_VERSION='"$(VERSION)"'
 $(B)/weightfs: $(DAEMON_OBJS) $(B)/libwfscore.a $(B)/libweightfs.a
 	$(CC) $(LDFLAGS) -rdynamic -o $@ $(DAEMON_OBJS) $(B)/libwfscore.a $(ALL_LIBS) $(FUSE_LIBS)
 $(CTL_OBJS): $(B)/fs/%.o: fs/%.c
@@ -88,7 +94,13 @@ $(B)/weightfsctl: $(CTL_OBJS) $(B)/libweightfs.a
 
 # Shared library for the Python binding (ctypes).
 $(B)/libweightfs.so: $(LIB_OBJS)
-	$(CC) $(LDFLAGS) -shared -o $@ $^ $(LIB_LIBS) $(CUDA_LIBS) $(NUMA_LIBS) -lm
+	$(CC) $(LDFLAGS) -shared -o $@ $^ $(LIB_LIBS) $(NUMA_LIBS) -lm
+
+# Man pages: docs/*.8 with @VERSION@ replaced.
+MANS := $(patsubst docs/%,$(B)/man/%,$(wildcard docs/*.8))
+$(B)/man/%.8: docs/%.8 VERSION
+	@mkdir -p $(@D)
+	sed 's/@VERSION@/$(VERSION)/g' $< > $@
 
 PROGS := $(B)/weightfs $(B)/weightfsctl $(B)/libweightfs.so
 
@@ -121,8 +133,8 @@ $(B)/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c lib/safetensors.c lib/
 	$(FUZZ_CC) -g -O1 -std=c17 -D_GNU_SOURCE -Ilib -fsanitize=fuzzer,address,undefined \
 		-o $@ tests/fuzz/fuzz_safetensors.c lib/safetensors.c lib/dtype.c $(FUZZ_JANSSON)
 
-.PHONY: all check asan tsan lint demo bench install uninstall clean fuzz posix
-all: $(PROGS)
+.PHONY: all check asan tsan lint demo bench install uninstall clean fuzz posix deb
+all: $(PROGS) $(MANS)
 
 # The suite: Check unit suites, mount tests against a real mount, a small real-weights check.
 check: $(PROGS) $(TEST_BINS) $(FUZZ_REPLAY)
@@ -158,7 +170,7 @@ CPPCHECK_FLAGS := -q --std=c11 -D_GNU_SOURCE -Ilib -Ifs -Ifs/core --inline-suppr
 	--enable=warning,style,performance,portability,information --suppress=missingIncludeSystem \
 	--library=tests/lint/jansson.cfg --suppress-xml=tests/lint/cppcheck-suppressions.xml \
 	--template='{file}:{line}: {severity} {id}: {message}'
-SHELL_SCRIPTS = $(shell grep -rlIE '^(\#!.*[/ ](ba)?sh$$|\# shellcheck shell=)' .ci tests mount-helpers | sort)
+SHELL_SCRIPTS = $(shell grep -rlIE '^(\#!.*[/ ](ba)?sh$$|\# shellcheck shell=)' .ci tests mount-helpers packaging | sort)
 lint:
 	$(CPPCHECK) $(CPPCHECK_FLAGS) lib fs
 	$(CPPCHECK) $(CPPCHECK_FLAGS) -DWFS_HAVE_CUDA=1 lib fs
@@ -185,7 +197,7 @@ bench: $(PROGS)
 # for one site's mount point (its name must be the escaped path), so it goes with the documentation.
 MOUNT_UNIT_EXAMPLE := data-skyrl-frozen\x2doffload.mount
 EXAMPLES_DIR := $(PREFIX)/share/doc/weightfs/examples
-install: $(PROGS)
+install: $(PROGS) $(MANS)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man8
 	install -m 0755 $(B)/weightfs $(B)/weightfsctl $(DESTDIR)$(PREFIX)/bin/
 	install -d $(DESTDIR)$(PREFIX)/lib
@@ -196,7 +208,30 @@ install: $(PROGS)
 	chmod 0755 $(DESTDIR)$(PREFIX)/sbin/mount.fuse.weightfs
 	install -m 0755 mount-helpers/umount.fuse.weightfs $(DESTDIR)$(PREFIX)/sbin/
 	install -m 0644 'mount-helpers/$(MOUNT_UNIT_EXAMPLE)' $(DESTDIR)$(EXAMPLES_DIR)/
-	install -m 0644 $(wildcard docs/*.8) $(DESTDIR)$(PREFIX)/share/man/man8/
+	install -m 0644 $(MANS) $(DESTDIR)$(PREFIX)/share/man/man8/
+
+# make deb: $(B)/weightfs_VERSION_ARCH.deb, built with dpkg-deb from what `make install PREFIX=/usr`
+# stages in $(B)/deb/debian/weightfs, plus the Python package in /usr/lib/python3/dist-packages (its
+# loader finds /usr/lib/libweightfs.so). dpkg-shlibdeps reads the shared libraries' dependencies.
+# tests/deb/test_deb.sh installs it in a throwaway root.
+DEB_ARCH = $(shell dpkg --print-architecture 2>/dev/null)
+DEB := $(B)/weightfs_$(VERSION)_$(DEB_ARCH).deb
+DEB_ROOT := $(B)/deb/debian/weightfs
+PY_SRCS := $(wildcard lib/python/weightfs/*.py) lib/python/weightfs/py.typed
+deb: $(DEB)
+$(DEB): $(PROGS) $(MANS) $(PY_SRCS) VERSION packaging/deb/control.in packaging/deb/prerm mount-helpers/*.weightfs
+	rm -rf $(B)/deb
+	$(MAKE) --no-print-directory install B=$(B) PREFIX=/usr DESTDIR=$(abspath $(DEB_ROOT))
+	install -d $(DEB_ROOT)/usr/lib/python3/dist-packages/weightfs $(DEB_ROOT)/DEBIAN
+	install -m 0644 $(PY_SRCS) VERSION $(DEB_ROOT)/usr/lib/python3/dist-packages/weightfs/
+	touch $(B)/deb/debian/control
+	deps=$$(cd $(B)/deb && dpkg-shlibdeps -O debian/weightfs/usr/bin/weightfs \
+		debian/weightfs/usr/bin/weightfsctl debian/weightfs/usr/lib/libweightfs.so | sed -n 's/^shlibs:Depends=//p') && \
+	size=$$(du -sk --exclude=DEBIAN $(DEB_ROOT) | cut -f1) && \
+	sed -e 's/@VERSION@/$(VERSION)/' -e 's/@ARCH@/$(DEB_ARCH)/' -e "s/@DEPENDS@/$$deps/" -e "s/@SIZE@/$$size/" \
+		packaging/deb/control.in > $(DEB_ROOT)/DEBIAN/control
+	install -m 0755 packaging/deb/prerm $(DEB_ROOT)/DEBIAN/
+	dpkg-deb --root-owner-group --build $(DEB_ROOT) $@
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/weightfs $(DESTDIR)$(PREFIX)/bin/weightfsctl $(DESTDIR)$(PREFIX)/lib/libweightfs.so

@@ -28,8 +28,6 @@
 #include "receive.h"
 #include "weightfs.h"
 
-#define WFS_VERSION "0.1.0"
-
 enum { KEY_HELP, KEY_VERSION, KEY_CHOICE };
 
 #define OPT(t, p, v) {t, offsetof(struct wfs_options, p), v}

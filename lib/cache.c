@@ -22,9 +22,8 @@
 #include <unistd.h>
 
 #ifdef WFS_HAVE_CUDA
-#include <cuda_runtime.h>
+#include "cudart.h"
 #endif
-
 #include "direct.h"
 #include "stage.h"
 #include "weightfs.h"
@@ -912,9 +911,11 @@ void wfs_cache_load_free(struct wfs_cache_load *load)
 int wfs_cache_numa_node_of_device(int device)
 {
 #ifdef WFS_HAVE_CUDA
+	const struct wfs_cudart *rt;
 	char bus[32];
 
-	if (cudaDeviceGetPCIBusId(bus, (int)sizeof(bus), device) != cudaSuccess)
+	if (wfs_cudart_get(&rt, NULL, 0) < 0 ||
+	    rt->cudaDeviceGetPCIBusId(bus, (int)sizeof(bus), device) != cudaSuccess)
 		return -ENODEV;
 	for (char *p = bus; *p; p++)
 		*p = (char)tolower((unsigned char)*p);

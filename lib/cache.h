@@ -141,8 +141,8 @@ void wfs_cache_load_free(struct wfs_cache_load *load);
 
 /*
  * The NUMA node of CUDA device @device (the CUDA runtime's PCI bus id, then sysfs, as lib/stage.c
- * does). Returns the node, -1 when the device reports none, -ENODEV (no such device, or built without
- * CUDA).
+ * does). Returns the node, -1 when the device reports none, -ENODEV (no such device, built without
+ * CUDA, or no CUDA runtime to load: lib/cudart.h).
  */
 int wfs_cache_numa_node_of_device(int device);
 

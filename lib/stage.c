@@ -27,7 +27,7 @@
 #include "weightfs.h"
 
 #ifdef WFS_HAVE_CUDA
-#include <cuda_runtime_api.h>
+#include "cudart.h"
 #endif
 
 /* Measured on an H200 host (docs/staging.md): many small buffers and about 12 readers beat a few big
@@ -94,6 +94,9 @@ struct wfs_stager {
 	unsigned char *ring;
 	size_t ring_bytes;
 	bool registered;   /* ring pinned with cudaHostRegister */
+#ifdef WFS_HAVE_CUDA
+	const struct wfs_cudart *rt; /* device stagers: the CUDA runtime (lib/cudart.h) */
+#endif
 
 	pthread_mutex_t lock;
 	pthread_cond_t work_cv;     /* work queued, a buffer freed, an item opened, or stopping */
@@ -583,13 +586,13 @@ static void run_job(struct worker *w, const struct job *j)
 	if (it->it.flags & WFS_STAGE_OFFLOAD) {
 		if (device) {
 #ifdef WFS_HAVE_CUDA
-			cudaError_t ce = cudaMemcpyAsync(buf, mem, len, cudaMemcpyDeviceToHost, w->stream);
+			cudaError_t ce = st->rt->cudaMemcpyAsync(buf, mem, len, cudaMemcpyDeviceToHost, w->stream);
 
 			if (ce == cudaSuccess)
-				ce = cudaStreamSynchronize(w->stream);
+				ce = st->rt->cudaStreamSynchronize(w->stream);
 			if (ce != cudaSuccess) {
 				item_fail(st, it, WFS_STAGE_ECUDA, "device-to-host copy of bytes %llu+%zu: %s",
-					  (unsigned long long)pos, len, cudaGetErrorString(ce));
+					  (unsigned long long)pos, len, st->rt->cudaGetErrorString(ce));
 				chunk_done(st, it, j->buf, 0);
 				return;
 			}
@@ -609,16 +612,16 @@ static void run_job(struct worker *w, const struct job *j)
 	}
 	if (device) {
 #ifdef WFS_HAVE_CUDA
-		cudaError_t ce = cudaMemcpyAsync(mem, buf, len, cudaMemcpyHostToDevice, w->stream);
+		cudaError_t ce = st->rt->cudaMemcpyAsync(mem, buf, len, cudaMemcpyHostToDevice, w->stream);
 
 		if (ce == cudaSuccess)
-			ce = cudaEventRecord(st->events[j->buf], w->stream);
+			ce = st->rt->cudaEventRecord(st->events[j->buf], w->stream);
 		if (ce != cudaSuccess) {
 			/* A copy queued before a failed record completes on its own; wait so the buffer is
 			 * really free before it is reused. */
-			cudaStreamSynchronize(w->stream);
+			st->rt->cudaStreamSynchronize(w->stream);
 			item_fail(st, it, WFS_STAGE_ECUDA, "host-to-device copy of bytes %llu+%zu: %s",
-				  (unsigned long long)pos, len, cudaGetErrorString(ce));
+				  (unsigned long long)pos, len, st->rt->cudaGetErrorString(ce));
 			chunk_done(st, it, j->buf, 0);
 			return;
 		}
@@ -638,7 +641,7 @@ static void *worker_main(void *arg)
 
 #ifdef WFS_HAVE_CUDA
 	if (w->st->o.mem == WFS_STAGE_MEM_DEVICE)
-		cudaSetDevice(w->st->o.device);
+		w->st->rt->cudaSetDevice(w->st->o.device);
 #endif
 	while (take_job(w->st, &j))
 		run_job(w, &j);
@@ -652,7 +655,7 @@ static void *completer_main(void *arg)
 
 #ifdef WFS_HAVE_CUDA
 	if (st->o.mem == WFS_STAGE_MEM_DEVICE)
-		cudaSetDevice(st->o.device);
+		st->rt->cudaSetDevice(st->o.device);
 #endif
 	for (;;) {
 		struct inflight e;
@@ -675,13 +678,13 @@ static void *completer_main(void *arg)
 			ok = e.len;
 		} else {
 #ifdef WFS_HAVE_CUDA
-			cudaError_t ce = cudaEventSynchronize(st->events[e.buf]);
+			cudaError_t ce = st->rt->cudaEventSynchronize(st->events[e.buf]);
 
 			if (ce == cudaSuccess)
 				ok = e.len;
 			else
 				item_fail(st, e.item, WFS_STAGE_ECUDA, "host-to-device copy: %s",
-					  cudaGetErrorString(ce));
+					  st->rt->cudaGetErrorString(ce));
 #endif
 		}
 		chunk_done(st, e.item, e.buf, ok);
@@ -690,25 +693,34 @@ static void *completer_main(void *arg)
 }
 
 #ifdef WFS_HAVE_CUDA
-static int cuda_fail(cudaError_t ce, const char *what, char *err, size_t errlen)
+static int cuda_fail(const struct wfs_stager *st, cudaError_t ce, const char *what, char *err, size_t errlen)
 {
-	set_err(err, errlen, "stage: %s: %s (%s)", what, cudaGetErrorString(ce), cudaGetErrorName(ce));
+	set_err(err, errlen, "stage: %s: %s (%s)", what, st->rt->cudaGetErrorString(ce), st->rt->cudaGetErrorName(ce));
 	return WFS_STAGE_ECUDA;
 }
 
-/* Check the device exists and learn its PCI bus id (no context is made current here). */
+/*
+ * Load the CUDA runtime, check the device exists and learn its PCI bus id (no context is made current
+ * here).
+ */
 static int cuda_probe(struct wfs_stager *st, char *err, size_t errlen)
 {
+	char why[WFS_STAGE_MSG_MAX];
 	int count = 0;
-	cudaError_t ce = cudaGetDeviceCount(&count);
+	cudaError_t ce;
 
+	if (wfs_cudart_get(&st->rt, why, sizeof(why)) < 0) {
+		set_err(err, errlen, "stage: GPU staging is not available: %s", why);
+		return WFS_STAGE_ENOCUDA;
+	}
+	ce = st->rt->cudaGetDeviceCount(&count);
 	if (ce != cudaSuccess || count == 0) {
 		/* Without a driver CUDA says "driver version is insufficient": say what is missing. */
 		bool no_driver = ce == cudaErrorInsufficientDriver && access("/dev/nvidiactl", F_OK) != 0;
 
 		set_err(err, errlen, "stage: no usable CUDA device: %s%s%s%s",
 			no_driver ? "no NVIDIA GPU driver on this machine" : "",
-			no_driver ? " (CUDA: " : "", ce != cudaSuccess ? cudaGetErrorString(ce) : "none visible",
+			no_driver ? " (CUDA: " : "", ce != cudaSuccess ? st->rt->cudaGetErrorString(ce) : "none visible",
 			no_driver ? ")" : "");
 		return WFS_STAGE_ENODEV;
 	}
@@ -716,9 +728,9 @@ static int cuda_probe(struct wfs_stager *st, char *err, size_t errlen)
 		set_err(err, errlen, "stage: CUDA device %d does not exist (%d visible)", st->o.device, count);
 		return WFS_STAGE_ENODEV;
 	}
-	ce = cudaDeviceGetPCIBusId(st->bus_id, (int)sizeof(st->bus_id), st->o.device);
+	ce = st->rt->cudaDeviceGetPCIBusId(st->bus_id, (int)sizeof(st->bus_id), st->o.device);
 	if (ce != cudaSuccess)
-		return cuda_fail(ce, "cudaDeviceGetPCIBusId", err, errlen);
+		return cuda_fail(st, ce, "cudaDeviceGetPCIBusId", err, errlen);
 	for (char *p = st->bus_id; *p; p++)
 		*p = (char)tolower((unsigned char)*p);
 	return 0;
@@ -730,22 +742,22 @@ static int cuda_setup(struct wfs_stager *st, char *err, size_t errlen)
 	int prev = 0, r = 0;
 	cudaError_t ce;
 
-	(void)cudaGetDevice(&prev);
-	ce = cudaSetDevice(st->o.device);
+	(void)st->rt->cudaGetDevice(&prev);
+	ce = st->rt->cudaSetDevice(st->o.device);
 	if (ce != cudaSuccess) {
-		r = cuda_fail(ce, "cudaSetDevice", err, errlen);
+		r = cuda_fail(st, ce, "cudaSetDevice", err, errlen);
 		goto out;
 	}
-	ce = cudaHostRegister(st->ring, st->ring_bytes, cudaHostRegisterPortable);
+	ce = st->rt->cudaHostRegister(st->ring, st->ring_bytes, cudaHostRegisterPortable);
 	if (ce != cudaSuccess) {
-		r = cuda_fail(ce, "cudaHostRegister of the ring", err, errlen);
+		r = cuda_fail(st, ce, "cudaHostRegister of the ring", err, errlen);
 		goto out;
 	}
 	st->registered = true;
 	for (unsigned i = 0; i < st->o.threads; i++) {
-		ce = cudaStreamCreateWithFlags(&st->workers[i].stream, cudaStreamNonBlocking);
+		ce = st->rt->cudaStreamCreateWithFlags(&st->workers[i].stream, cudaStreamNonBlocking);
 		if (ce != cudaSuccess) {
-			r = cuda_fail(ce, "cudaStreamCreate", err, errlen);
+			r = cuda_fail(st, ce, "cudaStreamCreate", err, errlen);
 			goto out;
 		}
 	}
@@ -756,15 +768,15 @@ static int cuda_setup(struct wfs_stager *st, char *err, size_t errlen)
 	}
 	for (; st->nevents < st->o.buffers; st->nevents++) {
 		/* Blocking sync: the completion thread sleeps instead of spinning a core the readers need. */
-		ce = cudaEventCreateWithFlags(&st->events[st->nevents],
+		ce = st->rt->cudaEventCreateWithFlags(&st->events[st->nevents],
 					      cudaEventDisableTiming | cudaEventBlockingSync);
 		if (ce != cudaSuccess) {
-			r = cuda_fail(ce, "cudaEventCreate", err, errlen);
+			r = cuda_fail(st, ce, "cudaEventCreate", err, errlen);
 			goto out;
 		}
 	}
 out:
-	(void)cudaSetDevice(prev);
+	(void)st->rt->cudaSetDevice(prev);
 	return r;
 }
 #endif
@@ -915,14 +927,15 @@ void wfs_stage_free(struct wfs_stager *st)
 	if (st->completer_started)
 		pthread_join(st->completer, NULL);
 #ifdef WFS_HAVE_CUDA
+	/* Streams, events and the pinning exist only once the runtime was loaded (st->rt set). */
 	for (unsigned i = 0; i < st->nevents; i++)
-		cudaEventDestroy(st->events[i]);
+		st->rt->cudaEventDestroy(st->events[i]);
 	free(st->events);
 	for (unsigned i = 0; st->workers && i < st->o.threads; i++)
 		if (st->workers[i].stream)
-			cudaStreamDestroy(st->workers[i].stream);
+			st->rt->cudaStreamDestroy(st->workers[i].stream);
 	if (st->registered)
-		cudaHostUnregister(st->ring);
+		st->rt->cudaHostUnregister(st->ring);
 #endif
 	if (st->ring)
 		munmap(st->ring, st->ring_bytes);

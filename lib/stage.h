@@ -33,7 +33,8 @@
  * Memory kinds. A WFS_STAGE_MEM_DEVICE stager moves bytes to and from CUDA device memory. A
  * WFS_STAGE_MEM_HOST stager runs the same ring, threads and error paths with plain host memory at
  * the far end (memcpy instead of cudaMemcpyAsync, ring not pinned): it needs no GPU and no CUDA, and
- * is what the tests use on machines without a GPU.
+ * is what the tests use on machines without a GPU. The library links no CUDA library: the first
+ * device stager loads the CUDA runtime (lib/cudart.h).
  *
  * NUMA. The node comes from, in order: opts.numa_node when >= 0; the environment variable
  * WFS_STAGE_NUMA_NODE (a node number, or "-1"/"none" for unbound); for a device stager, the GPU's PCI
@@ -55,7 +56,7 @@
 /* Error codes beyond plain errno values (all negative, all errno values, so they pass through). */
 #define WFS_STAGE_ESHORT  (-ENODATA)   /* the file ends before the range does ("short file") */
 #define WFS_STAGE_ESIZE   (-EMSGSIZE)  /* WFS_STAGE_EXACT: file size differs from offset + bytes */
-#define WFS_STAGE_ENOCUDA (-ENOTSUP)   /* device stager asked for, library built without CUDA */
+#define WFS_STAGE_ENOCUDA (-ENOTSUP)   /* device stager asked for: built without CUDA, or no CUDA runtime */
 #define WFS_STAGE_ENODEV  (-ENODEV)    /* CUDA present but no usable GPU, or no such device index */
 #define WFS_STAGE_ECUDA   (-EREMOTEIO) /* a CUDA runtime call failed; the message has its text */
 
@@ -139,8 +140,9 @@ void wfs_stage_opts_init(struct wfs_stage_opts *o);
  * Create a stager. @o may be NULL for the defaults. On success *@out owns the stager (free it with
  * wfs_stage_free()). On failure, when @err is not NULL, one line saying why is written there
  * (@errlen bytes at most, NUL-terminated).
- * Errors: -EINVAL (zero or unaligned sizes, numa node out of range), -ENOMEM, WFS_STAGE_ENOCUDA,
- * WFS_STAGE_ENODEV (no GPU, or @o->device out of range), WFS_STAGE_ECUDA (pinning, stream or event
+ * Errors: -EINVAL (zero or unaligned sizes, numa node out of range), -ENOMEM, WFS_STAGE_ENOCUDA
+ * (a device stager, and the library was built without CUDA or cannot load the CUDA runtime: the
+ * message says which file it looked for, lib/cudart.h), WFS_STAGE_ENODEV (no GPU, or @o->device out of range), WFS_STAGE_ECUDA (pinning, stream or event
  * creation failed), -EAGAIN (thread creation failed).
  */
 int wfs_stage_new(const struct wfs_stage_opts *o, struct wfs_stager **out, char *err, size_t errlen);
@@ -204,7 +206,10 @@ void wfs_stage_stats(struct wfs_stager *st, struct wfs_stage_stats *out);
  */
 int wfs_stage_numa_node_of_pci(const char *sysfs_root, const char *bus_id);
 
-/* True when the library was built with the CUDA runtime (WFS_HAVE_CUDA). */
+/*
+ * True when the library was built with CUDA support (WFS_HAVE_CUDA). The CUDA runtime itself is loaded
+ * by the first device stager (lib/cudart.h), which fails with WFS_STAGE_ENOCUDA if none is found.
+ */
 bool wfs_stage_have_cuda(void);
 
 #endif

@@ -26,7 +26,7 @@
 #include "testutil.h"
 
 #ifdef WFS_HAVE_CUDA
-#include <cuda_runtime_api.h>
+#include "cudart.h"
 #endif
 
 #define KIB 1024u
@@ -573,16 +573,72 @@ START_TEST(test_device_unavailable)
 	if (!wfs_stage_have_cuda()) {
 		ck_assert_int_eq(r, WFS_STAGE_ENOCUDA);
 		ck_assert_ptr_nonnull(strstr(err, "not built with CUDA"));
-	} else {
-		ck_assert_int_eq(r, WFS_STAGE_ENODEV);
-		ck_assert_msg(strstr(err, "no usable CUDA device") || strstr(err, "does not exist"), "%s", err);
+		return;
 	}
+#ifdef WFS_HAVE_CUDA
+	const struct wfs_cudart *rt;
+
+	if (wfs_cudart_get(&rt, NULL, 0) < 0) {
+		/* Built with CUDA, run where no runtime is installed. */
+		ck_assert_int_eq(r, WFS_STAGE_ENOCUDA);
+		ck_assert_msg(strstr(err, "cannot load the CUDA runtime"), "%s", err);
+		return;
+	}
+#endif
+	ck_assert_int_eq(r, WFS_STAGE_ENODEV);
+	ck_assert_msg(strstr(err, "no usable CUDA device") || strstr(err, "does not exist"), "%s", err);
 }
 END_TEST
+
+#ifdef WFS_HAVE_CUDA
+/*
+ * No CUDA runtime where the stager looks (WFS_CUDART names a file that does not exist, or a library
+ * that is not the runtime): a device stager fails with WFS_STAGE_ENOCUDA and a line naming the file;
+ * a host stager still works. The runtime is loaded once per process, and Check runs each test in its
+ * own child, so this test's WFS_CUDART is the one the loader sees.
+ */
+static const char *const missing_cudart[][2] = {
+	{ "/nonexistent/libcudart.so.99", "cannot load the CUDA runtime (WFS_CUDART): /nonexistent/libcudart.so.99" },
+	{ "libm.so.6", "the CUDA runtime libm.so.6 has no cudaGetErrorString" },
+};
+
+START_TEST(test_cudart_missing)
+{
+	struct wfs_stager *st = NULL;
+	struct wfs_stage_opts o;
+	char err[WFS_STAGE_MSG_MAX];
+	const struct wfs_cudart *rt = NULL;
+
+	ck_assert_int_eq(setenv("WFS_CUDART", missing_cudart[_i][0], 1), 0);
+	wfs_stage_opts_init(&o);
+	ck_assert_int_eq(wfs_stage_new(&o, &st, err, sizeof(err)), WFS_STAGE_ENOCUDA);
+	ck_assert_ptr_null(st);
+	ck_assert_msg(strstr(err, "stage: GPU staging is not available: ") == err, "%s", err);
+	ck_assert_msg(strstr(err, missing_cudart[_i][1]), "%s", err);
+	/* Every later caller gets the same answer; *out is not written. */
+	ck_assert_int_eq(wfs_cudart_get(&rt, err, sizeof(err)), -ENOTSUP);
+	ck_assert_ptr_null(rt);
+	ck_assert_msg(strstr(err, missing_cudart[_i][1]) == err, "%s", err);
+	o.mem = WFS_STAGE_MEM_HOST;
+	o.threads = 2;
+	ck_assert_msg(wfs_stage_new(&o, &st, err, sizeof(err)) == 0, "%s", err);
+	wfs_stage_free(st);
+}
+END_TEST
+#endif
 
 /* ---- GPU (WFS_TEST_GPU=1 only) ---------------------------------------------------------------- */
 
 #ifdef WFS_HAVE_CUDA
+static const struct wfs_cudart *cudart(void)
+{
+	const struct wfs_cudart *rt = NULL;
+	char err[WFS_STAGE_MSG_MAX];
+
+	ck_assert_msg(wfs_cudart_get(&rt, err, sizeof(err)) == 0, "%s", err);
+	return rt;
+}
+
 static struct wfs_stager *gpu_stager(unsigned buffers, size_t bytes, unsigned threads)
 {
 	struct wfs_stage_opts o;
@@ -606,12 +662,13 @@ START_TEST(test_gpu_roundtrip)
 	char p[512], err[WFS_STAGE_MSG_MAX];
 	size_t bn;
 	struct wfs_stage_stats s;
+	const struct wfs_cudart *rt = cudart();
 
-	ck_assert_int_eq(cudaMalloc(&dev, n + 1), cudaSuccess);
-	ck_assert_int_eq(cudaMemset(dev, 0, n + 1), cudaSuccess);
+	ck_assert_int_eq(rt->cudaMalloc(&dev, n + 1), cudaSuccess);
+	ck_assert_int_eq(rt->cudaMemset(dev, 0, n + 1), cudaSuccess);
 	tpath(p, sizeof(p), "g.bin");
 	ck_assert_msg(wfs_stage_load(st, p, 0, n, dev, WFS_STAGE_EXACT, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_int_eq(cudaMemcpy(got, dev, n + 1, cudaMemcpyDeviceToHost), cudaSuccess);
+	ck_assert_int_eq(rt->cudaMemcpy(got, dev, n + 1, cudaMemcpyDeviceToHost), cudaSuccess);
 	ck_assert_int_eq(memcmp(got, want, n), 0);
 	ck_assert_uint_eq(got[n], 0);
 	/* And back out: device → file → same bytes. */
@@ -624,7 +681,7 @@ START_TEST(test_gpu_roundtrip)
 	ck_assert(s.pinned);
 	ck_assert_uint_eq(s.ring_bytes, NBUF * BUF_BYTES);
 	ck_assert_str_ne(s.pci_bus_id, "");
-	cudaFree(dev);
+	rt->cudaFree(dev);
 	wfs_stage_free(st);
 	free(want); free(got); free(back);
 }
@@ -637,8 +694,9 @@ START_TEST(test_gpu_errors)
 	void *dev = NULL;
 	char p[512], err[WFS_STAGE_MSG_MAX];
 	unsigned char host[4096];
+	const struct wfs_cudart *rt = cudart();
 
-	ck_assert_int_eq(cudaMalloc(&dev, 4096), cudaSuccess);
+	ck_assert_int_eq(rt->cudaMalloc(&dev, 4096), cudaSuccess);
 	tpath(p, sizeof(p), "s.bin");
 	ck_assert_int_eq(wfs_stage_load(st, p, 0, 4096, dev, WFS_STAGE_EXACT, err, sizeof(err)), WFS_STAGE_ESHORT);
 	ck_assert_ptr_nonnull(strstr(err, "s.bin: short file: 1000 bytes, expected 4096"));
@@ -648,9 +706,9 @@ START_TEST(test_gpu_errors)
 	ck_assert_ptr_nonnull(strstr(err, "s.bin: host-to-device copy"));
 	/* The stager still works after a failed copy. */
 	ck_assert_int_eq(wfs_stage_load(st, p, 0, 1000, dev, WFS_STAGE_EXACT, err, sizeof(err)), 0);
-	ck_assert_int_eq(cudaMemcpy(host, dev, 1000, cudaMemcpyDeviceToHost), cudaSuccess);
+	ck_assert_int_eq(rt->cudaMemcpy(host, dev, 1000, cudaMemcpyDeviceToHost), cudaSuccess);
 	ck_assert_int_eq(memcmp(host, want, 1000), 0);
-	cudaFree(dev);
+	rt->cudaFree(dev);
 	wfs_stage_free(st);
 	free(want);
 }
@@ -688,6 +746,12 @@ static Suite *stage_suite(void)
 	ADD("numa_lookup", test_numa_lookup);
 	ADD("numa_env", test_numa_env);
 	ADD("device_unavailable", test_device_unavailable);
+#ifdef WFS_HAVE_CUDA
+	tc = tcase_create("cudart_missing");
+	tcase_add_checked_fixture(tc, setup_tmp, teardown_tmp);
+	tcase_add_loop_test(tc, test_cudart_missing, 0, (int)(sizeof(missing_cudart) / sizeof(missing_cudart[0])));
+	suite_add_tcase(s, tc);
+#endif
 	return s;
 }
 

@@ -324,8 +324,8 @@ int wfs_ctl_cache(int argc, char **argv)
 	if (device >= 0) {
 		node = wfs_cache_numa_node_of_device((int)device);
 		if (node == -ENODEV) {
-			fprintf(stderr, "weightfsctl cache load: --device %ld: no such CUDA device (or built without "
-				"CUDA): give --numa-node\n", device);
+			fprintf(stderr, "weightfsctl cache load: --device %ld: no such CUDA device (or no CUDA runtime, "
+				"or built without CUDA): give --numa-node\n", device);
 			return 1;
 		}
 		if (node < 0)

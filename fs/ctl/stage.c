@@ -22,7 +22,7 @@
 #include "stage.h"
 
 #ifdef WFS_HAVE_CUDA
-#include <cuda_runtime_api.h>
+#include "cudart.h"
 #endif
 
 #define MIB (1024.0 * 1024.0)
@@ -154,6 +154,9 @@ struct area {
 	bool host;
 	unsigned char *mem;
 	uint64_t bytes;
+#ifdef WFS_HAVE_CUDA
+	const struct wfs_cudart *rt; /* device memory: the CUDA runtime (lib/cudart.h) */
+#endif
 };
 
 static int area_alloc(struct area *a, uint64_t bytes)
@@ -169,11 +172,18 @@ static int area_alloc(struct area *a, uint64_t bytes)
 		return 0;
 	}
 #ifdef WFS_HAVE_CUDA
-	cudaError_t ce = cudaMalloc((void **)&a->mem, bytes ? bytes : 1);
+	char why[WFS_STAGE_MSG_MAX];
+	cudaError_t ce;
 
+	if (wfs_cudart_get(&a->rt, why, sizeof(why)) < 0) {
+		fprintf(stderr, "weightfsctl stage: %s\n", why);
+		return -1;
+	}
+	ce = a->rt->cudaMalloc((void **)&a->mem, bytes ? bytes : 1);
 	if (ce != cudaSuccess) {
 		fprintf(stderr, "weightfsctl stage: cudaMalloc of %llu bytes: %s\n", (unsigned long long)bytes,
-			cudaGetErrorString(ce));
+			a->rt->cudaGetErrorString(ce));
+		a->mem = NULL;
 		return -1;
 	}
 	return 0;
@@ -188,7 +198,7 @@ static void area_free(struct area *a)
 		free(a->mem);
 #ifdef WFS_HAVE_CUDA
 	else if (a->mem)
-		cudaFree(a->mem);
+		a->rt->cudaFree(a->mem);
 #endif
 	a->mem = NULL;
 }
@@ -201,10 +211,11 @@ static int area_read(const struct area *a, uint64_t off, void *dst, size_t n)
 		return 0;
 	}
 #ifdef WFS_HAVE_CUDA
-	cudaError_t ce = cudaMemcpy(dst, a->mem + off, n, cudaMemcpyDeviceToHost);
+	cudaError_t ce = a->rt->cudaMemcpy(dst, a->mem + off, n, cudaMemcpyDeviceToHost);
 
 	if (ce != cudaSuccess) {
-		fprintf(stderr, "weightfsctl stage: reading device memory back: %s\n", cudaGetErrorString(ce));
+		fprintf(stderr, "weightfsctl stage: reading device memory back: %s\n",
+			a->rt->cudaGetErrorString(ce));
 		return -1;
 	}
 #endif
@@ -494,10 +505,10 @@ static double naive_pass(const struct area *a, uint64_t total)
 		close(fd);
 		if (map == MAP_FAILED)
 			return -1;
-		ce = cudaMemcpy(a->mem + f->at, map, f->bytes, cudaMemcpyHostToDevice);
+		ce = a->rt->cudaMemcpy(a->mem + f->at, map, f->bytes, cudaMemcpyHostToDevice);
 		munmap(map, f->bytes);
 		if (ce != cudaSuccess) {
-			fprintf(stderr, "weightfsctl stage: naive cudaMemcpy: %s\n", cudaGetErrorString(ce));
+			fprintf(stderr, "weightfsctl stage: naive cudaMemcpy: %s\n", a->rt->cudaGetErrorString(ce));
 			return -1;
 		}
 	}
@@ -520,15 +531,15 @@ static int bench(struct wfs_stager *st, const struct area *a, struct wfs_stage_i
 	if (!pbytes)
 		pbytes = 1;
 	/* The peak's own pinned buffer exists only for this measurement; the helper pins its ring only. */
-	ce = cudaHostAlloc(&pinned, pbytes, cudaHostAllocDefault);
+	ce = a->rt->cudaHostAlloc(&pinned, pbytes, cudaHostAllocDefault);
 	if (ce != cudaSuccess) {
 		fprintf(stderr, "weightfsctl stage: cudaHostAlloc of %llu bytes: %s\n", (unsigned long long)pbytes,
-			cudaGetErrorString(ce));
+			a->rt->cudaGetErrorString(ce));
 		goto out;
 	}
 	memset(pinned, 1, pbytes);
 	/* One untimed pass of each warms the CUDA context, the page cache (warm runs) and the copy engines. */
-	cudaMemcpy(a->mem, pinned, pbytes, cudaMemcpyHostToDevice);
+	a->rt->cudaMemcpy(a->mem, pinned, pbytes, cudaMemcpyHostToDevice);
 	if (!cold) {
 		double t;
 
@@ -539,10 +550,10 @@ static int bench(struct wfs_stager *st, const struct area *a, struct wfs_stage_i
 		double t0, t;
 
 		t0 = wfs_ctl_now();
-		ce = cudaMemcpy(a->mem, pinned, pbytes, cudaMemcpyHostToDevice);
+		ce = a->rt->cudaMemcpy(a->mem, pinned, pbytes, cudaMemcpyHostToDevice);
 		peak[r] = gbps(pbytes, wfs_ctl_now() - t0);
 		if (ce != cudaSuccess) {
-			fprintf(stderr, "weightfsctl stage: pinned cudaMemcpy: %s\n", cudaGetErrorString(ce));
+			fprintf(stderr, "weightfsctl stage: pinned cudaMemcpy: %s\n", a->rt->cudaGetErrorString(ce));
 			goto out;
 		}
 		if (cold)
@@ -586,7 +597,7 @@ static int bench(struct wfs_stager *st, const struct area *a, struct wfs_stage_i
 	rc = 0;
 out:
 	if (pinned)
-		cudaFreeHost(pinned);
+		a->rt->cudaFreeHost(pinned);
 	free(peak);
 	free(naive);
 	free(help);

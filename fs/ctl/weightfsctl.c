@@ -8,8 +8,6 @@
 #include "ctl.h"
 #include "log.h"
 
-#define WFS_VERSION "0.1.0"
-
 struct subcommand {
 	const char *name;
 	int (*fn)(int argc, char **argv);

@@ -351,6 +351,36 @@ for sub in stat fsck gc stage; do
 	expect "weightfsctl $sub --help: exit 0" 0 "^usage: weightfsctl $sub"
 done
 
+# ---- one version: VERSION, for both binaries, the man pages and the Python package -----------------
+version=$(cat "$(dirname "$0")/../../VERSION")
+run "$DAEMON" --version
+expect "weightfs --version: VERSION's ($version)" 0 "^weightfs $version \(libfuse "
+run "$CTL" --version
+expect "weightfsctl --version: VERSION's ($version)" 0 "^weightfsctl $version\$"
+run env PYTHONPATH="$(dirname "$0")/../../lib/python" python3 -c 'import weightfs; print(weightfs.__version__)'
+expect "weightfs.__version__: VERSION's ($version)" 0 "^$version\$"
+run head -n 1 "$B/man/weightfs.8" "$B/man/weightfsctl.8"
+[ "$(grep -c "^\.TH .* \"weightfs $version\" " <<<"$out")" -eq 2 ]
+verdict "man pages built with VERSION's ($version)" $? "$out"
+
+# ---- no CUDA runtime needed to start -----------------------------------------------------------
+# Nothing links libcudart: lib/cudart.c loads it where GPU staging needs it, so a node without CUDA
+# (or with another major version) mounts and runs weightfsctl; staging to a GPU then says why not.
+for bin in "$DAEMON" "$CTL" "$B/libweightfs.so"; do
+	run ldd "$bin"
+	if [ "$rc" -eq 0 ] && ! grep -q 'libcuda' <<<"$out"; then
+		ok "$(basename "$bin") links no CUDA library"
+	else
+		fail "$(basename "$bin") links no CUDA library" "ldd: $out $err"
+	fi
+done
+printf 'tensor' >"$work/one.bin"
+run env WFS_CUDART="$work/no-such-libcudart.so" "$CTL" stage "$work/one.bin"
+expect "weightfsctl stage with no CUDA runtime: exit 1, names what it looked for" 1 "" \
+	"^weightfsctl stage: (GPU staging is not available: cannot load the CUDA runtime \(WFS_CUDART\): $work/no-such-libcudart.so: cannot open|weightfs was not built with CUDA)"
+run env WFS_CUDART="$work/no-such-libcudart.so" "$CTL" stage --host "$work/one.bin"
+expect "weightfsctl stage --host with no CUDA runtime: exit 0" 0 "^staged 1 files, 6 bytes"
+
 # ---- the mount(8) helper ------------------------------------------------------------------------
 # mount(8) and fstab hand it their own options too; they must not reach weightfs.
 HELPER=$(cd "$(dirname "$0")/../.." && pwd)/mount-helpers/mount.fuse.weightfs

@@ -28,7 +28,7 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wfstest  # noqa: E402
 import weightfs  # noqa: E402
-from weightfs import tensor as wt  # noqa: E402
+from weightfs import errors as werrors  # noqa: E402
 
 MAGIC = 0x31444657
 MIB = 1 << 20
@@ -160,7 +160,7 @@ def main():
             plain = os.path.join(work, "plain.bin")
             with open(plain, "wb") as f:
                 f.write(data[:4096])
-            wt._reset_warnings()
+            werrors._reset_warnings()
             with warnings.catch_warnings(record=True) as w:
                 warnings.simplefilter("always")
                 assert weightfs.load(plain, numpy=True).tobytes() == data[:4096]
@@ -228,7 +228,7 @@ def main():
                     assert e.errno == errno.EBUSY, e
                 else:
                     raise AssertionError("an object for a file being written")
-                wt._reset_warnings()
+                werrors._reset_warnings()
                 with warnings.catch_warnings(record=True) as w:
                     warnings.simplefilter("always")
                     for _ in range(3):

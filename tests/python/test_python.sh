@@ -3,8 +3,9 @@
 # shellcheck source-path=SCRIPTDIR/..
 # The Python package's tests against a real weightfs mount (torch on the CPU).
 #
-#   test_python.sh BUILD_DIR package [-o MOUNT_OPTS]     unit tests: test_names.py (no mount: names,
-#                                                       tables, pip install), test_package.py around a remount
+#   test_python.sh BUILD_DIR package [-o MOUNT_OPTS]     unit tests under pytest: test_names.py (no
+#                                                       mount: names, tables, pip install), test_package.py
+#                                                       around a remount
 #   test_python.sh BUILD_DIR multirank [-o MOUNT_OPTS]   4 ranks on real weights: test_multirank.py
 #   test_python.sh BUILD_DIR direct [-o MOUNT_OPTS]      the direct path: test_direct.py (mounts itself)
 #
@@ -13,11 +14,14 @@
 # restart). Then checks that the daemon exits 0 and STORE/tmp is empty. WFS_MULTIRANK_ARGS adds
 # arguments to test_multirank.py (e.g. "--models all" for the whole package).
 #
-# Interpreter: $WFS_PYTHON, else the first of python3 and /usr/bin/python3 that imports torch and numpy
-# (Debian's python3-torch installs into the system python; a pyenv python3 on PATH may lack it). With
-# none, every check of the run is reported as one failure (never as passed). libweightfs.so: BUILD's,
-# unless it is built with a sanitizer, which python cannot load: then build/libweightfs.so.
-# Prints one line per check and "python-<what>: N passed, N failed"; exit 0 only when none failed.
+# Interpreter: $WFS_PYTHON, else the first of python3 and /usr/bin/python3 that imports torch, numpy
+# and pytest (Debian's python3-torch and python3-pytest install into the system python; a pyenv python3
+# on PATH may lack them). With none, the run is reported as one failure (never as passed).
+# libweightfs.so: BUILD's, unless it is built with a sanitizer, which python cannot load: then
+# build/libweightfs.so. One test by name: python3 -m pytest tests/python/test_package.py -k NAME
+# (tests/python/conftest.py mounts a store itself then).
+# Prints one line per check and "python-<what>: N passed, N failed, N skipped"; exit 0 only when none
+# failed.
 set -euo pipefail
 
 prog=${0##*/}
@@ -44,34 +48,50 @@ done
 label=python-$what
 passed=0
 failed=0
+skipped=0
 pass() { passed=$((passed + 1)); echo "ok    $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL  $1"; }
-# Add the counts of a "label: N passed, N failed" line from FILE; a run without one is one failure.
+# Add the counts of a "label: N passed, N failed[, N skipped]" line from FILE; a run without one is
+# one failure.
 count() {
 	local line
-	line=$(grep -E '^[^ ]+: [0-9]+ passed, [0-9]+ failed$' "$1" | tail -n 1 || true)
-	if [ -z "$line" ]; then
+	line=$(grep -E '^[^ ]+: [0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$' "$1" | tail -n 1 || true)
+	if [[ ! $line =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed(,\ ([0-9]+)\ skipped)? ]]; then
 		fail "$2: no summary line (crashed?): $(tail -n 1 "$1")"
 		return
 	fi
-	passed=$((passed + $(sed -E 's/.*: ([0-9]+) passed.*/\1/' <<<"$line")))
-	failed=$((failed + $(sed -E 's/.* ([0-9]+) failed$/\1/' <<<"$line")))
+	passed=$((passed + BASH_REMATCH[1]))
+	failed=$((failed + BASH_REMATCH[2]))
+	skipped=$((skipped + ${BASH_REMATCH[4]:-0}))
+}
+# pytest LABEL FILE [ARGS...]: the tests of tests/python/FILE under pytest, one line each; the closing
+# "LABEL: N passed, N failed, N skipped" line (conftest.py) is counted.
+pytest() {
+	local label=$1 file=$2 out
+	shift 2
+	out=$(mktemp)
+	# The file first and OPTION=VALUE: pytest reads conftest.py's options only once it has found the
+	# file (an option's separate value before it is taken for a path).
+	"$py" -m pytest "$here/$file" -p no:cacheprovider -v -rfEs --tb=short --label="$label" --build="$build" \
+		"$@" 2>&1 | tee "$out" || true
+	count "$out" "$file"
+	rm -f "$out"
 }
 finish() {
-	echo "$label: $passed passed, $failed failed"
+	echo "$label: $passed passed, $failed failed, $skipped skipped"
 	[ "$failed" -eq 0 ]
 	exit $?
 }
 
 py=
 for cand in ${WFS_PYTHON:-} python3 /usr/bin/python3; do
-	if command -v "$cand" >/dev/null && "$cand" -c 'import torch, numpy' 2>/dev/null; then
+	if command -v "$cand" >/dev/null && "$cand" -c 'import torch, numpy, pytest' 2>/dev/null; then
 		py=$cand
 		break
 	fi
 done
 if [ -z "$py" ]; then
-	fail "python: no python3 with torch and numpy (install python3-torch python3-numpy: .ci/setup-debian)"
+	fail "python: no python3 with torch, numpy and pytest (install python3-torch python3-numpy python3-pytest: .ci/setup-debian)"
 	finish
 fi
 lib=$build/libweightfs.so
@@ -114,15 +134,12 @@ fi
 
 if [ "$what" = package ]; then
 	# No mount needed: names and tables against the C library, and the package installed by pip.
-	"$py" "$here/test_names.py" "$build" 2>&1 | tee "$work/names.out" || true
-	count "$work/names.out" "test_names.py"
-	args=(--mnt "$mnt" --store "$store" --plain "$plain" --state "$work/state.json")
-	"$py" "$here/test_package.py" "${args[@]}" --phase first 2>&1 | tee "$work/first.out" || true
-	count "$work/first.out" "test_package.py --phase first"
+	pytest python-names test_names.py
+	args=(--mnt="$mnt" --store="$store" --plain="$plain" --state="$work/state.json")
+	pytest "python-package[first]" test_package.py "${args[@]}" --phase=first
 	if wfs_umount "$mnt" && wfs_mount "$build" "$store" "$mnt" "${opts[@]}"; then
 		pass "remount: the same store mounted again by a new daemon"
-		"$py" "$here/test_package.py" "${args[@]}" --phase remount 2>&1 | tee "$work/remount.out" || true
-		count "$work/remount.out" "test_package.py --phase remount"
+		pytest "python-package[remount]" test_package.py "${args[@]}" --phase=remount
 	else
 		fail "remount: unmount and mount again failed"
 	fi

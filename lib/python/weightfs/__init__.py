@@ -14,12 +14,28 @@
 Importing needs neither torch, numpy, CUDA nor libweightfs.so: each is loaded on first use.
 """
 
+import os as _os
+
 from .direct import open_object
 from .cache import EvictResult, Prefetch, evict, prefetch, residency
 from .frozen import FrozenOffload, OffloadSummary
 from .stage import Stager, backload, offload_tensor
-from .tensor import (OffloadResult, WeightfsError, WeightfsWarning, claim_files, digest, digest_file, dtype_name,
-                     load, offload, remove_stale_tmp, tensor_info)
+from .claims import claim_files
+from .digests import digest, digest_file
+from .dtypes import dtype_name
+from .errors import WeightfsError, WeightfsWarning
+from .loading import load, tensor_info
+from .offloading import OffloadResult, offload, remove_stale_tmp
+
+
+def _read_version() -> str:
+    # VERSION is the repository's (a link to it in the tree, a copy when installed): the C build reads
+    # the same file, so weightfs --version, weightfsctl --version and this agree.
+    with open(_os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "VERSION"), encoding="ascii") as f:
+        return f.read().strip()
+
+
+__version__ = _read_version()
 
 __all__ = ["EvictResult", "Prefetch", "evict", "prefetch", "residency", "FrozenOffload", "OffloadResult", "OffloadSummary", "Stager", "WeightfsError",
            "WeightfsWarning", "backload", "claim_files", "digest", "digest_file", "dtype_name", "load", "offload",

@@ -21,8 +21,7 @@ import os
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Union
 
 from . import _libweightfs
-
-PathLike = Union[str, "os.PathLike[str]"]
+from ._types import PathLike
 
 __all__ = ["EvictResult", "Prefetch", "evict", "prefetch", "residency"]
 

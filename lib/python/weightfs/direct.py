@@ -18,11 +18,10 @@ import ctypes
 import errno
 import os
 import stat
-from typing import Optional, Union
+from typing import Optional
 
 from . import _libweightfs
-
-PathLike = Union[str, "os.PathLike[str]"]
+from ._types import PathLike
 
 __all__ = ["open_object"]
 
@@ -83,7 +82,7 @@ _REASONS = {
 def object_fd(path: str) -> Optional[int]:
     """For load()/backload(): the object descriptor behind path, or None to read path itself.
     Raises OSError for what reading path would fail with too (the open's error, EIO)."""
-    from .tensor import _warn_once
+    from .errors import _warn_once
 
     if not os.path.isdir(_PROC_FD):
         return None  # callers reach the object through /proc/self/fd/N

@@ -34,9 +34,15 @@ from typing import Any, List, NamedTuple, Optional, Tuple
 
 from .stage import backload as _backload
 from .names import PASSTHROUGH_WRITE_MIN
-from .tensor import PathLike
-from .tensor import (DIGEST_XATTR, OffloadResult, WeightfsError, claim_files, digest, digest_file, fs_type, remove_stale_tmp,
-                     dtype_name, load, offload, _claims_refused, _torch_dtype)
+from ._types import PathLike
+from .claims import _claims_refused, claim_files
+from .digests import digest, digest_file
+from .dtypes import _torch_dtype, dtype_name
+from .errors import WeightfsError
+from .loading import load
+from .mountinfo import fs_type
+from .names import DIGEST_XATTR
+from .offloading import OffloadResult, offload, remove_stale_tmp
 
 __all__ = ["ENV_DIR", "FrozenOffload", "MANIFEST", "OffloadSummary", "fs_type"]
 

@@ -15,11 +15,10 @@ the file (for example "rank0/w.bin: short file: 1000 bytes, expected 4096", errn
 import ctypes
 import os
 import threading
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional
 
 from . import _libweightfs
-
-PathLike = Union[str, "os.PathLike[str]"]
+from ._types import PathLike
 
 __all__ = ["Stager", "backload", "offload_tensor", "library"]
 
@@ -71,6 +70,19 @@ def _signatures() -> _libweightfs.Signatures:
         "wfs_stage_stats": ([P, ctypes.POINTER(_Stats)], None),
         "wfs_stage_have_cuda": ([], ctypes.c_bool),
     }
+
+
+_cuda: Optional[bool] = None
+
+
+def _have_cuda() -> bool:
+    """True when libweightfs was built with CUDA (wfs_stage_have_cuda: GPU staging compiled in; the
+    CUDA runtime itself is loaded by the first GPU stager). Asked once. Raises OSError when the
+    library cannot be loaded."""
+    global _cuda
+    if _cuda is None:
+        _cuda = bool(library().wfs_stage_have_cuda())
+    return _cuda
 
 
 def library() -> ctypes.CDLL:
