@@ -880,15 +880,23 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 static void sync_common(fuse_req_t req, struct wfs_handle *h)
 {
 	struct wfs_fs *fs = wfs_ops_fs(req);
+	struct wfs_version *v = NULL;
 	int ret;
 
 	wfs_lock(&fs->lock);
-	if (h && h->writing)
-		wfs_version_ask_durable(h->writing);
+	if (h && h->writing) {
+		v = h->writing;
+		wfs_version_get(v);
+		wfs_version_ask_durable(v);
+	}
 	/* A full store made the version drop its bytes (only their digest is kept, in case the content
 	 * is stored already): they are not on any disk, and fsync(2) must not say they are. */
-	ret = h && h->writing && wfs_version_dropped(h->writing) ? -ENOSPC : wfs_commit_now(fs);
+	ret = v && wfs_version_dropped(v) ? -ENOSPC : wfs_commit_now(fs);
 	wfs_unlock(&fs->lock);
+	if (ret == 0 && v)
+		ret = wfs_version_datasync_kernel(v); /* the kernel's bytes, written through passthrough */
+	if (v)
+		wfs_version_put(v);
 	if (ret == 0)
 		ret = wfs_commit_sync(fs);
 	fuse_reply_err(req, -ret);

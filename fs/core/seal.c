@@ -167,6 +167,15 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	wfs_crashpoint("seal.after-digest");
 
 	wfs_lock(&fs->lock);
+	if (ret == -EBUSY && wfs_version_untouched_copy(v)) {
+		/* A writable shared mapping of a sealed file that has written nothing, kept after its
+		 * close (torch.from_file(shared=True), often for a whole run): the name keeps its content
+		 * and its readers their passthrough, as for a writable open that writes nothing. What
+		 * the mapping writes later stays in its copy (integrity.md). */
+		wfs_version_put(v);
+		wfs_seal_abandon(fs, in);
+		return 0;
+	}
 	if (ret == -EBUSY) {
 		/* Still written through a mapping that outlived its close (version.h): not sealed now,
 		 * but when the mapping goes (mapped.h). Reads serve the version meanwhile. */

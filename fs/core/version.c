@@ -896,6 +896,16 @@ void wfs_version_set_mtime(struct wfs_version *v, const struct timespec *mtime)
 	pthread_mutex_unlock(&v->note_lock);
 }
 
+bool wfs_version_untouched_copy(struct wfs_version *v)
+{
+	bool copy;
+
+	pthread_mutex_lock(&v->lock);
+	copy = v->has_base;
+	pthread_mutex_unlock(&v->lock);
+	return copy && !wfs_version_touched(v);
+}
+
 bool wfs_version_touched(struct wfs_version *v)
 {
 	struct timespec ignored;
@@ -1148,6 +1158,22 @@ int wfs_version_kernel_backing(struct wfs_version *v, uint64_t reserve)
 bool wfs_version_kernel_written(struct wfs_version *v)
 {
 	return __atomic_load_n(&v->kernel, __ATOMIC_ACQUIRE); /* no lock: callers hold fs->lock */
+}
+
+int wfs_version_datasync_kernel(struct wfs_version *v)
+{
+	int fd = -1, ret = 0;
+
+	pthread_mutex_lock(&v->lock);
+	if (v->kernel_writes && v->tmp.fd >= 0 && (fd = fcntl(v->tmp.fd, F_DUPFD_CLOEXEC, 0)) < 0)
+		ret = -errno;
+	pthread_mutex_unlock(&v->lock);
+	if (fd >= 0) {
+		if (fdatasync(fd) < 0)
+			ret = -errno; /* the kernel's writeback of the writer's bytes: EIO, ENOSPC */
+		close(fd);
+	}
+	return ret;
 }
 
 void wfs_version_ask_durable(struct wfs_version *v)

@@ -112,6 +112,8 @@ bool wfs_version_mtime(struct wfs_version *v, struct timespec *mtime);
  * read, as torch.from_file(shared=True) makes — is not sealed (seal.c). Call it on a FROZEN version.
  */
 bool wfs_version_touched(struct wfs_version *v);
+/* A copy of its base that nothing touched yet (wfs_version_touched()), on an OPEN version too. */
+bool wfs_version_untouched_copy(struct wfs_version *v);
 /* Is @d the digest of the object @v started as a copy of (the bytes came back unchanged)? */
 bool wfs_version_same_as_base(struct wfs_version *v, const struct wfs_digest *d);
 /* Being sealed, FROZEN or DONE: a writer must wait and start over. Lock-free. */
@@ -227,6 +229,13 @@ bool wfs_version_kernel_written(struct wfs_version *v);
  * A writer called fsync(2) or fdatasync(2) on @v: its seal makes it durable before close(2) returns,
  * whatever its size (seal.c, WFS_SYNC_CLOSE_MIN). Lock-free; any thread.
  */
+/*
+ * fsync(2) of a writer of @v: bytes the kernel wrote (passthrough) into @v's file are made durable
+ * now, through a descriptor of the daemon's, which hears their writeback errors. Takes the version
+ * lock only to copy the descriptor; call without fs->lock. Returns 0 (nothing to sync elsewhere
+ * too), or -errno of fdatasync(2) (-EIO, -ENOSPC).
+ */
+int wfs_version_datasync_kernel(struct wfs_version *v);
 void wfs_version_ask_durable(struct wfs_version *v);
 bool wfs_version_durable_asked(struct wfs_version *v);
 /* Did the seal find the writers' file still open for writing, and publish a copy of it? */
