@@ -102,12 +102,11 @@ int wfs_claim_inode(struct wfs_fs *fs, struct wfs_inode *in, const struct wfs_di
 		struct wfs_version *v = in->writer;
 		int fd = wfs_object_fd(fs, o);
 
+		/* Frozen by the claim: no seal takes it and no writer joins it meanwhile (version.h). */
 		wfs_version_get(v);
 		wfs_unlock(&fs->lock);
 		ret = fd < 0 ? fd : wfs_version_claim_fill(v, fd, (uint64_t)st.st_size, d);
 		wfs_lock(&fs->lock);
-		if (ret == 0 && in->writer != v)
-			ret = -EAGAIN; /* cannot happen while frozen; said rather than assumed */
 		wfs_version_put(v);
 		kernel_fill = ret == 0;
 	}
