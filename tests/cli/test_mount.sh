@@ -374,11 +374,14 @@ if mounted "$M" >/dev/null; then
 	expect_daemon_exit term "SIGTERM with a file being written"
 	! mounted "$M" >/dev/null
 	verdict "SIGTERM: the daemon unmounts" $? "$(mounted "$M")"
+	# Daemon-served, a write on a descriptor still open fails (ENOTCONN); written through
+	# passthrough (a `>` create), the kernel takes it into the version's file, which nothing seals:
+	# the next mount must not show it.
+	late_write=0
 	if { printf 'more' >&"$fd"; } 2>/dev/null; then
-		fail "SIGTERM: a write on a descriptor still open fails"
-	else
-		ok "SIGTERM: a write on a descriptor still open fails"
+		late_write=1
 	fi
+	ok "SIGTERM: a write on a descriptor still open fails or goes nowhere (checked at the next mount)"
 	exec {fd}>&-
 	kill "$wpid"
 	wait "$wpid" 2>/dev/null
@@ -386,7 +389,8 @@ if mounted "$M" >/dev/null; then
 	reaped term2 mount -t fuse.weightfs "$S" "$M" -o nosync
 	# The version being written is dropped: the name is gone, or keeps what was sealed before (empty).
 	if [ "$rc" -eq 0 ] && [ "$(cat "$M/done" 2>/dev/null)" = sealed ] &&
-		[ "$(cat "$M/partial" 2>/dev/null)" != half ]; then
+		[ "$(cat "$M/partial" 2>/dev/null)" != half ] &&
+		{ [ "$late_write" -eq 0 ] || [ "$(cat "$M/other" 2>/dev/null)" != more ]; }; then
 		ok "SIGTERM: the next mount has the sealed files, not the bytes never sealed"
 	else
 		fail "SIGTERM: the next mount has the sealed files, not the bytes never sealed" \
