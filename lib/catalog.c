@@ -1248,6 +1248,50 @@ int wfs_catalog_recover(struct wfs_catalog *c, struct wfs_recovery *report)
 	return ret;
 }
 
+int wfs_catalog_takeover(struct wfs_catalog *c, uint64_t ino_floor, uint64_t *unsealed_removed,
+			 uint64_t *held_max)
+{
+	uint64_t removed = 0, top = 0;
+	char sql[512];
+	sqlite3_stmt *s;
+	int ret;
+
+	ret = begin(c);
+	if (ret)
+		return ret;
+	snprintf(sql, sizeof(sql),
+		 "UPDATE inodes SET nlink = 0 WHERE digest IS NULL AND (mode & %u) = %u AND nlink > 0;"
+		 "DELETE FROM dentries WHERE ino IN (SELECT ino FROM inodes WHERE digest IS NULL"
+		 " AND (mode & %u) = %u);",
+		 (unsigned)S_IFMT, (unsigned)S_IFREG, (unsigned)S_IFMT, (unsigned)S_IFREG);
+	ret = exec(c, sql);
+	if (ret == 0)
+		removed = (uint64_t)sqlite3_changes(c->db);
+	if (ret == 0)
+		ret = map_sqlite(c, sqlite3_prepare_v2(c->db, "SELECT max(ifnull((SELECT seq FROM sqlite_sequence"
+						       " WHERE name = 'inodes'), 0), ifnull((SELECT max(ino)"
+						       " FROM inodes), 0))", -1, &s, NULL));
+	if (ret == 0) {
+		if (sqlite3_step(s) == SQLITE_ROW)
+			top = (uint64_t)sqlite3_column_int64(s, 0);
+		sqlite3_finalize(s);
+	}
+	if (ret == 0 && ino_floor > top) {
+		/* AUTOINCREMENT takes the next number above sqlite_sequence's: raise it (the row exists
+		 * once any inode was made, and the root is made with the catalog). */
+		snprintf(sql, sizeof(sql), "UPDATE sqlite_sequence SET seq = %llu WHERE name = 'inodes';",
+			 (unsigned long long)ino_floor);
+		ret = exec(c, sql);
+		top = ino_floor;
+	}
+	ret = end(c, ret);
+	if (ret == 0) {
+		*unsealed_removed = removed;
+		*held_max = top;
+	}
+	return ret;
+}
+
 int wfs_catalog_getattr(struct wfs_catalog *c, uint64_t ino, struct wfs_attr *out)
 {
 	sqlite3_stmt *s;
