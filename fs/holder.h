@@ -23,7 +23,9 @@
 #ifndef WFS_HOLDER_H
 #define WFS_HOLDER_H
 
-#define WFS_HOLDER_DEATHS_MAX 5 /* short-lived servers in a row before the holder gives up */
+#define WFS_HOLDER_DEATHS_MAX 50 /* short-lived servers in a row before the holder gives up: a successor
+				 * that dies at once on what it inherits (a resent request) loops at most
+				 * this often, about 50 ms each; a test kills 20 in 10 s */
 #define WFS_HOLDER_SHORT_S 10   /* a server that dies this soon after its start counts as short-lived */
 
 /*

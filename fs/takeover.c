@@ -61,6 +61,7 @@ struct region {
 	_Atomic uint64_t last_pause_ns, worst_pause_ns;
 	_Atomic uint32_t init_state;       /* 0 none, 1 request saved, 2 its reply saved too */
 	_Atomic uint64_t handles_dropped;  /* handle entries left out (table full): ids may leak */
+	uint64_t catalog_dev, catalog_ino; /* the store's catalog.db as the first server found it */
 	uint32_t init_in_len, init_out_len;
 	uint64_t init_unique;
 	unsigned char init_in[INIT_MAX], init_out[INIT_MAX];
@@ -298,6 +299,32 @@ void wfs_takeover_server_start(int devfd)
 	} else {
 		atomic_store(&wfs_takeover_watching, true); /* save the INIT and its reply */
 	}
+}
+
+int wfs_takeover_check_store(const char *catalog_path)
+{
+	struct stat st;
+
+	if (!R)
+		return 0;
+	if (stat(catalog_path, &st) < 0) {
+		int err = errno;
+
+		wfs_log(WFS_LOG_ERR, "takeover: %s: %s", catalog_path, strerror(err));
+		return err == ENOENT ? -ESTALE : -err;
+	}
+	if (!successor) {
+		R->catalog_dev = (uint64_t)st.st_dev;
+		R->catalog_ino = (uint64_t)st.st_ino;
+		return 0;
+	}
+	if (R->catalog_dev == (uint64_t)st.st_dev && R->catalog_ino == (uint64_t)st.st_ino)
+		return 0;
+	wfs_log(WFS_LOG_ERR, "takeover: %s is not the catalog this mount was served from (device %llu inode "
+		"%llu then, %llu %llu now): the kernel's node ids would name another store's files",
+		catalog_path, (unsigned long long)R->catalog_dev, (unsigned long long)R->catalog_ino,
+		(unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
+	return -ESTALE;
 }
 
 bool wfs_takeover_successor(void)

@@ -87,6 +87,13 @@ bool wfs_takeover_successor(void);
  */
 int wfs_takeover_replay(struct fuse_session *se);
 
+/*
+ * The store a server serves is the one the connection was set up for: the first server records
+ * the catalog file at @catalog_path (st_dev, st_ino), a successor compares. Returns 0, or -ESTALE
+ * (logged: another file is there now, or none) or -errno of stat(2). 0 without a holder.
+ */
+int wfs_takeover_check_store(const char *catalog_path);
+
 /* Set while receive.c must show this module what it reads and writes (INIT capture or replay). */
 extern atomic_bool wfs_takeover_watching;
 /* receive.c: @n bytes read from /dev/fuse into @buf (a request). */

@@ -736,6 +736,13 @@ int main(int argc, char *argv[])
 		snprintf(what, sizeof(what), "mounted on %s", cmd.mountpoint);
 		wfs_store_set_owner(fs.store, what);
 	}
+	{
+		char catalog[PATH_MAX + 16];
+
+		snprintf(catalog, sizeof(catalog), "%s/" WFS_STORE_CATALOG, fs.opt.store);
+		if (wfs_takeover_check_store(catalog) != 0)
+			takeover_refused("not the store the connection was set up for (the line above says why)");
+	}
 	if (open_catalog(&fs, false)) {
 		takeover_refused("cannot open the catalog (the line above says why)");
 		goto out_unmount;
@@ -755,6 +762,9 @@ int main(int argc, char *argv[])
 				"server died (their writers get EIO)", (unsigned long long)removed);
 	}
 	wfs_commit_start(&fs); /* without it, every change commits at once */
+	/* A successor must find every change the kernel was told of: a batch dies with its server. */
+	if (wfs_takeover_on())
+		wfs_catalog_batch_each(fs.catalog, true);
 	wfs_check_start(&fs);  /* without it, objects sealed on a declared digest wait for a first open */
 	if (wfs_ops_notifier_start(&fs))
 		wfs_log(WFS_LOG_WARN, "no notifier thread: dentry news are told by request threads");

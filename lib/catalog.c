@@ -215,6 +215,7 @@ struct wfs_catalog {
 	struct dir_slot dirs[DIR_SLOTS]; /* see struct dir_slot */
 	uint64_t bare[BARE_SLOTS];       /* inode numbers, 0 for none: see BARE_SLOTS */
 	void (*first_pending)(void *ctx); /* told when a batch gets its first call, or a checkpoint is due */
+	bool commit_each; /* a batch commits each call before it returns (wfs_catalog_batch_each) */
 	void *first_pending_ctx;
 };
 
@@ -594,7 +595,7 @@ static int end(struct wfs_catalog *c, int ret)
 		ret = step_done(c, stmt(c, ST_RELEASE));
 		if (ret)
 			return ret;
-		if (!c->headroom) {
+		if (!c->headroom || c->commit_each) {
 			/* Alone in its batch (the headroom is known after each commit): committed now, and
 			 * on failure rolled back, so the caller's error means "nothing changed". */
 			ret = commit(c);
@@ -641,6 +642,11 @@ int wfs_catalog_batch(struct wfs_catalog *c, bool on, void (*first_pending)(void
 	c->first_pending = on ? first_pending : NULL;
 	c->first_pending_ctx = on ? ctx : NULL;
 	return 0;
+}
+
+void wfs_catalog_batch_each(struct wfs_catalog *c, bool each)
+{
+	c->commit_each = each;
 }
 
 int wfs_catalog_commit(struct wfs_catalog *c)

@@ -430,6 +430,13 @@ int wfs_catalog_wal_sync(struct wfs_catalog *c);
  */
 int wfs_catalog_batch(struct wfs_catalog *c, bool on, void (*first_pending)(void *ctx), void *ctx);
 /*
+ * With @each, a batching handle commits each call that changes the catalog before the call returns,
+ * as it does while the WAL has no headroom: for a daemon whose death must not lose a change it has
+ * answered (a takeover, fs/takeover.h), at the cost of a commit per change (no sync: SQLite's
+ * synchronous=NORMAL). The batch machinery (checkpoints, the committer's cues) stays. Off by default.
+ */
+void wfs_catalog_batch_each(struct wfs_catalog *c, bool each);
+/*
  * Tell @changed(@ctx, ino) of every change of an inode's row (what wfs_catalog_getattr() returns:
  * an INSERT, UPDATE or DELETE, seen through sqlite3_update_hook), from inside the call that makes
  * it, under the caller's serialisation; and @changed(@ctx, 0) when a transaction is rolled back
