@@ -43,13 +43,11 @@
  */
 struct id_slot {
 	int32_t id;        /* 0: empty */
-	uint32_t pad;
 	uint64_t dev, ino; /* the registered file */
 };
 struct handle_slot {
 	uint64_t fh;       /* 0: empty */
 	int32_t id;
-	uint32_t pad;
 };
 struct region {
 	uint32_t magic, layout;
@@ -432,7 +430,7 @@ int wfs_takeover_replay(struct fuse_session *se)
 	in = (const void *)copy;
 	arg = (const void *)(copy + sizeof(*in));
 	if (R->init_in_len >= sizeof(*in) + offsetof(struct fuse_init_in, flags2) + sizeof(arg->flags2))
-		flags = arg->flags | (arg->flags & FUSE_INIT_EXT ? (uint64_t)arg->flags2 << 32 : 0);
+		flags = arg->flags | ((arg->flags & FUSE_INIT_EXT) ? (uint64_t)arg->flags2 << 32 : 0);
 	buf.size = R->init_in_len;
 	buf.mem = copy;
 	buf.fd = -1;
@@ -522,16 +520,16 @@ static void inherited_settle(size_t i)
 
 bool wfs_takeover_backing_keep(int id)
 {
-	bool keep = false;
-
 	if (!R)
 		return false;
 	pthread_mutex_lock(&R->lock);
 	for (size_t i = 0; i < ninh; i++)
 		if (inh[i].id == id) {
+			bool keep;
+
 			if (inh[i].users)
 				inh[i].users--;
-			keep = inh[i].stale > 0;
+			keep = inh[i].stale > 0 || inh[i].users > 0;
 			if (!keep) {
 				id_drop(id);
 				inh[i] = inh[--ninh]; /* the caller releases it */

@@ -1271,12 +1271,12 @@ int wfs_catalog_takeover(struct wfs_catalog *c, uint64_t ino_floor, uint64_t *un
 		 " AND (mode & %u) = %u);",
 		 (unsigned)S_IFMT, (unsigned)S_IFREG, (unsigned)S_IFMT, (unsigned)S_IFREG);
 	ret = exec(c, sql);
-	if (ret == 0)
+	if (ret == 0) {
 		removed = (uint64_t)sqlite3_changes(c->db);
-	if (ret == 0)
 		ret = map_sqlite(c, sqlite3_prepare_v2(c->db, "SELECT max(ifnull((SELECT seq FROM sqlite_sequence"
 						       " WHERE name = 'inodes'), 0), ifnull((SELECT max(ino)"
 						       " FROM inodes), 0))", -1, &s, NULL));
+	}
 	if (ret == 0) {
 		if (sqlite3_step(s) == SQLITE_ROW)
 			top = (uint64_t)sqlite3_column_int64(s, 0);
