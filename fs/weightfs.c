@@ -17,6 +17,7 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include "cache.h"
 #include "daemon.h"
 #include "direct.h"
 #include "fault.h"
@@ -725,6 +726,10 @@ int main(int argc, char *argv[])
 			"descriptors would end the requests it had read instead of leaving them to be resent");
 		cmd.clone_fd = 0;
 	}
+	/* libnuma fills its table of each node's CPUs at its first use, without a lock: two first
+	 * opens checking objects at once (wfs_cache_node_of_task, as after a takeover, when every
+	 * rank opens again) raced on it under TSan. Filled here, before any thread or fork. */
+	wfs_cache_node_of_task(getpid());
 	/* From here on, with -o holder, this is a server process: the first, or a successor that takes
 	 * the connection over from a dead one (takeover.h). The holder never returns. */
 	if (!fs.opt.holder || wfs_holder_run(cmd.mountpoint, fuse_session_fd(fs.se)) != 0)
@@ -760,6 +765,15 @@ int main(int argc, char *argv[])
 		if (removed)
 			wfs_log(WFS_LOG_INFO, "takeover: removed %llu names of files still being written when the "
 				"server died (their writers get EIO)", (unsigned long long)removed);
+		/* Object files the dead server linked and never committed (no seal runs yet here). */
+		{
+			struct wfs_gc_report gc = {0};
+
+			if (wfs_gc_orphans(fs.store, fs.catalog, false, &gc) == 0 && gc.orphans_removed)
+				wfs_log(WFS_LOG_INFO, "takeover: removed %llu object files the dead server linked "
+					"and never committed (%llu bytes)", (unsigned long long)gc.orphans_removed,
+					(unsigned long long)gc.orphan_bytes_removed);
+		}
 	}
 	wfs_commit_start(&fs); /* without it, every change commits at once */
 	/* A successor must find every change the kernel was told of: a batch dies with its server. */
