@@ -24,6 +24,7 @@
 #include "ops.h"
 #include "receive.h"
 #include "seal.h"
+#include "takeover.h"
 #include "version.h"
 
 #define BLKSIZE (1u << 20) /* st_blksize: large, so cp and friends write in big pieces */
@@ -44,8 +45,13 @@ struct backing_map {
 static int backing_open(void *ctx, int fd)
 {
 	struct backing_map map = {.fd = fd};
-	int id = ioctl(fuse_session_fd(ctx), DEV_IOC_BACKING_OPEN, &map);
+	int id = wfs_takeover_backing_inherited(fd); /* after a takeover: the id the kernel has for it */
 
+	if (id > 0)
+		return id;
+	id = ioctl(fuse_session_fd(ctx), DEV_IOC_BACKING_OPEN, &map);
+	if (id > 0)
+		wfs_takeover_backing_opened(id, fd);
 	return id > 0 ? id : (id < 0 ? -errno : -EIO);
 }
 
@@ -53,6 +59,8 @@ static void backing_close(void *ctx, int id)
 {
 	uint32_t backing_id = (uint32_t)id;
 
+	if (wfs_takeover_backing_keep(id))
+		return; /* a dead server's handles still use it */
 	if (ioctl(fuse_session_fd(ctx), DEV_IOC_BACKING_CLOSE, &backing_id) < 0)
 		wfs_log(WFS_LOG_WARN, "passthrough backing id %d: cannot release: %s", id, strerror(errno));
 }
@@ -165,9 +173,62 @@ struct wfs_fs *wfs_ops_fs(fuse_req_t req)
 	return fs;
 }
 
+/* The handle in @fi; NULL for a handle of a server that died before a takeover (stale()). */
 static struct wfs_handle *handle_of(const struct fuse_file_info *fi)
 {
-	return (struct wfs_handle *)(uintptr_t)fi->fh;
+	return wfs_takeover_fh_handle(fi->fh);
+}
+
+/*
+ * Was @fi opened by a server that died (takeover.h)? Its handle died with it: a request on it is
+ * answered without the core (stale_read(), or an error), never by following the pointer.
+ */
+static bool stale(const struct fuse_file_info *fi)
+{
+	return fi && wfs_takeover_fh_handle(fi->fh) == NULL;
+}
+
+/*
+ * The answer to a request that changes the bytes of a file through a handle of a dead server: what
+ * that handle wrote lived in the dead process (or its tmp file, which no successor can name), so
+ * it is gone, and the writer must hear it rather than seal a part of it. Logged once.
+ */
+static int stale_write(void)
+{
+	static atomic_bool said;
+
+	wfs_log_once(&said, WFS_LOG_WARN, "a write, truncate or close of a file opened for writing before "
+		     "a takeover: what it wrote died with the old server; EIO to its writer (this is "
+		     "logged once)");
+	return -EIO;
+}
+
+/*
+ * A daemon-served read through a handle of a dead server: sealed content is immutable, so the read
+ * is served from the inode's object as it is now (an unsealed file's bytes died with the server:
+ * EIO). Returns the bytes read into @buf or -errno.
+ */
+static ssize_t stale_read(struct wfs_fs *fs, fuse_ino_t ino, char *buf, size_t size, off_t off)
+{
+	struct wfs_attr a;
+	ssize_t n;
+	int ret, fd;
+
+	wfs_lock(&fs->lock);
+	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+	wfs_unlock(&fs->lock);
+	if (ret)
+		return ret == -ENOENT ? -EIO : ret;
+	if (!a.sealed)
+		return stale_write();
+	fd = wfs_store_object_open(fs->store, &a.digest, 0);
+	if (fd < 0)
+		return fd == -ENOENT ? -EIO : fd;
+	n = pread(fd, buf, size, off);
+	if (n < 0)
+		n = -errno;
+	close(fd);
+	return n;
 }
 
 /* The thread that sent @req (the kernel's thread id, not the process id). */
@@ -287,7 +348,8 @@ void wfs_ops_news_post(struct wfs_fs *fs, struct wfs_news *news)
 /* The reply to an open: how the kernel serves it (openmode.h). */
 static void set_open_reply(struct fuse_file_info *fi, struct wfs_handle *h, const struct wfs_open_reply *r)
 {
-	fi->fh = (uintptr_t)h;
+	fi->fh = wfs_takeover_fh(h, h->writable);
+	wfs_takeover_handle_opened(fi->fh, r->backing_id); /* before the kernel knows it */
 	fi->backing_id = r->backing_id;
 	fi->keep_cache = r->keep_cache;
 	fi->direct_io = r->direct_io;
@@ -334,6 +396,7 @@ static int make_entry(struct wfs_fs *fs, const struct wfs_attr *a, struct fuse_e
 	memset(e, 0, sizeof(*e));
 	e->ino = a->ino;
 	e->generation = 1;
+	wfs_takeover_told_ino(a->ino); /* a successor numbers new inodes above it */
 	e->attr_timeout = fs->opt.timeout;
 	e->entry_timeout = fs->opt.timeout;
 	attr_to_stat(a, in, &e->attr);
@@ -530,6 +593,12 @@ static void wfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int t
 	struct stat st;
 	int ret;
 
+	if (stale(fi) && (to_set & FUSE_SET_ATTR_SIZE)) {
+		fuse_reply_err(req, -stale_write());
+		return;
+	}
+	if (stale(fi))
+		fi = NULL; /* the attributes are the inode's, whoever asks */
 	wfs_lock(&fs->lock);
 	ret = do_setattr(fs, ino, attr, to_set, fi, &st, &news);
 	wfs_unlock(&fs->lock);
@@ -586,6 +655,10 @@ static void wfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 
 	wfs_lock(&fs->lock);
 	ret = mknode(fs, req, parent, name, S_IFDIR | (mode & 07777), NULL, &a);
+	/* Resent after a takeover: the dead server may have made it already (takeover.h). */
+	if (ret == -EEXIST && wfs_receive_resent() && wfs_catalog_lookup(fs->catalog, parent, name, &a) == 0 &&
+	    S_ISDIR(a.mode))
+		ret = 0;
 	if (ret == 0)
 		ret = make_entry(fs, &a, &e);
 	wfs_unlock(&fs->lock);
@@ -755,7 +828,16 @@ static void wfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, str
 	ssize_t n;
 	int fd;
 
-	(void)ino;
+	if (stale(fi)) {
+		buf = malloc(size ? size : 1);
+		n = buf ? stale_read(fs, ino, buf, size, off) : -ENOMEM;
+		if (n < 0)
+			fuse_reply_err(req, (int)-n);
+		else
+			fuse_reply_buf(req, buf, (size_t)n);
+		free(buf);
+		return;
+	}
 	n = wfs_openmode_read_object(fs, handle_of(fi), tid_of(req), &fd);
 	if (n == 0) {
 		/* Spliced from the object's page cache into the request's pages: one copy, in the
@@ -790,10 +872,10 @@ static void wfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 {
 	WFS_OPS_COUNT(WRITE);
 	struct wfs_fs *fs = wfs_ops_fs(req);
-	bool mode_changed;
+	bool mode_changed = false;
 	ssize_t n;
 
-	n = wfs_fileio_write(fs, handle_of(fi), fuse_req_ctx(req)->uid, tid_of(req), buf, size, off, &mode_changed);
+	n = stale(fi) ? stale_write() : wfs_fileio_write(fs, handle_of(fi), fuse_req_ctx(req)->uid, tid_of(req), buf, size, off, &mode_changed);
 	if (mode_changed)
 		fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0); /* attributes only */
 	if (n < 0)
@@ -807,7 +889,11 @@ static void wfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, o
 {
 	WFS_OPS_COUNT(FALLOCATE);
 	(void)ino;
-	fuse_reply_err(req, -wfs_fileio_fallocate(wfs_ops_fs(req), handle_of(fi), tid_of(req), mode, off, len));
+	if (stale(fi))
+		fuse_reply_err(req, -stale_write());
+	else
+		fuse_reply_err(req, -wfs_fileio_fallocate(wfs_ops_fs(req), handle_of(fi), tid_of(req), mode, off,
+							  len));
 }
 
 static void wfs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, struct fuse_file_info *fi_in,
@@ -816,7 +902,9 @@ static void wfs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 {
 	WFS_OPS_COUNT(COPY_FILE_RANGE);
 	ssize_t n = flags ? -EINVAL
-			  : wfs_fileio_copy_range(wfs_ops_fs(req), handle_of(fi_in), off_in, handle_of(fi_out), off_out,
+		    : stale(fi_in) || stale(fi_out)
+			? stale_write()
+			: wfs_fileio_copy_range(wfs_ops_fs(req), handle_of(fi_in), off_in, handle_of(fi_out), off_out,
 						len, fuse_req_ctx(req)->uid, tid_of(req));
 
 	(void)ino_in;
@@ -836,6 +924,10 @@ static void wfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int ret;
 
 	(void)ino;
+	if (stale(fi)) { /* a reader's close has nothing to do; a writer's bytes are gone */
+		fuse_reply_err(req, wfs_takeover_fh_writable(fi->fh) ? -stale_write() : 0);
+		return;
+	}
 	wfs_lock(&fs->lock);
 	ret = wfs_openmode_flush(fs, handle_of(fi), tid_of(req), &news);
 	wfs_unlock(&fs->lock);
@@ -852,6 +944,11 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	bool telling;
 
 	(void)ino;
+	wfs_takeover_handle_released(fi->fh); /* its backing id, if a dead server's is done with */
+	if (stale(fi)) {
+		fuse_reply_err(req, 0);
+		return;
+	}
 	if (!wfs_lock_light(&fs->lock) || wfs_openmode_release_lent(fs, handle_of(fi)) == -EAGAIN) {
 		wfs_lock_ordinary(&fs->lock);
 		if (wfs_openmode_release_seals_data(handle_of(fi)))
@@ -906,7 +1003,10 @@ static void wfs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_
 {
 	WFS_OPS_COUNT(FSYNC);
 	(void)ino, (void)datasync;
-	sync_common(req, handle_of(fi));
+	if (stale(fi) && wfs_takeover_fh_writable(fi->fh))
+		fuse_reply_err(req, -stale_write());
+	else
+		sync_common(req, handle_of(fi)); /* NULL for a reader of a dead server: the namespace */
 }
 
 static void wfs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
@@ -926,6 +1026,8 @@ static void wfs_unlink_common(fuse_req_t req, fuse_ino_t parent, const char *nam
 	ret = wfs_catalog_unlink(fs->catalog, parent, name, dir, &ino);
 	if (ret == 0)
 		wfs_inode_maybe_drop(fs, ino);
+	else if (ret == -ENOENT && wfs_receive_resent())
+		ret = 0; /* resent after a takeover: the dead server removed it already */
 	wfs_unlock(&fs->lock);
 	fuse_reply_err(req, -ret);
 }
@@ -955,6 +1057,8 @@ static void wfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse
 		ret = wfs_catalog_rename(fs->catalog, parent, name, newparent, newname, flags, &replaced);
 	if (ret == 0 && replaced)
 		wfs_inode_maybe_drop(fs, replaced);
+	else if (ret == -ENOENT && wfs_receive_resent())
+		ret = 0; /* resent after a takeover: the dead server moved it already */
 	wfs_unlock(&fs->lock);
 	fuse_reply_err(req, -ret);
 }

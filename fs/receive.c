@@ -17,6 +17,11 @@
 
 #include "log.h"
 #include "receive.h"
+#include "takeover.h"
+
+#ifndef FUSE_UNIQUE_RESEND
+#define FUSE_UNIQUE_RESEND (1ull << 63)
+#endif
 
 /*
  * One per daemon (one session). Under mu: who leads, whether the leader is answering a light
@@ -42,6 +47,8 @@ static struct {
 
 /* The term this thread leads, 0 when it is a follower. */
 static __thread uint64_t my_term;
+/* The request this thread read last is one the kernel resent (a takeover; takeover.h). */
+static __thread bool resent;
 
 static uint64_t now_ns(void)
 {
@@ -223,6 +230,10 @@ static ssize_t receive_read(int fd, void *buf, size_t len, void *userdata)
 	n = wait_readable(fd, &slept);
 	n = n < 0 ? -1 : read(fd, buf, len);
 	err = errno;
+	resent = n >= (ssize_t)sizeof(struct fuse_in_header) &&
+		 (((struct fuse_in_header *)buf)->unique & FUSE_UNIQUE_RESEND);
+	if (n > 0 && atomic_load_explicit(&wfs_takeover_watching, memory_order_relaxed))
+		wfs_takeover_note_read(buf, (size_t)n); /* the INIT, for a successor */
 
 	pthread_mutex_lock(&rx.mu);
 	if (n > 0 && slept)
@@ -246,7 +257,12 @@ static ssize_t receive_read(int fd, void *buf, size_t len, void *userdata)
 
 static ssize_t receive_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
+	ssize_t len;
+
 	(void)userdata;
+	if (atomic_load_explicit(&wfs_takeover_watching, memory_order_relaxed) &&
+	    wfs_takeover_note_write(iov, count, &len))
+		return len; /* the reply to a replayed INIT: the kernel has the first one */
 	return writev(fd, iov, count);
 }
 
@@ -288,6 +304,11 @@ void wfs_receive_hand_over(void)
 	if (my_term && my_term == rx.term && rx.inline_busy)
 		hand_over();
 	pthread_mutex_unlock(&rx.mu);
+}
+
+bool wfs_receive_resent(void)
+{
+	return resent;
 }
 
 void wfs_receive_stats(struct wfs_receive_stats *out)

@@ -60,6 +60,13 @@ void wfs_receive_stats(struct wfs_receive_stats *out);
 void wfs_receive_hand_over(void);
 
 /*
+ * Did the kernel resend the request this thread is answering (FUSE_UNIQUE_RESEND: a server before
+ * a takeover had read it, and may have done part or all of it; takeover.h)? false when libfuse's
+ * own receive path is in use.
+ */
+bool wfs_receive_resent(void);
+
+/*
  * Installs the receive path on @se (fuse_session_custom_io() on the session's own descriptor; call
  * after fuse_session_mount(), before the loop). @spin_us 0: the leader sleeps at once (no spinning;
  * the leader/follower hand-off stays). Returns 0, or -errno of fuse_session_custom_io() (-ENOMEM):

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fuse_opt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,16 +17,19 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include "cache.h"
 #include "daemon.h"
 #include "direct.h"
 #include "fault.h"
 #include "gc.h"
+#include "holder.h"
 #include "inode.h"
 #include "log.h"
 #include "mounts.h"
 #include "object.h"
 #include "ops.h"
 #include "receive.h"
+#include "takeover.h"
 #include "weightfs.h"
 
 enum { KEY_HELP, KEY_VERSION, KEY_CHOICE };
@@ -51,6 +55,7 @@ static const struct fuse_opt option_spec[] = {
 	OPT("nosync", sync, WFS_SYNC_NONE),
 	OPT("timeout=%lf", timeout, 0),
 	OPT("spin=%s", spin_text, 0),
+	OPT("holder", holder, 1),
 	/* fuse_opt runs every template that matches: these see the choices above too (opt_proc). */
 	FUSE_OPT_KEY("passthrough=", KEY_CHOICE),
 	FUSE_OPT_KEY("passthrough_writes=", KEY_CHOICE),
@@ -109,6 +114,10 @@ static void usage(const char *prog)
 	       "                             this long before it sleeps, so the requests of a create or\n"
 	       "                             an unlink need no wake-ups; 0: sleep at once (no CPU spent\n"
 	       "                             polling; slower). Default 50, at most 10000\n"
+	       "    -o holder                a holder process keeps the FUSE connection: when the process\n"
+	       "                             serving it dies (kill -9, OOM, a crash), a successor takes\n"
+	       "                             the mount over within a second, and callers only wait\n"
+	       "                             (files being written when it died get EIO)\n"
 	       "    -f                       stay in the foreground\n"
 	       "    -d                       debug output (implies -f)\n"
 	       "    -h, --help               this help, then libfuse's own options\n"
@@ -494,6 +503,21 @@ static int open_catalog(struct wfs_fs *fs, bool recover)
 }
 
 /*
+ * A successor that cannot take the connection over (takeover.h) says why and exits without
+ * unmounting: the holder gives up, and the mount fails with ENOTCONN as it would without a holder,
+ * rather than being served wrong or unmounted under its users (who would then write into the
+ * directory beneath). Returns in any other server.
+ */
+static void takeover_refused(const char *why)
+{
+	if (!wfs_takeover_successor())
+		return;
+	wfs_log(WFS_LOG_ERR, "takeover refused: %s; server pid %d exits and leaves the mount to fail", why,
+		(int)getpid());
+	_exit(WFS_TAKEOVER_REFUSED);
+}
+
+/*
  * Let libfuse reject the options it does not know (a typo in an fstab line) before the store is
  * opened: opening it runs recovery and retention, which must not happen for a mount that fails.
  * Returns 0, or -1 after libfuse printed what it refused.
@@ -699,7 +723,21 @@ int main(int argc, char *argv[])
 	if (!cmd.foreground)
 		wfs_log_take_stderr(); /* an assertion's message, libfuse's and SQLite's, into the log */
 	wfs_log_crash_handlers();
+	wfs_log_reopen_on(SIGUSR1); /* logrotate: weightfs.8 */
 	wfs_log(WFS_LOG_INFO, "%s mounted on %s (pid %d)", fs.opt.store, cmd.mountpoint, (int)getpid());
+	if (fs.opt.holder && cmd.clone_fd) {
+		wfs_log(WFS_LOG_WARN, "-o clone_fd is not used with -o holder: a dead server's cloned "
+			"descriptors would end the requests it had read instead of leaving them to be resent");
+		cmd.clone_fd = 0;
+	}
+	/* libnuma fills its table of each node's CPUs at its first use, without a lock: two first
+	 * opens checking objects at once (wfs_cache_node_of_task, as after a takeover, when every
+	 * rank opens again) raced on it under TSan. Filled here, before any thread or fork. */
+	wfs_cache_node_of_task(getpid());
+	/* From here on, with -o holder, this is a server process: the first, or a successor that takes
+	 * the connection over from a dead one (takeover.h). The holder never returns. */
+	if (!fs.opt.holder || wfs_holder_run(cmd.mountpoint, fuse_session_fd(fs.se)) != 0)
+		wfs_takeover_server_start(fuse_session_fd(fs.se));
 	{
 		char what[PATH_MAX + 16];
 
@@ -707,16 +745,66 @@ int main(int argc, char *argv[])
 		snprintf(what, sizeof(what), "mounted on %s", cmd.mountpoint);
 		wfs_store_set_owner(fs.store, what);
 	}
-	if (open_catalog(&fs, false))
+	{
+		char catalog[PATH_MAX + 16];
+
+		snprintf(catalog, sizeof(catalog), "%s/" WFS_STORE_CATALOG, fs.opt.store);
+		if (wfs_takeover_check_store(catalog) != 0)
+			takeover_refused("not the store the connection was set up for (the line above says why)");
+	}
+	if (open_catalog(&fs, false)) {
+		takeover_refused("cannot open the catalog (the line above says why)");
 		goto out_unmount;
+	}
+	if (wfs_takeover_successor()) {
+		uint64_t removed = 0;
+		int r = wfs_catalog_takeover(fs.catalog, wfs_takeover_ino_floor(), &removed, &fs.held_before);
+
+		if (r) {
+			char why[160];
+
+			snprintf(why, sizeof(why), "cannot recover the catalog: %s", strerror(-r));
+			takeover_refused(why);
+		}
+		if (removed)
+			wfs_log(WFS_LOG_INFO, "takeover: removed %llu names of files still being written when the "
+				"server died (their writers get EIO)", (unsigned long long)removed);
+		/* Object files the dead server linked and never committed (no seal runs yet here). */
+		{
+			struct wfs_gc_report gc = {0};
+
+			if (wfs_gc_orphans(fs.store, fs.catalog, false, &gc) == 0 && gc.orphans_removed)
+				wfs_log(WFS_LOG_INFO, "takeover: removed %llu object files the dead server linked "
+					"and never committed (%llu bytes)", (unsigned long long)gc.orphans_removed,
+					(unsigned long long)gc.orphan_bytes_removed);
+		}
+	}
 	wfs_commit_start(&fs); /* without it, every change commits at once */
+	/* A successor must find every change the kernel was told of: a batch dies with its server. */
+	if (wfs_takeover_on())
+		wfs_catalog_batch_each(fs.catalog, true);
 	wfs_check_start(&fs);  /* without it, objects sealed on a declared digest wait for a first open */
 	wfs_mapped_start(&fs); /* without it, files closed while mapped for writing seal at the unmount */
 	if (wfs_ops_notifier_start(&fs))
 		wfs_log(WFS_LOG_WARN, "no notifier thread: dentry news are told by request threads");
 	wfs_direct_start(&fs, cmd.mountpoint); /* without it, clients read the mounted files */
 
-	wfs_receive_install(fs.se, fs.opt.spin_us); /* without it, libfuse's receive path: slower */
+	/* Without it, libfuse's receive path: slower, and no successor can take the mount over. */
+	if (wfs_receive_install(fs.se, fs.opt.spin_us) != 0) {
+		takeover_refused("cannot install the receive path that replays the INIT");
+		if (wfs_takeover_on())
+			wfs_log(WFS_LOG_WARN, "-o holder: the INIT cannot be kept: no successor can take this "
+				"mount over");
+	}
+	if (wfs_takeover_successor()) {
+		struct wfs_takeover_info ti;
+
+		if (wfs_takeover_replay(fs.se) != 0)
+			takeover_refused("cannot replay the connection's INIT (the line above says why)");
+		wfs_takeover_info(&ti);
+		wfs_log(WFS_LOG_INFO, "takeover %llu: server pid %d serves %s (%.1f ms after the last one died)",
+			(unsigned long long)ti.takeovers, (int)getpid(), cmd.mountpoint, ti.last_pause_ms);
+	}
 	if (cmd.singlethread) {
 		ret = fuse_session_loop(fs.se);
 	} else {

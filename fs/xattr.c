@@ -28,6 +28,7 @@
 #include "openmode.h"
 #include "ops.h"
 #include "receive.h"
+#include "takeover.h"
 #include "seal.h"
 #include "weightfs.h"
 
@@ -125,6 +126,16 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 
 		json_object_set_new(json_object_get(o, "commits"), "checkpoints", U64(fs->commit.checkpoints));
 
+		struct wfs_takeover_info ti;
+
+		wfs_takeover_info(&ti);
+		json_object_set_new(o, "server_pid", json_integer(ti.server_pid));
+		json_object_set_new(o, "holder_pid", json_integer(ti.holder_pid));
+		json_object_set_new(o, "takeovers", U64(ti.takeovers));
+		json_object_set_new(o, "takeover",
+				    json_pack("{s:i, s:f, s:f, s:o}", "epoch", (int)ti.epoch, "last_pause_ms",
+					      ti.last_pause_ms, "worst_pause_ms", ti.worst_pause_ms,
+					      "backing_inherited", U64(ti.backing_inherited)));
 		wfs_receive_stats(&rs);
 		json_object_set_new(o, "receive",
 				    json_pack("{s:b, s:i, s:o, s:o, s:o, s:o}", "installed", rs.installed,

@@ -215,6 +215,7 @@ struct wfs_catalog {
 	struct dir_slot dirs[DIR_SLOTS]; /* see struct dir_slot */
 	uint64_t bare[BARE_SLOTS];       /* inode numbers, 0 for none: see BARE_SLOTS */
 	void (*first_pending)(void *ctx); /* told when a batch gets its first call, or a checkpoint is due */
+	bool commit_each; /* a batch commits each call before it returns (wfs_catalog_batch_each) */
 	void *first_pending_ctx;
 };
 
@@ -594,7 +595,7 @@ static int end(struct wfs_catalog *c, int ret)
 		ret = step_done(c, stmt(c, ST_RELEASE));
 		if (ret)
 			return ret;
-		if (!c->headroom) {
+		if (!c->headroom || c->commit_each) {
 			/* Alone in its batch (the headroom is known after each commit): committed now, and
 			 * on failure rolled back, so the caller's error means "nothing changed". */
 			ret = commit(c);
@@ -641,6 +642,11 @@ int wfs_catalog_batch(struct wfs_catalog *c, bool on, void (*first_pending)(void
 	c->first_pending = on ? first_pending : NULL;
 	c->first_pending_ctx = on ? ctx : NULL;
 	return 0;
+}
+
+void wfs_catalog_batch_each(struct wfs_catalog *c, bool each)
+{
+	c->commit_each = each;
 }
 
 int wfs_catalog_commit(struct wfs_catalog *c)
@@ -1245,6 +1251,50 @@ int wfs_catalog_recover(struct wfs_catalog *c, struct wfs_recovery *report)
 	ret = end(c, ret);
 	if (ret == 0)
 		*report = r;
+	return ret;
+}
+
+int wfs_catalog_takeover(struct wfs_catalog *c, uint64_t ino_floor, uint64_t *unsealed_removed,
+			 uint64_t *held_max)
+{
+	uint64_t removed = 0, top = 0;
+	char sql[512];
+	sqlite3_stmt *s;
+	int ret;
+
+	ret = begin(c);
+	if (ret)
+		return ret;
+	snprintf(sql, sizeof(sql),
+		 "UPDATE inodes SET nlink = 0 WHERE digest IS NULL AND (mode & %u) = %u AND nlink > 0;"
+		 "DELETE FROM dentries WHERE ino IN (SELECT ino FROM inodes WHERE digest IS NULL"
+		 " AND (mode & %u) = %u);",
+		 (unsigned)S_IFMT, (unsigned)S_IFREG, (unsigned)S_IFMT, (unsigned)S_IFREG);
+	ret = exec(c, sql);
+	if (ret == 0) {
+		removed = (uint64_t)sqlite3_changes(c->db);
+		ret = map_sqlite(c, sqlite3_prepare_v2(c->db, "SELECT max(ifnull((SELECT seq FROM sqlite_sequence"
+						       " WHERE name = 'inodes'), 0), ifnull((SELECT max(ino)"
+						       " FROM inodes), 0))", -1, &s, NULL));
+	}
+	if (ret == 0) {
+		if (sqlite3_step(s) == SQLITE_ROW)
+			top = (uint64_t)sqlite3_column_int64(s, 0);
+		sqlite3_finalize(s);
+	}
+	if (ret == 0 && ino_floor > top) {
+		/* AUTOINCREMENT takes the next number above sqlite_sequence's: raise it (the row exists
+		 * once any inode was made, and the root is made with the catalog). */
+		snprintf(sql, sizeof(sql), "UPDATE sqlite_sequence SET seq = %llu WHERE name = 'inodes';",
+			 (unsigned long long)ino_floor);
+		ret = exec(c, sql);
+		top = ino_floor;
+	}
+	ret = end(c, ret);
+	if (ret == 0) {
+		*unsealed_removed = removed;
+		*held_max = top;
+	}
 	return ret;
 }
 

@@ -122,6 +122,17 @@ struct wfs_recovery {
  * -errno.
  */
 int wfs_catalog_recover(struct wfs_catalog *c, struct wfs_recovery *report);
+/*
+ * Recovery for a successor that takes a live mount over from a server that died (docs/design.md,
+ * "Takeover"): the names of regular files never sealed go, as at a mount (invariant 2: the bytes
+ * their writers sent died with that server), into *@unsealed_removed; inodes without a name stay
+ * (the kernel may still hold them: the next mount's wfs_catalog_recover() drops them). New inodes
+ * are numbered above @ino_floor and above every inode the catalog has, since the dead server may
+ * have told the kernel numbers whose creation it never committed; *@held_max gets the larger of
+ * the two: the highest number the kernel may hold. One transaction. Returns 0 or -errno.
+ */
+int wfs_catalog_takeover(struct wfs_catalog *c, uint64_t ino_floor, uint64_t *unsealed_removed,
+			 uint64_t *held_max);
 
 int wfs_catalog_getattr(struct wfs_catalog *c, uint64_t ino, struct wfs_attr *out);
 /* Look @name up in directory @parent. -ENOENT, -ENOTDIR. */
@@ -418,6 +429,13 @@ int wfs_catalog_wal_sync(struct wfs_catalog *c);
  * handle), or the commit's error (batching stays on).
  */
 int wfs_catalog_batch(struct wfs_catalog *c, bool on, void (*first_pending)(void *ctx), void *ctx);
+/*
+ * With @each, a batching handle commits each call that changes the catalog before the call returns,
+ * as it does while the WAL has no headroom: for a daemon whose death must not lose a change it has
+ * answered (a takeover, fs/takeover.h), at the cost of a commit per change (no sync: SQLite's
+ * synchronous=NORMAL). The batch machinery (checkpoints, the committer's cues) stays. Off by default.
+ */
+void wfs_catalog_batch_each(struct wfs_catalog *c, bool each);
 /*
  * Tell @changed(@ctx, ino) of every change of an inode's row (what wfs_catalog_getattr() returns:
  * an INSERT, UPDATE or DELETE, seen through sqlite3_update_hook), from inside the call that makes

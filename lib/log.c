@@ -4,6 +4,8 @@
 
 #include <errno.h>
 #include <execinfo.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@ static enum wfs_log_level log_max = WFS_LOG_INFO;
 static FILE *log_file;
 static bool log_stderr = true;   /* false once stderr is the log file (wfs_log_take_stderr) */
 static volatile int log_fd = -1; /* the log file's descriptor, for the fatal-signal handler */
+static char log_path[PATH_MAX];  /* for wfs_log_reopen() */
 
 void wfs_log_init(const char *prog, bool use_syslog, enum wfs_log_level max_level)
 {
@@ -59,9 +62,45 @@ int wfs_log_open_file(const char *path)
 	if (!f)
 		return -errno;
 	setvbuf(f, NULL, _IOLBF, 0);
+	snprintf(log_path, sizeof(log_path), "%s", path);
 	log_file = f;
 	log_fd = fileno(f);
 	return 0;
+}
+
+int wfs_log_reopen(void)
+{
+	int fd, ret = 0;
+
+	if (log_fd < 0 || !log_path[0])
+		return -EBADF;
+	fd = open(log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	/* The stream keeps its descriptor number: no lock against threads writing lines meanwhile. */
+	if (dup3(fd, log_fd, O_CLOEXEC) < 0)
+		ret = -errno;
+	else if (!log_stderr && dup2(fd, STDERR_FILENO) < 0)
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
+static void reopen_signal(int sig)
+{
+	int saved = errno;
+
+	(void)sig;
+	wfs_log_reopen();
+	errno = saved;
+}
+
+int wfs_log_reopen_on(int sig)
+{
+	struct sigaction sa = {.sa_handler = reopen_signal, .sa_flags = SA_RESTART};
+
+	sigemptyset(&sa.sa_mask);
+	return sigaction(sig, &sa, NULL) < 0 ? -errno : 0;
 }
 
 int wfs_log_take_stderr(void)

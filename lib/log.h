@@ -20,6 +20,15 @@ void wfs_log_init(const char *prog, bool use_syslog, enum wfs_log_level max_leve
 /* Also append every line, with a timestamp, to the file at @path. Returns 0 or -errno. */
 int wfs_log_open_file(const char *path);
 /*
+ * Open the log file again by its path (after logrotate moved it away): the descriptor the log
+ * writes to is replaced in place (dup3), and so is stderr when wfs_log_take_stderr() made it the
+ * log. Async-signal-safe. Returns 0, -EBADF (no log file open) or -errno of open(2) or dup3(2); on
+ * failure the log goes on to the old file.
+ */
+int wfs_log_reopen(void);
+/* Call wfs_log_reopen() on signal @sig (SIGUSR1 for the daemon; weightfs.8). Returns 0 or -errno. */
+int wfs_log_reopen_on(int sig);
+/*
  * A daemon whose stderr went to /dev/null (fuse_daemonize()): make the log file (wfs_log_open_file())
  * its stderr too, so that what libraries and the C library write there — a failed assertion's
  * message before abort(), libfuse's and SQLite's complaints — lands in the log. Lines of wfs_log()

@@ -81,6 +81,7 @@ struct wfs_options {
 	double timeout;       /* entry and attribute cache timeout, seconds */
 	char *spin_text;      /* -o spin=US as given */
 	unsigned spin_us;     /* how long a request thread polls /dev/fuse before it sleeps (receive.h) */
+	int holder;           /* -o holder: a holder process keeps the connection (fs/holder.h) */
 	int foreground, debug, show_help, show_version;
 	unsigned max_threads;
 };
@@ -146,6 +147,9 @@ struct wfs_fs {
 	bool direct_writes;           /* writable opens are direct I/O (set once by init, before any open) */
 	struct wfs_counters counters; /* (L) since this mount */
 	uint64_t retained;            /* (L) -o retain: unreferenced bytes, at least (object.c) */
+	uint64_t held_before;         /* after a takeover (fs/takeover.h): inodes numbered up to this one
+				       * may be held by the kernel through a dead server's replies, their
+				       * lookups uncounted here; set before the session loop (inode.c) */
 	struct wfs_direct *direct;    /* the direct path's socket and threads (direct.c), or NULL; set
 				       * before the session loop starts, cleared after it ends */
 };

@@ -93,22 +93,8 @@ void wfs_inode_lookup(struct wfs_inode *in)
 	in->nlookup++;
 }
 
-void wfs_inode_forget(struct wfs_fs *fs, uint64_t ino, uint64_t nlookup)
-{
-	struct wfs_inode *in = wfs_inode_find(fs, ino);
-
-	if (!in)
-		return;
-	if (in->nlookup < nlookup) {
-		wfs_log(WFS_LOG_ERR, "inode %llu: kernel forgot %llu lookups of %llu",
-			(unsigned long long)ino, (unsigned long long)nlookup, (unsigned long long)in->nlookup);
-		nlookup = in->nlookup;
-	}
-	in->nlookup -= nlookup;
-	wfs_inode_maybe_free(fs, in);
-}
-
-void wfs_inode_maybe_drop(struct wfs_fs *fs, uint64_t ino)
+/* Drop inode @ino from the catalog if it has no name and this daemon holds no entry for it. */
+static void drop_unlinked(struct wfs_fs *fs, uint64_t ino)
 {
 	struct wfs_attr a, old;
 
@@ -120,6 +106,41 @@ void wfs_inode_maybe_drop(struct wfs_fs *fs, uint64_t ino)
 		return; /* left for wfs_catalog_recover() at next mount */
 	if (old.sealed)
 		wfs_object_maybe_delete(fs, &old.digest);
+}
+
+void wfs_inode_forget(struct wfs_fs *fs, uint64_t ino, uint64_t nlookup)
+{
+	struct wfs_inode *in = wfs_inode_find(fs, ino);
+	bool inherited = ino <= fs->held_before;
+
+	/* More than this server counted, of an inode a dead server told the kernel about: the kernel
+	 * forgets its own count whole (the inode left its cache), so nothing refers to it now. */
+	if (!in) {
+		if (inherited)
+			drop_unlinked(fs, ino);
+		return;
+	}
+	if (in->nlookup < nlookup) {
+		if (!inherited)
+			wfs_log(WFS_LOG_ERR, "inode %llu: kernel forgot %llu lookups of %llu", (unsigned long long)ino,
+				(unsigned long long)nlookup, (unsigned long long)in->nlookup);
+		nlookup = in->nlookup;
+	} else {
+		inherited = false; /* perhaps not all of the kernel's count: keep the guard */
+	}
+	in->nlookup -= nlookup;
+	wfs_inode_maybe_free(fs, in);
+	if (inherited)
+		drop_unlinked(fs, ino);
+}
+
+void wfs_inode_maybe_drop(struct wfs_fs *fs, uint64_t ino)
+{
+	/* After a takeover the kernel may hold it through a dead server's reply, uncounted here: it
+	 * goes when the kernel forgets it (above), else at the next mount (wfs_catalog_recover). */
+	if (ino <= fs->held_before)
+		return;
+	drop_unlinked(fs, ino);
 }
 
 void wfs_inode_maybe_free(struct wfs_fs *fs, struct wfs_inode *in)

@@ -80,14 +80,17 @@ int wfs_inode_get_file(struct wfs_fs *fs, uint64_t ino, bool regular_only, struc
 void wfs_inode_lookup(struct wfs_inode *in);
 /*
  * The kernel forgot @nlookup lookups of inode @ino (FORGET). More than it holds is logged and
- * clamped. Frees the entry when nothing uses it any more.
+ * clamped. Frees the entry when nothing uses it any more. After a takeover, an inode numbered up to
+ * fs->held_before may have lookups a dead server counted: a FORGET of more than this server counted
+ * is the kernel forgetting it whole, and it is dropped then if it has no name.
  */
 void wfs_inode_forget(struct wfs_fs *fs, uint64_t ino, uint64_t nlookup);
 /* Free @in if unused (no lookups, no handles, no writer); drop it from the catalog if unlinked. */
 void wfs_inode_maybe_free(struct wfs_fs *fs, struct wfs_inode *in);
 /*
  * Catalog side: drop inode @ino if it has no name and nothing in the kernel refers to it, releasing
- * its object. A failed drop is left for wfs_catalog_recover() at the next mount.
+ * its object. A failed drop is left for wfs_catalog_recover() at the next mount, and so is an inode
+ * numbered up to fs->held_before (a dead server's lookups of it are not counted here).
  */
 void wfs_inode_maybe_drop(struct wfs_fs *fs, uint64_t ino);
 /* At exit: free every entry, dropping versions being written (unsealed, gone at next mount). */

@@ -291,6 +291,13 @@ static void print_daemon_stats(const json_t *d)
 	printf("verified:           %llu objects checked this run, %llu not yet (checked at first open)\n",
 	       (unsigned long long)json_u64(d, "objects_verified"),
 	       (unsigned long long)json_u64(d, "objects_unverified"));
+	if (json_u64(d, "holder_pid"))
+		printf("server:             pid %llu, under holder pid %llu; %llu takeovers since mount "
+		       "(a server that died was replaced)\n", (unsigned long long)json_u64(d, "server_pid"),
+		       (unsigned long long)json_u64(d, "holder_pid"), (unsigned long long)json_u64(d, "takeovers"));
+	else if (json_u64(d, "server_pid"))
+		printf("server:             pid %llu (no holder: a crash leaves the mount dead)\n",
+		       (unsigned long long)json_u64(d, "server_pid"));
 	printf("passthrough:        %s\n", json_is_true(json_object_get(d, "passthrough"))
 						  ? "on (reads served by the kernel)" : "off (reads served by the daemon)");
 	printf("direct path:        %s\n", json_is_true(json_object_get(d, "direct"))

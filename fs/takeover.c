@@ -1,0 +1,589 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* takeover.h: the state a server leaves for its successor, and the successor's side of a takeover. */
+#include <errno.h>
+#include <linux/fuse.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "takeover.h"
+
+#define REGION_MAGIC 0x57465354u /* "WFST" */
+#define REGION_LAYOUT 1u
+#define INIT_MAX 512               /* bytes of INIT request or reply kept (both are ~100) */
+#define IDS_CAP 4096u              /* backing ids registered at once (one per object in use) */
+#define HANDLES_CAP 65536u         /* passthrough handles open at once */
+#define FH_EPOCH_SHIFT 48
+#define FH_PTR_MASK ((1ull << 47) - 1)
+
+#ifndef FUSE_HAS_RESEND
+#define FUSE_HAS_RESEND (1ull << 39)
+#endif
+#ifndef FUSE_UNIQUE_RESEND
+#define FUSE_UNIQUE_RESEND (1ull << 63)
+#endif
+#define NOTIFY_RESEND 7 /* FUSE_NOTIFY_RESEND, Linux 6.9 (FUSE 7.40) */
+
+/* The kernel's passthrough ioctls on /dev/fuse (as in ops.c). */
+#define DEV_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
+
+/*
+ * The shared region. The holder writes takeovers and died_ns; the running server everything else
+ * (one server runs at a time; a successor starts after its predecessor is reaped). The tables are
+ * under @lock, a mutex of the running server's, initialised again by each: a dead server may have
+ * held it, or died half-way through an update, which is why a successor rebuilds both tables.
+ */
+struct id_slot {
+	int32_t id;        /* 0: empty */
+	uint64_t dev, ino; /* the registered file */
+};
+struct handle_slot {
+	uint64_t fh;       /* 0: empty */
+	int32_t id;
+};
+struct region {
+	uint32_t magic, layout;
+	_Atomic uint32_t epoch;
+	_Atomic int32_t holder_pid, server_pid;
+	_Atomic uint64_t takeovers;
+	_Atomic uint64_t ino_told;
+	_Atomic uint64_t died_ns;
+	_Atomic uint64_t last_pause_ns, worst_pause_ns;
+	_Atomic uint32_t init_state;       /* 0 none, 1 request saved, 2 its reply saved too */
+	_Atomic uint64_t handles_dropped;  /* handle entries left out (table full): ids may leak */
+	uint64_t catalog_dev, catalog_ino; /* the store's catalog.db as the first server found it */
+	uint32_t init_in_len, init_out_len;
+	uint64_t init_unique;
+	unsigned char init_in[INIT_MAX], init_out[INIT_MAX];
+	pthread_mutex_t lock;
+	struct id_slot ids[IDS_CAP];
+	struct handle_slot handles[HANDLES_CAP];
+};
+
+/* An id a dead server registered, kept until nothing uses it (this server's private list). */
+struct inherited {
+	int32_t id;
+	uint64_t dev, ino;
+	uint64_t stale;  /* handles of dead servers that use it */
+	uint64_t users;  /* this server's registrations of it (object.c's: 0 or 1) */
+};
+
+static struct region *R;
+static uint64_t fh_tag = 1ull << FH_EPOCH_SHIFT; /* this server's epoch, in place */
+static bool successor;
+static int dev_fd = -1;
+static struct inherited *inh; /* under R->lock */
+static size_t ninh;
+atomic_bool wfs_takeover_watching;
+static enum { REPLAY_NONE, REPLAY_WAITING, REPLAY_SWALLOWED, REPLAY_DIFFERS } replay;
+
+static uint64_t now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+int wfs_takeover_create(pid_t holder_pid)
+{
+	int fd = memfd_create("weightfs-takeover", MFD_CLOEXEC);
+	void *p;
+
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, sizeof(struct region)) < 0) {
+		int err = -errno;
+
+		close(fd);
+		return err;
+	}
+	p = mmap(NULL, sizeof(struct region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd); /* the mapping keeps the memory */
+	if (p == MAP_FAILED)
+		return -errno;
+	R = p;
+	R->magic = REGION_MAGIC;
+	R->layout = REGION_LAYOUT;
+	atomic_store(&R->holder_pid, holder_pid);
+	return 0;
+}
+
+bool wfs_takeover_on(void)
+{
+	return R != NULL;
+}
+
+bool wfs_takeover_server_died(uint64_t died_ns)
+{
+	if (!R)
+		return false;
+	atomic_store(&R->died_ns, died_ns);
+	atomic_store(&R->server_pid, 0);
+	return atomic_load(&R->init_state) == 2;
+}
+
+static unsigned home(uint64_t key, unsigned cap)
+{
+	return (unsigned)((key * 0x9E3779B97F4A7C15ull) >> 40) & (cap - 1);
+}
+
+/* Linear probing; removal shifts back the entries after the hole (no tombstones). R->lock held. */
+static bool handle_put(uint64_t fh, int32_t id)
+{
+	unsigned i = home(fh, HANDLES_CAP);
+
+	for (unsigned n = 0; n < HANDLES_CAP / 4 * 3; n++, i = (i + 1) & (HANDLES_CAP - 1)) {
+		if (R->handles[i].fh == fh || R->handles[i].fh == 0) {
+			R->handles[i].id = id; /* the id first: a server killed in between left no entry */
+			R->handles[i].fh = fh;
+			return true;
+		}
+	}
+	return false;
+}
+
+static int handle_take(uint64_t fh)
+{
+	unsigned i = home(fh, HANDLES_CAP), j;
+	int id;
+
+	while (R->handles[i].fh != fh) {
+		if (R->handles[i].fh == 0)
+			return 0;
+		i = (i + 1) & (HANDLES_CAP - 1);
+	}
+	id = R->handles[i].id;
+	R->handles[i].fh = 0;
+	for (j = (i + 1) & (HANDLES_CAP - 1); R->handles[j].fh; j = (j + 1) & (HANDLES_CAP - 1)) {
+		unsigned k = home(R->handles[j].fh, HANDLES_CAP);
+
+		/* Move it back into the hole unless its home lies cyclically in (i, j]. */
+		if ((j > i && (k <= i || k > j)) || (j < i && k <= i && k > j)) {
+			R->handles[i] = R->handles[j];
+			R->handles[j].fh = 0;
+			i = j;
+		}
+	}
+	return id;
+}
+
+static void id_put(int32_t id, uint64_t dev, uint64_t ino)
+{
+	unsigned i = home((uint64_t)id, IDS_CAP);
+
+	for (unsigned n = 0; n < IDS_CAP; n++, i = (i + 1) & (IDS_CAP - 1)) {
+		if (R->ids[i].id == id || R->ids[i].id == 0) {
+			R->ids[i].dev = dev;
+			R->ids[i].ino = ino;
+			R->ids[i].id = id;
+			return;
+		}
+	}
+}
+
+static void id_drop(int32_t id)
+{
+	unsigned i = home((uint64_t)id, IDS_CAP), j;
+
+	while (R->ids[i].id != id) {
+		if (R->ids[i].id == 0)
+			return;
+		i = (i + 1) & (IDS_CAP - 1);
+	}
+	R->ids[i].id = 0;
+	for (j = (i + 1) & (IDS_CAP - 1); R->ids[j].id; j = (j + 1) & (IDS_CAP - 1)) {
+		unsigned k = home((uint64_t)R->ids[j].id, IDS_CAP);
+
+		if ((j > i && (k <= i || k > j)) || (j < i && k <= i && k > j)) {
+			R->ids[i] = R->ids[j];
+			R->ids[j].id = 0;
+			i = j;
+		}
+	}
+}
+
+static void backing_release(int id)
+{
+	uint32_t backing_id = (uint32_t)id;
+
+	if (dev_fd >= 0 && ioctl(dev_fd, DEV_IOC_BACKING_CLOSE, &backing_id) < 0)
+		wfs_log(WFS_LOG_WARN, "passthrough backing id %d (a dead server's): cannot release: %s", id,
+			strerror(errno));
+}
+
+/*
+ * Successor: rebuild both tables from what the dead server left (entries may be duplicated or
+ * out of place if it died during an update) and list the ids it registered, with the handles of
+ * dead servers that use each. Ids no handle uses are released at once. Before any thread starts.
+ */
+static void inherit(void)
+{
+	struct handle_slot *hs = malloc(sizeof(R->handles));
+	struct id_slot *is = malloc(sizeof(R->ids));
+	size_t nh = 0, ni = 0, unused = 0;
+
+	if (!hs || !is) {
+		free(hs);
+		free(is);
+		wfs_log(WFS_LOG_WARN, "takeover: no memory to inherit the dead server's backing ids: they stay "
+			"registered until unmount");
+		memset(R->handles, 0, sizeof(R->handles));
+		memset(R->ids, 0, sizeof(R->ids));
+		return;
+	}
+	for (unsigned i = 0; i < HANDLES_CAP; i++)
+		if (R->handles[i].fh && R->handles[i].id > 0)
+			hs[nh++] = R->handles[i];
+	for (unsigned i = 0; i < IDS_CAP; i++)
+		if (R->ids[i].id > 0)
+			is[ni++] = R->ids[i];
+	memset(R->handles, 0, sizeof(R->handles));
+	memset(R->ids, 0, sizeof(R->ids));
+	for (size_t i = 0; i < nh; i++)
+		handle_put(hs[i].fh, hs[i].id); /* a duplicate fh overwrites itself */
+	inh = calloc(ni ? ni : 1, sizeof(*inh));
+	for (size_t i = 0; inh && i < ni; i++) {
+		struct inherited *x = &inh[ninh];
+		bool dup = false;
+
+		for (size_t k = 0; k < ninh; k++)
+			dup |= inh[k].id == is[i].id;
+		if (dup)
+			continue;
+		*x = (struct inherited){.id = is[i].id, .dev = is[i].dev, .ino = is[i].ino};
+		for (unsigned k = 0; k < HANDLES_CAP; k++)
+			x->stale += R->handles[k].fh && R->handles[k].id == x->id;
+		if (x->stale == 0 && atomic_load(&R->handles_dropped) == 0) {
+			backing_release(x->id); /* no open file of the kernel uses it: safe to let go */
+			unused++;
+			continue;
+		}
+		id_put(x->id, x->dev, x->ino);
+		ninh++;
+	}
+	if (!inh && ni)
+		wfs_log(WFS_LOG_WARN, "takeover: no memory to inherit %zu backing ids: they stay registered "
+			"until unmount", ni);
+	wfs_log(WFS_LOG_INFO, "takeover: inherited %zu passthrough backing ids still used by %zu open "
+		"files, released %zu unused ones", ninh, nh, unused);
+	free(hs);
+	free(is);
+}
+
+void wfs_takeover_server_start(int devfd)
+{
+	uint32_t epoch;
+
+	dev_fd = devfd;
+	if (!R)
+		return;
+	epoch = atomic_fetch_add(&R->epoch, 1) + 1;
+	fh_tag = (uint64_t)(epoch % 0xffffu + 1) << FH_EPOCH_SHIFT; /* never 0, consecutive ones differ */
+	atomic_store(&R->server_pid, (int32_t)getpid());
+	pthread_mutex_init(&R->lock, NULL);
+	successor = epoch > 1;
+	if (successor) {
+		atomic_fetch_add(&R->takeovers, 1);
+		inherit();
+	} else {
+		atomic_store(&wfs_takeover_watching, true); /* save the INIT and its reply */
+	}
+}
+
+int wfs_takeover_check_store(const char *catalog_path)
+{
+	struct stat st;
+
+	if (!R)
+		return 0;
+	if (stat(catalog_path, &st) < 0) {
+		int err = errno;
+
+		wfs_log(WFS_LOG_ERR, "takeover: %s: %s", catalog_path, strerror(err));
+		return err == ENOENT ? -ESTALE : -err;
+	}
+	if (!successor) {
+		R->catalog_dev = (uint64_t)st.st_dev;
+		R->catalog_ino = (uint64_t)st.st_ino;
+		return 0;
+	}
+	if (R->catalog_dev == (uint64_t)st.st_dev && R->catalog_ino == (uint64_t)st.st_ino)
+		return 0;
+	wfs_log(WFS_LOG_ERR, "takeover: %s is not the catalog this mount was served from (device %llu inode "
+		"%llu then, %llu %llu now): the kernel's node ids would name another store's files",
+		catalog_path, (unsigned long long)R->catalog_dev, (unsigned long long)R->catalog_ino,
+		(unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
+	return -ESTALE;
+}
+
+bool wfs_takeover_successor(void)
+{
+	return successor;
+}
+
+uint64_t wfs_takeover_fh(const void *h, bool writable)
+{
+	return ((uint64_t)(uintptr_t)h & FH_PTR_MASK) | fh_tag | (writable ? 1u : 0u);
+}
+
+void *wfs_takeover_fh_handle(uint64_t fh)
+{
+	if ((fh & ~FH_PTR_MASK) != fh_tag || fh == 0)
+		return NULL;
+	return (void *)(uintptr_t)(fh & FH_PTR_MASK & ~(uint64_t)1);
+}
+
+bool wfs_takeover_fh_writable(uint64_t fh)
+{
+	return fh & 1;
+}
+
+void wfs_takeover_note_read(const void *buf, size_t n)
+{
+	const struct fuse_in_header *in = buf;
+
+	if (!R || n < sizeof(*in) || in->opcode != FUSE_INIT || replay != REPLAY_NONE)
+		return;
+	if (n > INIT_MAX) {
+		wfs_log(WFS_LOG_WARN, "takeover: an INIT of %zu bytes cannot be kept: no successor can take "
+			"this mount over", n);
+		atomic_store(&wfs_takeover_watching, false);
+		return;
+	}
+	memcpy(R->init_in, buf, n);
+	R->init_in_len = (uint32_t)n;
+	R->init_unique = in->unique;
+	atomic_store(&R->init_state, 1);
+}
+
+bool wfs_takeover_note_write(const struct iovec *iov, int count, ssize_t *len)
+{
+	const struct fuse_out_header *out = iov[0].iov_base;
+	unsigned char bytes[INIT_MAX];
+	size_t n = 0;
+	bool fits = true;
+
+	if (!R || count < 1 || iov[0].iov_len < sizeof(*out) || atomic_load(&R->init_state) == 0 ||
+	    out->unique != R->init_unique)
+		return false;
+	for (int i = 0; i < count; i++) {
+		if (n + iov[i].iov_len > sizeof(bytes)) {
+			fits = false;
+			break;
+		}
+		memcpy(bytes + n, iov[i].iov_base, iov[i].iov_len);
+		n += iov[i].iov_len;
+	}
+	if (replay == REPLAY_WAITING) {
+		replay = fits && n == R->init_out_len && memcmp(bytes, R->init_out, n) == 0 ? REPLAY_SWALLOWED
+											   : REPLAY_DIFFERS;
+		*len = (ssize_t)n;
+		atomic_store(&wfs_takeover_watching, false);
+		return true;
+	}
+	if (fits && atomic_load(&R->init_state) == 1) {
+		memcpy(R->init_out, bytes, n);
+		R->init_out_len = (uint32_t)n;
+		atomic_store(&R->init_state, 2); /* before the kernel has it: a successor can take over */
+	}
+	atomic_store(&wfs_takeover_watching, false);
+	return false;
+}
+
+/* "flags 0x..., max_write N, ..." of an INIT reply, for the log. */
+static void describe_init_out(const unsigned char *b, size_t n, char *s, size_t size)
+{
+	const struct fuse_init_out *o = (const void *)(b + sizeof(struct fuse_out_header));
+
+	if (n < sizeof(struct fuse_out_header) + 24) {
+		snprintf(s, size, "%zu bytes", n);
+		return;
+	}
+	snprintf(s, size, "%zu bytes, error %d, %u.%u, flags 0x%x flags2 0x%x, max_write %u, max_pages %u",
+		 n, ((const struct fuse_out_header *)(const void *)b)->error, o->major, o->minor, o->flags,
+		 n >= sizeof(struct fuse_out_header) + sizeof(*o) ? o->flags2 : 0, o->max_write,
+		 n >= sizeof(struct fuse_out_header) + sizeof(*o) ? (unsigned)o->max_pages : 0u);
+}
+
+int wfs_takeover_replay(struct fuse_session *se)
+{
+	const struct fuse_in_header *in;
+	const struct fuse_init_in *arg;
+	unsigned char copy[INIT_MAX];
+	struct fuse_out_header resend = {.len = sizeof(resend), .error = NOTIFY_RESEND, .unique = 0};
+	struct fuse_buf buf = {0};
+	uint64_t flags = 0;
+	uint64_t pause;
+
+	if (!R || atomic_load(&R->init_state) != 2)
+		return -ENODATA;
+	memcpy(copy, R->init_in, R->init_in_len);
+	in = (const void *)copy;
+	arg = (const void *)(copy + sizeof(*in));
+	if (R->init_in_len >= sizeof(*in) + offsetof(struct fuse_init_in, flags2) + sizeof(arg->flags2))
+		flags = arg->flags | ((arg->flags & FUSE_INIT_EXT) ? (uint64_t)arg->flags2 << 32 : 0);
+	buf.size = R->init_in_len;
+	buf.mem = copy;
+	buf.fd = -1;
+	replay = REPLAY_WAITING;
+	atomic_store(&wfs_takeover_watching, true);
+	fuse_session_process_buf(se, &buf);
+	atomic_store(&wfs_takeover_watching, false);
+	if (replay != REPLAY_SWALLOWED) {
+		char was[160], now[160];
+
+		describe_init_out(R->init_out, R->init_out_len, was, sizeof(was));
+		snprintf(now, sizeof(now), "%s", replay == REPLAY_DIFFERS ? "a different reply" : "no reply");
+		wfs_log(WFS_LOG_ERR, "takeover refused: the kernel set this connection up with the INIT reply "
+			"(%s), and this server would answer with %s (another build, or other options): it "
+			"cannot serve the connection as the kernel knows it", was, now);
+		return -EPROTO;
+	}
+	if (!(flags & FUSE_HAS_RESEND)) {
+		wfs_log(WFS_LOG_WARN, "takeover: this kernel cannot resend requests (FUSE_NOTIFY_RESEND needs "
+			"Linux 6.9): callers whose requests the dead server had read wait until they are killed; "
+			"every other request is served");
+	} else if (write(fuse_session_fd(se), &resend, sizeof(resend)) != (ssize_t)sizeof(resend)) {
+		wfs_log(WFS_LOG_WARN, "takeover: FUSE_NOTIFY_RESEND failed (%s): callers whose requests the dead "
+			"server had read wait until they are killed", strerror(errno));
+	}
+	pause = atomic_load(&R->died_ns) ? now_ns() - atomic_load(&R->died_ns) : 0;
+	atomic_store(&R->last_pause_ns, pause);
+	if (pause > atomic_load(&R->worst_pause_ns))
+		atomic_store(&R->worst_pause_ns, pause);
+	return 0;
+}
+
+void wfs_takeover_told_ino(uint64_t ino)
+{
+	uint64_t seen;
+
+	if (!R)
+		return;
+	seen = atomic_load_explicit(&R->ino_told, memory_order_relaxed);
+	while (ino > seen && !atomic_compare_exchange_weak(&R->ino_told, &seen, ino))
+		;
+}
+
+uint64_t wfs_takeover_ino_floor(void)
+{
+	return R ? atomic_load(&R->ino_told) : 0;
+}
+
+int wfs_takeover_backing_inherited(int fd)
+{
+	struct stat st;
+	int id = 0;
+
+	if (!R || ninh == 0 || fstat(fd, &st) < 0)
+		return 0;
+	pthread_mutex_lock(&R->lock);
+	for (size_t i = 0; i < ninh; i++)
+		if (inh[i].dev == (uint64_t)st.st_dev && inh[i].ino == (uint64_t)st.st_ino) {
+			inh[i].users++;
+			id = inh[i].id;
+			break;
+		}
+	pthread_mutex_unlock(&R->lock);
+	return id;
+}
+
+void wfs_takeover_backing_opened(int id, int fd)
+{
+	struct stat st;
+
+	if (!R || fstat(fd, &st) < 0)
+		return;
+	pthread_mutex_lock(&R->lock);
+	id_put(id, (uint64_t)st.st_dev, (uint64_t)st.st_ino);
+	pthread_mutex_unlock(&R->lock);
+}
+
+/* R->lock held: forget inherited entry @i, and release its id when nothing uses it. */
+static void inherited_settle(size_t i)
+{
+	if (inh[i].stale || inh[i].users)
+		return;
+	backing_release(inh[i].id);
+	id_drop(inh[i].id);
+	inh[i] = inh[--ninh];
+}
+
+bool wfs_takeover_backing_keep(int id)
+{
+	if (!R)
+		return false;
+	pthread_mutex_lock(&R->lock);
+	for (size_t i = 0; i < ninh; i++)
+		if (inh[i].id == id) {
+			bool keep;
+
+			if (inh[i].users)
+				inh[i].users--;
+			keep = inh[i].stale > 0 || inh[i].users > 0;
+			if (!keep) {
+				id_drop(id);
+				inh[i] = inh[--ninh]; /* the caller releases it */
+			}
+			pthread_mutex_unlock(&R->lock);
+			return keep;
+		}
+	id_drop(id);
+	pthread_mutex_unlock(&R->lock);
+	return false;
+}
+
+void wfs_takeover_handle_opened(uint64_t fh, int id)
+{
+	if (!R || id <= 0)
+		return;
+	pthread_mutex_lock(&R->lock);
+	if (!handle_put(fh, id) && atomic_fetch_add(&R->handles_dropped, 1) == 0)
+		wfs_log(WFS_LOG_WARN, "takeover: more than %u passthrough handles open: a successor may keep "
+			"backing ids registered until unmount", HANDLES_CAP / 4 * 3);
+	pthread_mutex_unlock(&R->lock);
+}
+
+void wfs_takeover_handle_released(uint64_t fh)
+{
+	int id;
+
+	if (!R)
+		return;
+	pthread_mutex_lock(&R->lock);
+	id = handle_take(fh);
+	if (id > 0 && (fh & ~FH_PTR_MASK) != fh_tag) {
+		for (size_t i = 0; i < ninh; i++)
+			if (inh[i].id == id) {
+				if (inh[i].stale)
+					inh[i].stale--;
+				inherited_settle(i);
+				break;
+			}
+	}
+	pthread_mutex_unlock(&R->lock);
+}
+
+void wfs_takeover_info(struct wfs_takeover_info *out)
+{
+	*out = (struct wfs_takeover_info){.server_pid = getpid(), .epoch = 1};
+	if (!R)
+		return;
+	out->holder_pid = atomic_load(&R->holder_pid);
+	out->takeovers = atomic_load(&R->takeovers);
+	out->epoch = atomic_load(&R->epoch);
+	out->last_pause_ms = (double)atomic_load(&R->last_pause_ns) / 1e6;
+	out->worst_pause_ms = (double)atomic_load(&R->worst_pause_ns) / 1e6;
+	pthread_mutex_lock(&R->lock);
+	out->backing_inherited = ninh;
+	pthread_mutex_unlock(&R->lock);
+}

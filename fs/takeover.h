@@ -1,0 +1,148 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * takeover — what a server leaves for its successor on the same FUSE connection, and how the
+ * successor takes the connection over (docs/design.md, "Takeover").
+ *
+ * With -o holder, the process that mounted keeps the /dev/fuse descriptor and forks the server
+ * (holder.h); when a server dies, it forks the next one, which takes the connection over. The
+ * kernel sends INIT once per connection and libfuse answers EIO to every request before an INIT,
+ * and several things the kernel holds were told by the dead server. So, in a region of memory that
+ * the holder maps (a memfd, MAP_SHARED) before its first fork and every server inherits:
+ *   1. the first server saves the INIT request and its reply as read from and written to /dev/fuse
+ *      (wfs_takeover_note_read(), wfs_takeover_note_write(), called by receive.c; the reply is
+ *      saved before it is written);
+ *   2. a successor replays that INIT through libfuse (wfs_takeover_replay()), swallows libfuse's
+ *      reply and checks that it is, byte for byte, the one the kernel got (the kernel keeps the
+ *      first reply's settings: a different one is refused), then sends FUSE_NOTIFY_RESEND, so the
+ *      requests the dead server had read and not answered come again, their unique marked
+ *      FUSE_UNIQUE_RESEND (wfs_receive_resent());
+ *   3. each server has an epoch (1, 2, ...), carried in the top 16 bits of every file handle (fh)
+ *      it gives the kernel: a handle of a dead server is recognised (wfs_takeover_fh_handle()
+ *      returns NULL for it) and never dereferenced; bit 0 says whether it was opened for writing;
+ *   4. passthrough backing ids belong to the connection, not to a server: each server records the
+ *      ids it registers (with the st_dev and st_ino of the registered file) and which handle uses
+ *      which id. A successor answers an open of the same file with the same id (the kernel refuses
+ *      a second backing file for an inode that still has passthrough opens: EBUSY in
+ *      fs/fuse/iomode.c, EIO to the caller), and releases an inherited id once the last handle of
+ *      any server that used it is released and it uses it no more itself;
+ *   5. the highest inode number any server told the kernel (wfs_takeover_told_ino()), so that a
+ *      successor never gives a new inode a number the kernel may hold (wfs_catalog_takeover()).
+ * Nothing here is on the data path: passthrough reads and writes never reach the daemon; a request
+ * costs one relaxed atomic load more in receive.c, a passthrough open and its release one entry in a
+ * hash table under a mutex of its own.
+ *
+ * Without -o holder no region exists: every function is a cheap no-op, handles carry epoch 1.
+ * Thread-safety: all functions may be called from any thread of a server once
+ * wfs_takeover_server_start() returned. Lock order: fs->lock before this module's lock.
+ */
+#ifndef WFS_TAKEOVER_H
+#define WFS_TAKEOVER_H
+
+#ifndef FUSE_USE_VERSION
+#define FUSE_USE_VERSION 317 /* as fs/ops.h */
+#endif
+#include <fuse_lowlevel.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+/* A successor that cannot take the connection over exits with this status (holder.c gives up). */
+#define WFS_TAKEOVER_REFUSED 75
+
+/*
+ * Holder: map the shared region (a memfd of about 1.2 MiB; MAP_SHARED, so forks share it). Call
+ * once, before the first fork, in the process that mounted. Returns 0, or -errno of memfd_create(2),
+ * ftruncate(2) or mmap(2) (the mount then has no holder).
+ */
+int wfs_takeover_create(pid_t holder_pid);
+/* Is the region mapped (this process runs under a holder)? */
+bool wfs_takeover_on(void);
+
+/*
+ * Holder: a server died (reaped at CLOCK_MONOTONIC @died_ns); the next one forked is its successor.
+ * Returns whether the connection can be taken over: false when the dead server never saved an INIT
+ * reply (it died before the kernel's INIT was answered).
+ */
+bool wfs_takeover_server_died(uint64_t died_ns);
+
+/*
+ * A server starts (in the forked process, before any thread): takes the next epoch and records its
+ * pid. A successor (wfs_takeover_successor()) rebuilds the tables the dead server may have left
+ * half-written and inherits its backing ids. @devfd: the session's /dev/fuse descriptor (backing
+ * ids are released through it).
+ */
+void wfs_takeover_server_start(int devfd);
+/* Is this server a successor (another served the connection before it)? */
+bool wfs_takeover_successor(void);
+
+/*
+ * Successor, after receive.c's custom io is installed and before the session loop: replay the saved
+ * INIT through @se, check libfuse's reply against the saved one, and ask the kernel to resend what
+ * the dead server had read. Returns 0; -EPROTO when the replies differ (logged with both: this
+ * build or its options would not serve the connection the kernel set up), -ENODATA when no INIT
+ * was saved, -errno of fuse_session_process_buf. A kernel without FUSE_NOTIFY_RESEND (before Linux
+ * 6.9) is not an error: logged, with what callers in flight see.
+ */
+int wfs_takeover_replay(struct fuse_session *se);
+
+/*
+ * The store a server serves is the one the connection was set up for: the first server records
+ * the catalog file at @catalog_path (st_dev, st_ino), a successor compares. Returns 0, or -ESTALE
+ * (logged: another file is there now, or none) or -errno of stat(2). 0 without a holder.
+ */
+int wfs_takeover_check_store(const char *catalog_path);
+
+/* Set while receive.c must show this module what it reads and writes (INIT capture or replay). */
+extern atomic_bool wfs_takeover_watching;
+/* receive.c: @n bytes read from /dev/fuse into @buf (a request). */
+void wfs_takeover_note_read(const void *buf, size_t n);
+/*
+ * receive.c: a reply about to be written (@iov, @count entries). Returns true when it must not be
+ * written (the reply to a replayed INIT), with the bytes it pretends to write in *@len.
+ */
+bool wfs_takeover_note_write(const struct iovec *iov, int count, ssize_t *len);
+
+/* The fh for handle @h (16-byte aligned, below 2^47), @writable: opened for writing. */
+uint64_t wfs_takeover_fh(const void *h, bool writable);
+/* The handle in @fh, or NULL when a dead server made it (stale). */
+void *wfs_takeover_fh_handle(uint64_t fh);
+/* Was handle @fh opened for writing (any epoch)? */
+bool wfs_takeover_fh_writable(uint64_t fh);
+
+/* ops.c: the kernel was told inode @ino (an entry reply). One atomic max. */
+void wfs_takeover_told_ino(uint64_t ino);
+/* Successor: the highest inode number a server before it told the kernel, 0 if none. */
+uint64_t wfs_takeover_ino_floor(void);
+
+/*
+ * Backing ids (ops.c's struct wfs_kernel callbacks). wfs_takeover_backing_inherited: an id a dead
+ * server registered for the file open as @fd (same st_dev and st_ino), now used by this server too,
+ * or 0. wfs_takeover_backing_opened: this server registered @id for @fd. wfs_takeover_backing_keep:
+ * this server is done with @id; true when it must stay registered (handles of a dead server still
+ * use it), else the caller releases it.
+ */
+int wfs_takeover_backing_inherited(int fd);
+void wfs_takeover_backing_opened(int id, int fd);
+bool wfs_takeover_backing_keep(int id);
+/*
+ * Handles: @fh was answered with backing id @id (before the reply is sent), and @fh was released
+ * (any epoch; for a dead server's handle, the id it used is released once nothing uses it).
+ */
+void wfs_takeover_handle_opened(uint64_t fh, int id);
+void wfs_takeover_handle_released(uint64_t fh);
+
+/* What user.weightfs.stats shows. */
+struct wfs_takeover_info {
+	pid_t holder_pid;        /* 0 without -o holder */
+	pid_t server_pid;        /* this process */
+	uint64_t takeovers;      /* successors started on this mount so far */
+	uint32_t epoch;          /* this server's (1: the first) */
+	double last_pause_ms;    /* from the holder reaping the dead server to the resend request */
+	double worst_pause_ms;
+	uint64_t backing_inherited; /* backing ids of dead servers still registered */
+};
+void wfs_takeover_info(struct wfs_takeover_info *out);
+
+#endif
