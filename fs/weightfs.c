@@ -724,6 +724,17 @@ int main(int argc, char *argv[])
 		wfs_log_take_stderr(); /* an assertion's message, libfuse's and SQLite's, into the log */
 	wfs_log_crash_handlers();
 	wfs_log_reopen_on(SIGUSR1); /* logrotate: weightfs.8 */
+	{
+		/* Each file being written through passthrough holds two descriptors of its version's
+		 * file (openmode.h): as many as the hard limit allows, as servers do. */
+		struct rlimit rl;
+
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+			rl.rlim_cur = rl.rlim_max;
+			if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+				wfs_log(WFS_LOG_WARN, "RLIMIT_NOFILE stays at its soft limit: %s", strerror(errno));
+		}
+	}
 	wfs_log(WFS_LOG_INFO, "%s mounted on %s (pid %d)", fs.opt.store, cmd.mountpoint, (int)getpid());
 	if (fs.opt.holder && cmd.clone_fd) {
 		wfs_log(WFS_LOG_WARN, "-o clone_fd is not used with -o holder: a dead server's cloned "
