@@ -2567,6 +2567,15 @@ int wfs_catalog_prefixed_paths(struct wfs_catalog *c, const char *prefix, wfs_ca
 			   prefix, (int)strlen(prefix), fn, ctx);
 }
 
+int wfs_catalog_unsealed_paths(struct wfs_catalog *c, wfs_catalog_path_fn fn, void *ctx)
+{
+	char mode[48];
+
+	/* A regular file without a digest (?1 unused: paths_where binds one). */
+	snprintf(mode, sizeof(mode), "(i.mode & %d) = %d AND i.digest IS NULL", S_IFMT, S_IFREG);
+	return paths_where(c, mode, "", 0, fn, ctx);
+}
+
 int wfs_catalog_retain_get(struct wfs_catalog *c, uint64_t *bytes)
 {
 	sqlite3_stmt *s;

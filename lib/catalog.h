@@ -345,6 +345,9 @@ int wfs_catalog_object_paths(struct wfs_catalog *c, const struct wfs_digest *d, 
 /* Every name that starts with @prefix (compared bytewise, e.g. WFS_TMP_PREFIX), in any directory.
  * Returns 0, @fn's value, or -errno. */
 int wfs_catalog_prefixed_paths(struct wfs_catalog *c, const char *prefix, wfs_catalog_path_fn fn, void *ctx);
+/* Every name of a regular file that was never sealed (no digest): being written, or a seal that
+ * failed after close(2) returned (its reads are EIO). Returns 0, @fn's value, or -errno. */
+int wfs_catalog_unsealed_paths(struct wfs_catalog *c, wfs_catalog_path_fn fn, void *ctx);
 
 /* One row of the objects table. */
 struct wfs_object_row {

@@ -23,7 +23,7 @@ static const char *const kind_names[WFS_FSCK_KINDS] = {
 	[WFS_FSCK_CORRUPT] = "corrupt",   [WFS_FSCK_MISSING] = "missing", [WFS_FSCK_ORPHAN] = "orphan",
 	[WFS_FSCK_STRAY] = "stray",       [WFS_FSCK_MODE] = "mode",       [WFS_FSCK_CATALOG] = "catalog",
 	[WFS_FSCK_TMP] = "tmp",           [WFS_FSCK_QUARANTINED] = "quarantined",
-	[WFS_FSCK_UNCLEAN] = "unclean",   [WFS_FSCK_TMPNAME] = "tmpname",
+	[WFS_FSCK_UNCLEAN] = "unclean",   [WFS_FSCK_TMPNAME] = "tmpname", [WFS_FSCK_UNSEALED] = "unsealed",
 };
 
 /* What a damaged catalog means, the start of its finding (docs/integrity.md, "A damaged catalog"). */
@@ -39,7 +39,7 @@ uint64_t wfs_fsck_unrepaired(const struct wfs_fsck_report *r)
 	uint64_t n = 0;
 
 	for (int k = 0; k < WFS_FSCK_KINDS; k++)
-		if (k != WFS_FSCK_QUARANTINED)
+		if (k != WFS_FSCK_QUARANTINED && !(k == WFS_FSCK_UNSEALED && r->online))
 			n += r->found[k] - r->repaired[k];
 	return n;
 }
@@ -618,6 +618,33 @@ static int check_tmpnames(struct fsck *f)
 	return ret;
 }
 
+/*
+ * Regular files never sealed (wfs_catalog_unsealed_paths). Offline, a seal that failed after
+ * close(2) returned left them (they read EIO): repair removes their names, as the next mount's
+ * recovery would. Online, files being written are among them: told, never repaired.
+ */
+static int check_unsealed(struct fsck *f)
+{
+	struct tmpnames l = {0};
+	int ret = wfs_catalog_unsealed_paths(f->catalog, add_tmpname, &l);
+
+	for (size_t i = 0; ret == 0 && i < l.n; i++) {
+		bool repaired = f->opt->repair &&
+				wfs_catalog_unlink_unsealed(f->catalog, l.v[i].ino, false, NULL, NULL) == 0;
+
+		finding(f, WFS_FSCK_UNSEALED, l.v[i].path,
+			f->report->online ? "never sealed: being written, or its seal failed after close(2) returned "
+					    "(then it reads EIO until written again)"
+					  : "never sealed: its seal failed after close(2) returned, it reads EIO "
+					    "(the next mount removes it)",
+			repaired);
+	}
+	for (size_t i = 0; i < l.n; i++)
+		free(l.v[i].path);
+	free(l.v);
+	return ret;
+}
+
 /* 1 when a daemon holds STORE/lock, 0 when not, or -errno. */
 static int store_locked(const char *path)
 {
@@ -711,6 +738,8 @@ int wfs_fsck(const char *path, const struct wfs_fsck_options *opt, struct wfs_fs
 	check_dir(&f, WFS_STORE_QUARANTINE, WFS_FSCK_QUARANTINED);
 	if (!report->online && !report->catalog_damaged)
 		ret = check_tmpnames(&f);
+	if (ret == 0 && !report->catalog_damaged)
+		ret = check_unsealed(&f);
 out:
 	free(f.row_seen);
 	free(f.rows);

@@ -19,6 +19,10 @@
  *   tmpname      a temporary name of the tensor-file protocol (WFS_TMP_PREFIX, lib/tensorfile.h)
  *                left in the namespace by a writer that never renamed it into place (offline only)
  *                → removed
+ *   unsealed     a regular file never sealed: its seal failed after close(2) returned (a file
+ *                written through passthrough is sealed at its release), so it reads EIO → removed
+ *                (the next mount's recovery does the same). Online also every file being written:
+ *                reported, not counted as a problem (wfs_fsck_unrepaired())
  *
  * Every finding about an object whose names fail (corrupt, missing, quarantined) comes with the
  * paths of the names that use it, so an operator knows what to write again.
@@ -55,6 +59,7 @@ enum wfs_fsck_kind {
 	WFS_FSCK_QUARANTINED,
 	WFS_FSCK_UNCLEAN,
 	WFS_FSCK_TMPNAME,
+	WFS_FSCK_UNSEALED,
 	WFS_FSCK_KINDS
 };
 

@@ -1547,6 +1547,24 @@ START_TEST(dedup_verify_bytes)
 	ck_assert_int_eq(mu_write_file(mu_path("second"), a, len), -EIO);
 	ck_assert_int_eq(mu_log_count("same digest, different bytes"), 1);
 	ck_assert_int_eq(getxattr(mu_path("second"), "user.weightfs.digest", NULL, 0), -1);
+	if (mu_kernel_writes()) {
+		/* Sealed at the release, after close(2) returned 0: the name stays, reading EIO, and an
+		 * online fsck names it. */
+		char cmd[600], out[4096];
+		const char *build = getenv("WFS_BUILD") ? getenv("WFS_BUILD") : "build";
+		FILE *p;
+		size_t n;
+
+		ck_assert_int_eq(open(mu_path("second"), O_RDONLY), -1);
+		ck_assert_int_eq(errno, EIO);
+		snprintf(cmd, sizeof(cmd), "%s/weightfsctl fsck %s 2>&1", build, mu.mnt);
+		p = popen(cmd, "r");
+		ck_assert_ptr_nonnull(p);
+		n = fread(out, 1, sizeof(out) - 1, p);
+		out[n] = '\0';
+		pclose(p);
+		ck_assert_msg(strstr(out, "unsealed    /second: never sealed") != NULL, "fsck said: %s", out);
+	}
 	ck_assert_int_eq(mu_write_file(mu_path("third"), "other", 5), 0); /* everything else works */
 	free(a);
 }

@@ -152,7 +152,7 @@ int wfs_ctl_fsck(int argc, char **argv)
 		if (!r.online && !r.unclean)
 			printf("%-11s %s: closed by its last owner\n", "clean", "lock");
 		for (int k = 0; k < WFS_FSCK_KINDS; k++) {
-			if (k == WFS_FSCK_QUARANTINED)
+			if (k == WFS_FSCK_QUARANTINED || (k == WFS_FSCK_UNSEALED && r.online))
 				continue;
 			found += r.found[k];
 			fixed += r.repaired[k];
@@ -163,6 +163,9 @@ int wfs_ctl_fsck(int argc, char **argv)
 		       (unsigned long long)left);
 		if (r.found[WFS_FSCK_QUARANTINED])
 			printf("; %llu in quarantine", (unsigned long long)r.found[WFS_FSCK_QUARANTINED]);
+		if (r.online && r.found[WFS_FSCK_UNSEALED])
+			printf("; %llu unsealed (being written, or failed after close)",
+			       (unsigned long long)r.found[WFS_FSCK_UNSEALED]);
 		printf("\n");
 	}
 	return left ? 1 : 0;
