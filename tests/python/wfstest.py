@@ -10,16 +10,37 @@
 A check passes when its function returns; it fails on any exception (the first line of the message is
 printed). A check that cannot run (a missing tool, no torch) fails: nothing is ever counted as passed
 without having run.
+
+Beside it, what the tests share: mount and umount a store, the store's objects, xxhsum, and the page
+cache (drop it, measure it).
 """
 
 import os
 import subprocess
 import sys
+import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "lib", "python"))
+
+
+def mount(build, store, mnt, opts=()):
+    """Mount STORE on MNT with BUILD's weightfs, -o nosync plus OPTS (a list of options)."""
+    os.makedirs(store, exist_ok=True)
+    os.makedirs(mnt, exist_ok=True)
+    subprocess.run([os.path.join(build, "weightfs"), store, mnt, "-o", ",".join(["nosync"] + list(opts))],
+                   check=True)
+
+
+def umount(mnt):
+    subprocess.run(["fusermount3", "-u", mnt], check=True)
+    for _ in range(100):  # the daemon lets go of the store lock as it exits
+        if not os.path.ismount(mnt):
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)
 
 
 class Tests:
