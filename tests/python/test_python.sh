@@ -7,7 +7,8 @@
 #                                                       mount: names, tables, pip install), test_package.py
 #                                                       around a remount
 #   test_python.sh BUILD_DIR multirank [-o MOUNT_OPTS]   4 ranks on real weights: test_multirank.py
-#   test_python.sh BUILD_DIR direct [-o MOUNT_OPTS]      the direct path: test_direct.py (mounts itself)
+#   test_python.sh BUILD_DIR direct [-o MOUNT_OPTS]      the direct path: test_direct.py (mounts itself,
+#                                                       MOUNT_OPTS as its --mount-opts)
 #
 # Each mounts a fresh store, runs the script's --phase first, unmounts, mounts the same store again (a
 # new daemon, as after a trainer restart) and runs the second phase (package: remount; multirank:
@@ -38,9 +39,10 @@ what=$2
 shift 2
 case $what in package | multirank | direct) ;; *) usage ;; esac
 opts=()
+mount_opts= # the -o values, comma-separated (test_direct.py's --mount-opts)
 while [ $# -gt 0 ]; do
 	case $1 in
-	-o) [ $# -ge 2 ] || usage; opts+=(-o "$2"); shift ;;
+	-o) [ $# -ge 2 ] || usage; opts+=(-o "$2"); mount_opts+=${mount_opts:+,}$2; shift ;;
 	*) usage ;;
 	esac
 	shift
@@ -107,10 +109,9 @@ export PYTHONPATH=$repo/lib/python${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONDONTWRITEBYTECODE=1
 
 if [ "$what" = direct ]; then # mounts and remounts by itself (allow_other, nobody, damage)
-	out=$(mktemp)
-	"$py" "$here/test_direct.py" --build "$build" "${opts[@]}" 2>&1 | tee "$out" || true
-	count "$out" "test_direct.py"
-	rm -f "$out"
+	mode=auto
+	case ,$mount_opts, in *,passthrough=off,*) mode=off ;; esac
+	pytest "${label}[$mode]" test_direct.py --mount-opts="$mount_opts"
 	finish
 fi
 
