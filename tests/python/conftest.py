@@ -49,6 +49,10 @@ def pytest_addoption(parser):
     g.addoption("--mount-opts", action="append", default=[],
                 help="mount options (comma-separated) of the stores the tests mount themselves")
     g.addoption("--label", default="python", help="label of the closing count line")
+    g.addoption("--models", default="blazeface,blazeface-back,nanodet,faceres-deep,movenet-thunder",
+                help="test_multirank.py: the real-weights models, comma-separated, or 'all'")
+    g.addoption("--ranks", type=int, default=4, help="test_multirank.py: trainer ranks")
+    g.addoption("--package", help="test_multirank.py: unpacked weights package (default: fetch-weights')")
 
 
 def pytest_configure(config):
