@@ -10,6 +10,9 @@ fresh store of --build (default: the repository's build/) in a temporary directo
     python3 -m pytest tests/python/test_package.py -k digest
     python3 -m pytest tests/python/test_names.py::test_dtypes_the_library_s_table_entry_by_entry_and_in_order
 
+test_direct.py mounts its own store (allow_other, remounts, a damaged object) with --mount-opts;
+test_gpu.py is skipped where torch sees no CUDA device.
+
 Phases: a test marked @pytest.mark.phase("remount") checks what an earlier phase left in the store
 and runs only with --phase remount (its state file, --state, comes from --phase first); the others
 run with --phase first, the default. Tests of the other phase are deselected, not skipped.

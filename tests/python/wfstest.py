@@ -1,25 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A minimal test runner for the Python tests: named checks, one line each, and a closing count.
+"""Helpers the Python tests share (conftest.py, the test_*.py modules, tests/bench): mounting a
+store, the store's objects, xxhsum, and the page cache (drop it, measure it).
 
-    t = Tests("package")
-    @t.check("digest: equals xxhsum -H2")
-    def _():
-        assert ...
-    sys.exit(t.finish())      # prints "package: N passed, N failed"; 0 only when nothing failed
-
-A check passes when its function returns; it fails on any exception (the first line of the message is
-printed). A check that cannot run (a missing tool, no torch) fails: nothing is ever counted as passed
-without having run.
-
-Beside it, what the tests share: mount and umount a store, the store's objects, xxhsum, and the page
-cache (drop it, measure it).
+The tests themselves are pytest modules; conftest.py holds their fixtures and the closing count.
 """
 
 import os
 import subprocess
 import sys
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -41,43 +30,6 @@ def umount(mnt):
             break
         time.sleep(0.05)
     time.sleep(0.3)
-
-
-class Tests:
-    def __init__(self, label):
-        self.label = label
-        self.passed = 0
-        self.failed = 0
-
-    def run(self, name, fn, *args):
-        try:
-            fn(*args)
-        except BaseException as e:  # noqa: B036 - a test failure of any kind is a failure
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            self.failed += 1
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            print(f"FAIL  {name}: {type(e).__name__}{': ' + msg if msg else ''}", flush=True)
-            if os.environ.get("WFS_TEST_VERBOSE"):
-                traceback.print_exc()
-            return False
-        self.passed += 1
-        print(f"ok    {name}", flush=True)
-        return True
-
-    def check(self, name):
-        def deco(fn):
-            self.run(name, fn)
-            return fn
-        return deco
-
-    def fail(self, name, why):
-        self.failed += 1
-        print(f"FAIL  {name}: {why}", flush=True)
-
-    def finish(self):
-        print(f"{self.label}: {self.passed} passed, {self.failed} failed", flush=True)
-        return 0 if self.failed == 0 else 1
 
 
 def objects(store):
