@@ -3,7 +3,8 @@
 # weightfsctl cache drop|load|status and stat --prometheus on a real mount (root only: FUSE, and the
 # store's object files). The eviction check is the system-level one: after reading N MiB and a drop,
 # MemFree rises by at least 0.95 x N within a second. Prints one ok/FAIL/skip line per check and
-# closes with "cache: N passed, N failed".
+# closes with "cache: N passed, N failed, N skipped" (tests/python/test_cache.py's tests counted
+# one by one).
 #   usage: tests/cli/test_cache.sh BUILD_DIR       (WFS_CACHE_MIB: N, default 256)
 set -uo pipefail
 
@@ -36,7 +37,7 @@ trap 'exit 130' INT TERM
 . "$here/../lib/mount.sh" # wfs_mount, wfs_umount
 
 summary() {
-	echo "cache: $passed passed, $failed failed"
+	echo "cache: $passed passed, $failed failed, $skipped skipped"
 	[ "$failed" -eq 0 ]
 	exit $?
 }
@@ -190,19 +191,39 @@ else
 fi
 
 # ---- the Python package (no torch needed) --------------------------------------------------------
-# A plain python3 cannot load a sanitizer build of the library: use the plain build beside it, as
+# tests/python/test_cache.py under pytest on this mount: each of its tests is counted here. A plain
+# python3 cannot load a sanitizer build of the library: use the plain build beside it, as
 # tests/python/test_python.sh does.
 pylib=$B/libweightfs.so
 if nm -D "$pylib" 2>/dev/null | grep ' __asan_init' >/dev/null; then
 	pylib=$here/../../build/libweightfs.so
 fi
-PYTHONPATH=$here/../../lib/python WEIGHTFS_LIB=$pylib "$py" "$here/../python/test_cache.py" "$MNT" \
-	>"$work/py.out" 2>&1
-pyline=$(tail -n 1 "$work/py.out")
-if grep -Eq '^python-cache: [0-9]+ passed, 0 failed$' <<<"$pyline"; then
-	ok "python: evict, prefetch, residency, FrozenOffload ($pyline)"
+pytest_py=
+for cand in ${WFS_PYTHON:-} python3 /usr/bin/python3; do
+	if command -v "$cand" >/dev/null && "$cand" -c 'import pytest' 2>/dev/null; then
+		pytest_py=$cand
+		break
+	fi
+done
+if [ -z "$pytest_py" ]; then
+	fail "python: tests/python/test_cache.py: no python3 with pytest (install python3-pytest: .ci/setup-debian)"
 else
-	fail "python: tests/python/test_cache.py" "$(cat "$work/py.out")"
+	PYTHONPATH=$here/../../lib/python WEIGHTFS_LIB=$pylib PYTHONDONTWRITEBYTECODE=1 "$pytest_py" -m pytest \
+		"$here/../python/test_cache.py" -p no:cacheprovider -v -rfEs --tb=short --label=python-cache \
+		--build="$B" --mnt="$MNT" >"$work/py.out" 2>&1
+	# One line per test as the checks above print theirs; the counts come from the closing line.
+	sed -nE 's/^.*::(test_[^ ]+) (PASSED|FAILED|SKIPPED|ERROR).*/\2 python: \1/p' "$work/py.out" |
+		sed -E 's/^PASSED /ok   /; s/^(FAILED|ERROR) /FAIL /; s/^SKIPPED /skip /'
+	pyline=$(grep -E '^python-cache: [0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$work/py.out" | tail -n 1)
+	if [[ $pyline =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed,\ ([0-9]+)\ skipped ]] &&
+		[ $((BASH_REMATCH[1] + BASH_REMATCH[2] + BASH_REMATCH[3])) -gt 0 ]; then
+		passed=$((passed + BASH_REMATCH[1]))
+		failed=$((failed + BASH_REMATCH[2]))
+		skipped=$((skipped + BASH_REMATCH[3]))
+		[ "${BASH_REMATCH[2]}" -eq 0 ] || sed 's/^/       /' "$work/py.out"
+	else
+		fail "python: tests/python/test_cache.py ran no test or printed no closing line" "$(cat "$work/py.out")"
+	fi
 fi
 
 # ---- the original failure, reproduced small ---------------------------------------------------------

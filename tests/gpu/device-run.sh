@@ -9,7 +9,7 @@
 #                                        compare it with its file
 # Prints results and closes with "gpu: N passed, N failed" (each step is one check: a failing step is
 # reported and the next one runs). Writes nothing outside /tmp/wfs-gpu. What the machine lacks travels
-# in build/carry/ (tests/gpu/carry.sh makes it: shared libraries and xxhsum; carry build/ there).
+# in build/carry/ (tests/gpu/carry.sh makes it: shared libraries, xxhsum, pytest; carry build/ there).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 export LD_LIBRARY_PATH=$PWD/build/carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -77,7 +77,10 @@ bench)
 	done
 	echo "== the Python package's CUDA paths (plain directory and the mount)"
 	mkdir -p "$work/plain"
-	step test_gpu.py env WEIGHTFS_LIB="$PWD/build/libweightfs.so" PYTHONPATH="$PWD/lib/python" \
+	# A pytest module run as a script: it fails when a test failed or was skipped (no usable GPU).
+	pypath=$PWD/lib/python
+	python3 -c 'import pytest' 2>/dev/null || pypath+=:$PWD/build/carry/python # carry.sh's pytest
+	step test_gpu.py env WEIGHTFS_LIB="$PWD/build/libweightfs.so" PYTHONPATH="$pypath" \
 		python3 tests/python/test_gpu.py --plain "$work/plain" --mnt "$mnt"
 	echo "== torch: from_file(...).to('cuda') vs weightfs.backload, file on the mount"
 	step bench_stage bench_stage "$mnt/big.bin"

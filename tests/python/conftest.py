@@ -10,21 +10,23 @@ fresh store of --build (default: the repository's build/) in a temporary directo
     python3 -m pytest tests/python/test_package.py -k digest
     python3 -m pytest tests/python/test_names.py::test_dtypes_the_library_s_table_entry_by_entry_and_in_order
 
+test_direct.py mounts its own store (allow_other, remounts, a damaged object) with --mount-opts;
+test_gpu.py is skipped where torch sees no CUDA device.
+
 Phases: a test marked @pytest.mark.phase("remount") checks what an earlier phase left in the store
 and runs only with --phase remount (its state file, --state, comes from --phase first); the others
 run with --phase first, the default. Tests of the other phase are deselected, not skipped.
 
-The run ends with one line, "LABEL: N passed, N failed, N skipped" (--label, default python), which
-tests/run-tests adds up: errors in set-up or collection count as failed, skips as skipped, never as
-passed.
+What a test measured (seconds, page-cache growth) it reports with the `note` fixture; the notes are
+printed after the tests, before the closing count. The run ends with one line, "LABEL: N passed,
+N failed, N skipped" (--label, default python), which tests/run-tests adds up: errors in set-up or
+collection count as failed, skips as skipped, never as passed.
 """
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
@@ -36,6 +38,8 @@ sys.path.insert(0, os.path.join(REPO, "lib", "python"))
 os.environ["PYTHONPATH"] = os.pathsep.join([os.path.join(REPO, "lib", "python")] +
                                            ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
 
+import wfstest  # noqa: E402
+
 
 def pytest_addoption(parser):
     g = parser.getgroup("weightfs")
@@ -45,7 +49,13 @@ def pytest_addoption(parser):
     g.addoption("--plain", help="a plain directory (no weightfs) for the fallbacks")
     g.addoption("--state", help="file the first phase writes and the remount phase reads")
     g.addoption("--phase", default="first", choices=["first", "remount"], help="which phase's tests run")
+    g.addoption("--mount-opts", action="append", default=[],
+                help="mount options (comma-separated) of the stores the tests mount themselves")
     g.addoption("--label", default="python", help="label of the closing count line")
+    g.addoption("--models", default="blazeface,blazeface-back,nanodet,faceres-deep,movenet-thunder",
+                help="test_multirank.py: the real-weights models, comma-separated, or 'all'")
+    g.addoption("--ranks", type=int, default=4, help="test_multirank.py: trainer ranks")
+    g.addoption("--package", help="test_multirank.py: unpacked weights package (default: fetch-weights')")
 
 
 def pytest_configure(config):
@@ -68,6 +78,15 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_terminal_summary(terminalreporter):
     st = terminalreporter.stats
+    notes = []
+    for rep in st.get("passed", []) + st.get("failed", []) + st.get("error", []):
+        for key, text in getattr(rep, "user_properties", []):
+            if key == "note" and (rep.nodeid, text) not in notes:
+                notes.append((rep.nodeid, text))
+    if notes:
+        terminalreporter.write_sep("-", "notes")
+        for nodeid, text in notes:
+            terminalreporter.write_line(f"# {nodeid.rsplit('::', 1)[-1]}: {text}")
     passed = len(st.get("passed", []))
     failed = len(st.get("failed", [])) + len(st.get("error", []))
     skipped = len(st.get("skipped", []))
@@ -75,22 +94,13 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(f"{label}: {passed} passed, {failed} failed, {skipped} skipped")
 
 
+@pytest.fixture
+def note(request):
+    """note(text): what the test measured, printed in the notes before the closing count."""
+    return lambda text: request.node.user_properties.append(("note", text))
+
+
 # ---- the mount ----------------------------------------------------------------------------------
-
-def _mount(build, store, mnt):
-    os.makedirs(store, exist_ok=True)
-    os.makedirs(mnt, exist_ok=True)
-    subprocess.run([os.path.join(build, "weightfs"), store, mnt, "-o", "nosync"], check=True)
-
-
-def _umount(mnt):
-    subprocess.run(["fusermount3", "-u", mnt], check=True)
-    for _ in range(100):  # the daemon lets go of the store lock as it exits
-        if not os.path.ismount(mnt):
-            break
-        time.sleep(0.05)
-    time.sleep(0.3)
-
 
 @pytest.fixture(scope="session")
 def build(pytestconfig):
@@ -100,21 +110,29 @@ def build(pytestconfig):
 
 
 @pytest.fixture(scope="session")
-def mount(pytestconfig, build):
-    """(mount point, store): --mnt and --store as given, else a fresh store mounted for the session."""
+def mount_opts(pytestconfig):
+    """--mount-opts as a list of options."""
+    return [o for arg in pytestconfig.getoption("--mount-opts") for o in arg.split(",") if o]
+
+
+@pytest.fixture(scope="session")
+def mount(pytestconfig, build, mount_opts):
+    """(mount point, store): --mnt and --store as given (store None without --store), else a fresh
+    store mounted with --mount-opts for the session."""
     mnt = pytestconfig.getoption("--mnt")
     if mnt:
-        yield os.path.abspath(mnt), os.path.abspath(pytestconfig.getoption("--store") or "")
+        store = pytestconfig.getoption("--store")
+        yield os.path.abspath(mnt), os.path.abspath(store) if store else None
         return
     if not os.access(os.path.join(build, "weightfs"), os.X_OK):
         pytest.fail(f"{build}/weightfs is missing: run make, or pass --mnt")
     work = tempfile.mkdtemp(prefix="wfs-pytest.")
     store, mnt = os.path.join(work, "store"), os.path.join(work, "mnt")
-    _mount(build, store, mnt)
+    wfstest.mount(build, store, mnt, mount_opts)
     try:
         yield mnt, store
     finally:
-        _umount(mnt)
+        wfstest.umount(mnt)
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -125,6 +143,8 @@ def mnt(mount):
 
 @pytest.fixture(scope="session")
 def store(mount):
+    if mount[1] is None:
+        pytest.fail("--mnt without --store: this test reads the store")
     return mount[1]
 
 

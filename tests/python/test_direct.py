@@ -1,20 +1,22 @@
-#!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """The direct path (lib/direct.h, docs/direct.md) against real mounts, as root.
 
-    test_direct.py --build BUILD [-o passthrough=auto|off]
+    python3 -m pytest tests/python/test_direct.py [-k NAME] [--build BUILD] [--mount-opts=passthrough=off]
 
-Mounts a fresh store itself (with allow_other, so `nobody` can try), and remounts it for the checks
-that need a new daemon: the object's bytes, permission (nobody's own open fails; forged requests with
-a descriptor of another file, an O_PATH descriptor, two descriptors, a long message are refused), a
-file being written (EBUSY: load() falls back with one warning), a descriptor that outlives unmount, a
-damaged object after a remount (EIO, quarantined), and the page-cache footprint of 4 names with one
-content read through the direct path (one copy; the mounted files without passthrough: four).
+Mounts a fresh store itself, with allow_other (so `nobody` can try) and --mount-opts (test_python.sh
+BUILD direct -o OPTS passes them), and mounts it again for the tests that need a new daemon: the
+object's bytes, permission (nobody's own open fails; forged requests with a descriptor of another
+file, an O_PATH descriptor, two descriptors, a long message are refused), a file being written
+(EBUSY: load() falls back with one warning), a descriptor that outlives unmount, a damaged object
+after a remount (EIO, quarantined), and the page-cache footprint of 4 names with one content read
+through the direct path (one copy; the mounted files without passthrough: four, a test skipped
+unless --mount-opts has passthrough=off). A test that unmounts mounts the store again before it
+ends, so each runs alone.
 """
 
-import argparse
 import array
 import errno
+import fcntl
 import json
 import os
 import socket
@@ -25,27 +27,67 @@ import tempfile
 import time
 import warnings
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import wfstest  # noqa: E402
-import weightfs  # noqa: E402
-from weightfs import errors as werrors  # noqa: E402
+import pytest
+
+import wfstest
+
+import weightfs
+from weightfs import errors as werrors
 
 MAGIC = 0x31444657
 MIB = 1 << 20
 
 
-def mount(build, store, mnt, opts):
-    subprocess.run([os.path.join(build, "weightfs"), store, mnt, "-o", ",".join(["allow_other", "nosync"] + opts)],
-                   check=True)
+class DirectMount:
+    """A store in a private directory, mounted with allow_other and the options of the run."""
+
+    def __init__(self, build, opts):
+        self.build, self.opts = build, ["allow_other"] + opts
+        self.work = tempfile.mkdtemp(prefix="wfs-direct.")
+        os.chmod(self.work, 0o755)  # nobody must reach the mount point (not the store: that stays 0700)
+        self.store, self.mnt = os.path.join(self.work, "store"), os.path.join(self.work, "mnt")
+        self.data = os.urandom(8 * MIB + 123)
+
+    def mount(self):
+        wfstest.mount(self.build, self.store, self.mnt, self.opts)
+
+    def umount(self):
+        wfstest.umount(self.mnt)
+
+    def put(self, name, b, mode=0o644):
+        p = os.path.join(self.mnt, name)
+        with open(p, "wb") as f:
+            f.write(b)
+        os.chmod(p, mode)
+        return p
 
 
-def umount(mnt):
-    subprocess.run(["fusermount3", "-u", mnt], check=True)
-    for _ in range(100):  # the daemon lets go of the store lock as it exits
-        if not os.path.ismount(mnt):
-            break
-        time.sleep(0.05)
-    time.sleep(0.3)
+@pytest.fixture(scope="module")
+def m(build, mount_opts):
+    """The mount, with MNT/pub (8 MiB + 123 random bytes, 0644) and MNT/secret (0600)."""
+    m = DirectMount(build, mount_opts)
+    try:
+        m.mount()
+        m.pub = m.put("pub", m.data)
+        m.put("secret", m.data[::-1], 0o600)
+        yield m
+    finally:
+        if os.path.ismount(m.mnt):
+            m.umount()
+        subprocess.run(["rm", "-rf", m.work])
+
+
+@pytest.fixture(autouse=True)
+def _warnings_always():
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        yield
+
+
+@pytest.fixture
+def sock(m):
+    """The daemon's direct-path socket (abstract name) as MNT/pub's xattr gives it."""
+    return os.getxattr(m.pub, "user.weightfs.direct").decode()[1:]
 
 
 def stats(mnt):
@@ -94,220 +136,209 @@ print(json.dumps(out))
 """
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True)
-    ap.add_argument("-o", dest="opts", action="append", default=[])
-    a = ap.parse_args()
-    opts = [o for arg in a.opts for o in arg.split(",") if o]
-    pt_off = "passthrough=off" in opts
-    T = wfstest.Tests(f"python-direct[{'off' if pt_off else 'auto'}]")
-    warnings.simplefilter("always")
-    work = tempfile.mkdtemp(prefix="wfs-direct.")
-    os.chmod(work, 0o755)  # nobody must reach the mount point (not the store: that stays 0700)
-    store, mnt = os.path.join(work, "store"), os.path.join(work, "mnt")
-    os.mkdir(mnt)
-    mount(a.build, store, mnt, opts)
-    data = os.urandom(8 * MIB + 123)
+# ---- the first daemon -------------------------------------------------------------------------
 
-    def put(name, b, mode=0o644):
-        p = os.path.join(mnt, name)
-        with open(p, "wb") as f:
-            f.write(b)
-        os.chmod(p, mode)
-        return p
-
+def test_open_object_a_descriptor_of_the_object_file_with_the_file_s_bytes(m):
+    """open_object: a descriptor of the object file, with the file's bytes"""
+    fd = weightfs.open_object(m.pub)
     try:
-        pub = put("pub", data)
-        put("secret", data[::-1], 0o600)
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        assert target.startswith(os.path.join(m.store, "objects") + "/"), target
+        assert os.pread(fd, len(m.data) + 1, 0) == m.data
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        assert flags & os.O_ACCMODE == os.O_RDONLY, flags
+    finally:
+        os.close(fd)
+    s = stats(m.mnt)
+    assert s["direct"] is True and s["since_mount"]["opens_direct"] >= 1, s
 
-        @T.check("open_object: a descriptor of the object file, with the file's bytes")
-        def _():
-            fd = weightfs.open_object(pub)
-            try:
-                target = os.readlink(f"/proc/self/fd/{fd}")
-                assert target.startswith(os.path.join(store, "objects") + "/"), target
-                assert os.pread(fd, len(data) + 1, 0) == data
-                flags = __import__("fcntl").fcntl(fd, __import__("fcntl").F_GETFL)
-                assert flags & os.O_ACCMODE == os.O_RDONLY, flags
-            finally:
-                os.close(fd)
-            s = stats(mnt)
-            assert s["direct"] is True and s["since_mount"]["opens_direct"] >= 1, s
 
-        @T.check("load(): maps the object (no mapping of the mounted file), bytes equal")
-        def _():
-            m = weightfs.load(pub, numpy=True)
-            assert m.tobytes() == data
-            with open("/proc/self/maps") as f:
-                maps = f.read()
-            assert os.path.join(store, "objects") in maps and pub not in maps
-            del m
+def test_load_maps_the_object_no_mapping_of_the_mounted_file_bytes_equal(m):
+    """load(): maps the object (no mapping of the mounted file), bytes equal"""
+    a = weightfs.load(m.pub, numpy=True)
+    assert a.tobytes() == m.data
+    with open("/proc/self/maps") as f:
+        maps = f.read()
+    assert os.path.join(m.store, "objects") in maps and m.pub not in maps
+    del a
 
-        @T.check("weightfsctl stat: shows the direct path served")
-        def _():
-            r = subprocess.run([os.path.join(a.build, "weightfsctl"), "stat", mnt], capture_output=True, text=True)
-            assert "direct path:        served" in r.stdout, r.stdout
 
-        @T.check("not weightfs: open_object -> ENOTSUP; load() reads it, no warning")
-        def _():
-            try:
-                weightfs.open_object("/etc/passwd")
-            except OSError as e:
-                assert e.errno == errno.ENOTSUP, e
-            else:
-                raise AssertionError("a descriptor for /etc/passwd")
-            plain = os.path.join(work, "plain.bin")
-            with open(plain, "wb") as f:
-                f.write(data[:4096])
-            werrors._reset_warnings()
-            with warnings.catch_warnings(record=True) as w:
-                warnings.simplefilter("always")
-                assert weightfs.load(plain, numpy=True).tobytes() == data[:4096]
-            assert not [x for x in w if issubclass(x.category, weightfs.WeightfsWarning)]
+def test_weightfsctl_stat_shows_the_direct_path_served(m):
+    """weightfsctl stat: shows the direct path served"""
+    r = subprocess.run([os.path.join(m.build, "weightfsctl"), "stat", m.mnt], capture_output=True, text=True)
+    assert "direct path:        served" in r.stdout, r.stdout
 
-        name = os.getxattr(pub, "user.weightfs.direct").decode()[1:]
 
-        @T.check("nobody: own open of a 0600 file fails; forged descriptors refused; a readable one works")
-        def _():
-            r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
-                                "-c", NOBODY, mnt, name], capture_output=True, text=True, cwd="/")
-            assert r.returncode == 0, r.stderr
-            out = json.loads(r.stdout)
-            assert out["open"] == errno.EACCES, out
-            assert out["passwd"] == [errno.EXDEV, 0], out  # another filesystem: no descriptor back
-            assert out["o_path"] == [errno.EACCES, 0], out  # O_PATH proves no read permission
-            assert out["pub"][0] == 0 and out["pub"][1] == 1, out
+def test_not_weightfs_open_object_enotsup_load_reads_it_no_warning(m):
+    """not weightfs: open_object -> ENOTSUP; load() reads it, no warning"""
+    with pytest.raises(OSError) as e:
+        weightfs.open_object("/etc/passwd")
+    assert e.value.errno == errno.ENOTSUP, e.value
+    plain = os.path.join(m.work, "plain.bin")
+    with open(plain, "wb") as f:
+        f.write(m.data[:4096])
+    werrors._reset_warnings()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        assert weightfs.load(plain, numpy=True).tobytes() == m.data[:4096]
+    assert not [x for x in w if issubclass(x.category, weightfs.WeightfsWarning)]
 
-        @T.check("malformed requests: two descriptors, a long message, a wrong magic -> EPROTO")
-        def _():
-            fd1, fd2 = os.open(pub, os.O_RDONLY), os.open(pub, os.O_RDONLY)
-            try:
-                assert forge(name, [fd1, fd2]) == errno.EPROTO
-                assert forge(name, [fd1], struct.pack("<III", MAGIC, 1, 0)) == errno.EPROTO
-                assert forge(name, [fd1], struct.pack("<II", 0x1234, 1)) == errno.EPROTO
-                assert forge(name, [fd1]) == 0
-            finally:
-                os.close(fd1)
-                os.close(fd2)
 
-        @T.check("xattr: user.weightfs.direct cannot be set or removed")
-        def _():
-            for op in (lambda: os.setxattr(pub, "user.weightfs.direct", b"@x"),
-                       lambda: os.removexattr(pub, "user.weightfs.direct")):
-                try:
-                    op()
-                except OSError as e:
-                    assert e.errno == errno.EPERM, e
-                else:
-                    raise AssertionError("allowed")
+def test_nobody_own_open_fails_forged_descriptors_refused_a_readable_one_works(m, sock):
+    """nobody: own open of a 0600 file fails; forged descriptors refused; a readable one works"""
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+                        "-c", NOBODY, m.mnt, sock], capture_output=True, text=True, cwd="/")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["open"] == errno.EACCES, out
+    assert out["passwd"] == [errno.EXDEV, 0], out  # another filesystem: no descriptor back
+    assert out["o_path"] == [errno.EACCES, 0], out  # O_PATH proves no read permission
+    assert out["pub"][0] == 0 and out["pub"][1] == 1, out
 
-        @T.check("a FIFO in the mount: open_object refuses at once (EINVAL), never waits for a writer")
-        def _():
-            fifo = os.path.join(mnt, "fifo")
-            os.mkfifo(fifo)
-            t0 = time.monotonic()
-            try:
-                weightfs.open_object(fifo)
-            except OSError as e:
-                assert e.errno == errno.EINVAL, e
-            else:
-                raise AssertionError("a FIFO gave an object")
-            assert time.monotonic() - t0 < 5
-            os.unlink(fifo)
 
-        @T.check("being written: EBUSY; load() reads the mounted file with one warning")
-        def _():
-            p = os.path.join(mnt, "busy")
-            wfd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o644)
-            try:
-                os.write(wfd, data[:8192])
-                try:
-                    weightfs.open_object(p)
-                except OSError as e:
-                    assert e.errno == errno.EBUSY, e
-                else:
-                    raise AssertionError("an object for a file being written")
-                werrors._reset_warnings()
-                with warnings.catch_warnings(record=True) as w:
-                    warnings.simplefilter("always")
-                    for _ in range(3):
-                        assert weightfs.load(p, numpy=True).tobytes() == data[:8192]
-                msgs = [str(x.message) for x in w if issubclass(x.category, weightfs.WeightfsWarning)]
-                assert len(msgs) == 1 and "being written" in msgs[0], msgs
-            finally:
-                os.close(wfd)
+def test_malformed_requests_two_descriptors_a_long_message_a_wrong_magic_eproto(m, sock):
+    """malformed requests: two descriptors, a long message, a wrong magic -> EPROTO"""
+    fd1, fd2 = os.open(m.pub, os.O_RDONLY), os.open(m.pub, os.O_RDONLY)
+    try:
+        assert forge(sock, [fd1, fd2]) == errno.EPROTO
+        assert forge(sock, [fd1], struct.pack("<III", MAGIC, 1, 0)) == errno.EPROTO
+        assert forge(sock, [fd1], struct.pack("<II", 0x1234, 1)) == errno.EPROTO
+        assert forge(sock, [fd1]) == 0
+    finally:
+        os.close(fd1)
+        os.close(fd2)
 
-        put("dmg", data[: 4 * MIB])
-        keep = weightfs.open_object(pub)
-        umount(mnt)
 
-        @T.check("a descriptor from the direct path outlives unmount")
-        def _():
-            assert os.pread(keep, len(data) + 1, 0) == data
+@pytest.mark.parametrize("op", ["set", "remove"])
+def test_xattr_user_weightfs_direct_cannot_be_set_or_removed(m, op):
+    """xattr: user.weightfs.direct cannot be set or removed"""
+    with pytest.raises(OSError) as e:
+        if op == "set":
+            os.setxattr(m.pub, "user.weightfs.direct", b"@x")
+        else:
+            os.removexattr(m.pub, "user.weightfs.direct")
+    assert e.value.errno == errno.EPERM, e.value
+
+
+def test_a_fifo_in_the_mount_open_object_refuses_at_once_einval(m):
+    """a FIFO in the mount: open_object refuses at once (EINVAL), never waits for a writer"""
+    fifo = os.path.join(m.mnt, "fifo")
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(OSError) as e:
+            weightfs.open_object(fifo)
+        assert e.value.errno == errno.EINVAL, e.value
+        assert time.monotonic() - t0 < 5
+    finally:
+        os.unlink(fifo)
+
+
+def test_being_written_ebusy_load_reads_the_mounted_file_with_one_warning(m):
+    """being written: EBUSY; load() reads the mounted file with one warning"""
+    p = os.path.join(m.mnt, "busy")
+    wfd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.write(wfd, m.data[:8192])
+        with pytest.raises(OSError) as e:
+            weightfs.open_object(p)
+        assert e.value.errno == errno.EBUSY, e.value
+        werrors._reset_warnings()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                assert weightfs.load(p, numpy=True).tobytes() == m.data[:8192]
+        msgs = [str(x.message) for x in w if issubclass(x.category, weightfs.WeightfsWarning)]
+        assert len(msgs) == 1 and "being written" in msgs[0], msgs
+    finally:
+        os.close(wfd)
+
+
+# ---- unmount and remount ----------------------------------------------------------------------
+
+def test_a_descriptor_from_the_direct_path_outlives_unmount(m):
+    """a descriptor from the direct path outlives unmount"""
+    keep = weightfs.open_object(m.pub)
+    try:
+        m.umount()
+        assert os.pread(keep, len(m.data) + 1, 0) == m.data
+    finally:
         os.close(keep)
+        if not os.path.ismount(m.mnt):
+            m.mount()
 
-        # Damage dmg's object behind the daemon's back, then mount: not verified by this daemon yet.
-        obj = os.path.join(store, "objects", *(lambda h: (h[:2], h[2:]))(weightfs.digest(data[: 4 * MIB])))
+
+def test_damaged_object_after_a_remount_open_object_and_load_eio_quarantined(m):
+    """damaged object after a remount: open_object and load -> EIO, quarantined"""
+    # Damage dmg's object behind the daemon's back, then mount: not verified by this daemon yet.
+    body = m.data[: 4 * MIB]
+    m.put("dmg", body)
+    m.umount()
+    h = weightfs.digest(body)
+    obj = os.path.join(m.store, "objects", h[:2], h[2:])
+    try:
         with open(obj, "r+b") as f:
             f.seek(12345)
             b = f.read(1)
             f.seek(12345)
             f.write(bytes([b[0] ^ 0xFF]))
-        mount(a.build, store, mnt, opts)
-
-        @T.check("damaged object after a remount: open_object and load -> EIO, quarantined")
-        def _():
-            for fn in (weightfs.open_object, lambda p: weightfs.load(p, numpy=True)):
-                try:
-                    fn(os.path.join(mnt, "dmg"))
-                except OSError as e:
-                    assert e.errno == errno.EIO, e
-                else:
-                    raise AssertionError("damaged bytes handed out")
-            assert not os.path.exists(obj)
-            q = os.listdir(os.path.join(store, "quarantine"))
-            assert len(q) == 1, q
-            assert weightfs.load(pub, numpy=True).tobytes() == data  # the others still work
-
-        # Page-cache footprint: 4 names, one content, read in full.
-        size = 64 * MIB
-        body = os.urandom(size)
-        names = [put(f"same{i}", body) for i in range(4)]
-
-        def grow(direct):
-            os.environ["WEIGHTFS_DIRECT"] = "1" if direct else "0"
-            try:
-                umount(mnt)
-                mount(a.build, store, mnt, opts)
-                wfstest.drop_caches()
-                before = wfstest.cached_bytes()[0]
-                maps = [weightfs.load(p, numpy=True) for p in names]
-                assert all(int(m[::4096].sum() >= 0) for m in maps)
-                assert all(m.tobytes() == body for m in maps)
-                after = wfstest.cached_bytes()[0]
-                del maps
-                return after - before
-            finally:
-                os.environ.pop("WEIGHTFS_DIRECT", None)
-
-        @T.check("footprint: 4 names x 64 MiB through the direct path cache one copy")
-        def _():
-            g = grow(True)
-            print(f"  direct: Cached +{g / MIB:.1f} MiB for 4 x 64 MiB", flush=True)
-            assert g < 1.6 * size, g
-        if pt_off:
-            @T.check("footprint: the same through the mounted files without passthrough: about four copies")
-            def _():
-                g = grow(False)
-                print(f"  mounted, passthrough off: Cached +{g / MIB:.1f} MiB for 4 x 64 MiB", flush=True)
-                assert g > 2.5 * size, g
     finally:
-        if os.path.ismount(mnt):
-            umount(mnt)
-        subprocess.run(["rm", "-rf", work])
-    return T.finish()
+        m.mount()
+    for fn in (weightfs.open_object, lambda p: weightfs.load(p, numpy=True)):
+        with pytest.raises(OSError) as e:
+            fn(os.path.join(m.mnt, "dmg"))
+        assert e.value.errno == errno.EIO, e.value
+    assert not os.path.exists(obj)
+    q = os.listdir(os.path.join(m.store, "quarantine"))
+    assert len(q) == 1, q
+    assert weightfs.load(m.pub, numpy=True).tobytes() == m.data  # the others still work
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+# ---- page-cache footprint: 4 names, one content, read in full ---------------------------------
+
+SAME_BYTES = 64 * MIB
+
+
+@pytest.fixture(scope="module")
+def same4(m):
+    """MNT/same0..3: one 64 MiB content under 4 names."""
+    body = os.urandom(SAME_BYTES)
+    return body, [m.put(f"same{i}", body) for i in range(4)]
+
+
+def grow(m, same4, direct):
+    """Page-cache growth (meminfo Cached, bytes) of reading the 4 names in full after a remount and a
+    drop of the caches, through the direct path or (WEIGHTFS_DIRECT=0) the mounted files."""
+    body, names = same4
+    os.environ["WEIGHTFS_DIRECT"] = "1" if direct else "0"
+    try:
+        m.umount()
+        m.mount()
+        wfstest.drop_caches()
+        before = wfstest.cached_bytes()[0]
+        maps = [weightfs.load(p, numpy=True) for p in names]
+        assert all(int(a[::4096].sum() >= 0) for a in maps)
+        assert all(a.tobytes() == body for a in maps)
+        after = wfstest.cached_bytes()[0]
+        del maps
+        return after - before
+    finally:
+        os.environ.pop("WEIGHTFS_DIRECT", None)
+        if not os.path.ismount(m.mnt):
+            m.mount()
+
+
+def test_footprint_4_names_x_64_mib_through_the_direct_path_cache_one_copy(m, same4, note):
+    """footprint: 4 names x 64 MiB through the direct path cache one copy"""
+    g = grow(m, same4, True)
+    note(f"direct: Cached +{g / MIB:.1f} MiB for 4 x 64 MiB")
+    assert g < 1.6 * SAME_BYTES, g
+
+
+def test_footprint_the_mounted_files_without_passthrough_about_four_copies(m, same4, note, mount_opts):
+    """footprint: the same through the mounted files without passthrough: about four copies"""
+    if "passthrough=off" not in mount_opts:
+        pytest.skip("measured without passthrough only (--mount-opts=passthrough=off)")
+    g = grow(m, same4, False)
+    note(f"mounted, passthrough off: Cached +{g / MIB:.1f} MiB for 4 x 64 MiB")
+    assert g > 2.5 * SAME_BYTES, g

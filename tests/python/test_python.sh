@@ -7,19 +7,20 @@
 #                                                       mount: names, tables, pip install), test_package.py
 #                                                       around a remount
 #   test_python.sh BUILD_DIR multirank [-o MOUNT_OPTS]   4 ranks on real weights: test_multirank.py
-#   test_python.sh BUILD_DIR direct [-o MOUNT_OPTS]      the direct path: test_direct.py (mounts itself)
+#   test_python.sh BUILD_DIR direct [-o MOUNT_OPTS]      the direct path: test_direct.py (mounts itself,
+#                                                       MOUNT_OPTS as its --mount-opts)
 #
-# Each mounts a fresh store, runs the script's --phase first, unmounts, mounts the same store again (a
-# new daemon, as after a trainer restart) and runs the second phase (package: remount; multirank:
-# restart). Then checks that the daemon exits 0 and STORE/tmp is empty. WFS_MULTIRANK_ARGS adds
-# arguments to test_multirank.py (e.g. "--models all" for the whole package).
+# All are pytest modules (tests/python/conftest.py). package and multirank mount a fresh store, run
+# the module's --phase first, unmount, mount the same store again (a new daemon, as after a trainer
+# restart) and run --phase remount; then check that the daemon exits 0 and STORE/tmp is empty.
+# WFS_MULTIRANK_ARGS adds arguments to test_multirank.py (e.g. "--models=all" for the whole package).
 #
 # Interpreter: $WFS_PYTHON, else the first of python3 and /usr/bin/python3 that imports torch, numpy
 # and pytest (Debian's python3-torch and python3-pytest install into the system python; a pyenv python3
 # on PATH may lack them). With none, the run is reported as one failure (never as passed).
 # libweightfs.so: BUILD's, unless it is built with a sanitizer, which python cannot load: then
 # build/libweightfs.so. One test by name: python3 -m pytest tests/python/test_package.py -k NAME
-# (tests/python/conftest.py mounts a store itself then).
+# (tests/python/conftest.py mounts a store itself then; docs/testing.md).
 # Prints one line per check and "python-<what>: N passed, N failed, N skipped"; exit 0 only when none
 # failed.
 set -euo pipefail
@@ -38,9 +39,10 @@ what=$2
 shift 2
 case $what in package | multirank | direct) ;; *) usage ;; esac
 opts=()
+mount_opts= # the -o values, comma-separated (test_direct.py's --mount-opts)
 while [ $# -gt 0 ]; do
 	case $1 in
-	-o) [ $# -ge 2 ] || usage; opts+=(-o "$2"); shift ;;
+	-o) [ $# -ge 2 ] || usage; opts+=(-o "$2"); mount_opts+=${mount_opts:+,}$2; shift ;;
 	*) usage ;;
 	esac
 	shift
@@ -107,10 +109,9 @@ export PYTHONPATH=$repo/lib/python${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONDONTWRITEBYTECODE=1
 
 if [ "$what" = direct ]; then # mounts and remounts by itself (allow_other, nobody, damage)
-	out=$(mktemp)
-	"$py" "$here/test_direct.py" --build "$build" "${opts[@]}" 2>&1 | tee "$out" || true
-	count "$out" "test_direct.py"
-	rm -f "$out"
+	mode=auto
+	case ,$mount_opts, in *,passthrough=off,*) mode=off ;; esac
+	pytest "${label}[$mode]" test_direct.py --mount-opts="$mount_opts"
 	finish
 fi
 
@@ -144,18 +145,15 @@ if [ "$what" = package ]; then
 		fail "remount: unmount and mount again failed"
 	fi
 else
-	# Phase first: 4 ranks offload and map on the mount and in a plain directory; restart: after a
-	# remount (a new daemon), the ranks offload again: skips and claims, no object bytes written.
-	args=(--mnt "$mnt" --store "$store" --plain "$work/plain-ranks" --state "$work/state.json")
+	# Phase first: 4 ranks offload and map on the mount and in a plain directory; remount: after a
+	# remount (a new daemon, the trainer's restart), the ranks offload again: skips and claims, no
+	# object bytes written.
+	args=(--mnt="$mnt" --store="$store" --plain="$work/plain-ranks" --state="$work/state.json")
 	read -r -a extra <<<"${WFS_MULTIRANK_ARGS:-}"
-	"$py" "$here/test_multirank.py" "${args[@]}" "${extra[@]}" --phase first 2>&1 |
-		tee "$work/first.out" || true
-	count "$work/first.out" "test_multirank.py --phase first"
+	pytest "${label}[first]" test_multirank.py "${args[@]}" "${extra[@]}" --phase=first
 	if wfs_umount "$mnt" && wfs_mount "$build" "$store" "$mnt" "${opts[@]}"; then
 		pass "remount: the same store mounted again by a new daemon (the restart)"
-		"$py" "$here/test_multirank.py" "${args[@]}" "${extra[@]}" --phase restart 2>&1 |
-			tee "$work/restart.out" || true
-		count "$work/restart.out" "test_multirank.py --phase restart"
+		pytest "${label}[remount]" test_multirank.py "${args[@]}" "${extra[@]}" --phase=remount
 	else
 		fail "remount: unmount and mount again failed"
 	fi

@@ -1,62 +1,35 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A minimal test runner for the Python tests: named checks, one line each, and a closing count.
+"""Helpers the Python tests share (conftest.py, the test_*.py modules, tests/bench): mounting a
+store, the store's objects, xxhsum, and the page cache (drop it, measure it).
 
-    t = Tests("package")
-    @t.check("digest: equals xxhsum -H2")
-    def _():
-        assert ...
-    sys.exit(t.finish())      # prints "package: N passed, N failed"; 0 only when nothing failed
-
-A check passes when its function returns; it fails on any exception (the first line of the message is
-printed). A check that cannot run (a missing tool, no torch) fails: nothing is ever counted as passed
-without having run.
+The tests themselves are pytest modules; conftest.py holds their fixtures and the closing count.
 """
 
 import os
 import subprocess
 import sys
-import traceback
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "lib", "python"))
 
 
-class Tests:
-    def __init__(self, label):
-        self.label = label
-        self.passed = 0
-        self.failed = 0
+def mount(build, store, mnt, opts=()):
+    """Mount STORE on MNT with BUILD's weightfs, -o nosync plus OPTS (a list of options)."""
+    os.makedirs(store, exist_ok=True)
+    os.makedirs(mnt, exist_ok=True)
+    subprocess.run([os.path.join(build, "weightfs"), store, mnt, "-o", ",".join(["nosync"] + list(opts))],
+                   check=True)
 
-    def run(self, name, fn, *args):
-        try:
-            fn(*args)
-        except BaseException as e:  # noqa: B036 - a test failure of any kind is a failure
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            self.failed += 1
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            print(f"FAIL  {name}: {type(e).__name__}{': ' + msg if msg else ''}", flush=True)
-            if os.environ.get("WFS_TEST_VERBOSE"):
-                traceback.print_exc()
-            return False
-        self.passed += 1
-        print(f"ok    {name}", flush=True)
-        return True
 
-    def check(self, name):
-        def deco(fn):
-            self.run(name, fn)
-            return fn
-        return deco
-
-    def fail(self, name, why):
-        self.failed += 1
-        print(f"FAIL  {name}: {why}", flush=True)
-
-    def finish(self):
-        print(f"{self.label}: {self.passed} passed, {self.failed} failed", flush=True)
-        return 0 if self.failed == 0 else 1
+def umount(mnt):
+    subprocess.run(["fusermount3", "-u", mnt], check=True)
+    for _ in range(100):  # the daemon lets go of the store lock as it exits
+        if not os.path.ismount(mnt):
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)
 
 
 def objects(store):
