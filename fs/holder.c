@@ -138,6 +138,7 @@ static void upgrade_asked(pid_t pid)
 		wfs_upgrade_answer(cfd, "refused\t%s: %s", bin, why);
 		return;
 	}
+	H.asked_ns = now_ns(); /* before the signal: the server may drain before sigqueue returns */
 	if (sigqueue(pid, SIGUSR2, (union sigval){.sival_int = (int)wait_ms}) < 0) {
 		wfs_upgrade_answer(cfd, "refused\tcannot signal server pid %d: %s", (int)pid, strerror(errno));
 		return;
@@ -148,7 +149,6 @@ static void upgrade_asked(pid_t pid)
 	H.client = cfd;
 	snprintf(H.next, sizeof(H.next), "%s", bin);
 	H.old_pid = pid;
-	H.asked_ns = now_ns();
 	H.wait_ms = wait_ms;
 	H.deadline_ns = H.asked_ns + ((uint64_t)wait_ms + WFS_UPGRADE_QUIET_MS + 10000u) * 1000000u;
 }
