@@ -176,7 +176,7 @@ int wfs_upgrade_inherited(struct wfs_upgrade_inherited *out)
 	const char *fds = getenv("WFS_UPGRADE_FDS");
 	const char *store = getenv("WFS_UPGRADE_STORE"), *mount = getenv("WFS_UPGRADE_MOUNT");
 	struct wfs_upgrade_inherited u = {0};
-	char *end;
+	char *end, *st, *mnt;
 
 	if (!fds)
 		return 0;
@@ -189,10 +189,15 @@ int wfs_upgrade_inherited(struct wfs_upgrade_inherited *out)
 	u.lock_fd = parse_fd(end + 1, &end);
 	if (u.lock_fd < 0 || *end || !store || store[0] != '/' || !mount || mount[0] != '/')
 		return -EINVAL;
-	u.store = strdup(store);
-	u.mount = strdup(mount);
-	if (!u.store || !u.mount)
+	st = strdup(store);
+	mnt = strdup(mount);
+	if (!st || !mnt) {
+		free(st);
+		free(mnt);
 		return -EINVAL;
+	}
+	u.store = st; /* kept for the process's life */
+	u.mount = mnt;
 	unsetenv("WFS_UPGRADE_FDS");
 	unsetenv("WFS_UPGRADE_STORE");
 	unsetenv("WFS_UPGRADE_MOUNT");

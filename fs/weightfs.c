@@ -578,11 +578,13 @@ int main(int argc, char *argv[])
 	int ret = 1;
 
 	/* Started by a holder to take its mount over (upgrade.h): what it handed over, and no mount. */
-	ret = wfs_upgrade_inherited(&inherited);
-	if (ret < 0)
-		upgrade_refused(NULL, "was started with malformed WFS_UPGRADE_* variables", ret);
-	upgrade_server = ret == 1;
-	ret = 1;
+	{
+		int got = wfs_upgrade_inherited(&inherited);
+
+		if (got < 0)
+			upgrade_refused(NULL, "was started with malformed WFS_UPGRADE_* variables", got);
+		upgrade_server = got == 1;
+	}
 
 	fs.opt.passthrough = -1;
 	fs.opt.passthrough_writes = WFS_WRITES_ALL;
