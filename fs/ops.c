@@ -25,6 +25,7 @@
 #include "receive.h"
 #include "seal.h"
 #include "takeover.h"
+#include "upgrade.h"
 #include "version.h"
 
 #define BLKSIZE (1u << 20) /* st_blksize: large, so cp and friends write in big pieces */
@@ -350,6 +351,8 @@ static void set_open_reply(struct fuse_file_info *fi, struct wfs_handle *h, cons
 {
 	fi->fh = wfs_takeover_fh(h, h->writable);
 	wfs_takeover_handle_opened(fi->fh, r->backing_id); /* before the kernel knows it */
+	if (h->writable)
+		wfs_upgrade_writer_opened(); /* an upgrade waits for it to be released */
 	fi->backing_id = r->backing_id;
 	fi->keep_cache = r->keep_cache;
 	fi->direct_io = r->direct_io;
@@ -949,6 +952,8 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		fuse_reply_err(req, 0);
 		return;
 	}
+	if (wfs_takeover_fh_writable(fi->fh))
+		wfs_upgrade_writer_released();
 	if (!wfs_lock_light(&fs->lock) || wfs_openmode_release_lent(fs, handle_of(fi)) == -EAGAIN) {
 		wfs_lock_ordinary(&fs->lock);
 		if (wfs_openmode_release_seals_data(handle_of(fi)))

@@ -38,6 +38,9 @@ static struct {
 	unsigned watchers;       /* followers in a timed wait, watching an inline leader */
 	unsigned sleepers;       /* followers waiting without a timeout */
 	bool ended;              /* the device said ENODEV: the file system is unmounted */
+	enum wfs_receive_gate gate; /* what is left unanswered (an upgrade's drain) */
+	unsigned busy;           /* requests taken and not yet done (threads with working set) */
+	uint64_t left;           /* requests left unanswered by the gate */
 	uint64_t spin_ns;
 	struct wfs_receive_stats stats;
 } rx = {
@@ -49,6 +52,8 @@ static struct {
 static __thread uint64_t my_term;
 /* The request this thread read last is one the kernel resent (a takeover; takeover.h). */
 static __thread bool resent;
+/* This thread took a request and counts in rx.busy until it comes back for the next one. */
+static __thread bool working;
 
 static uint64_t now_ns(void)
 {
@@ -99,6 +104,25 @@ static bool light(uint32_t opcode)
 	default:
 		return false;
 	}
+}
+
+/* Under rx.mu: does the gate leave request @buf (@n bytes) to the successor (receive.h)? */
+static bool gate_leaves(const void *buf, ssize_t n)
+{
+	const struct fuse_in_header *in = buf;
+
+	if (rx.gate == WFS_RECEIVE_ALL || n < (ssize_t)sizeof(*in))
+		return false;
+	if (rx.gate == WFS_RECEIVE_NONE)
+		return in->opcode != FUSE_FORGET && in->opcode != FUSE_BATCH_FORGET;
+	if (in->opcode == FUSE_CREATE)
+		return true;
+	if (in->opcode == FUSE_OPEN && n >= (ssize_t)(sizeof(*in) + sizeof(struct fuse_open_in))) {
+		uint32_t flags = ((const struct fuse_open_in *)(const void *)(in + 1))->flags;
+
+		return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
+	}
+	return false;
 }
 
 static void unlock_mu(void *arg)
@@ -219,6 +243,10 @@ static ssize_t receive_read(int fd, void *buf, size_t len, void *userdata)
 
 	(void)userdata;
 	pthread_mutex_lock(&rx.mu);
+	if (working) { /* done with the last request */
+		rx.busy--;
+		working = false;
+	}
 	pthread_cleanup_push(unlock_mu, NULL); /* pthread_cond_wait is where a stopping loop cancels */
 	leading = become_leader();
 	pthread_cleanup_pop(1);
@@ -227,6 +255,7 @@ static ssize_t receive_read(int fd, void *buf, size_t len, void *userdata)
 		return -1; /* libfuse ends the loop on ENODEV, as on an unmount it read itself */
 	}
 
+again:
 	n = wait_readable(fd, &slept);
 	n = n < 0 ? -1 : read(fd, buf, len);
 	err = errno;
@@ -236,6 +265,15 @@ static ssize_t receive_read(int fd, void *buf, size_t len, void *userdata)
 		wfs_takeover_note_read(buf, (size_t)n); /* the INIT, for a successor */
 
 	pthread_mutex_lock(&rx.mu);
+	if (n > 0 && gate_leaves(buf, n)) { /* left to the successor: still the leader, read on */
+		rx.left++;
+		pthread_mutex_unlock(&rx.mu);
+		goto again;
+	}
+	if (n > 0) {
+		rx.busy++;
+		working = true;
+	}
 	if (n > 0 && slept)
 		rx.stats.taken_sleeping++;
 	else if (n > 0)
@@ -304,6 +342,25 @@ void wfs_receive_hand_over(void)
 	if (my_term && my_term == rx.term && rx.inline_busy)
 		hand_over();
 	pthread_mutex_unlock(&rx.mu);
+}
+
+void wfs_receive_gate(enum wfs_receive_gate gate)
+{
+	pthread_mutex_lock(&rx.mu);
+	rx.gate = gate;
+	pthread_mutex_unlock(&rx.mu);
+}
+
+unsigned wfs_receive_busy(uint64_t *left)
+{
+	unsigned busy;
+
+	pthread_mutex_lock(&rx.mu);
+	busy = rx.busy;
+	if (left)
+		*left = rx.left;
+	pthread_mutex_unlock(&rx.mu);
+	return busy;
 }
 
 bool wfs_receive_resent(void)

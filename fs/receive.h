@@ -67,6 +67,26 @@ void wfs_receive_hand_over(void);
 bool wfs_receive_resent(void);
 
 /*
+ * Which requests the request threads leave unanswered while a server drains for an upgrade
+ * (upgrade.h). A request read from /dev/fuse and never answered stays in the kernel's queue of
+ * requests being processed; the successor's FUSE_NOTIFY_RESEND (takeover.h) puts it back, so its
+ * caller only waits. Only with this receive path installed (wfs_receive_stats().installed).
+ */
+enum wfs_receive_gate {
+	WFS_RECEIVE_ALL = 0,     /* every request is answered (the normal state) */
+	WFS_RECEIVE_NO_WRITERS,  /* CREATE, and OPEN for writing or with O_TRUNC, are left */
+	WFS_RECEIVE_NONE,        /* every request is left but FORGET and BATCH_FORGET (no reply) */
+};
+/* Set the gate (any thread). Requests a thread had already taken are answered as before. */
+void wfs_receive_gate(enum wfs_receive_gate gate);
+/*
+ * Requests being answered now: read by a request thread, which has not come back for the next one.
+ * With the gate at WFS_RECEIVE_NONE, 0 means no request is in progress and none will start.
+ * @left: requests left unanswered so far (may be NULL).
+ */
+unsigned wfs_receive_busy(uint64_t *left);
+
+/*
  * Installs the receive path on @se (fuse_session_custom_io() on the session's own descriptor; call
  * after fuse_session_mount(), before the loop). @spin_us 0: the leader sleeps at once (no spinning;
  * the leader/follower hand-off stays). Returns 0, or -errno of fuse_session_custom_io() (-ENOMEM):

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* takeover.h: the state a server leaves for its successor, and the successor's side of a takeover. */
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/fuse.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +19,7 @@
 #include "takeover.h"
 
 #define REGION_MAGIC 0x57465354u /* "WFST" */
-#define REGION_LAYOUT 1u
+#define REGION_LAYOUT 2u /* 2: serving pid and drain report (an upgrade: upgrade.h) */
 #define INIT_MAX 512               /* bytes of INIT request or reply kept (both are ~100) */
 #define IDS_CAP 4096u              /* backing ids registered at once (one per object in use) */
 #define HANDLES_CAP 65536u         /* passthrough handles open at once */
@@ -59,6 +61,11 @@ struct region {
 	_Atomic uint64_t last_pause_ns, worst_pause_ns;
 	_Atomic uint32_t init_state;       /* 0 none, 1 request saved, 2 its reply saved too */
 	_Atomic uint64_t handles_dropped;  /* handle entries left out (table full): ids may leak */
+	_Atomic int32_t serving_pid;       /* the successor answers (its replay matched); 0 after a death */
+	_Atomic uint64_t serving_ns;
+	_Atomic uint64_t gate_ns;          /* a drain for an upgrade stopped answering (0: a death) */
+	_Atomic uint32_t writers_closed, writers_lost;
+	_Atomic uint64_t upgrades;
 	uint64_t catalog_dev, catalog_ino; /* the store's catalog.db as the first server found it */
 	uint32_t init_in_len, init_out_len;
 	uint64_t init_unique;
@@ -77,6 +84,7 @@ struct inherited {
 };
 
 static struct region *R;
+static int region_fd = -1;
 static uint64_t fh_tag = 1ull << FH_EPOCH_SHIFT; /* this server's epoch, in place */
 static bool successor;
 static int dev_fd = -1;
@@ -107,10 +115,14 @@ int wfs_takeover_create(pid_t holder_pid)
 		return err;
 	}
 	p = mmap(NULL, sizeof(struct region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	close(fd); /* the mapping keeps the memory */
-	if (p == MAP_FAILED)
-		return -errno;
+	if (p == MAP_FAILED) {
+		int err = -errno;
+
+		close(fd);
+		return err;
+	}
 	R = p;
+	region_fd = fd; /* kept for a server started from another binary (an upgrade) */
 	R->magic = REGION_MAGIC;
 	R->layout = REGION_LAYOUT;
 	atomic_store(&R->holder_pid, holder_pid);
@@ -122,12 +134,47 @@ bool wfs_takeover_on(void)
 	return R != NULL;
 }
 
+int wfs_takeover_region_fd(void)
+{
+	return region_fd;
+}
+
+int wfs_takeover_attach(int fd)
+{
+	struct region *p;
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (st.st_size != (off_t)sizeof(struct region)) {
+		wfs_log(WFS_LOG_ERR, "takeover: the holder's shared region has %lld bytes, this build's %zu: "
+			"another layout, this build cannot take the mount over", (long long)st.st_size,
+			sizeof(struct region));
+		return -EPROTO;
+	}
+	p = mmap(NULL, sizeof(struct region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	if (p->magic != REGION_MAGIC || p->layout != REGION_LAYOUT) {
+		wfs_log(WFS_LOG_ERR, "takeover: the holder's shared region has magic 0x%x layout %u, this build "
+			"expects 0x%x layout %u: it cannot take the mount over", p->magic, p->layout, REGION_MAGIC,
+			REGION_LAYOUT);
+		munmap(p, sizeof(struct region));
+		return -EPROTO;
+	}
+	fcntl(fd, F_SETFD, FD_CLOEXEC);
+	R = p;
+	region_fd = fd;
+	return 0;
+}
+
 bool wfs_takeover_server_died(uint64_t died_ns)
 {
 	if (!R)
 		return false;
 	atomic_store(&R->died_ns, died_ns);
 	atomic_store(&R->server_pid, 0);
+	atomic_store(&R->serving_pid, 0);
 	return atomic_load(&R->init_state) == 2;
 }
 
@@ -460,6 +507,11 @@ int wfs_takeover_replay(struct fuse_session *se)
 	atomic_store(&R->last_pause_ns, pause);
 	if (pause > atomic_load(&R->worst_pause_ns))
 		atomic_store(&R->worst_pause_ns, pause);
+	/* The holder waits for this to call an upgrade done (upgrade.h); a death's successor says it too. */
+	atomic_store(&R->serving_ns, now_ns());
+	atomic_store(&R->serving_pid, (int32_t)getpid());
+	if (atomic_load(&R->holder_pid) > 0)
+		kill(atomic_load(&R->holder_pid), SIGUSR2);
 	return 0;
 }
 
@@ -573,6 +625,28 @@ void wfs_takeover_handle_released(uint64_t fh)
 	pthread_mutex_unlock(&R->lock);
 }
 
+void wfs_takeover_note_drain(uint64_t gate_ns, uint32_t writers_closed, uint32_t writers_lost)
+{
+	if (!R)
+		return;
+	atomic_store(&R->writers_closed, writers_closed);
+	atomic_store(&R->writers_lost, writers_lost);
+	atomic_store(&R->gate_ns, gate_ns);
+	atomic_fetch_add(&R->upgrades, 1);
+}
+
+void wfs_takeover_serving(struct wfs_takeover_serving *out)
+{
+	*out = (struct wfs_takeover_serving){0};
+	if (!R)
+		return;
+	out->pid = atomic_load(&R->serving_pid);
+	out->since_ns = atomic_load(&R->serving_ns);
+	out->gate_ns = atomic_load(&R->gate_ns);
+	out->writers_closed = atomic_load(&R->writers_closed);
+	out->writers_lost = atomic_load(&R->writers_lost);
+}
+
 void wfs_takeover_info(struct wfs_takeover_info *out)
 {
 	*out = (struct wfs_takeover_info){.server_pid = getpid(), .epoch = 1};
@@ -583,6 +657,7 @@ void wfs_takeover_info(struct wfs_takeover_info *out)
 	out->epoch = atomic_load(&R->epoch);
 	out->last_pause_ms = (double)atomic_load(&R->last_pause_ns) / 1e6;
 	out->worst_pause_ms = (double)atomic_load(&R->worst_pause_ns) / 1e6;
+	out->upgrades = atomic_load(&R->upgrades);
 	pthread_mutex_lock(&R->lock);
 	out->backing_inherited = ninh;
 	pthread_mutex_unlock(&R->lock);

@@ -59,6 +59,19 @@
 int wfs_takeover_create(pid_t holder_pid);
 /* Is the region mapped (this process runs under a holder)? */
 bool wfs_takeover_on(void);
+/*
+ * The memfd behind the region (close-on-exec; owned by this module), which the holder hands to a
+ * server it starts from another binary (upgrade.h); -1 without a region.
+ */
+int wfs_takeover_region_fd(void);
+/*
+ * A server started from another binary by the holder (an upgrade; upgrade.h): map the region the
+ * holder passed as descriptor @fd (this module owns it from here on). Call before
+ * wfs_takeover_server_start(). Returns 0, -EPROTO when @fd is not a region of this build's layout
+ * (size, magic and layout number: a build whose region differs cannot take over, logged), or -errno
+ * of fstat(2) or mmap(2).
+ */
+int wfs_takeover_attach(int fd);
 
 /*
  * Holder: a server died (reaped at CLOCK_MONOTONIC @died_ns); the next one forked is its successor.
@@ -133,6 +146,25 @@ bool wfs_takeover_backing_keep(int id);
 void wfs_takeover_handle_opened(uint64_t fh, int id);
 void wfs_takeover_handle_released(uint64_t fh);
 
+/*
+ * A server that drains for an upgrade (upgrade.h) records, for the holder's report: @gate_ns
+ * (CLOCK_MONOTONIC) when it stopped answering requests, the writers that closed while it waited
+ * and those still open when it stopped (their bytes die with it: EIO).
+ */
+void wfs_takeover_note_drain(uint64_t gate_ns, uint32_t writers_closed, uint32_t writers_lost);
+/*
+ * Holder: the pid that answers the connection now (set by a successor once its INIT replay matched
+ * and the resend was asked for, which then sends SIGUSR2 to the holder; 0: none since the last
+ * death), when it started answering (CLOCK_MONOTONIC ns), and what the last drain recorded.
+ */
+struct wfs_takeover_serving {
+	pid_t pid;
+	uint64_t since_ns;
+	uint64_t gate_ns;        /* 0: the server before it did not drain (it died) */
+	uint32_t writers_closed, writers_lost;
+};
+void wfs_takeover_serving(struct wfs_takeover_serving *out);
+
 /* What user.weightfs.stats shows. */
 struct wfs_takeover_info {
 	pid_t holder_pid;        /* 0 without -o holder */
@@ -142,6 +174,7 @@ struct wfs_takeover_info {
 	double last_pause_ms;    /* from the holder reaping the dead server to the resend request */
 	double worst_pause_ms;
 	uint64_t backing_inherited; /* backing ids of dead servers still registered */
+	uint64_t upgrades;       /* servers that drained and left for a successor (upgrade.h) */
 };
 void wfs_takeover_info(struct wfs_takeover_info *out);
 

@@ -30,6 +30,7 @@
 #include "ops.h"
 #include "receive.h"
 #include "takeover.h"
+#include "upgrade.h"
 #include "weightfs.h"
 
 enum { KEY_HELP, KEY_VERSION, KEY_CHOICE };
@@ -129,6 +130,12 @@ static void usage(const char *prog)
 	       prog);
 }
 
+/*
+ * Set in a server the holder started from another binary (an upgrade, upgrade.h): the mount point
+ * argument is not given to libfuse, whose realpath(3) of it would wait for this very server.
+ */
+static bool upgrade_server;
+
 static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
 	struct wfs_options *opt = data;
@@ -142,7 +149,7 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 		}
 		if (!opt->mountpoint)
 			opt->mountpoint = strdup(arg); /* to name it if it is missing */
-		return 1; /* the mount point: fuse_parse_cmdline takes it */
+		return upgrade_server ? 0 : 1; /* the mount point: fuse_parse_cmdline takes it */
 	case KEY_HELP:
 		opt->show_help = 1;
 		return 0;
@@ -512,8 +519,25 @@ static void takeover_refused(const char *why)
 {
 	if (!wfs_takeover_successor())
 		return;
-	wfs_log(WFS_LOG_ERR, "takeover refused: %s; server pid %d exits and leaves the mount to fail", why,
-		(int)getpid());
+	wfs_log(WFS_LOG_ERR, "takeover refused: %s; server pid %d exits (its holder gives up and the mount "
+		"fails, or, for an upgrade, starts the binary that served before)", why, (int)getpid());
+	_exit(WFS_TAKEOVER_REFUSED);
+}
+
+/*
+ * A server the holder started from another binary (upgrade.h) that cannot take the connection over
+ * before it is a successor (takeover.h): says why, in the store's log too, and exits with
+ * WFS_TAKEOVER_REFUSED, without unmounting; the holder goes back to the binary that served before.
+ */
+static __attribute__((noreturn)) void upgrade_refused(const char *store, const char *why, int err)
+{
+	char logpath[PATH_MAX + 16];
+
+	snprintf(logpath, sizeof(logpath), "%s/" WFS_STORE_LOG, store ? store : ".");
+	if (store)
+		wfs_log_open_file(logpath);
+	wfs_log(WFS_LOG_ERR, "takeover refused: pid %d (%s) %s%s%s; it exits and leaves the mount to its "
+		"holder", (int)getpid(), WFS_VERSION, why, err ? ": " : "", err ? strerror(-err) : "");
 	_exit(WFS_TAKEOVER_REFUSED);
 }
 
@@ -548,9 +572,19 @@ int main(int argc, char *argv[])
 	bool mounted = false; /* fuse_session_mount() succeeded: a clean end is logged */
 	bool made = false;    /* this run made the store: undone when the mount fails (wfs_store_unmake) */
 	struct wfs_fs fs = {0};
+	struct wfs_upgrade_inherited inherited = {0};
 	char fsname[2 * PATH_MAX + 64];
 	uint64_t readahead = 0;
 	int ret = 1;
+
+	/* Started by a holder to take its mount over (upgrade.h): what it handed over, and no mount. */
+	{
+		int got = wfs_upgrade_inherited(&inherited);
+
+		if (got < 0)
+			upgrade_refused(NULL, "was started with malformed WFS_UPGRADE_* variables", got);
+		upgrade_server = got == 1;
+	}
 
 	fs.opt.passthrough = -1;
 	fs.opt.passthrough_writes = WFS_WRITES_ALL;
@@ -577,7 +611,7 @@ int main(int argc, char *argv[])
 		struct stat sb;
 
 		/* libfuse would say "bad mount point" and we would exit as for a usage error. */
-		if (fs.opt.mountpoint && stat(fs.opt.mountpoint, &sb) < 0 && errno == ENOENT) {
+		if (!upgrade_server && fs.opt.mountpoint && stat(fs.opt.mountpoint, &sb) < 0 && errno == ENOENT) {
 			fprintf(stderr, "weightfs: %s: mount point: %s\n", fs.opt.mountpoint, strerror(errno));
 			ret = 1;
 			goto out;
@@ -586,6 +620,12 @@ int main(int argc, char *argv[])
 	if (fuse_parse_cmdline(&args, &cmd) != 0) {
 		ret = 2;
 		goto out;
+	}
+	if (upgrade_server) { /* the holder's absolute paths: its working directory is not this one's */
+		free(cmd.mountpoint);
+		free(fs.opt.store);
+		cmd.mountpoint = strdup(inherited.mount);
+		fs.opt.store = strdup(inherited.store);
 	}
 	if (!fs.opt.store || !cmd.mountpoint) {
 		fprintf(stderr, "usage: %s STORE MOUNTPOINT [options]  (try --help)\n", argv[0]);
@@ -625,7 +665,7 @@ int main(int argc, char *argv[])
 	}
 	free(fs.opt.mountpoint);
 	fs.opt.mountpoint = strdup(cmd.mountpoint); /* resolved by fuse_parse_cmdline */
-	if (!fs.opt.mountpoint || check_paths(fs.opt.store, cmd.mountpoint)) {
+	if (!fs.opt.mountpoint || (!upgrade_server && check_paths(fs.opt.store, cmd.mountpoint))) {
 		ret = 1;
 		goto out;
 	}
@@ -640,8 +680,17 @@ int main(int argc, char *argv[])
 	/* The store is private to the mounting user: whatever the daemon creates in it (catalog.db,
 	 * its WAL, tmp files, the log) is for its owner only. Other users read through the mount. */
 	umask(077);
-	made = access(fs.opt.store, F_OK) < 0 && errno == ENOENT; /* undone if the mount fails */
-	ret = wfs_store_open(fs.opt.store, WFS_STORE_CREATE | (fs.opt.sync ? 0 : WFS_STORE_NOSYNC), &fs.store);
+	if (upgrade_server) {
+		ret = wfs_store_open_inherited(fs.opt.store, fs.opt.sync ? 0 : WFS_STORE_NOSYNC, inherited.lock_fd,
+					       &fs.store);
+		if (ret)
+			upgrade_refused(fs.opt.store, "cannot open the store with the lock the holder handed over",
+					ret);
+	} else {
+		made = access(fs.opt.store, F_OK) < 0 && errno == ENOENT; /* undone if the mount fails */
+		ret = wfs_store_open(fs.opt.store, WFS_STORE_CREATE | (fs.opt.sync ? 0 : WFS_STORE_NOSYNC),
+				     &fs.store);
+	}
 	if (ret) {
 		store_open_error(fs.opt.store, ret);
 		ret = 1;
@@ -665,8 +714,9 @@ int main(int argc, char *argv[])
 		snprintf(logpath, sizeof(logpath), "%s/" WFS_STORE_LOG, fs.opt.store);
 		wfs_log_open_file(logpath);
 	}
-	warn_if_open(fs.opt.store);
-	{
+	if (!upgrade_server)
+		warn_if_open(fs.opt.store);
+	if (!upgrade_server) {
 		char what[PATH_MAX + 16];
 		int pid;
 
@@ -679,8 +729,9 @@ int main(int argc, char *argv[])
 				fs.opt.store, pid, what[0] ? ", " : "", what, WFS_COMMIT_INTERVAL_MS,
 				WFS_SYNC_INTERVAL_MS, fs.opt.store);
 	}
-	/* SQLite connections must not cross fork(): recover now, reopen after daemonizing. */
-	if (open_catalog(&fs, true)) {
+	/* SQLite connections must not cross fork(): recover now, reopen after daemonizing. A server of
+	 * an upgrade recovers as a successor does, below. */
+	if (!upgrade_server && open_catalog(&fs, true)) {
 		ret = 1;
 		goto out;
 	}
@@ -710,8 +761,16 @@ int main(int argc, char *argv[])
 	fs.kernel = wfs_ops_kernel(fs.se); /* passthrough backing files, on the session's device */
 	if (fuse_set_signal_handlers(fs.se) != 0)
 		goto out_session;
-	if (wfs_fault("mount") || fuse_session_mount(fs.se, cmd.mountpoint) != 0)
+	if (upgrade_server) {
+		char devpath[32];
+
+		/* libfuse takes /dev/fd/N as a connection already mounted (its session unmounts nothing). */
+		snprintf(devpath, sizeof(devpath), "/dev/fd/%d", inherited.devfd);
+		if (fuse_session_mount(fs.se, devpath) != 0)
+			upgrade_refused(fs.opt.store, "cannot use the /dev/fuse descriptor the holder handed over", 0);
+	} else if (wfs_fault("mount") || fuse_session_mount(fs.se, cmd.mountpoint) != 0) {
 		goto out_signals; /* (the fault point: a mount that fails, for the tests) */
+	}
 	mounted = true;
 	/* Request threads are never retired: one that libfuse let go while it led would leave the
 	 * device unread until a follower took over (receive.h). Say so (on the terminal too: before
@@ -719,7 +778,8 @@ int main(int argc, char *argv[])
 	if (cmd.max_idle_threads != UINT_MAX)
 		wfs_log(WFS_LOG_WARN, "-o max_idle_threads=%u is not used: request threads stay once started "
 			"(at most max_threads)", cmd.max_idle_threads);
-	fuse_daemonize(cmd.foreground);
+	if (!upgrade_server)
+		fuse_daemonize(cmd.foreground); /* a server of an upgrade runs where its holder put it */
 	if (!cmd.foreground)
 		wfs_log_take_stderr(); /* an assertion's message, libfuse's and SQLite's, into the log */
 	wfs_log_crash_handlers();
@@ -747,8 +807,19 @@ int main(int argc, char *argv[])
 	wfs_cache_node_of_task(getpid());
 	/* From here on, with -o holder, this is a server process: the first, or a successor that takes
 	 * the connection over from a dead one (takeover.h). The holder never returns. */
-	if (!fs.opt.holder || wfs_holder_run(cmd.mountpoint, fuse_session_fd(fs.se)) != 0)
+	if (upgrade_server) {
+		ret = wfs_takeover_attach(inherited.region_fd);
+		if (ret)
+			upgrade_refused(fs.opt.store, "cannot use the holder's shared region", ret);
 		wfs_takeover_server_start(fuse_session_fd(fs.se));
+	} else {
+		struct wfs_holder_args ha = {.mountpoint = cmd.mountpoint, .store = fs.opt.store,
+					     .devfd = fuse_session_fd(fs.se), .lock_fd = wfs_store_lock_fd(fs.store),
+					     .argv = argv};
+
+		if (!fs.opt.holder || wfs_holder_run(&ha) != 0)
+			wfs_takeover_server_start(fuse_session_fd(fs.se));
+	}
 	{
 		char what[PATH_MAX + 16];
 
@@ -807,6 +878,9 @@ int main(int argc, char *argv[])
 			wfs_log(WFS_LOG_WARN, "-o holder: the INIT cannot be kept: no successor can take this "
 				"mount over");
 	}
+	if (wfs_takeover_on() && wfs_upgrade_server_start(&fs) != 0)
+		wfs_log(WFS_LOG_WARN, "upgrade: this server cannot drain for an upgrade: weightfsctl upgrade of "
+			"%s times out and leaves it serving", cmd.mountpoint);
 	if (wfs_takeover_successor()) {
 		struct wfs_takeover_info ti;
 
@@ -840,6 +914,8 @@ int main(int argc, char *argv[])
 	wfs_commit_backup(&fs); /* the names as the unmount leaves them, for fsck --repair */
 	if (ret > 0)
 		wfs_log(WFS_LOG_INFO, "signal %d (%s): unmounting %s", ret, strsignal(ret), cmd.mountpoint);
+	if (ret > 0 && upgrade_server)
+		wfs_upgrade_unmount(cmd.mountpoint); /* libfuse did not mount it here: it would not */
 	ret = ret < 0 ? 1 : 0;
 out_unmount:
 	fuse_session_unmount(fs.se);

@@ -132,6 +132,7 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		json_object_set_new(o, "server_pid", json_integer(ti.server_pid));
 		json_object_set_new(o, "holder_pid", json_integer(ti.holder_pid));
 		json_object_set_new(o, "takeovers", U64(ti.takeovers));
+		json_object_set_new(o, "upgrades", U64(ti.upgrades));
 		json_object_set_new(o, "takeover",
 				    json_pack("{s:i, s:f, s:f, s:o}", "epoch", (int)ti.epoch, "last_pause_ms",
 					      ti.last_pause_ms, "worst_pause_ms", ti.worst_pause_ms,

@@ -177,7 +177,8 @@ static void write_owner(struct wfs_store *s, const char *what)
 		return; /* only a hint for the next process that finds the store busy */
 }
 
-int wfs_store_open(const char *path, unsigned flags, struct wfs_store **out)
+/* wfs_store_open(), or with @inherited_lock >= 0 wfs_store_open_inherited(). */
+static int store_open(const char *path, unsigned flags, int inherited_lock, struct wfs_store **out)
 {
 	bool create = flags & (WFS_STORE_CREATE | WFS_STORE_INIT);
 	bool readonly = flags & WFS_STORE_READONLY;
@@ -227,7 +228,18 @@ int wfs_store_open(const char *path, unsigned flags, struct wfs_store **out)
 	ret = open_subdir(s->dir_fd, WFS_STORE_TMP, create && !readonly, &s->tmp_fd);
 	if (ret)
 		goto fail;
-	if (!readonly) {
+	if (!readonly && inherited_lock >= 0) {
+		struct stat mine, theirs;
+
+		if (fstatat(s->dir_fd, "lock", &mine, 0) < 0 || fstat(inherited_lock, &theirs) < 0 ||
+		    mine.st_dev != theirs.st_dev || mine.st_ino != theirs.st_ino ||
+		    flock(inherited_lock, LOCK_EX | LOCK_NB) < 0) {
+			ret = -EBADF;
+			goto fail;
+		}
+		s->lock_fd = inherited_lock;
+		write_owner(s, NULL);
+	} else if (!readonly) {
 		s->lock_fd = openat(s->dir_fd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		if (s->lock_fd < 0) {
 			ret = -errno;
@@ -274,8 +286,27 @@ int wfs_store_open(const char *path, unsigned flags, struct wfs_store **out)
 	*out = s;
 	return 0;
 fail:
+	if (inherited_lock >= 0 && s->lock_fd == inherited_lock)
+		s->lock_fd = -1; /* still the caller's */
 	wfs_store_close(s);
 	return ret;
+}
+
+int wfs_store_open(const char *path, unsigned flags, struct wfs_store **out)
+{
+	return store_open(path, flags, -1, out);
+}
+
+int wfs_store_open_inherited(const char *path, unsigned flags, int lock_fd, struct wfs_store **out)
+{
+	if (lock_fd < 0)
+		return -EBADF;
+	return store_open(path, flags & WFS_STORE_NOSYNC, lock_fd, out);
+}
+
+int wfs_store_lock_fd(const struct wfs_store *s)
+{
+	return s->lock_fd;
 }
 
 void wfs_store_set_owner(struct wfs_store *s, const char *what)

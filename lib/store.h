@@ -66,7 +66,19 @@ enum wfs_store_flags {
  * the -errno of a failed mkdir/open/chmod (-EACCES, -EROFS, ...).
  */
 int wfs_store_open(const char *path, unsigned flags, struct wfs_store **out);
+/*
+ * Open the store at @path whose STORE/lock the caller inherited, flock()ed, as descriptor @lock_fd
+ * (a daemon started from another binary by the mount's holder, fs/upgrade.h). As wfs_store_open()
+ * with @flags (WFS_STORE_NOSYNC only), except that the lock is not taken anew (@lock_fd must be this
+ * store's STORE/lock, same st_dev and st_ino, and its flock must be held), STORE/tmp/ is not
+ * emptied (the files of writers still open live there) and the last owner's mark is not read (the
+ * store is in use, not left). On success the store owns @lock_fd; on failure the caller still does.
+ * Errors: as wfs_store_open(), and -EBADF when @lock_fd is not this store's lock.
+ */
+int wfs_store_open_inherited(const char *path, unsigned flags, int lock_fd, struct wfs_store **out);
 void wfs_store_close(struct wfs_store *s);
+/* STORE/lock's descriptor, flock()ed by this process's open file description; -1 when read-only. */
+int wfs_store_lock_fd(const struct wfs_store *s);
 
 /*
  * Record in STORE/lock, next to the pid of the calling process (call it again after a fork), what the

@@ -30,6 +30,7 @@ int wfs_ctl_import(int argc, char **argv); /* import.c */
 int wfs_ctl_export(int argc, char **argv); /* export.c */
 int wfs_ctl_cache(int argc, char **argv);  /* cache.c */
 int wfs_ctl_retain(int argc, char **argv); /* retain.c */
+int wfs_ctl_upgrade(int argc, char **argv); /* upgrade.c */
 
 /* ---- options -------------------------------------------------------------------------------- */
 

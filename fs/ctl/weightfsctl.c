@@ -24,6 +24,7 @@ static const struct subcommand subcommands[] = {
 	{"import", wfs_ctl_import, "write a safetensors checkpoint (or sharded index) as tensor files"},
 	{"export", wfs_ctl_export, "write a directory of tensor files as one safetensors file"},
 	{"cache", wfs_ctl_cache, "drop, load (on a NUMA node) or measure the page cache of names"},
+	{"upgrade", wfs_ctl_upgrade, "replace the binary serving a mount (-o holder) without unmounting"},
 };
 
 static void usage(FILE *out)
