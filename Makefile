@@ -137,7 +137,7 @@ $(B)/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c lib/safetensors.c lib/
 all: $(PROGS) $(MANS)
 
 # The suite: Check unit suites, mount tests against a real mount, a small real-weights check.
-check: $(PROGS) $(TEST_BINS) $(FUZZ_REPLAY)
+check: $(PROGS) $(MANS) $(TEST_BINS) $(FUZZ_REPLAY)
 	@tests/run-tests $(B)
 
 # The same suite under AddressSanitizer and UndefinedBehaviorSanitizer, in its own build directory.

@@ -39,7 +39,7 @@ uint64_t wfs_fsck_unrepaired(const struct wfs_fsck_report *r)
 	uint64_t n = 0;
 
 	for (int k = 0; k < WFS_FSCK_KINDS; k++)
-		if (k != WFS_FSCK_QUARANTINED && !(k == WFS_FSCK_UNSEALED && r->online))
+		if (k != WFS_FSCK_QUARANTINED && k != WFS_FSCK_UNSEALED)
 			n += r->found[k] - r->repaired[k];
 	return n;
 }

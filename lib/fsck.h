@@ -20,9 +20,10 @@
  *                left in the namespace by a writer that never renamed it into place (offline only)
  *                → removed
  *   unsealed     a regular file never sealed: its seal failed after close(2) returned (a file
- *                written through passthrough is sealed at its release), so it reads EIO → removed
- *                (the next mount's recovery does the same). Online also every file being written:
- *                reported, not counted as a problem (wfs_fsck_unrepaired())
+ *                written through passthrough is sealed at its release), so it reads EIO; or a
+ *                writer's when its daemon stopped; online also every file being written. Reported,
+ *                not counted as a problem (wfs_fsck_unrepaired()), as the next mount's recovery
+ *                removes it → removed
  *
  * Every finding about an object whose names fail (corrupt, missing, quarantined) comes with the
  * paths of the names that use it, so an operator knows what to write again.

@@ -152,7 +152,7 @@ int wfs_ctl_fsck(int argc, char **argv)
 		if (!r.online && !r.unclean)
 			printf("%-11s %s: closed by its last owner\n", "clean", "lock");
 		for (int k = 0; k < WFS_FSCK_KINDS; k++) {
-			if (k == WFS_FSCK_QUARANTINED || (k == WFS_FSCK_UNSEALED && r.online))
+			if (k == WFS_FSCK_QUARANTINED || k == WFS_FSCK_UNSEALED)
 				continue;
 			found += r.found[k];
 			fixed += r.repaired[k];
