@@ -776,7 +776,7 @@ static void wfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 	if (ret)
 		goto out;
 	in = wfs_inode_get(fs, &a);
-	ret = in ? wfs_openmode_create(fs, in, (fi->flags & O_TRUNC) != 0, tid_of(req), &h, &r) : -ENOMEM;
+	ret = in ? wfs_openmode_create(fs, in, fi->flags, tid_of(req), &h, &r) : -ENOMEM;
 	if (ret) {
 		undo_create(fs, parent, name);
 		if (in)
@@ -811,7 +811,7 @@ static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	else if (wfs_lock_light(&fs->lock) && (ret = wfs_openmode_open_lent(fs, ino, &h, &r)) == -EAGAIN)
 		wfs_lock_ordinary(&fs->lock);
 	if (ret == -EAGAIN)
-		ret = wfs_openmode_open(fs, ino, writable, truncate, tid_of(req), &h, &r, &news);
+		ret = wfs_openmode_open(fs, ino, writable, fi->flags, tid_of(req), &h, &r, &news);
 	wfs_unlock(&fs->lock);
 	if (ret) {
 		fuse_reply_err(req, -ret);

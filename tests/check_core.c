@@ -455,7 +455,7 @@ END_TEST
 static int open_ino(uint64_t ino, bool writable, struct wfs_handle **h, struct wfs_open_reply *r,
 		    struct wfs_news *news)
 {
-	return wfs_openmode_open(&fs, ino, writable, false, 0, h, r, news);
+	return wfs_openmode_open(&fs, ino, writable, 0, 0, h, r, news);
 }
 
 static uint64_t sealed_file(const char *name, const void *buf, size_t len)
@@ -607,7 +607,7 @@ START_TEST(openmode_write_flush_seals)
 	wfs_lock(&fs.lock);
 	in = new_file("f");
 	ino = in->ino;
-	ck_assert_int_eq(wfs_openmode_create(&fs, in, false, 0, &h, &r), 0);
+	ck_assert_int_eq(wfs_openmode_create(&fs, in, 0, 0, &h, &r), 0);
 	wfs_unlock(&fs.lock);
 	ck_assert_int_eq(wfs_fileio_write(&fs, h, 0, gettid(), "weights", 7, 0, &mode_changed), 7);
 	ck_assert(!mode_changed);

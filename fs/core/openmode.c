@@ -391,8 +391,9 @@ static bool store_has_room(struct wfs_fs *fs)
  * room to reserve), or -errno of starting the version.
  */
 static int open_writer_passthrough(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_handle *h,
-				   bool truncate, pid_t tid, struct wfs_open_reply *r)
+				   int flags, pid_t tid, struct wfs_open_reply *r)
 {
+	bool truncate = flags & O_TRUNC;
 	struct wfs_iomode *io = &in->io;
 	struct wfs_version *v;
 	uint64_t declared;
@@ -416,7 +417,8 @@ static int open_writer_passthrough(struct wfs_fs *fs, struct wfs_inode *in, stru
 		if (wfs_seal_declared_size(fs, in->ino, &declared))
 			declared = 0; /* nothing declared: nothing reserved */
 		if (declared < WFS_PASSTHROUGH_WRITE_MIN &&
-		    !(truncate && fs->opt.passthrough_writes == WFS_WRITES_ALL && store_has_room(fs)))
+		    !(truncate && !(flags & O_DIRECT) && fs->opt.passthrough_writes == WFS_WRITES_ALL &&
+		      store_has_room(fs)))
 			return 0;
 		v = wfs_seal_writer(fs, in, truncate, &ret); /* may drop fs->lock (a rewrite's copy) */
 		if (!v)
@@ -462,9 +464,10 @@ static bool passthrough_finished(struct wfs_inode *in)
 	       !wfs_version_refused(v);
 }
 
-int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool truncate, pid_t tid,
+int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, int flags, pid_t tid,
 		      struct wfs_handle **hp, struct wfs_open_reply *r, struct wfs_news *news)
 {
+	bool truncate = flags & O_TRUNC;
 	struct wfs_version *v;
 	struct wfs_inode *in;
 	struct wfs_handle *h;
@@ -505,7 +508,7 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool trunc
 	if (!h)
 		return -ENOMEM;
 	h->opener_tid = writable ? tid : 0;
-	ret = writable ? open_writer_passthrough(fs, in, h, truncate, tid, r) : 0;
+	ret = writable ? open_writer_passthrough(fs, in, h, flags, tid, r) : 0;
 	if (ret < 0) {
 		handle_free(fs, h);
 		return ret;
@@ -569,7 +572,7 @@ int wfs_openmode_open_lent(struct wfs_fs *fs, uint64_t ino, struct wfs_handle **
 	return 0;
 }
 
-int wfs_openmode_create(struct wfs_fs *fs, struct wfs_inode *in, bool truncate, pid_t tid,
+int wfs_openmode_create(struct wfs_fs *fs, struct wfs_inode *in, int flags, pid_t tid,
 			struct wfs_handle **hp, struct wfs_open_reply *r)
 {
 	struct wfs_handle *h = handle_new(fs, in, true);
@@ -579,8 +582,8 @@ int wfs_openmode_create(struct wfs_fs *fs, struct wfs_inode *in, bool truncate, 
 	*r = (struct wfs_open_reply){0};
 	if (h)
 		h->opener_tid = tid;
-	if (h && truncate) {
-		ret = open_writer_passthrough(fs, in, h, true, tid, r);
+	if (h && (flags & O_TRUNC)) {
+		ret = open_writer_passthrough(fs, in, h, flags, tid, r);
 		if (ret == 1) {
 			count_open(fs, h);
 			*hp = h;

@@ -123,13 +123,8 @@ struct wfs_open_reply {
  *             passthrough,
  *   -EISDIR, -EIO (never sealed, or the object failed its check), -ENOMEM, -errno of the catalog.
  */
-int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool truncate, pid_t tid,
+int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, int flags, pid_t tid,
 		      struct wfs_handle **h, struct wfs_open_reply *r, struct wfs_news *news);
-/*
- * The handle of a file just created (inode @in, new, its catalog entry made): writable and
- * daemon-served, its version empty and counted as written by this handle (sealed at close even with
- * no write). Returns 0 or -errno (-ENOMEM, -ENOSPC); on failure nothing is left open.
- */
 /*
  * The read-only open of inode @ino under a light hold of a lent fs->lock (lock.h), while the catalog
  * commits: only a sealed inode known in memory whose object this run knows good (check.h), served
@@ -139,11 +134,14 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, bool trunc
  */
 int wfs_openmode_open_lent(struct wfs_fs *fs, uint64_t ino, struct wfs_handle **h, struct wfs_open_reply *r);
 /*
- * The open of inode @in that thread @tid just created (CREATE): a writer with a new version; with
- * @truncate (O_TRUNC: a program that replaces the file whole) and -o passthrough_writes=all, written
- * through passthrough like a tensor's reopen (open_writer_passthrough()).
+ * The open of inode @in that thread @tid just created (CREATE, open(2) flags @flags): a writer with a
+ * new, empty version, sealed at its end even with no write. With O_TRUNC (a program that replaces the
+ * file whole) and -o passthrough_writes=all, written through passthrough like a tensor's reopen
+ * (open_writer_passthrough()) — not with O_DIRECT: the kernel keeps the backing file's O_DIRECT when
+ * fcntl(F_SETFL) clears the flag (dd oflag=direct's last block), so such a writer stays
+ * daemon-served. Returns 0 or -errno (-ENOMEM, -ENOSPC); on failure nothing is left open.
  */
-int wfs_openmode_create(struct wfs_fs *fs, struct wfs_inode *in, bool truncate, pid_t tid, struct wfs_handle **h,
+int wfs_openmode_create(struct wfs_fs *fs, struct wfs_inode *in, int flags, pid_t tid, struct wfs_handle **h,
 			struct wfs_open_reply *r);
 /*
  * A daemon-served read of @len bytes at @off through @h by thread @tid, into @buf (the caller's,

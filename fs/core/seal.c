@@ -114,12 +114,7 @@ static void log_seal_error(struct wfs_inode *in, int err, bool reported)
 			     "again (weightfsctl stat counts it in unsealed_files)");
 }
 
-/*
- * Is the store's filesystem full, as far as a write of the daemon's goes (root's reserve included)?
- * Bytes written through the kernel are never seen by the daemon, nor are their errors: a store this
- * full at the seal means a write may have failed (ENOSPC), and the file may be cut short.
- */
-static bool store_full(struct wfs_fs *fs)
+bool wfs_seal_store_full(struct wfs_fs *fs)
 {
 	struct statvfs sv;
 
@@ -154,7 +149,7 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	wfs_delay("seal.before-freeze");
 	ret = wfs_version_freeze(v, &d, &size, &unwritten);
 	unchanged = wfs_version_unchanged(v);
-	if (ret == 0 && kernel && !unchanged && store_full(fs)) {
+	if (ret == 0 && kernel && !unchanged && wfs_seal_store_full(fs)) {
 		wfs_log(WFS_LOG_WARN, "inode %llu: written through the kernel while the store filled up (under "
 			"%d MiB free): its writes may have failed with ENOSPC, which its writer heard; not sealed",
 			(unsigned long long)in->ino, WFS_SEAL_FULL_BYTES >> 20);

@@ -69,6 +69,13 @@ void wfs_seal_join(struct wfs_handle *h, struct wfs_version *v);
  * Returns 0 or -errno (-ENOSPC, -EIO, -EINVAL, -ENOMEM, an -errno of the catalog).
  */
 int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported);
+/*
+ * Is the store's filesystem full: under WFS_SEAL_FULL_BYTES free, root's reserve included (the daemon
+ * writes as root)? Bytes the kernel writes (passthrough) are never seen by the daemon, nor are their
+ * errors: a store this full at their writer's close or at their seal means a write(2) may have failed
+ * with ENOSPC and the file may be cut short (closing.c, wfs_seal()). One fstatvfs(2).
+ */
+bool wfs_seal_store_full(struct wfs_fs *fs);
 /* Drop in->writer unsealed: the name keeps its previous content, if any. */
 void wfs_seal_abandon(struct wfs_fs *fs, struct wfs_inode *in);
 /* mknod(2) of a regular file: seal new inode @in as the empty object. Returns 0 or -errno. */

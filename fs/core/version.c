@@ -799,8 +799,19 @@ static int hash_declared(struct wfs_version *v, const struct wfs_digest *d)
 /* wfs_version_free_kernel_bytes() with v->lock held. */
 static void free_kernel_bytes(struct wfs_version *v)
 {
-	if (v->kernel && v->tmp.fd >= 0 && ftruncate(v->tmp.fd, 0) != 0)
-		wfs_log(WFS_LOG_WARN, "a failed seal's file could not be emptied: %s", strerror(errno));
+	char proc[32];
+	int fd;
+
+	if (!v->kernel || v->tmp.fd < 0)
+		return;
+	/* @tmp may be read-only by now (settle()): truncate through a writable open of the same file. */
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", v->tmp.fd);
+	fd = open(proc, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, 0) != 0)
+		wfs_log(WFS_LOG_WARN, "the blocks of a failed seal's file stay allocated until its last "
+			"descriptor closes: %s", strerror(errno));
+	if (fd >= 0)
+		close(fd);
 }
 
 static void finish(struct wfs_version *v)
