@@ -98,7 +98,7 @@ static void usage(const char *prog)
 	       "    -o dedup_verify=bytes    when content is already stored, compare the bytes before\n"
 	       "                             dropping the new copy (XXH3 is not collision-resistant;\n"
 	       "                             default digest: trust the digest)\n"
-	       "    -o retain=SIZE           keep up to SIZE bytes (K, M, G, T suffixes) of objects no\n"
+	       "    -o retain=SIZE           keep up to SIZE bytes (K, M, G, T, P suffixes) of objects no\n"
 	       "                             name uses, least recently released out first, so a later\n"
 	       "                             run writing the same weights stores nothing new; recorded\n"
 	       "                             in the store for every later mount (default: the recorded\n"

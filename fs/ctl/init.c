@@ -71,7 +71,7 @@ static void init_usage(FILE *out)
 		     "hold other files (left as they are): this is the way to make a store there, which\n"
 		     "weightfs refuses to do by itself. A store already there is left as it is (exit 0).\n"
 		     "Then mount it: weightfs STORE MOUNTPOINT.\n\n"
-		     "  --retain SIZE every mount of the store keeps up to SIZE bytes (K, M, G, T suffixes)\n"
+		     "  --retain SIZE every mount of the store keeps up to SIZE bytes (K, M, G, T, P suffixes)\n"
 		     "                of the objects no name uses, so a later run writing the same weights\n"
 		     "                stores nothing new (default 0; weightfsctl retain changes it later)\n");
 }

@@ -19,7 +19,7 @@
 static void retain_usage(FILE *out)
 {
 	fprintf(out, "usage: weightfsctl retain [--json] STORE [SIZE]\n\n"
-		     "Show the store's retention budget, or record SIZE bytes (K, M, G, T suffixes; 0: keep\n"
+		     "Show the store's retention budget, or record SIZE bytes (K, M, G, T, P suffixes; 0: keep\n"
 		     "nothing) as the new one. Every mount of the store keeps up to that much of the objects\n"
 		     "no name uses (a trainer's weights after it removed them), least recently released out\n"
 		     "first, so a later run writing the same weights stores nothing new: a plain remount,\n"
