@@ -154,7 +154,8 @@ asan:
 TSAN_B := build-tsan
 tsan:
 	$(MAKE) B=$(TSAN_B) CFLAGS="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" \
-		LDFLAGS="-fsanitize=thread" $(TSAN_B)/weightfs $(TSAN_B)/weightfsctl $(TSAN_B)/tests/check_core \
+		LDFLAGS="-fsanitize=thread" $(TSAN_B)/weightfs $(TSAN_B)/weightfsctl $(TSAN_B)/libweightfs.so \
+		$(patsubst docs/%,$(TSAN_B)/man/%,$(wildcard docs/*.8)) $(TSAN_B)/tests/check_core \
 		$(TSAN_B)/tests/check_mount
 	@tests/run-tsan $(TSAN_B)
 

@@ -89,7 +89,7 @@ static uint64_t fh_tag = 1ull << FH_EPOCH_SHIFT; /* this server's epoch, in plac
 static bool successor;
 static int dev_fd = -1;
 static struct inherited *inh; /* under R->lock */
-static size_t ninh;
+static atomic_size_t ninh; /* written under R->lock; read without it by the fast path (no inherited ids) */
 atomic_bool wfs_takeover_watching;
 static enum { REPLAY_NONE, REPLAY_WAITING, REPLAY_SWALLOWED, REPLAY_DIFFERS } replay;
 
