@@ -72,6 +72,20 @@ struct wfs_version {
 				    * atomic */
 };
 
+/*
+ * A new descriptor (@flags: O_RDONLY, O_WRONLY or O_RDWR) of the file open at @fd, an O_TMPFILE
+ * included, through /proc/self/fd. Returns it (close-on-exec), or -errno.
+ */
+static int open_again(int fd, int flags)
+{
+	char proc[32];
+	int again;
+
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	again = open(proc, flags | O_CLOEXEC);
+	return again < 0 ? -errno : again;
+}
+
 void wfs_version_get(struct wfs_version *v)
 {
 	__atomic_add_fetch(&v->refs, 1, __ATOMIC_RELAXED);
@@ -677,13 +691,10 @@ out:
 /* v->tmp.fd read-only (settle()) → read-write again, on the same file. Version lock held. */
 static int reopen_writable(struct wfs_version *v)
 {
-	char proc[32];
-	int rw;
+	int rw = open_again(v->tmp.fd, O_RDWR);
 
-	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", v->tmp.fd);
-	rw = open(proc, O_RDWR | O_CLOEXEC);
 	if (rw < 0)
-		return -errno;
+		return rw;
 	close(v->tmp.fd);
 	v->tmp.fd = rw;
 	return 0;
@@ -799,14 +810,12 @@ static int hash_declared(struct wfs_version *v, const struct wfs_digest *d)
 /* wfs_version_free_kernel_bytes() with v->lock held. */
 static void free_kernel_bytes(struct wfs_version *v)
 {
-	char proc[32];
 	int fd;
 
 	if (!v->kernel || v->tmp.fd < 0)
 		return;
 	/* @tmp may be read-only by now (settle()): truncate through a writable open of the same file. */
-	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", v->tmp.fd);
-	fd = open(proc, O_WRONLY | O_CLOEXEC);
+	fd = open_again(v->tmp.fd, O_WRONLY);
 	if (fd < 0 || ftruncate(fd, 0) != 0)
 		wfs_log(WFS_LOG_WARN, "the blocks of a failed seal's file stay allocated until its last "
 			"descriptor closes: %s", strerror(errno));
@@ -1140,12 +1149,11 @@ int wfs_version_kernel_backing(struct wfs_version *v, uint64_t reserve)
 		/* else a filesystem without fallocate: nothing reserved, writes hear ENOSPC */
 	}
 	if (ret == 0 && v->size_fd < 0) {
-		char proc[32];
-
-		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", v->tmp.fd);
-		v->size_fd = open(proc, O_RDONLY | O_CLOEXEC);
-		if (v->size_fd < 0)
-			ret = -errno;
+		v->size_fd = open_again(v->tmp.fd, O_RDONLY);
+		if (v->size_fd < 0) {
+			ret = v->size_fd;
+			v->size_fd = -1;
+		}
 	}
 	if (ret == 0) {
 		struct stat st;
