@@ -102,15 +102,16 @@ static int act(struct wfs_fs *fs, struct wfs_handle *h, struct wfs_version *v, c
 	case WFS_CLOSE_KEEP:
 		return 0;
 	case WFS_CLOSE_FINISH:
-		if (wfs_seal_store_full(fs)) {
-			/* The kernel wrote the bytes, and the store is full as the writer closes: a
-			 * write(2) may have failed with ENOSPC and cut the file short. close(2) says so
-			 * too, and the release drops it (a new name goes), rather than keep a prefix
-			 * sealed as if whole once another file's removal frees room. */
+		/* The kernel wrote the bytes: a store full as the writer closes, or found full while it
+		 * was writing (another's close), means a write(2) may have failed with ENOSPC and cut the
+		 * file short. close(2) says so too, and the release drops it (a new name goes), rather
+		 * than keep a prefix sealed as if whole once another file's removal frees room. */
+		if (wfs_seal_store_full(fs))
+			wfs_seal_store_filled(fs); /* this one and every other kernel writer */
+		if ((ret = wfs_version_failed(v)) != 0) {
 			wfs_log(WFS_LOG_WARN, "inode %llu: written through the kernel while the store filled up: "
-				"its writes may have failed with ENOSPC; not sealed%s", ino, keeps);
-			wfs_version_fail(v, -ENOSPC);
-			return -ENOSPC;
+				"its writes may have failed with %s; not sealed%s", ino, strerror(-ret), keeps);
+			return ret;
 		}
 		/* close(2) returns 0: the writing is done, whatever becomes of its writer before the
 		 * release (a kill right after close must not drop the tensor; the release asks no /proc). */

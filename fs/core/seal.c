@@ -114,6 +114,26 @@ static void log_seal_error(struct wfs_inode *in, int err, bool reported)
 			     "again (weightfsctl stat counts it in unsealed_files)");
 }
 
+int wfs_seal_store_filled(struct wfs_fs *fs)
+{
+	unsigned n = 0;
+
+	for (struct wfs_handle *h = fs->handles; h; h = h->next) {
+		struct wfs_version *v = h->writing;
+
+		if (!h->passthrough || !v || !wfs_version_kernel_written(v) || wfs_version_frozen(v) ||
+		    wfs_version_failed(v))
+			continue;
+		wfs_version_fail(v, -ENOSPC);
+		n++;
+	}
+	if (n)
+		wfs_log(WFS_LOG_WARN, "the store filled up while %u files were being written through the kernel: "
+			"their writes may have failed with ENOSPC; none of them is sealed (their close(2) says "
+			"ENOSPC)", n);
+	return n;
+}
+
 bool wfs_seal_store_full(struct wfs_fs *fs)
 {
 	struct statvfs sv;
@@ -129,7 +149,7 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	struct wfs_digest d;
 	struct timespec mtime;
 	bool existed = false, unwritten, unchanged, kernel, told, durable = false, asked, alone, stored = false;
-	bool publishing = false, trusted = false, linked;
+	bool publishing = false, trusted = false, linked, filled = false;
 	struct stat linked_st;
 	uint64_t size = 0;
 	int ret;
@@ -155,6 +175,7 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 			(unsigned long long)in->ino, WFS_SEAL_FULL_BYTES >> 20);
 		ret = -ENOSPC;
 		told = true;
+		filled = true;
 	}
 	if (ret == 0 && wfs_version_declared_wrong(v))
 		wfs_log(WFS_LOG_WARN, "inode %llu: its writer declared a digest its bytes do not have: "
@@ -162,6 +183,8 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	wfs_crashpoint("seal.after-digest");
 
 	wfs_lock(&fs->lock);
+	if (filled)
+		wfs_seal_store_filled(fs); /* the others being written now may have lost writes too */
 	if (ret == -EBUSY && wfs_version_untouched_copy(v)) {
 		/* A writable shared mapping of a sealed file that has written nothing, kept after its
 		 * close (torch.from_file(shared=True), often for a whole run): the name keeps its content

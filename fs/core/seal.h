@@ -76,6 +76,14 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported);
  * with ENOSPC and the file may be cut short (closing.c, wfs_seal()). One fstatvfs(2).
  */
 bool wfs_seal_store_full(struct wfs_fs *fs);
+/*
+ * The store was found full (wfs_seal_store_full()): every file being written through the kernel now
+ * may have had a write(2) fail with ENOSPC, which the daemon cannot see, and room that comes back
+ * before its close (another file's removal) would hide it. So each such version (fs->handles:
+ * passthrough writers not being sealed) fails with -ENOSPC: its close(2) says so and nothing is
+ * sealed (a new name goes). Logged once. Returns how many were failed now. fs->lock held.
+ */
+int wfs_seal_store_filled(struct wfs_fs *fs);
 /* Drop in->writer unsealed: the name keeps its previous content, if any. */
 void wfs_seal_abandon(struct wfs_fs *fs, struct wfs_inode *in);
 /* mknod(2) of a regular file: seal new inode @in as the empty object. Returns 0 or -errno. */

@@ -1225,6 +1225,16 @@ void wfs_version_fail(struct wfs_version *v, int err)
 	pthread_mutex_unlock(&v->lock);
 }
 
+int wfs_version_failed(struct wfs_version *v)
+{
+	int err;
+
+	pthread_mutex_lock(&v->lock);
+	err = v->error;
+	pthread_mutex_unlock(&v->lock);
+	return err;
+}
+
 bool wfs_version_error_told(struct wfs_version *v)
 {
 	bool told;

@@ -243,6 +243,8 @@ bool wfs_version_published_copy(struct wfs_version *v);
 /* Make the seal of @v fail with @err (-errno), unless an error is kept already; the caller has
  * reported it (logged, or returned to close(2)), so the seal does not log it again. */
 void wfs_version_fail(struct wfs_version *v, int err);
+/* The error @v's seal will fail with (a write's, or wfs_version_fail()'s), or 0. Version lock taken. */
+int wfs_version_failed(struct wfs_version *v);
 /* Is the error the seal of @v will fail with one that wfs_version_fail() set? */
 bool wfs_version_error_told(struct wfs_version *v);
 
