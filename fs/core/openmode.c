@@ -383,12 +383,13 @@ static bool store_has_room(struct wfs_fs *fs)
 }
 
 /*
- * A writable open of a tensor through passthrough (openmode.h): the first writable open of a file
- * whose dtype and shape declare at least WFS_PASSTHROUGH_WRITE_MIN bytes and that nothing else has
- * open gets a version in a tmp file, with that space reserved, as its backing file; a writable open
- * while such a version is being written joins it. Returns 1 (set up: reply with r->backing_id), 0
- * (serve it from the daemon instead: passthrough off, another open, a small or undeclared file, no
- * room to reserve), or -errno of starting the version.
+ * A writable open (open(2) flags @flags) through passthrough (openmode.h): the first writable open of
+ * a file that nothing else has open gets a version in a tmp file as its backing file when its dtype
+ * and shape declare at least WFS_PASSTHROUGH_WRITE_MIN bytes (that space reserved), or, with
+ * -o passthrough_writes=all, when it is opened with O_TRUNC and without O_DIRECT on a store with
+ * WFS_PASSTHROUGH_WRITE_ROOM free; a writable open while such a version is being written joins it.
+ * Returns 1 (set up: reply with r->backing_id), 0 (serve it from the daemon instead: passthrough
+ * off, another open, no room), or -errno of starting the version.
  */
 static int open_writer_passthrough(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_handle *h,
 				   int flags, pid_t tid, struct wfs_open_reply *r)

@@ -5,12 +5,14 @@
  * The kernel's rule (fs/fuse/iomode.c, Linux 6.9+): all passthrough opens of an inode share one
  * backing file, and while any exist every new open must be passthrough too; an inode open in cached
  * mode (daemon-served, through the FUSE page cache) refuses passthrough opens. So:
- *   - writable opens are daemon-served, except a tensor's: the first writable open of a file whose
- *     dtype and shape attributes declare at least WFS_PASSTHROUGH_WRITE_MIN bytes, with no other
- *     open, is passthrough on the tmp file of a new version (writes at the speed of the store's
- *     filesystem), and later opens share that file until the last one closes. Objects stay
- *     immutable: the version is sealed at the last writer's release, and only once no descriptor
- *     or mapping can write its file (version.h, wfs_version_kernel_backing());
+ *   - the first writable open of a file with no other open is passthrough on the tmp file of a new
+ *     version (writes at the speed of the store's filesystem) when it replaces the file whole (a
+ *     create or open with O_TRUNC, not O_DIRECT, -o passthrough_writes=all, room in the store) or
+ *     its dtype and shape attributes declare at least WFS_PASSTHROUGH_WRITE_MIN bytes; later opens
+ *     share that file until the last one closes, readers after the writers' close(2) without
+ *     waiting for the seal. Other writable opens are daemon-served. Objects stay immutable: the
+ *     version is sealed at the last writer's release, and only once no descriptor or mapping can
+ *     write its file (version.h, wfs_version_kernel_backing(); mapped.h);
  *   - a read-only open of a sealed file is passthrough, on the object's backing file, unless a
  *     daemon-served open of the inode exists; a read-only open of a file being written is
  *     daemon-served, from the version;
