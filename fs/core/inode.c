@@ -165,6 +165,8 @@ void wfs_inodes_release(struct wfs_fs *fs)
 
 		if (in->writer)
 			wfs_version_put(in->writer); /* unsealed: never published, gone at next mount */
+		if (in->io.pt_version)
+			wfs_version_put(in->io.pt_version); /* openmode's: its passthrough opens never closed */
 		free(in);
 	}
 	wfs_map_release(&fs->inodes);
