@@ -171,6 +171,9 @@ static int parse_fd(const char *s, char **end)
 	return (int)v;
 }
 
+/* wfs_upgrade_inherited()'s strings, owned here for the process's life. */
+static char *kept_store, *kept_mount;
+
 int wfs_upgrade_inherited(struct wfs_upgrade_inherited *out)
 {
 	const char *fds = getenv("WFS_UPGRADE_FDS");
@@ -196,8 +199,8 @@ int wfs_upgrade_inherited(struct wfs_upgrade_inherited *out)
 		free(mnt);
 		return -EINVAL;
 	}
-	u.store = st; /* kept for the process's life */
-	u.mount = mnt;
+	u.store = kept_store = st; /* kept for the process's life, reachable from here */
+	u.mount = kept_mount = mnt;
 	unsetenv("WFS_UPGRADE_FDS");
 	unsetenv("WFS_UPGRADE_STORE");
 	unsetenv("WFS_UPGRADE_MOUNT");
