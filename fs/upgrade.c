@@ -171,9 +171,6 @@ static int parse_fd(const char *s, char **end)
 	return (int)v;
 }
 
-/* wfs_upgrade_inherited()'s strings, owned here for the process's life. */
-static char *kept_store, *kept_mount;
-
 int wfs_upgrade_inherited(struct wfs_upgrade_inherited *out)
 {
 	const char *fds = getenv("WFS_UPGRADE_FDS");
@@ -199,8 +196,8 @@ int wfs_upgrade_inherited(struct wfs_upgrade_inherited *out)
 		free(mnt);
 		return -EINVAL;
 	}
-	u.store = kept_store = st; /* kept for the process's life, reachable from here */
-	u.mount = kept_mount = mnt;
+	u.store = st; /* the caller's: wfs_upgrade_inherited_free() */
+	u.mount = mnt;
 	unsetenv("WFS_UPGRADE_FDS");
 	unsetenv("WFS_UPGRADE_STORE");
 	unsetenv("WFS_UPGRADE_MOUNT");
@@ -209,6 +206,13 @@ int wfs_upgrade_inherited(struct wfs_upgrade_inherited *out)
 	fcntl(u.lock_fd, F_SETFD, FD_CLOEXEC);
 	*out = u;
 	return 1;
+}
+
+void wfs_upgrade_inherited_free(struct wfs_upgrade_inherited *u)
+{
+	free((char *)u->store);
+	free((char *)u->mount);
+	u->store = u->mount = NULL;
 }
 
 void wfs_upgrade_unmount(const char *mountpoint)

@@ -65,7 +65,7 @@ void wfs_upgrade_writer_released(void);
 /*
  * A server started by wfs_upgrade_exec(): what the holder handed it, from the environment
  * (WFS_UPGRADE_FDS, WFS_UPGRADE_STORE, WFS_UPGRADE_MOUNT, removed from it here). Returns 1 with
- * *@out filled (the strings are owned by this module, for the process's life), 0 when this
+ * *@out filled (its strings are the caller's: wfs_upgrade_inherited_free()), 0 when this
  * process was not started so, -EINVAL when the variables are malformed or a descriptor is not open.
  */
 struct wfs_upgrade_inherited {
@@ -76,6 +76,8 @@ struct wfs_upgrade_inherited {
 	const char *mount;  /* absolute */
 };
 int wfs_upgrade_inherited(struct wfs_upgrade_inherited *out);
+/* Free the strings wfs_upgrade_inherited() put in *@u (none: nothing to do). */
+void wfs_upgrade_inherited_free(struct wfs_upgrade_inherited *u);
 /*
  * A server started by wfs_upgrade_exec() that stops on a signal (the holder's SIGTERM): detach the
  * mount at @mountpoint as libfuse does for the server that mounted (umount2 MNT_DETACH, else

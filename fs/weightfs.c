@@ -934,6 +934,7 @@ out:
 	if (made && !mounted && fs.opt.store)
 		wfs_store_unmake(fs.opt.store); /* refused or failed before it mounted: as it was */
 	free(cmd.mountpoint);
+	wfs_upgrade_inherited_free(&inherited);
 	free(fs.opt.store);
 	free(fs.opt.mountpoint);
 	free(fs.opt.retain_text);
