@@ -1213,10 +1213,29 @@ int wfs_catalog_declared_bytes(struct wfs_catalog *c, uint64_t ino, uint64_t *by
 	return 0;
 }
 
+/*
+ * Inside a transaction: every name of a regular file never sealed goes and its inode gets nlink 0
+ * (an orphan, for the caller to drop or keep). *@removed: the names removed. Returns 0 or -errno.
+ */
+static int drop_unsealed_names(struct wfs_catalog *c, uint64_t *removed)
+{
+	char sql[512];
+	int ret;
+
+	snprintf(sql, sizeof(sql),
+		 "UPDATE inodes SET nlink = 0 WHERE digest IS NULL AND (mode & %u) = %u AND nlink > 0;"
+		 "DELETE FROM dentries WHERE ino IN (SELECT ino FROM inodes WHERE digest IS NULL"
+		 " AND (mode & %u) = %u);",
+		 (unsigned)S_IFMT, (unsigned)S_IFREG, (unsigned)S_IFMT, (unsigned)S_IFREG);
+	ret = exec(c, sql);
+	if (ret == 0)
+		*removed = (uint64_t)sqlite3_changes(c->db); /* the DELETE's: names */
+	return ret;
+}
+
 int wfs_catalog_recover(struct wfs_catalog *c, struct wfs_recovery *report)
 {
 	struct wfs_recovery r = {0};
-	char sql[512];
 	sqlite3_stmt *s;
 	int ret;
 
@@ -1232,16 +1251,9 @@ int wfs_catalog_recover(struct wfs_catalog *c, struct wfs_recovery *report)
 		sqlite3_finalize(s);
 	}
 	/* Invariant 2: names of regular files never sealed go, and their inodes become orphans... */
-	snprintf(sql, sizeof(sql),
-		 "UPDATE inodes SET nlink = 0 WHERE digest IS NULL AND (mode & %u) = %u;"
-		 "DELETE FROM dentries WHERE ino IN (SELECT ino FROM inodes WHERE digest IS NULL"
-		 " AND (mode & %u) = %u);",
-		 (unsigned)S_IFMT, (unsigned)S_IFREG, (unsigned)S_IFMT, (unsigned)S_IFREG);
+	/* cppcheck-suppress duplicateCondition ; one `if (ret == 0)` per step, as below */
 	if (ret == 0)
-		ret = exec(c, sql);
-	if (ret == 0)
-		r.unsealed_removed = (uint64_t)sqlite3_changes(c->db);
-	/* cppcheck-suppress duplicateCondition ; one `if (ret == 0)` per step, as above */
+		ret = drop_unsealed_names(c, &r.unsealed_removed);
 	if (ret == 0)
 		ret = recover_declared_empty(c, &r.declared_empty_removed);
 	/* ...then, invariant 3: every inode without a name goes, with its xattrs. */
@@ -1265,14 +1277,8 @@ int wfs_catalog_takeover(struct wfs_catalog *c, uint64_t ino_floor, uint64_t *un
 	ret = begin(c);
 	if (ret)
 		return ret;
-	snprintf(sql, sizeof(sql),
-		 "UPDATE inodes SET nlink = 0 WHERE digest IS NULL AND (mode & %u) = %u AND nlink > 0;"
-		 "DELETE FROM dentries WHERE ino IN (SELECT ino FROM inodes WHERE digest IS NULL"
-		 " AND (mode & %u) = %u);",
-		 (unsigned)S_IFMT, (unsigned)S_IFREG, (unsigned)S_IFMT, (unsigned)S_IFREG);
-	ret = exec(c, sql);
+	ret = drop_unsealed_names(c, &removed);
 	if (ret == 0) {
-		removed = (uint64_t)sqlite3_changes(c->db);
 		ret = map_sqlite(c, sqlite3_prepare_v2(c->db, "SELECT max(ifnull((SELECT seq FROM sqlite_sequence"
 						       " WHERE name = 'inodes'), 0), ifnull((SELECT max(ino)"
 						       " FROM inodes), 0))", -1, &s, NULL));
