@@ -376,15 +376,16 @@ static void attr_to_stat(const struct wfs_attr *a, struct wfs_inode *in, struct 
 	st->st_ctim = a->ctime;
 	/* A version whose close refused its size (seal.h) is not what the name holds: until another
 	 * descriptor changes it, or its release drops it, stat shows the name's content. */
-	if (in && in->writer)
-		in->attr_told = true; /* the seal may change what the kernel caches now (inode.h) */
 	if (in && in->writer && !wfs_version_refused(in->writer)) {
-		struct timespec mtime;
+		struct timespec t;
 
 		st->st_size = (off_t)wfs_version_size(in->writer);
-		if (wfs_version_mtime(in->writer, &mtime))
-			st->st_mtim = mtime; /* what the seal will give it (version.h) */
+		if (wfs_version_mtime(in->writer, &t))
+			st->st_mtim = t; /* what the seal will give it (version.h) */
+		wfs_version_ctime(in->writer, &st->st_ctim); /* likewise */
 	}
+	if (in && in->writer)
+		wfs_inode_tell(in, st); /* the seal may change what the kernel caches now (inode.h) */
 	st->st_blocks = (blkcnt_t)(((uint64_t)st->st_size + 511) / 512); /* logical, not shared */
 	st->st_blksize = BLKSIZE;
 }

@@ -2038,8 +2038,8 @@ out:
 }
 
 int wfs_catalog_set_content(struct wfs_catalog *c, uint64_t ino, const struct wfs_digest *digest,
-			    uint64_t size, const struct timespec *mtime, unsigned flags,
-			    struct wfs_attr *old, struct wfs_attr *out)
+			    uint64_t size, const struct timespec *mtime, const struct timespec *changed,
+			    unsigned flags, struct wfs_attr *old, struct wfs_attr *out)
 {
 	bool durable = flags & WFS_CONTENT_DURABLE;
 	struct wfs_attr before;
@@ -2068,7 +2068,9 @@ int wfs_catalog_set_content(struct wfs_catalog *c, uint64_t ino, const struct wf
 	sqlite3_bind_blob(s, 2, digest->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
 	sqlite3_bind_int64(s, 3, (int64_t)size);
 	sqlite3_bind_int64(s, 4, ts_to_ns(mtime));
-	sqlite3_bind_int64(s, 5, now_ns()); /* ctime is the change's time, whatever mtime the writer set */
+	/* ctime is the change's time, whatever mtime the writer set; never earlier than a rename's. */
+	sqlite3_bind_int64(s, 5, changed ? (ts_to_ns(changed) > ts_to_ns(&before.ctime) ? ts_to_ns(changed)
+							: ts_to_ns(&before.ctime)) : now_ns());
 	ret = step_done(c, s);
 	if (ret == 0 && out)
 		ret = wfs_catalog_getattr(c, ino, out);

@@ -240,14 +240,15 @@ enum wfs_content_flags {
 /*
  * Seal: point regular file @ino at object @digest of @size bytes (adding the object row if new, or
  * making a quarantined row OK again: the object file is published again), set mtime to @mtime (what
- * the writer set with utimes(2), else the seal's time) and ctime to now. @flags: enum
- * wfs_content_flags. The object file must already be published (store.h). *@old gets the previous
+ * the writer set with utimes(2), else the seal's time) and ctime to @changed (the time of the bytes'
+ * last change), or to the name's ctime where that is later, or to now when @changed is NULL. @flags:
+ * enum wfs_content_flags. The object file must already be published (store.h). *@old gets the previous
  * content, if any (old->sealed false otherwise) so the caller can release it; *@out the attributes
  * after (@out may be NULL: not read back). -ENOENT, -EISDIR, -ENOSPC, -EIO.
  */
 int wfs_catalog_set_content(struct wfs_catalog *c, uint64_t ino, const struct wfs_digest *digest,
-			    uint64_t size, const struct timespec *mtime, unsigned flags,
-			    struct wfs_attr *old, struct wfs_attr *out);
+			    uint64_t size, const struct timespec *mtime, const struct timespec *changed,
+			    unsigned flags, struct wfs_attr *old, struct wfs_attr *out);
 
 /* Target of symlink @ino into @buf (NUL-terminated, truncated to @size - 1). -EINVAL if not a link. */
 int wfs_catalog_readlink(struct wfs_catalog *c, uint64_t ino, char *buf, size_t size);

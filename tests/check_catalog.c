@@ -105,7 +105,7 @@ static void seal(uint64_t ino, const char *content, uint64_t size)
 	struct wfs_digest d = dg(content);
 	struct timespec t = {.tv_sec = 1700000000, .tv_nsec = 123456789};
 	struct wfs_attr old, out;
-	int ret = wfs_catalog_set_content(cat, ino, &d, size, &t, 0, &old, &out);
+	int ret = wfs_catalog_set_content(cat, ino, &d, size, &t, NULL, 0, &old, &out);
 
 	ck_assert_msg(ret == 0, "set_content %llu: %s", (unsigned long long)ino, strerror(-ret));
 }
@@ -654,7 +654,7 @@ START_TEST(test_set_content_refcounts)
 	int64_t t0 = now();
 
 	ck_assert_int_eq(wfs_catalog_object_refcount(cat, &x, &n), -ENOENT);
-	ck_assert_int_eq(wfs_catalog_set_content(cat, f, &x, 1000, &t, 0, &old, &out), 0);
+	ck_assert_int_eq(wfs_catalog_set_content(cat, f, &x, 1000, &t, NULL, 0, &old, &out), 0);
 	ck_assert(!old.sealed);
 	ck_assert_uint_eq(old.ino, f);
 	ck_assert(out.sealed);
@@ -668,11 +668,11 @@ START_TEST(test_set_content_refcounts)
 		assert_attr_eq(&again, &out);
 	}
 	ck_assert_uint_eq(refcount("X"), 1);
-	ck_assert_int_eq(wfs_catalog_set_content(cat, g, &x, 1000, &t, WFS_CONTENT_DURABLE, &old, &out), 0);
+	ck_assert_int_eq(wfs_catalog_set_content(cat, g, &x, 1000, &t, NULL, WFS_CONTENT_DURABLE, &old, &out), 0);
 	ck_assert_uint_eq(refcount("X"), 2);
 
 	/* Re-sealing g with another object: 1 and 1; old gives the previous content. */
-	ck_assert_int_eq(wfs_catalog_set_content(cat, g, &y, 7, &t, 0, &old, &out), 0);
+	ck_assert_int_eq(wfs_catalog_set_content(cat, g, &y, 7, &t, NULL, 0, &old, &out), 0);
 	ck_assert(old.sealed);
 	ck_assert_mem_eq(old.digest.bytes, x.bytes, WFS_DIGEST_BYTES);
 	ck_assert_uint_eq(old.size, 1000);
@@ -680,12 +680,12 @@ START_TEST(test_set_content_refcounts)
 	ck_assert_uint_eq(refcount("X"), 1);
 	ck_assert_uint_eq(refcount("Y"), 1);
 	/* The same content again changes nothing. */
-	ck_assert_int_eq(wfs_catalog_set_content(cat, g, &y, 7, &t, 0, &old, &out), 0);
+	ck_assert_int_eq(wfs_catalog_set_content(cat, g, &y, 7, &t, NULL, 0, &old, &out), 0);
 	ck_assert_uint_eq(refcount("Y"), 1);
 
 	/* Only regular files take content. */
-	ck_assert_int_eq(wfs_catalog_set_content(cat, d, &x, 1, &t, 0, &old, &out), -EISDIR);
-	ck_assert_int_eq(wfs_catalog_set_content(cat, 987654, &x, 1, &t, 0, &old, &out), -ENOENT);
+	ck_assert_int_eq(wfs_catalog_set_content(cat, d, &x, 1, &t, NULL, 0, &old, &out), -EISDIR);
+	ck_assert_int_eq(wfs_catalog_set_content(cat, 987654, &x, 1, &t, NULL, 0, &old, &out), -ENOENT);
 	ck_assert_uint_eq(refcount("X"), 1);
 
 	/* Unlink and drop g: Y becomes unreferenced, and only then may it be forgotten. */

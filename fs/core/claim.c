@@ -114,7 +114,7 @@ int wfs_claim_inode(struct wfs_fs *fs, struct wfs_inode *in, const struct wfs_di
 		clock_gettime(CLOCK_REALTIME, &mtime);
 		/* Not synced: the object is durable already, and the claimed name becomes durable with
 		 * the next synced commit, like a rename (trainers claim a temp name, then rename it). */
-		ret = wfs_catalog_set_content(fs->catalog, in->ino, d, (uint64_t)st.st_size, &mtime, 0,
+		ret = wfs_catalog_set_content(fs->catalog, in->ino, d, (uint64_t)st.st_size, &mtime, NULL, 0,
 					      &old, NULL);
 	}
 	if (ret == 0 && kernel_fill) {

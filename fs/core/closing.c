@@ -166,11 +166,12 @@ static int act(struct wfs_fs *fs, struct wfs_handle *h, struct wfs_version *v, c
 			news->ino = in->ino;
 			news->inval = true;
 			wfs_object_expect_end(fs, &in->expecting);
-		} else if (news && in->attr_told) {
-			/* A stat while it was written may have cached a ctime (and, with a writable
-			 * mapping, an mtime) the seal moved: the kernel asks again. Not after a write(2)
-			 * with nothing told since (inode.h): the next open's permission check would
-			 * cost a GETATTR for nothing. */
+		} else if (news && wfs_inode_told_other(fs, in)) {
+			/* A stat while it was written may have cached a size or times the seal moved:
+			 * the kernel asks again. Not when nothing was told since a write(2), nor when
+			 * what was told is what the seal gave (inode.h): an open + fstat right after
+			 * close(2), and the next open's permission check, would cost a GETATTR for
+			 * nothing. */
 			news->ino = in->ino;
 			news->inval_attr = true;
 		}

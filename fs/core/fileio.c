@@ -79,7 +79,7 @@ ssize_t wfs_fileio_write(struct wfs_fs *fs, struct wfs_handle *h, uid_t uid, pid
 			if (tid) {
 				h->writer_tid = tid; /* 0: writeback, which names no thread */
 				if (h->inode->writer == v)
-					h->inode->attr_told = false; /* inode.h: the kernel drops them */
+					h->inode->attr_told = h->inode->attr_mixed = false; /* inode.h: the kernel drops them */
 			}
 		}
 		wfs_unlock(&fs->lock);

@@ -88,6 +88,40 @@ int wfs_inode_get_file(struct wfs_fs *fs, uint64_t ino, bool regular_only, struc
 	return *out ? 0 : -ENOMEM;
 }
 
+static bool same_time(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
+}
+
+static bool told_is(const struct wfs_told *t, uint64_t size, const struct timespec *mtime,
+		    const struct timespec *ctime)
+{
+	return t->size == size && same_time(&t->mtime, mtime) && same_time(&t->ctime, ctime);
+}
+
+void wfs_inode_tell(struct wfs_inode *in, const struct stat *st)
+{
+	/* Another size or mtime: written since, and a write drops what the kernel held before (a reply
+	 * it sent for earlier is discarded: fuse_write_update_attr()). Only another ctime, from a
+	 * rename or link meanwhile: two replies may reach the kernel in either order. */
+	if (in->attr_told && in->told.size == (uint64_t)st->st_size && same_time(&in->told.mtime, &st->st_mtim) &&
+	    !same_time(&in->told.ctime, &st->st_ctim))
+		in->attr_mixed = true;
+	in->told.size = (uint64_t)st->st_size;
+	in->told.mtime = st->st_mtim;
+	in->told.ctime = st->st_ctim;
+	in->attr_told = true;
+}
+
+bool wfs_inode_told_other(const struct wfs_fs *fs, const struct wfs_inode *in)
+{
+	struct wfs_attr a;
+
+	if (!in->attr_told)
+		return false;
+	return in->attr_mixed || !wfs_inode_attr(fs, in, &a) || !told_is(&in->told, a.size, &a.mtime, &a.ctime);
+}
+
 void wfs_inode_lookup(struct wfs_inode *in)
 {
 	in->nlookup++;

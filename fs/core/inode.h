@@ -20,6 +20,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "catalog.h"
 #include "digest.h"
@@ -41,6 +42,15 @@ struct wfs_inode {
 	 * a WRITE, and a reply to a GETATTR sent before it is discarded: fuse_write_update_attr()). The
 	 * seal invalidates the kernel's attributes only when it is set (seal.c). */
 	bool attr_told;
+	/* (L) With @attr_told: the kernel may hold attributes other than @told — two tells with no write
+	 * between them differed, or it held the name's before the version started. Else the seal needs
+	 * no invalidation when what it gives the name is @told (closing.c): the trainer's create, write,
+	 * close, rename, then open + fstat while the seal runs. */
+	bool attr_mixed;
+	struct wfs_told {
+		uint64_t size;
+		struct timespec mtime, ctime;
+	} told;                      /* (L) what the last tell while written said */
 	bool sealed;                 /* (L) the catalog's content: sealed as object @digest (seal.c) */
 	struct wfs_object *expecting; /* (L) a claim of this file missed: the object its writer is
 				      * expected to write, pinned (object.h; claim.c sets it, the next
@@ -76,6 +86,17 @@ struct wfs_inode *wfs_inode_get(struct wfs_fs *fs, const struct wfs_attr *attr);
  */
 int wfs_inode_get_file(struct wfs_fs *fs, uint64_t ino, bool regular_only, struct wfs_attr *attr,
 		       struct wfs_inode **out);
+/*
+ * (L) Attributes @st of @in are told to the kernel (an entry or GETATTR reply) while @in->writer is
+ * written: note them for the seal (@attr_told, @attr_mixed, @told).
+ */
+void wfs_inode_tell(struct wfs_inode *in, const struct stat *st);
+/*
+ * (L) Can the kernel hold a size, mtime or ctime of @in other than the ones @in's attributes now
+ * have (wfs_inode_attr(): what its seal just gave it; true when they are not at hand)? Then the
+ * seal invalidates the kernel's attributes.
+ */
+bool wfs_inode_told_other(const struct wfs_fs *fs, const struct wfs_inode *in);
 /* Count one kernel lookup of @in (an entry reply: lookup, create, mkdir, link, readdirplus). */
 void wfs_inode_lookup(struct wfs_inode *in);
 /*

@@ -70,6 +70,7 @@ struct wfs_version *wfs_seal_writer(struct wfs_fs *fs, struct wfs_inode *in, boo
 		return NULL;
 	in->writer = v; /* the inode's reference */
 	in->attr_told = true; /* what the kernel cached before, until a write drops it */
+	in->attr_mixed = in->nlookup > 0; /* a new file's first attributes are its create's reply */
 	in->io.cache_valid = false;
 	wfs_version_get(v); /* the caller's */
 	if (truncate || !in->sealed)
@@ -145,9 +146,10 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 {
 	struct wfs_version *v = in->writer;
 	struct wfs_object *o = NULL;
-	struct wfs_attr old;
+	struct wfs_attr old, after;
 	struct wfs_digest d;
-	struct timespec mtime;
+	struct timespec mtime, changed = { 0, 0 };
+	bool have_changed = false;
 	bool existed = false, unwritten, unchanged, kernel, told, durable = false, asked, alone, stored = false;
 	bool publishing = false, trusted = false, linked, filled = false;
 	struct stat linked_st;
@@ -281,12 +283,15 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 		/* cp -a and tar set the times on the open file before closing it: keep them. */
 		if (!wfs_version_mtime(v, &mtime))
 			clock_gettime(CLOCK_REALTIME, &mtime);
+		have_changed = wfs_version_ctime(v, &changed);
 		/* Made durable below without fs->lock (the WAL's fdatasync). */
 		/* Published on its writer's word: the catalog says so until it is checked, so that a
 		 * restart checks it too, whatever -o verify says (check.h). */
 		trusted = !existed && wfs_version_trusted(v);
-		ret = wfs_catalog_set_content(fs->catalog, in->ino, &d, size, &mtime,
-					      trusted ? WFS_CONTENT_DECLARED : 0, &old, NULL);
+		ret = wfs_catalog_set_content(fs->catalog, in->ino, &d, size, &mtime, have_changed ? &changed : NULL,
+					      trusted ? WFS_CONTENT_DECLARED : 0, &old, &after);
+		if (ret == 0)
+			wfs_inode_attr_note(fs, &after); /* what closing.c compares with what was told */
 		if (ret == 0 && alone && (ret = wfs_commit_now(fs)) != 0)
 			wfs_catalog_rollback(fs->catalog);
 	}

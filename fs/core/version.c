@@ -47,6 +47,8 @@ struct wfs_version {
 				    * @declared. Innermost: nothing is taken while it is held */
 	bool mtime_set;            /* utimes after the last write: the seal keeps @mtime */
 	struct timespec mtime;
+	bool set_at_set;           /* a utimes was applied, last at @set_at (its own time: a change) */
+	struct timespec set_at;    /* CLOCK_REALTIME */
 	bool changed_set;          /* written, truncated or grown through the daemon, last at @changed */
 	struct timespec changed;   /* CLOCK_REALTIME */
 	bool has_base;             /* (V) started as a copy of object @base */
@@ -913,6 +915,8 @@ void wfs_version_set_mtime(struct wfs_version *v, const struct timespec *mtime)
 	pthread_mutex_lock(&v->note_lock);
 	v->mtime_set = true;
 	v->mtime = *mtime;
+	clock_gettime(CLOCK_REALTIME, &v->set_at);
+	v->set_at_set = true;
 	pthread_mutex_unlock(&v->note_lock);
 }
 
@@ -974,6 +978,31 @@ bool wfs_version_mtime(struct wfs_version *v, struct timespec *mtime)
 		return true;
 	}
 	return changed;
+}
+
+static bool ts_before(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
+bool wfs_version_ctime(struct wfs_version *v, struct timespec *ctime)
+{
+	struct timespec t[3];
+	struct stat st;
+	int n = 0;
+
+	pthread_mutex_lock(&v->note_lock);
+	if (v->changed_set)
+		t[n++] = v->changed;
+	if (v->set_at_set)
+		t[n++] = v->set_at;
+	pthread_mutex_unlock(&v->note_lock);
+	if (__atomic_load_n(&v->kernel_writes, __ATOMIC_ACQUIRE) && v->size_fd >= 0 && fstat(v->size_fd, &st) == 0)
+		t[n++] = st.st_mtim; /* the kernel's last write (or its file's creation) */
+	for (int i = 0; i < n; i++)
+		if (ts_before(ctime, &t[i]))
+			*ctime = t[i];
+	return n > 0;
 }
 
 bool wfs_version_frozen(struct wfs_version *v)

@@ -106,6 +106,15 @@ void wfs_version_set_mtime(struct wfs_version *v, const struct timespec *mtime);
  */
 bool wfs_version_mtime(struct wfs_version *v, struct timespec *mtime);
 /*
+ * The time of @v's last change, the ctime its seal gives the name and a stat shows while it is
+ * written: the latest of its last write, truncate or growth through the daemon, its last utimes(2)
+ * (the call's own time, as ext4's ctime) and the mtime of the file the kernel writes through
+ * passthrough. Raises *@ctime to it where it is later (the name's ctime from a rename stays).
+ * false when none of these happened (the seal then takes its own time). Any lock but the
+ * version's note lock may be held.
+ */
+bool wfs_version_ctime(struct wfs_version *v, struct timespec *ctime);
+/*
  * Did anything change @v's bytes or times since it started: a write, truncate or growth through the
  * daemon, a utimes(2), or (written through the kernel) its file's mtime moved? A version that a
  * writable open started as a copy of its base and nobody touched — a writable shared mapping only
