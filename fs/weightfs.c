@@ -778,11 +778,13 @@ int main(int argc, char *argv[])
 	if (cmd.max_idle_threads != UINT_MAX)
 		wfs_log(WFS_LOG_WARN, "-o max_idle_threads=%u is not used: request threads stay once started "
 			"(at most max_threads)", cmd.max_idle_threads);
+	/* Before the daemon's parent returns (fuse_daemonize() waits for the child): a signal that
+	 * reaches it the moment `weightfs` returned is logged too. A fork keeps the handlers. */
+	wfs_log_crash_handlers();
 	if (!upgrade_server)
 		fuse_daemonize(cmd.foreground); /* a server of an upgrade runs where its holder put it */
 	if (!cmd.foreground)
 		wfs_log_take_stderr(); /* an assertion's message, libfuse's and SQLite's, into the log */
-	wfs_log_crash_handlers();
 	wfs_log_reopen_on(SIGUSR1); /* logrotate: weightfs.8 */
 	{
 		/* Each file being written through passthrough holds two descriptors of its version's
