@@ -816,13 +816,14 @@ static bool adopted_name(const char *name, void *arg)
 
 int wfs_takeover_adopt_writers(struct wfs_fs *fs)
 {
-	struct adoption *a = calloc(1, sizeof(*a));
 	uint64_t handles = 0, handles_lost = 0, sealed = 0;
 	bool overflowed = wfs_keep_overflows() > 0;
+	struct adoption *a;
 	struct wfs_inode *in;
 
 	if (!R || !successor)
 		return 0;
+	a = calloc(1, sizeof(*a));
 	if (a)
 		a->names = calloc(WFS_KEEP_RECORDS, sizeof(*a->names));
 	if (!a || !a->names || !(adopted = calloc(HANDLES_CAP, sizeof(*adopted)))) {
