@@ -48,7 +48,9 @@ size_t wfs_keep_area_bytes(void)
 void wfs_keep_attach(void *area, bool fresh)
 {
 	H = area;
-	slots = (char *)area + head_bytes();
+	slots = area ? (char *)area + head_bytes() : NULL;
+	if (!area)
+		return;
 	if (fresh)
 		H->magic = KEEP_MAGIC;
 }

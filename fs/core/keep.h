@@ -59,6 +59,7 @@ size_t wfs_keep_area_bytes(void);
 /*
  * Use @area (wfs_keep_area_bytes() bytes of MAP_SHARED memory, zero-filled when new) from now on.
  * @fresh: the holder made it now (zeroed); else a successor inherits what a dead server left.
+ * NULL: no area from now on (tests).
  */
 void wfs_keep_attach(void *area, bool fresh);
 bool wfs_keep_on(void);
