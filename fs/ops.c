@@ -350,7 +350,7 @@ void wfs_ops_news_post(struct wfs_fs *fs, struct wfs_news *news)
 static void set_open_reply(struct fuse_file_info *fi, struct wfs_handle *h, const struct wfs_open_reply *r)
 {
 	fi->fh = wfs_takeover_fh(h, h->writable);
-	wfs_takeover_handle_opened(fi->fh, r->backing_id); /* before the kernel knows it */
+	wfs_takeover_handle_opened(fi->fh, r->backing_id, h->inode->ino); /* before the kernel knows it */
 	if (h->writable)
 		wfs_upgrade_writer_opened(); /* an upgrade waits for it to be released */
 	fi->backing_id = r->backing_id;
@@ -957,6 +957,7 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	(void)ino;
 	wfs_takeover_handle_released(fi->fh); /* its backing id, if a dead server's is done with */
 	if (stale(fi)) {
+		wfs_takeover_writer_released(fi->fh);
 		fuse_reply_err(req, 0);
 		return;
 	}
@@ -978,6 +979,7 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		pthread_cond_broadcast(&fs->seal_done);
 		wfs_unlock(&fs->lock);
 	}
+	wfs_takeover_writer_released(fi->fh); /* after its seal: a successor finds one or the other */
 	fuse_reply_err(req, 0);
 }
 

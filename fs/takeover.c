@@ -15,11 +15,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "daemon.h"
+#include "inode.h"
+#include "keep.h"
 #include "log.h"
+#include "openmode.h"
+#include "seal.h"
+#include "store.h"
+#include "upgrade.h"
+#include "version.h"
 #include "takeover.h"
 
 #define REGION_MAGIC 0x57465354u /* "WFST" */
-#define REGION_LAYOUT 2u /* 2: serving pid and drain report (an upgrade: upgrade.h) */
+#define REGION_LAYOUT 3u /* 3: writable handles and the versions they write (keep.h) */
 #define INIT_MAX 512               /* bytes of INIT request or reply kept (both are ~100) */
 #define IDS_CAP 4096u              /* backing ids registered at once (one per object in use) */
 #define HANDLES_CAP 65536u         /* passthrough handles open at once */
@@ -49,7 +57,8 @@ struct id_slot {
 };
 struct handle_slot {
 	uint64_t fh;       /* 0: empty */
-	int32_t id;
+	int32_t id;        /* its backing id, 0: none (a daemon-served writer) */
+	uint64_t ino;      /* a writable handle's inode, for a successor that adopts it */
 };
 struct region {
 	uint32_t magic, layout;
@@ -85,6 +94,30 @@ struct inherited {
 
 static struct region *R;
 static int region_fd = -1;
+
+/* Handles of dead servers this one adopted (fh → its own handle), looked up only for a dead
+ * server's fh; written before the session starts and at their release, under adopted_lock. */
+struct adopted {
+	uint64_t fh;
+	void *h;
+};
+static struct adopted *adopted;
+static size_t nadopted;
+static atomic_size_t adopted_live;
+static pthread_mutex_t adopted_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The memfd: the region, then the area where versions keep their bytes (keep.h). */
+static size_t region_bytes(void)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+	return (sizeof(struct region) + page - 1) / page * page;
+}
+
+static size_t memfd_bytes(void)
+{
+	return region_bytes() + wfs_keep_area_bytes();
+}
 static uint64_t fh_tag = 1ull << FH_EPOCH_SHIFT; /* this server's epoch, in place */
 static bool successor;
 static int dev_fd = -1;
@@ -108,13 +141,13 @@ int wfs_takeover_create(pid_t holder_pid)
 
 	if (fd < 0)
 		return -errno;
-	if (ftruncate(fd, sizeof(struct region)) < 0) {
+	if (ftruncate(fd, (off_t)memfd_bytes()) < 0) {
 		int err = -errno;
 
 		close(fd);
 		return err;
 	}
-	p = mmap(NULL, sizeof(struct region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	p = mmap(NULL, memfd_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
 	if (p == MAP_FAILED) {
 		int err = -errno;
 
@@ -122,6 +155,7 @@ int wfs_takeover_create(pid_t holder_pid)
 		return err;
 	}
 	R = p;
+	wfs_keep_attach((char *)p + region_bytes(), true);
 	region_fd = fd; /* kept for a server started from another binary (an upgrade) */
 	R->magic = REGION_MAGIC;
 	R->layout = REGION_LAYOUT;
@@ -146,24 +180,25 @@ int wfs_takeover_attach(int fd)
 
 	if (fstat(fd, &st) < 0)
 		return -errno;
-	if (st.st_size != (off_t)sizeof(struct region)) {
+	if (st.st_size != (off_t)memfd_bytes()) {
 		wfs_log(WFS_LOG_ERR, "takeover: the holder's shared region has %lld bytes, this build's %zu: "
 			"another layout, this build cannot take the mount over", (long long)st.st_size,
-			sizeof(struct region));
+			memfd_bytes());
 		return -EPROTO;
 	}
-	p = mmap(NULL, sizeof(struct region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	p = mmap(NULL, memfd_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
 	if (p == MAP_FAILED)
 		return -errno;
 	if (p->magic != REGION_MAGIC || p->layout != REGION_LAYOUT) {
 		wfs_log(WFS_LOG_ERR, "takeover: the holder's shared region has magic 0x%x layout %u, this build "
 			"expects 0x%x layout %u: it cannot take the mount over", p->magic, p->layout, REGION_MAGIC,
 			REGION_LAYOUT);
-		munmap(p, sizeof(struct region));
+		munmap(p, memfd_bytes());
 		return -EPROTO;
 	}
 	fcntl(fd, F_SETFD, FD_CLOEXEC);
 	R = p;
+	wfs_keep_attach((char *)p + region_bytes(), false);
 	region_fd = fd;
 	return 0;
 }
@@ -184,13 +219,14 @@ static unsigned home(uint64_t key, unsigned cap)
 }
 
 /* Linear probing; removal shifts back the entries after the hole (no tombstones). R->lock held. */
-static bool handle_put(uint64_t fh, int32_t id)
+static bool handle_put(uint64_t fh, int32_t id, uint64_t ino)
 {
 	unsigned i = home(fh, HANDLES_CAP);
 
 	for (unsigned n = 0; n < HANDLES_CAP / 4 * 3; n++, i = (i + 1) & (HANDLES_CAP - 1)) {
 		if (R->handles[i].fh == fh || R->handles[i].fh == 0) {
 			R->handles[i].id = id; /* the id first: a server killed in between left no entry */
+			R->handles[i].ino = ino;
 			R->handles[i].fh = fh;
 			return true;
 		}
@@ -288,7 +324,7 @@ static void inherit(void)
 		return;
 	}
 	for (unsigned i = 0; i < HANDLES_CAP; i++)
-		if (R->handles[i].fh && R->handles[i].id > 0)
+		if (R->handles[i].fh && (R->handles[i].id > 0 || (R->handles[i].fh & 1)))
 			hs[nh++] = R->handles[i];
 	for (unsigned i = 0; i < IDS_CAP; i++)
 		if (R->ids[i].id > 0)
@@ -296,7 +332,7 @@ static void inherit(void)
 	memset(R->handles, 0, sizeof(R->handles));
 	memset(R->ids, 0, sizeof(R->ids));
 	for (size_t i = 0; i < nh; i++)
-		handle_put(hs[i].fh, hs[i].id); /* a duplicate fh overwrites itself */
+		handle_put(hs[i].fh, hs[i].id, hs[i].ino); /* a duplicate fh overwrites itself */
 	inh = calloc(ni ? ni : 1, sizeof(*inh));
 	for (size_t i = 0; inh && i < ni; i++) {
 		struct inherited *x = &inh[ninh];
@@ -309,6 +345,7 @@ static void inherit(void)
 		*x = (struct inherited){.id = is[i].id, .dev = is[i].dev, .ino = is[i].ino};
 		for (unsigned k = 0; k < HANDLES_CAP; k++)
 			x->stale += R->handles[k].fh && R->handles[k].id == x->id;
+		/* An adopted writer (adopt_writers()) that registers this file again counts as a user. */
 		if (x->stale == 0 && atomic_load(&R->handles_dropped) == 0) {
 			backing_release(x->id); /* no open file of the kernel uses it: safe to let go */
 			unused++;
@@ -384,8 +421,20 @@ uint64_t wfs_takeover_fh(const void *h, bool writable)
 
 void *wfs_takeover_fh_handle(uint64_t fh)
 {
-	if ((fh & ~FH_PTR_MASK) != fh_tag || fh == 0)
-		return NULL;
+	if ((fh & ~FH_PTR_MASK) != fh_tag || fh == 0) {
+		void *h = NULL;
+
+		if (atomic_load_explicit(&adopted_live, memory_order_acquire) == 0)
+			return NULL;
+		pthread_mutex_lock(&adopted_lock);
+		for (size_t i = 0; i < nadopted; i++)
+			if (adopted[i].fh == fh) {
+				h = adopted[i].h;
+				break;
+			}
+		pthread_mutex_unlock(&adopted_lock);
+		return h;
+	}
 	return (void *)(uintptr_t)(fh & FH_PTR_MASK & ~(uint64_t)1);
 }
 
@@ -594,12 +643,12 @@ bool wfs_takeover_backing_keep(int id)
 	return false;
 }
 
-void wfs_takeover_handle_opened(uint64_t fh, int id)
+void wfs_takeover_handle_opened(uint64_t fh, int id, uint64_t ino)
 {
-	if (!R || id <= 0)
+	if (!R || (id <= 0 && !(fh & 1)))
 		return;
 	pthread_mutex_lock(&R->lock);
-	if (!handle_put(fh, id) && atomic_fetch_add(&R->handles_dropped, 1) == 0)
+	if (!handle_put(fh, id > 0 ? id : 0, ino) && atomic_fetch_add(&R->handles_dropped, 1) == 0)
 		wfs_log(WFS_LOG_WARN, "takeover: more than %u passthrough handles open: a successor may keep "
 			"backing ids registered until unmount", HANDLES_CAP / 4 * 3);
 	pthread_mutex_unlock(&R->lock);
@@ -612,7 +661,20 @@ void wfs_takeover_handle_released(uint64_t fh)
 	if (!R)
 		return;
 	pthread_mutex_lock(&R->lock);
-	id = handle_take(fh);
+	if (fh & 1) {
+		/* A writer's entry stays until its release is done (wfs_takeover_writer_released()): a
+		 * server killed in between leaves it, with its version, to the successor. */
+		unsigned i = home(fh, HANDLES_CAP);
+
+		for (id = 0; R->handles[i].fh; i = (i + 1) & (HANDLES_CAP - 1))
+			if (R->handles[i].fh == fh) {
+				id = R->handles[i].id;
+				R->handles[i].id = 0;
+				break;
+			}
+	} else {
+		id = handle_take(fh);
+	}
 	if (id > 0 && (fh & ~FH_PTR_MASK) != fh_tag) {
 		for (size_t i = 0; i < ninh; i++)
 			if (inh[i].id == id) {
@@ -661,4 +723,164 @@ void wfs_takeover_info(struct wfs_takeover_info *out)
 	pthread_mutex_lock(&R->lock);
 	out->backing_inherited = ninh;
 	pthread_mutex_unlock(&R->lock);
+}
+
+void wfs_takeover_writer_released(uint64_t fh)
+{
+	if (!R || !(fh & 1))
+		return;
+	pthread_mutex_lock(&R->lock);
+	handle_take(fh);
+	pthread_mutex_unlock(&R->lock);
+	if (atomic_load_explicit(&adopted_live, memory_order_acquire) == 0)
+		return;
+	pthread_mutex_lock(&adopted_lock);
+	for (size_t i = 0; i < nadopted; i++)
+		if (adopted[i].fh == fh) {
+			adopted[i] = adopted[--nadopted];
+			atomic_store(&adopted_live, nadopted);
+			break;
+		}
+	pthread_mutex_unlock(&adopted_lock);
+}
+
+/* The inodes of live version records (keep.h), for wfs_catalog_takeover(). */
+struct kept_list {
+	uint64_t *ino;
+	size_t n;
+};
+
+static void list_kept(const struct wfs_keep_record *r, void *arg)
+{
+	struct kept_list *l = arg;
+
+	if (r->state == WFS_KEEP_LIVE && l->ino)
+		l->ino[l->n++] = r->ino;
+}
+
+size_t wfs_takeover_kept_inodes(uint64_t **ino)
+{
+	struct kept_list l = {.ino = calloc(WFS_KEEP_RECORDS, sizeof(uint64_t))};
+
+	wfs_keep_each(list_kept, &l);
+	*ino = l.ino;
+	return l.n;
+}
+
+/* adopt_writers(): what it found, and the inodes whose writers get EIO. */
+struct adoption {
+	struct wfs_fs *fs;
+	uint64_t lost[WFS_KEEP_RECORDS];
+	size_t nlost;
+	char (*names)[32]; /* tmp files adopted: the sweep keeps them */
+	size_t nnames;
+	uint64_t vino[WFS_KEEP_RECORDS]; /* inodes whose versions were adopted */
+	size_t nvino;
+	uint64_t versions, versions_lost;
+};
+
+static void adopt_version(const struct wfs_keep_record *r, void *arg)
+{
+	struct adoption *a = arg;
+	int ret = r->state == WFS_KEEP_LIVE ? wfs_openmode_adopt_version(a->fs, r) : 0;
+
+	if (r->state == WFS_KEEP_LIVE && ret == 0) {
+		a->versions++;
+		a->vino[a->nvino++] = r->ino;
+		if (!r->in_memory)
+			memcpy(a->names[a->nnames++], r->tmp_name, sizeof(a->names[0]));
+		return;
+	}
+	/* FILLING: a copy of the sealed bytes the dead server had not finished; the request that
+	 * started it comes again and starts it again. Anything else: the bytes are not all there. */
+	if (r->state != WFS_KEEP_FILLING && ret != -ENOENT) {
+		a->lost[a->nlost++] = r->ino;
+		a->versions_lost++;
+		wfs_log(WFS_LOG_ERR, "takeover: inode %llu: the version being written cannot be adopted (%s): "
+			"its writers get EIO, its name keeps what it held", (unsigned long long)r->ino,
+			r->state == WFS_KEEP_LOST ? "a write had failed, or a full store kept only its digest"
+						  : strerror(-ret));
+	}
+	wfs_keep_end((int)r->index);
+}
+
+static bool adopted_name(const char *name, void *arg)
+{
+	const struct adoption *a = arg;
+
+	for (size_t i = 0; i < a->nnames; i++)
+		if (strcmp(a->names[i], name) == 0)
+			return true;
+	return false;
+}
+
+int wfs_takeover_adopt_writers(struct wfs_fs *fs)
+{
+	uint64_t handles = 0, handles_lost = 0, sealed = 0;
+	bool overflowed = wfs_keep_overflows() > 0;
+	struct adoption *a;
+	struct wfs_inode *in;
+
+	if (!R || !successor)
+		return 0;
+	a = calloc(1, sizeof(*a));
+	if (a)
+		a->names = calloc(WFS_KEEP_RECORDS, sizeof(*a->names));
+	if (!a || !a->names || !(adopted = calloc(HANDLES_CAP, sizeof(*adopted)))) {
+		if (a)
+			free(a->names);
+		free(a);
+		wfs_log(WFS_LOG_ERR, "takeover: no memory to adopt the dead server's writers: they get EIO");
+		return -ENOMEM;
+	}
+	a->fs = fs;
+	wfs_lock(&fs->lock);
+	wfs_keep_each(adopt_version, a);
+	for (unsigned i = 0; i < HANDLES_CAP; i++) {
+		struct handle_slot hs = R->handles[i];
+		struct wfs_handle *h = NULL;
+		bool lost = false;
+		int ret;
+
+		if (!hs.fh || !(hs.fh & 1) || (hs.fh & ~FH_PTR_MASK) == fh_tag)
+			continue;
+		for (size_t k = 0; k < a->nlost; k++)
+			lost |= a->lost[k] == hs.ino;
+		in = wfs_inode_find(fs, hs.ino);
+		/* With versions kept nowhere (every record was in use), one without a record may be
+		 * this inode's: only a writer of a sealed file with no version is sure to be whole. */
+		if (overflowed && !(in && in->writer))
+			lost = true;
+		ret = lost ? -EIO : wfs_openmode_adopt(fs, hs.ino, hs.id > 0, &h);
+		if (ret) {
+			handles_lost++;
+			wfs_log(WFS_LOG_ERR, "takeover: inode %llu: a writer open before the takeover cannot be "
+				"adopted (%s): its next write, fsync or close gets EIO", (unsigned long long)hs.ino,
+				strerror(-ret));
+			continue;
+		}
+		adopted[nadopted++] = (struct adopted){.fh = hs.fh, .h = h};
+		wfs_upgrade_writer_opened(); /* this server's writer now: an upgrade waits for it too */
+		handles++;
+	}
+	/* A version whose every writer was released (a seal the dead server had begun): sealed now. */
+	for (size_t i = 0; i < a->nvino; i++) {
+		in = wfs_inode_find(fs, a->vino[i]);
+		if (in && in->writer && wfs_version_writers(in->writer) == 0 && in->io.nwritable == 0) {
+			sealed += wfs_seal(fs, in, false) == 0;
+			wfs_inode_maybe_free(fs, in);
+		}
+	}
+	wfs_unlock(&fs->lock);
+	atomic_store(&adopted_live, nadopted);
+	wfs_store_tmp_sweep(fs->store, adopted_name, a);
+	if (a->versions || handles || handles_lost || a->versions_lost)
+		wfs_log(WFS_LOG_INFO, "takeover: adopted %llu versions being written and %llu writers open on "
+			"them (%llu sealed at once: their writers were gone); %llu versions and %llu writers "
+			"lost (EIO)", (unsigned long long)a->versions, (unsigned long long)handles,
+			(unsigned long long)sealed, (unsigned long long)a->versions_lost,
+			(unsigned long long)handles_lost);
+	free(a->names);
+	free(a);
+	return 0;
 }

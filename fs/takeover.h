@@ -119,7 +119,8 @@ bool wfs_takeover_note_write(const struct iovec *iov, int count, ssize_t *len);
 
 /* The fh for handle @h (16-byte aligned, below 2^47), @writable: opened for writing. */
 uint64_t wfs_takeover_fh(const void *h, bool writable);
-/* The handle in @fh, or NULL when a dead server made it (stale). */
+/* The handle in @fh, or one this server adopted for it, or NULL when a dead server made it and
+ * nothing adopted it (stale). */
 void *wfs_takeover_fh_handle(uint64_t fh);
 /* Was handle @fh opened for writing (any epoch)? */
 bool wfs_takeover_fh_writable(uint64_t fh);
@@ -143,8 +144,26 @@ bool wfs_takeover_backing_keep(int id);
  * Handles: @fh was answered with backing id @id (before the reply is sent), and @fh was released
  * (any epoch; for a dead server's handle, the id it used is released once nothing uses it).
  */
-void wfs_takeover_handle_opened(uint64_t fh, int id);
+void wfs_takeover_handle_opened(uint64_t fh, int id, uint64_t ino);
 void wfs_takeover_handle_released(uint64_t fh);
+/*
+ * Writers across a takeover (keep.h). A writable handle (@fh of wfs_takeover_handle_opened(), with
+ * its inode @ino) stays in the table until its release is done: wfs_takeover_writer_released(),
+ * after the core's release (a server killed in between leaves the handle, and its version, to
+ * the successor, to which the kernel resends that RELEASE).
+ */
+void wfs_takeover_writer_released(uint64_t fh);
+/* Successor: the inodes whose versions being written are kept (*@ino: malloc'd, the caller frees). */
+size_t wfs_takeover_kept_inodes(uint64_t **ino);
+struct wfs_fs;
+/*
+ * Successor, once the catalog is recovered and before the INIT replay: adopt the versions the dead
+ * server kept and its writable handles on them, so that their writers go on (their fh then finds
+ * a handle of this server: wfs_takeover_fh_handle()); a version whose writers were all released
+ * is sealed now. What cannot be adopted is logged per inode and its writers get EIO. The tmp
+ * files nothing adopted are removed. Returns 0 or -ENOMEM (nothing adopted: EIO to every writer).
+ */
+int wfs_takeover_adopt_writers(struct wfs_fs *fs);
 
 /*
  * A server that drains for an upgrade (upgrade.h) records, for the holder's report: @gate_ns

@@ -118,8 +118,8 @@ static void *drain_main(void *arg)
 	settle(fs);
 	wfs_takeover_note_drain(gate, atomic_load(&up.closed), lost > 0 ? (uint32_t)lost : 0);
 	if (lost > 0)
-		wfs_log(WFS_LOG_WARN, "upgrade: %d files still open for writing after %d ms: what was written "
-			"through them goes with this server (their writes and close get EIO)", lost, wait_ms);
+		wfs_log(WFS_LOG_INFO, "upgrade: %d files still open for writing after %d ms: the next server "
+			"adopts them (their versions are kept: fs/core/keep.h)", lost, wait_ms);
 	if (busy)
 		wfs_log(WFS_LOG_WARN, "upgrade: %u requests still in progress after %d ms: the next server "
 			"gets them again", busy, WFS_UPGRADE_QUIET_MS);

@@ -13,8 +13,8 @@
  *      back: receive.h), and the files already open for writing get up to that bound to be closed,
  *      sealed as always. Then every request is left, the requests in progress are finished (up to
  *      WFS_UPGRADE_QUIET_MS), the catalog and the seals made durable (-o sync), and the server
- *      exits with status WFS_UPGRADE_EXIT. A file still open for writing at that point loses what
- *      was written through that descriptor: its writes and close(2) get EIO, as after a crash;
+ *      exits with status WFS_UPGRADE_EXIT. A file still open for writing at that point is adopted
+ *      by the next server, as after a crash (its version is kept: fs/core/keep.h);
  *   3. the holder forks and executes PATH as the next server (wfs_upgrade_exec()), which inherits
  *      the /dev/fuse descriptor, the takeover region (takeover.h) and the store's locked STORE/lock,
  *      and takes the connection over as a crash's successor does; its INIT reply must be the one

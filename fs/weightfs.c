@@ -841,8 +841,12 @@ int main(int argc, char *argv[])
 		goto out_unmount;
 	}
 	if (wfs_takeover_successor()) {
-		uint64_t removed = 0;
-		int r = wfs_catalog_takeover(fs.catalog, wfs_takeover_ino_floor(), &removed, &fs.held_before);
+		uint64_t removed = 0, *kept = NULL;
+		size_t nkept = wfs_takeover_kept_inodes(&kept);
+		int r = wfs_catalog_takeover(fs.catalog, wfs_takeover_ino_floor(), kept, nkept, &removed,
+					     &fs.held_before);
+
+		free(kept);
 
 		if (r) {
 			char why[160];
@@ -886,6 +890,7 @@ int main(int argc, char *argv[])
 	if (wfs_takeover_successor()) {
 		struct wfs_takeover_info ti;
 
+		wfs_takeover_adopt_writers(&fs); /* before any request: the resent ones find them */
 		if (wfs_takeover_replay(fs.se) != 0)
 			takeover_refused("cannot replay the connection's INIT (the line above says why)");
 		wfs_takeover_info(&ti);

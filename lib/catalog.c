@@ -1217,17 +1217,30 @@ int wfs_catalog_declared_bytes(struct wfs_catalog *c, uint64_t ino, uint64_t *by
  * Inside a transaction: every name of a regular file never sealed goes and its inode gets nlink 0
  * (an orphan, for the caller to drop or keep). *@removed: the names removed. Returns 0 or -errno.
  */
-static int drop_unsealed_names(struct wfs_catalog *c, uint64_t *removed)
+static int drop_unsealed_names(struct wfs_catalog *c, const uint64_t *keep, size_t nkeep, uint64_t *removed)
 {
-	char sql[512];
+	size_t cap = 512 + nkeep * 24;
+	char *sql = malloc(cap), *not_in = malloc(32 + nkeep * 24);
+	size_t at;
 	int ret;
 
-	snprintf(sql, sizeof(sql),
-		 "UPDATE inodes SET nlink = 0 WHERE digest IS NULL AND (mode & %u) = %u AND nlink > 0;"
+	if (!sql || !not_in) {
+		free(sql);
+		free(not_in);
+		return -ENOMEM;
+	}
+	at = (size_t)sprintf(not_in, " AND ino NOT IN (0");
+	for (size_t i = 0; i < nkeep; i++)
+		at += (size_t)sprintf(not_in + at, ",%llu", (unsigned long long)keep[i]);
+	sprintf(not_in + at, ")");
+	snprintf(sql, cap,
+		 "UPDATE inodes SET nlink = 0 WHERE digest IS NULL AND (mode & %u) = %u AND nlink > 0%s;"
 		 "DELETE FROM dentries WHERE ino IN (SELECT ino FROM inodes WHERE digest IS NULL"
-		 " AND (mode & %u) = %u);",
-		 (unsigned)S_IFMT, (unsigned)S_IFREG, (unsigned)S_IFMT, (unsigned)S_IFREG);
+		 " AND (mode & %u) = %u%s);",
+		 (unsigned)S_IFMT, (unsigned)S_IFREG, not_in, (unsigned)S_IFMT, (unsigned)S_IFREG, not_in);
 	ret = exec(c, sql);
+	free(sql);
+	free(not_in);
 	if (ret == 0)
 		*removed = (uint64_t)sqlite3_changes(c->db); /* the DELETE's: names */
 	return ret;
@@ -1253,7 +1266,7 @@ int wfs_catalog_recover(struct wfs_catalog *c, struct wfs_recovery *report)
 	/* Invariant 2: names of regular files never sealed go, and their inodes become orphans... */
 	/* cppcheck-suppress duplicateCondition ; one `if (ret == 0)` per step, as below */
 	if (ret == 0)
-		ret = drop_unsealed_names(c, &r.unsealed_removed);
+		ret = drop_unsealed_names(c, NULL, 0, &r.unsealed_removed);
 	if (ret == 0)
 		ret = recover_declared_empty(c, &r.declared_empty_removed);
 	/* ...then, invariant 3: every inode without a name goes, with its xattrs. */
@@ -1266,8 +1279,8 @@ int wfs_catalog_recover(struct wfs_catalog *c, struct wfs_recovery *report)
 	return ret;
 }
 
-int wfs_catalog_takeover(struct wfs_catalog *c, uint64_t ino_floor, uint64_t *unsealed_removed,
-			 uint64_t *held_max)
+int wfs_catalog_takeover(struct wfs_catalog *c, uint64_t ino_floor, const uint64_t *keep, size_t nkeep,
+			 uint64_t *unsealed_removed, uint64_t *held_max)
 {
 	uint64_t removed = 0, top = 0;
 	char sql[512];
@@ -1277,7 +1290,7 @@ int wfs_catalog_takeover(struct wfs_catalog *c, uint64_t ino_floor, uint64_t *un
 	ret = begin(c);
 	if (ret)
 		return ret;
-	ret = drop_unsealed_names(c, &removed);
+	ret = drop_unsealed_names(c, keep, nkeep, &removed);
 	if (ret == 0) {
 		ret = map_sqlite(c, sqlite3_prepare_v2(c->db, "SELECT max(ifnull((SELECT seq FROM sqlite_sequence"
 						       " WHERE name = 'inodes'), 0), ifnull((SELECT max(ino)"

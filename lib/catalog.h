@@ -129,9 +129,12 @@ int wfs_catalog_recover(struct wfs_catalog *c, struct wfs_recovery *report);
  * (the kernel may still hold them: the next mount's wfs_catalog_recover() drops them). New inodes
  * are numbered above @ino_floor and above every inode the catalog has, since the dead server may
  * have told the kernel numbers whose creation it never committed; *@held_max gets the larger of
- * the two: the highest number the kernel may hold. One transaction. Returns 0 or -errno.
+ * the two: the highest number the kernel may hold. The @nkeep inodes at @keep keep their names:
+ * their versions being written are adopted (fs/core/keep.h). One transaction. Returns 0, -ENOMEM
+ * or -errno.
  */
-int wfs_catalog_takeover(struct wfs_catalog *c, uint64_t ino_floor, uint64_t *unsealed_removed,
+int wfs_catalog_takeover(struct wfs_catalog *c, uint64_t ino_floor, const uint64_t *keep, size_t nkeep,
+			 uint64_t *unsealed_removed,
 			 uint64_t *held_max);
 
 int wfs_catalog_getattr(struct wfs_catalog *c, uint64_t ino, struct wfs_attr *out);

@@ -461,9 +461,10 @@ const char *wfs_store_path(const struct wfs_store *s)
 	return s->path;
 }
 
+static int tmp_create_named(struct wfs_store *s, struct wfs_tmpfile *t);
+
 int wfs_store_tmp_create(struct wfs_store *s, struct wfs_tmpfile *t)
 {
-	static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
 	int fd;
 
 	if (s->flags & WFS_STORE_READONLY)
@@ -480,6 +481,25 @@ int wfs_store_tmp_create(struct wfs_store *s, struct wfs_tmpfile *t)
 	if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
 		return -errno;
 	/* No O_TMPFILE on this filesystem: a named file, removed at next open if we crash. */
+	return tmp_create_named(s, t);
+}
+
+int wfs_store_tmp_create_named(struct wfs_store *s, struct wfs_tmpfile *t)
+{
+	int ret;
+
+	if (s->flags & WFS_STORE_READONLY)
+		return -EROFS;
+	ret = wfs_fault("tmp.create");
+	return ret ? ret : tmp_create_named(s, t);
+}
+
+/* A tmp file named STORE/tmp/w.PID.RANDOM. Returns 0 or -errno. */
+static int tmp_create_named(struct wfs_store *s, struct wfs_tmpfile *t)
+{
+	static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+	int fd;
+
 	for (int attempt = 0; attempt < 100; attempt++) {
 		uint64_t r = ((uint64_t)random() << 31) ^ (uint64_t)random();
 
@@ -496,6 +516,37 @@ int wfs_store_tmp_create(struct wfs_store *s, struct wfs_tmpfile *t)
 			return -errno;
 	}
 	return -EEXIST;
+}
+
+int wfs_store_tmp_open(struct wfs_store *s, const char *name, struct wfs_tmpfile *t)
+{
+	int fd;
+
+	if (!name[0] || strchr(name, '/') || strlen(name) >= sizeof(t->name))
+		return -EINVAL;
+	fd = openat(s->tmp_fd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -errno;
+	t->fd = fd;
+	snprintf(t->name, sizeof(t->name), "%s", name);
+	return 0;
+}
+
+void wfs_store_tmp_sweep(struct wfs_store *s, bool (*keep)(const char *name, void *arg), void *arg)
+{
+	int fd = dup(s->tmp_fd);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *e;
+
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.' && !keep(e->d_name, arg))
+			remove_tree_at(s->tmp_fd, e->d_name);
+	closedir(d);
 }
 
 void wfs_store_tmp_discard(struct wfs_store *s, struct wfs_tmpfile *t)

@@ -142,6 +142,23 @@ struct wfs_tmpfile {
 
 /* Create an empty tmp file. Returns 0, or -errno (-ENOSPC, -EMFILE, -EIO, ...). */
 int wfs_store_tmp_create(struct wfs_store *s, struct wfs_tmpfile *t);
+/*
+ * A tmp file with a name under STORE/tmp (t->name), that another process of the store's owner can
+ * open by it (a successor that adopts a writer: fs/core/keep.h). It stays until the tmp file is
+ * discarded or published, or the store is opened again. Returns 0, or -errno (-EROFS, -ENOSPC, ...).
+ */
+int wfs_store_tmp_create_named(struct wfs_store *s, struct wfs_tmpfile *t);
+/*
+ * Open tmp file STORE/tmp/@name (made by wfs_store_tmp_create_named()) into @t, read-write, for a
+ * process other than its maker. Returns 0, or -ENOENT, -errno.
+ */
+int wfs_store_tmp_open(struct wfs_store *s, const char *name, struct wfs_tmpfile *t);
+/*
+ * Remove every file in STORE/tmp but those @keep says true for (a successor under a holder keeps
+ * the tmp files of the versions it adopted; the others are leftovers of its dead predecessor).
+ * Errors are ignored: what stays is removed at the next open of the store.
+ */
+void wfs_store_tmp_sweep(struct wfs_store *s, bool (*keep)(const char *name, void *arg), void *arg);
 /* Close and remove a tmp file that will not be published. Safe on t->fd == -1. */
 void wfs_store_tmp_discard(struct wfs_store *s, struct wfs_tmpfile *t);
 

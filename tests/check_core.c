@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 #include "digest.h"
 #include "fileio.h"
 #include "inode.h"
+#include "keep.h"
 #include "lock.h"
 #include "map.h"
 #include "object.h"
@@ -150,6 +152,104 @@ static void assert_sealed_as(uint64_t ino, const void *buf, size_t len)
 	ck_assert(wfs_digest_equal(&a.digest, &want));
 	ck_assert(wfs_store_object_exists(fs.store, &want));
 }
+
+/* ---- keep: versions a successor adopts ------------------------------------------------------- */
+
+struct kept {
+	struct wfs_keep_record r[8];
+	size_t n;
+};
+
+static void collect(const struct wfs_keep_record *r, void *arg)
+{
+	struct kept *k = arg;
+
+	if (k->n < 8)
+		k->r[k->n++] = *r;
+}
+
+/* Read @v whole and compare it with @want (@len bytes). */
+static void assert_version_holds(struct wfs_version *v, const unsigned char *want, size_t len)
+{
+	unsigned char *back = malloc(len + 1);
+
+	ck_assert_uint_eq(wfs_version_size(v), len);
+	ck_assert_int_eq(wfs_version_read(v, back, len + 1, 0), (ssize_t)len);
+	ck_assert_mem_eq(back, want, len);
+	free(back);
+}
+
+/*
+ * Under a holder a version keeps its bytes where another process finds them: a small one in its
+ * record's slot, a grown one in a named tmp file. What a successor adopts from the records reads
+ * the same bytes; a version with a write error is LOST and refused; a finished one leaves none.
+ */
+START_TEST(keep_adopts_what_a_server_left)
+{
+	size_t area = wfs_keep_area_bytes(), big = 3 * MIB + 5;
+	void *p = mmap(NULL, area, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	unsigned char small[5000], *large = malloc(big);
+	struct wfs_inode *a, *b, *c;
+	struct wfs_version *va, *vb, *vc, *adopted;
+	struct kept k = {0};
+	int err;
+
+	ck_assert_ptr_ne(p, MAP_FAILED);
+	wfs_keep_attach(p, true);
+	tu_fill(small, sizeof(small), 3);
+	tu_fill(large, big, 4);
+	wfs_lock(&fs.lock);
+	a = new_file("a");
+	b = new_file("b");
+	c = new_file("c");
+	va = wfs_seal_writer(&fs, a, true, &err);
+	vb = wfs_seal_writer(&fs, b, true, &err);
+	vc = wfs_seal_writer(&fs, c, true, &err);
+	ck_assert(va && vb && vc);
+	ck_assert_int_eq(wfs_version_write(va, small + 100, sizeof(small) - 100, 100), (ssize_t)sizeof(small) - 100);
+	ck_assert_int_eq(wfs_version_write(va, small, 100, 0), 100);
+	ck_assert_int_eq(wfs_version_write(vb, large, big, 0), (ssize_t)big);
+	ck_assert_int_eq(wfs_version_write(vc, small, 10, 0), 10);
+	wfs_version_fail(vc, -EIO);
+	ck_assert_uint_eq(wfs_keep_each(collect, &k), 3);
+	for (size_t i = 0; i < k.n; i++) {
+		const struct wfs_keep_record *r = &k.r[i];
+
+		adopted = wfs_version_adopt(fs.store, r, &err);
+		if (r->ino == c->ino) {
+			ck_assert_int_eq(r->state, WFS_KEEP_LOST);
+			ck_assert_ptr_null(adopted);
+			ck_assert_int_eq(err, -EIO);
+			continue;
+		}
+		ck_assert_ptr_nonnull(adopted);
+		ck_assert_int_eq(r->state, WFS_KEEP_LIVE);
+		if (r->ino == a->ino) {
+			ck_assert(r->in_memory);
+			assert_version_holds(adopted, small, sizeof(small));
+		} else {
+			ck_assert(!r->in_memory);
+			ck_assert_str_ne(r->tmp_name, "");
+			assert_version_holds(adopted, large, big);
+		}
+		wfs_version_put(adopted); /* as a successor that dies too: the record goes with it */
+	}
+	/* A sealed version leaves no record. */
+	wfs_seal_abandon(&fs, c);
+	wfs_version_put(vc);
+	ck_assert_int_eq(wfs_seal(&fs, a, true), 0);
+	wfs_version_put(va);
+	assert_sealed_as(a->ino, small, sizeof(small));
+	wfs_seal_abandon(&fs, b);
+	wfs_version_put(vb);
+	wfs_unlock(&fs.lock);
+	k.n = 0;
+	ck_assert_uint_eq(wfs_keep_each(collect, &k), 0);
+	wfs_keep_attach(NULL, false);
+	munmap(p, area);
+	free(large);
+}
+END_TEST
 
 /* ---- versions ------------------------------------------------------------------------------- */
 
@@ -1012,6 +1112,7 @@ static Suite *core_suite(void)
 	tc = tcase_create("version");
 	tcase_add_checked_fixture(tc, core_setup, core_teardown);
 	tcase_add_test(tc, version_in_order_spills);
+	tcase_add_test(tc, keep_adopts_what_a_server_left);
 	tcase_add_test(tc, version_out_of_order_and_truncate);
 	tcase_add_test(tc, version_fallocate_modes);
 	tcase_add_test(tc, version_claim_freeze_thaw);

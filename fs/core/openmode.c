@@ -17,6 +17,7 @@
 #include "object.h"
 #include "openmode.h"
 #include "seal.h"
+#include "keep.h"
 #include "version.h"
 #include "weightfs.h"
 
@@ -838,4 +839,78 @@ void wfs_openmode_wait_release(struct wfs_fs *fs, uint64_t ino)
 	while (fs->releases_telling)
 		if (wfs_lock_timedwait(&fs->seal_done, &fs->lock, &deadline) == ETIMEDOUT)
 			break;
+}
+
+int wfs_openmode_adopt_version(struct wfs_fs *fs, const struct wfs_keep_record *r)
+{
+	struct wfs_version *v;
+	struct wfs_inode *in;
+	struct wfs_attr a;
+	int ret;
+
+	ret = wfs_inode_get_file(fs, r->ino, true, &a, &in);
+	if (ret)
+		return ret;
+	if (in->writer)
+		return -EEXIST; /* two records for one inode: neither is sure to be the last */
+	v = wfs_version_adopt(fs->store, r, &ret);
+	if (!v) {
+		wfs_inode_maybe_free(fs, in);
+		return ret;
+	}
+	in->writer = v; /* the inode's reference */
+	in->attr_told = true;
+	in->io.cache_valid = false;
+	return 0;
+}
+
+int wfs_openmode_adopt(struct wfs_fs *fs, uint64_t ino, bool passthrough, struct wfs_handle **hp)
+{
+	struct wfs_inode *in;
+	struct wfs_handle *h;
+	struct wfs_iomode *io;
+	struct wfs_attr a;
+	int ret;
+
+	ret = wfs_inode_get_file(fs, ino, true, &a, &in);
+	if (ret)
+		return ret;
+	io = &in->io;
+	if (!in->writer && !in->sealed)
+		ret = -EIO; /* its bytes died with the server */
+	else if (passthrough && !(in->writer && wfs_version_kernel_written(in->writer)))
+		ret = -EIO; /* the kernel writes a file this server does not know */
+	if (ret) {
+		wfs_inode_maybe_free(fs, in);
+		return ret;
+	}
+	h = handle_new(fs, in, true);
+	if (!h)
+		return -ENOMEM;
+	if (passthrough) {
+		if (io->npassthrough == 0) {
+			/* The kernel has this file under the dead server's backing id: registering it
+			 * again gives that id (wfs_takeover_backing_inherited(), in fs/ops.c). */
+			int fd = wfs_version_kernel_backing(in->writer, 0);
+			int id = fd >= 0 && fs->kernel.backing_open ? fs->kernel.backing_open(fs->kernel.ctx, fd) : -EIO;
+
+			if (id <= 0) {
+				handle_free(fs, h);
+				wfs_inode_maybe_free(fs, in);
+				return id < 0 ? id : -EIO;
+			}
+			io->pt_backing = id;
+			io->pt_version = in->writer;
+			wfs_version_get(in->writer);
+		}
+		io->npassthrough++;
+		h->passthrough = true;
+	} else {
+		io->ncached++;
+	}
+	if (in->writer)
+		wfs_seal_join(h, in->writer); /* sealed at its close or release, as before the takeover */
+	count_open(fs, h);
+	*hp = h;
+	return 0;
 }

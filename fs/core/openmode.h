@@ -238,6 +238,24 @@ void wfs_openmode_release_closed(struct wfs_fs *fs);
  */
 void wfs_openmode_wait_release(struct wfs_fs *fs, uint64_t ino);
 
+struct wfs_keep_record;
+/*
+ * (L) Successor under a holder, before it serves (takeover.h): make the version a dead server left
+ * in record @r (keep.h) the writer of its inode again. Returns 0, -EEXIST (the inode has a writer
+ * already), -ENOENT (no such file any more), or wfs_version_adopt()'s errors.
+ */
+int wfs_openmode_adopt_version(struct wfs_fs *fs, const struct wfs_keep_record *r);
+/*
+ * (L) Successor: a new handle in *@h for a writable handle of a dead server on inode @ino, which the
+ * kernel keeps using; it writes the inode's adopted version (a writer of it, sealed at its close or
+ * release as the dead server would have), or, when none, starts a new one at its next write.
+ * @passthrough: the kernel writes the version's file itself (the dead server's backing id, which
+ * the handle takes over). Returns 0, -EIO (the inode was being written and no version was adopted,
+ * or a passthrough writer's version was not written through the kernel: never adopted, so that
+ * nothing seals a part of what its writer sent), -ENOENT, -ENOMEM, -errno of the catalog.
+ */
+int wfs_openmode_adopt(struct wfs_fs *fs, uint64_t ino, bool passthrough, struct wfs_handle **h);
+
 /* At exit: free every handle still open (the kernel sends no release for them at unmount). */
 void wfs_handles_release(struct wfs_fs *fs);
 

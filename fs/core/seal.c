@@ -69,6 +69,7 @@ struct wfs_version *wfs_seal_writer(struct wfs_fs *fs, struct wfs_inode *in, boo
 	if (!v)
 		return NULL;
 	in->writer = v; /* the inode's reference */
+	wfs_version_keep(v, in->ino, !truncate && in->sealed); /* for a successor (keep.h) */
 	in->attr_told = true; /* what the kernel cached before, until a write drops it */
 	in->attr_mixed = in->nlookup > 0; /* a new file's first attributes are its create's reply */
 	in->io.cache_valid = false;

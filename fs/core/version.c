@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "fault.h"
+#include "keep.h"
 #include "log.h"
 #include "version.h"
 
@@ -26,6 +27,8 @@ struct wfs_version {
 	struct wfs_tmpfile tmp;    /* (V) backing tmp file, fd -1 while the bytes fit in @mem */
 	char *mem;                 /* (V) small versions live here: no tmp inode churn for dedup hits */
 	size_t mem_cap;            /* (V) bytes allocated at @mem */
+	int keep;                  /* (V) its record for a successor (keep.h), -1: none */
+	bool mem_kept;             /* (V) @mem is the record's slot, not the heap's */
 	bool frozen;               /* (V) FROZEN or DONE: writes wait, then go to a new version */
 	bool sealing;              /* a seal owns it (wfs_version_seal_begin(), under fs->lock): writes
 				    * and new writers wait from then on, before the freeze; atomic */
@@ -88,6 +91,16 @@ static int open_again(int fd, int flags)
 	return again < 0 ? -errno : again;
 }
 
+/* Let go of the in-memory bytes (version lock held, or the last reference). */
+static void mem_free(struct wfs_version *v)
+{
+	if (!v->mem_kept)
+		free(v->mem);
+	v->mem = NULL;
+	v->mem_cap = 0;
+	v->mem_kept = false;
+}
+
 void wfs_version_get(struct wfs_version *v)
 {
 	__atomic_add_fetch(&v->refs, 1, __ATOMIC_RELAXED);
@@ -100,11 +113,11 @@ void wfs_version_put(struct wfs_version *v)
 	assert(left != (unsigned)-1);
 	if (left)
 		return;
-	if (v->tmp.fd >= 0)
-		close(v->tmp.fd); /* tmp name, if any, is removed by the seal or discard that owned it */
+	wfs_store_tmp_discard(v->store, &v->tmp); /* a named one (keep.h) too: nothing adopts it now */
 	if (v->size_fd >= 0)
 		close(v->size_fd);
-	free(v->mem);
+	mem_free(v);
+	wfs_keep_end(v->keep);
 	wfs_hasher_release(&v->hasher);
 	pthread_mutex_destroy(&v->note_lock);
 	pthread_mutex_destroy(&v->lock);
@@ -195,6 +208,7 @@ static void note_changed(struct wfs_version *v)
 static void set_size(struct wfs_version *v, uint64_t size)
 {
 	__atomic_store_n(&v->size, size, __ATOMIC_RELEASE);
+	wfs_keep_size(v->keep, size);
 }
 
 struct wfs_version *wfs_version_new(struct wfs_store *store, int *err)
@@ -212,6 +226,7 @@ struct wfs_version *wfs_version_new(struct wfs_store *store, int *err)
 	v->in_order = true;
 	v->tmp.fd = -1;
 	v->size_fd = -1;
+	v->keep = -1;
 	*err = wfs_hasher_init(&v->hasher);
 	if (*err) {
 		wfs_version_put(v);
@@ -225,12 +240,13 @@ int wfs_version_copy_base(struct wfs_version *v, const struct wfs_digest *base, 
 	int64_t copied;
 
 	pthread_mutex_lock(&v->lock);
-	assert(!v->frozen && v->size == 0 && v->tmp.fd < 0 && !v->mem);
+	assert(!v->frozen && v->size == 0 && v->tmp.fd < 0);
+	mem_free(v);
 	v->has_base = true;
 	v->base = *base;
 	v->in_order = false;
 	wfs_unlock(outer);
-	copied = wfs_store_tmp_create(v->store, &v->tmp);
+	copied = v->keep >= 0 ? wfs_store_tmp_create_named(v->store, &v->tmp) : wfs_store_tmp_create(v->store, &v->tmp);
 	if (copied == 0)
 		copied = copy_object(v->store, &v->base, v->tmp.fd);
 	if (copied < 0) {
@@ -239,19 +255,25 @@ int wfs_version_copy_base(struct wfs_version *v, const struct wfs_digest *base, 
 		wfs_store_tmp_discard(v->store, &v->tmp);
 	} else {
 		set_size(v, (uint64_t)copied);
+		wfs_keep_in_file(v->keep, v->tmp.name, false); /* FILLING until here: never adopted half */
 	}
 	pthread_mutex_unlock(&v->lock);
 	wfs_lock(outer);
 	return copied < 0 ? (int)copied : 0;
 }
 
-/* Move the in-memory bytes to a tmp file (version lock held). Returns 0 or -errno. */
-static int spill(struct wfs_version *v)
+/*
+ * Move the in-memory bytes to a tmp file (version lock held). @stays: they live there from now on
+ * (a kept version's file is then named, for a successor); else the file is only published, and a
+ * kept version's record still points at its slot, which holds the same bytes. Returns 0 or -errno.
+ */
+static int spill(struct wfs_version *v, bool stays)
 {
 	size_t done = 0;
 	int ret;
 
-	ret = wfs_store_tmp_create(v->store, &v->tmp);
+	ret = stays && v->keep >= 0 ? wfs_store_tmp_create_named(v->store, &v->tmp)
+				    : wfs_store_tmp_create(v->store, &v->tmp);
 	if (ret)
 		return ret;
 	while (done < v->size) {
@@ -266,16 +288,16 @@ static int spill(struct wfs_version *v)
 		}
 		done += (size_t)n;
 	}
-	free(v->mem);
-	v->mem = NULL;
-	v->mem_cap = 0;
+	if (stays)
+		wfs_keep_in_file(v->keep, v->tmp.name, false);
+	mem_free(v);
 	return 0;
 }
 
 /* Make the in-memory version hold @size bytes, zero-filled beyond the old size. */
 static int mem_resize(struct wfs_version *v, size_t size)
 {
-	if (size > v->mem_cap) {
+	if (size > v->mem_cap && !v->mem_kept) {
 		size_t cap = v->mem_cap ? v->mem_cap : 4096;
 		char *p;
 
@@ -320,7 +342,7 @@ static ssize_t write_locked(struct wfs_version *v, const void *buf, size_t len, 
 		return (ssize_t)len;
 	}
 	if (v->tmp.fd < 0) {
-		ret = spill(v);
+		ret = spill(v, true);
 		if (ret)
 			return ret;
 	}
@@ -353,9 +375,8 @@ static bool keep_hashing(struct wfs_version *v, ssize_t err, off_t off)
 	if ((err != -ENOSPC && err != -EDQUOT) || !v->in_order || v->has_base || (uint64_t)off != v->hasher.bytes)
 		return false;
 	wfs_store_tmp_discard(v->store, &v->tmp); /* give the space back: these bytes are not needed */
-	free(v->mem);
-	v->mem = NULL;
-	v->mem_cap = 0;
+	mem_free(v);
+	wfs_keep_lost(v->keep); /* a successor cannot go on hashing: its writer hears EIO */
 	__atomic_store_n(&v->hash_only, true, __ATOMIC_RELEASE);
 	return true;
 }
@@ -386,6 +407,7 @@ ssize_t wfs_version_write(struct wfs_version *v, const void *buf, size_t len, of
 	if (ret < 0) {
 		if (!v->error)
 			v->error = (int)ret;
+		wfs_keep_lost(v->keep); /* the error is in this process only */
 		goto out;
 	}
 	/* Hash in place when the write extends the hashed prefix; otherwise rehash at seal. */
@@ -458,7 +480,7 @@ int wfs_version_truncate(struct wfs_version *v, uint64_t size)
 		goto out;
 	refresh(v);
 	if (v->tmp.fd < 0 && size > WFS_VERSION_MEM_MAX)
-		ret = spill(v);
+		ret = spill(v, true);
 	if (ret)
 		goto out;
 	if (v->tmp.fd < 0)
@@ -523,7 +545,7 @@ int wfs_version_fallocate(struct wfs_version *v, int mode, uint64_t off, uint64_
 		goto out;
 	}
 	if (v->tmp.fd < 0 && end > WFS_VERSION_MEM_MAX)
-		ret = spill(v);
+		ret = spill(v, true);
 	if (ret)
 		goto out;
 	if (v->tmp.fd < 0) {
@@ -828,9 +850,9 @@ static void free_kernel_bytes(struct wfs_version *v)
 static void finish(struct wfs_version *v)
 {
 	wfs_store_tmp_discard(v->store, &v->tmp);
-	free(v->mem);
-	v->mem = NULL;
-	v->mem_cap = 0;
+	mem_free(v);
+	wfs_keep_end(v->keep); /* after the bytes are out of its slot */
+	v->keep = -1;
 	__atomic_store_n(&v->frozen, true, __ATOMIC_RELEASE);
 	v->done = true;
 }
@@ -856,7 +878,7 @@ int wfs_version_publish(struct wfs_version *v, const struct wfs_digest *d, bool 
 	} else if (v->hash_only) {
 		ret = -ENOSPC; /* new content, and no room was left to keep it */
 	} else if (v->tmp.fd < 0) {
-		ret = spill(v);
+		ret = spill(v, false);
 	}
 	/* Blocks reserved past the end would stay with the object: ftruncate frees them. */
 	if (ret == 0 && !*existed && v->reserved_past_eof && ftruncate(v->tmp.fd, (off_t)v->size) < 0)
@@ -1169,7 +1191,7 @@ int wfs_version_kernel_backing(struct wfs_version *v, uint64_t reserve)
 	pthread_mutex_lock(&v->lock);
 	ret = changeable(v);
 	if (ret == 0 && v->tmp.fd < 0)
-		ret = spill(v);
+		ret = spill(v, true);
 	if (ret == 0 && reserve > v->size) {
 		if (fallocate(v->tmp.fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)reserve) == 0)
 			v->reserved_past_eof = true;
@@ -1194,6 +1216,7 @@ int wfs_version_kernel_backing(struct wfs_version *v, uint64_t reserve)
 			v->kernel_from = st.st_mtim;
 		__atomic_store_n(&v->kernel_writes, true, __ATOMIC_RELEASE);
 		__atomic_store_n(&v->kernel, true, __ATOMIC_RELEASE);
+		wfs_keep_in_file(v->keep, v->tmp.name, true); /* an unnamed file: LOST, not adoptable */
 		v->in_order = false;
 		__atomic_store_n(&v->written, true, __ATOMIC_RELEASE); /* the kernel writes unseen */
 		v->modified = true;
@@ -1251,6 +1274,7 @@ void wfs_version_fail(struct wfs_version *v, int err)
 		v->error = err;
 		v->error_told = true;
 	}
+	wfs_keep_lost(v->keep);
 	pthread_mutex_unlock(&v->lock);
 }
 
@@ -1272,4 +1296,73 @@ bool wfs_version_error_told(struct wfs_version *v)
 	told = v->error_told;
 	pthread_mutex_unlock(&v->lock);
 	return told;
+}
+
+void wfs_version_keep(struct wfs_version *v, uint64_t ino, bool base_follows)
+{
+	int k = wfs_keep_new(ino);
+
+	if (k < 0)
+		return;
+	pthread_mutex_lock(&v->lock);
+	assert(v->size == 0 && v->tmp.fd < 0 && !v->mem);
+	v->keep = k;
+	if (!base_follows) {
+		v->mem = wfs_keep_mem(k);
+		v->mem_cap = WFS_VERSION_MEM_MAX;
+		v->mem_kept = true;
+		wfs_keep_in_memory(k, 0);
+	}
+	pthread_mutex_unlock(&v->lock);
+}
+
+struct wfs_version *wfs_version_adopt(struct wfs_store *store, const struct wfs_keep_record *r, int *err)
+{
+	struct wfs_version *v;
+	struct stat st;
+
+	if (r->state != WFS_KEEP_LIVE || (r->in_memory && r->size > WFS_VERSION_MEM_MAX)) {
+		*err = -EIO;
+		return NULL;
+	}
+	v = wfs_version_new(store, err);
+	if (!v)
+		return NULL;
+	if (r->in_memory) {
+		v->mem = wfs_keep_mem((int)r->index);
+		v->mem_cap = WFS_VERSION_MEM_MAX;
+		v->mem_kept = true;
+		v->size = r->size;
+	} else {
+		*err = wfs_store_tmp_open(store, r->tmp_name, &v->tmp);
+		if (*err == 0 && fstat(v->tmp.fd, &st) < 0)
+			*err = -errno;
+		if (*err) {
+			wfs_version_put(v);
+			return NULL;
+		}
+		v->size = r->kernel ? (uint64_t)st.st_size : r->size;
+		/* Bytes past the size (a reservation, or a write the dead server never answered) are
+		 * trimmed before the bytes are published. */
+		v->reserved_past_eof = (uint64_t)st.st_size != v->size || !r->kernel;
+		if (r->kernel) {
+			v->size_fd = open_again(v->tmp.fd, O_RDONLY);
+			if (v->size_fd < 0) {
+				*err = v->size_fd;
+				v->size_fd = -1;
+				close(v->tmp.fd); /* the name stays: the successor's sweep removes it */
+				v->tmp.fd = -1;
+				wfs_version_put(v);
+				return NULL;
+			}
+			v->kernel_writes = true;
+			v->kernel = true;
+		}
+	}
+	v->keep = (int)r->index;
+	v->in_order = false; /* the hash so far died with the server: the seal hashes it all */
+	v->written = v->size > 0 || r->kernel;
+	v->modified = true;
+	note_changed(v);
+	return v;
 }

@@ -257,6 +257,22 @@ int wfs_version_failed(struct wfs_version *v);
 /* Is the error the seal of @v will fail with one that wfs_version_fail() set? */
 bool wfs_version_error_told(struct wfs_version *v);
 
+struct wfs_keep_record;
+/*
+ * Under a holder (keep.h): give the new, empty version @v of inode @ino a record that a successor
+ * finds, its bytes in the record's slot (or, with @base_follows, in the named tmp file that
+ * wfs_version_copy_base() makes next; adopted only once that copy is done). Without a free record
+ * (or a holder) nothing changes: the version lives in this process only.
+ */
+void wfs_version_keep(struct wfs_version *v, uint64_t ino, bool base_follows);
+/*
+ * Successor: the OPEN version a dead server left in record @r (LIVE), its bytes where they were
+ * (the record's slot, or its named tmp file, reopened), to be hashed whole at its seal. One
+ * reference, the caller's; the record is its own from now on. Returns NULL with *@err: -EIO (the
+ * record is not LIVE: its bytes are not all there), -ENOENT (its tmp file is gone), -ENOMEM, -errno.
+ */
+struct wfs_version *wfs_version_adopt(struct wfs_store *store, const struct wfs_keep_record *r, int *err);
+
 /*
  * Writer count (fs->lock held): writable handles that wrote to (or truncated) @v since their last
  * flush. The last one to leave seals the version (seal.c). Each add also counts as a join, for

@@ -186,7 +186,7 @@ int wfs_ctl_upgrade(int argc, char **argv)
 					  0);
 	printf("upgrade: %s: server pid %s (%s) replaced by pid %s (%s); drained in %s ms (new opens for "
 	       "writing waited), then every request paused %s ms; %s files open for writing were closed "
-	       "first, %s lost their bytes\n",
+	       "first, %s were still open (the new server adopts them)\n",
 	       mnt, f[1], f[7], f[2], f[8], f[3], f[4], f[5], f[6]);
 	return 0;
 }
