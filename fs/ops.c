@@ -483,8 +483,6 @@ static void wfs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 	struct wfs_fs *fs = wfs_ops_fs(req);
 
 	wfs_lock(&fs->lock);
-	if (wfs_inode_forget_may_drop(fs, ino, nlookup))
-		wfs_receive_hand_over(); /* the next request need not wait for a commit (receive.h) */
 	wfs_inode_forget(fs, ino, nlookup);
 	wfs_unlock(&fs->lock);
 	fuse_reply_none(req);
@@ -496,11 +494,6 @@ static void wfs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_da
 	struct wfs_fs *fs = wfs_ops_fs(req);
 
 	wfs_lock(&fs->lock);
-	for (size_t i = 0; i < count; i++)
-		if (wfs_inode_forget_may_drop(fs, forgets[i].ino, forgets[i].nlookup)) {
-			wfs_receive_hand_over(); /* as wfs_forget() */
-			break;
-		}
 	for (size_t i = 0; i < count; i++)
 		wfs_inode_forget(fs, forgets[i].ino, forgets[i].nlookup);
 	wfs_unlock(&fs->lock);

@@ -22,8 +22,7 @@
  *   - heavy (read, write, flush/seal, fsync, open (it may verify an object), setattr (a truncate
  *     copies data), anything not listed as light): the leader hands leadership to a follower first
  *     (one futex wake, while it works), so requests keep flowing during it. A light request that
- *     finds it has heavy work to do (a release that seals data, a forget that drops an
- *     unlinked inode and its object) hands over the same way
+ *     finds it has heavy work to do (a release that seals data) hands over the same way
  *     (wfs_receive_hand_over()).
  * A light request that takes long anyway (a catalog commit it waits for) loses the leadership: a
  * follower that watches the leader takes it over within two WFS_RECEIVE_TAKEOVER_MS periods, so no

@@ -142,18 +142,6 @@ static void drop_unlinked(struct wfs_fs *fs, uint64_t ino)
 		wfs_object_maybe_delete(fs, &old.digest);
 }
 
-bool wfs_inode_forget_may_drop(struct wfs_fs *fs, uint64_t ino, uint64_t nlookup)
-{
-	struct wfs_inode *in = wfs_inode_find(fs, ino);
-	struct wfs_attr a;
-
-	if (!in)
-		return ino <= fs->held_before; /* wfs_inode_forget() below */
-	if (in->nlookup > nlookup || in->io.nopen || in->writer)
-		return false;
-	return !wfs_inode_attr(fs, in, &a) || a.nlink == 0;
-}
-
 void wfs_inode_forget(struct wfs_fs *fs, uint64_t ino, uint64_t nlookup)
 {
 	struct wfs_inode *in = wfs_inode_find(fs, ino);

@@ -97,12 +97,6 @@ void wfs_inode_tell(struct wfs_inode *in, const struct stat *st);
  * seal invalidates the kernel's attributes.
  */
 bool wfs_inode_told_other(const struct wfs_fs *fs, const struct wfs_inode *in);
-/*
- * (L) Can forgetting @nlookup lookups of inode @ino end it: the last reference to an inode that
- * may have no name left, whose drop deletes its catalog row and perhaps its object (a commit and an
- * unlink)? A FORGET that may hands the request threads' lead over first (receive.h).
- */
-bool wfs_inode_forget_may_drop(struct wfs_fs *fs, uint64_t ino, uint64_t nlookup);
 /* Count one kernel lookup of @in (an entry reply: lookup, create, mkdir, link, readdirplus). */
 void wfs_inode_lookup(struct wfs_inode *in);
 /*
