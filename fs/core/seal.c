@@ -150,7 +150,6 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	struct wfs_attr old, after;
 	struct wfs_digest d;
 	struct timespec mtime, changed = { 0, 0 };
-	bool have_changed = false;
 	bool existed = false, unwritten, unchanged, kernel, told, durable = false, asked, alone, stored = false;
 	bool publishing = false, trusted = false, linked, filled = false;
 	struct stat linked_st;
@@ -284,7 +283,7 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 		/* cp -a and tar set the times on the open file before closing it: keep them. */
 		if (!wfs_version_mtime(v, &mtime))
 			clock_gettime(CLOCK_REALTIME, &mtime);
-		have_changed = wfs_version_ctime(v, &changed);
+		bool have_changed = wfs_version_ctime(v, &changed);
 		/* Made durable below without fs->lock (the WAL's fdatasync). */
 		/* Published on its writer's word: the catalog says so until it is checked, so that a
 		 * restart checks it too, whatever -o verify says (check.h). */
