@@ -841,9 +841,25 @@ int main(int argc, char *argv[])
 		goto out_unmount;
 	}
 	if (wfs_takeover_successor()) {
-		uint64_t removed = 0, *kept = NULL;
-		size_t nkept = wfs_takeover_kept_inodes(&kept);
-		int r = wfs_catalog_takeover(fs.catalog, wfs_takeover_ino_floor(), kept, nkept, &removed,
+		uint64_t removed = 0, replayed = 0, *kept = NULL;
+		size_t redo_bytes, nkept;
+		void *redo = wfs_takeover_redo_area(&redo_bytes);
+		int r;
+
+		/* First: the dead server's answered changes, on the catalog it logged them against. */
+		r = wfs_catalog_redo_replay(fs.catalog, redo, redo_bytes, &replayed);
+		if (r) {
+			char why[160];
+
+			snprintf(why, sizeof(why), "cannot apply the dead server's changes not yet committed: %s",
+				 strerror(-r));
+			takeover_refused(why);
+		}
+		if (replayed)
+			wfs_log(WFS_LOG_INFO, "takeover: applied %llu changes the dead server had answered and "
+				"not yet committed", (unsigned long long)replayed);
+		nkept = wfs_takeover_kept_inodes(&kept);
+		r = wfs_catalog_takeover(fs.catalog, wfs_takeover_ino_floor(), kept, nkept, &removed,
 					     &fs.held_before);
 
 		free(kept);
@@ -867,10 +883,19 @@ int main(int argc, char *argv[])
 					(unsigned long long)gc.orphan_bytes_removed);
 		}
 	}
-	wfs_commit_start(&fs); /* without it, every change commits at once */
-	/* A successor must find every change the kernel was told of: a batch dies with its server. */
-	if (wfs_takeover_on())
-		wfs_catalog_batch_each(fs.catalog, true);
+	{
+		size_t redo_bytes;
+		void *redo = wfs_takeover_redo_area(&redo_bytes);
+		int r = redo ? wfs_catalog_redo(fs.catalog, redo, redo_bytes) : 0;
+
+		/* A successor must find every change the kernel was told of: a batch dies with its
+		 * server, its redo log does not. Without a log, no batch: each change commits. */
+		if (r)
+			wfs_log(WFS_LOG_WARN, "catalog: no redo log for a successor (%s): every change commits "
+				"before its reply", strerror(-r));
+		else
+			wfs_commit_start(&fs); /* without it, every change commits at once */
+	}
 	wfs_check_start(&fs);  /* without it, objects sealed on a declared digest wait for a first open */
 	wfs_mapped_start(&fs); /* without it, files closed while mapped for writing seal at the unmount */
 	if (wfs_ops_notifier_start(&fs))
