@@ -57,6 +57,7 @@ static const struct fuse_opt option_spec[] = {
 	OPT("timeout=%lf", timeout, 0),
 	OPT("spin=%s", spin_text, 0),
 	OPT("holder", holder, 1),
+	OPT("noholder", holder, 0),
 	/* fuse_opt runs every template that matches: these see the choices above too (opt_proc). */
 	FUSE_OPT_KEY("passthrough=", KEY_CHOICE),
 	FUSE_OPT_KEY("passthrough_writes=", KEY_CHOICE),
@@ -115,10 +116,12 @@ static void usage(const char *prog)
 	       "                             this long before it sleeps, so the requests of a create or\n"
 	       "                             an unlink need no wake-ups; 0: sleep at once (no CPU spent\n"
 	       "                             polling; slower). Default 50, at most 10000\n"
-	       "    -o holder                a holder process keeps the FUSE connection: when the process\n"
-	       "                             serving it dies (kill -9, OOM, a crash), a successor takes\n"
-	       "                             the mount over within a second, and callers only wait\n"
-	       "                             (files being written when it died get EIO)\n"
+	       "    -o holder|noholder       holder: a holder process keeps the FUSE connection: when the\n"
+	       "                             process serving it dies (kill -9, OOM, a crash), a successor\n"
+	       "                             takes the mount over within a second, with every change it\n"
+	       "                             answered, and callers only wait. noholder: a crash leaves\n"
+	       "                             the mount dead (ENOTCONN). Default holder, noholder with -f\n"
+	       "                             or -d (the process in the foreground serves the mount)\n"
 	       "    -f                       stay in the foreground\n"
 	       "    -d                       debug output (implies -f)\n"
 	       "    -h, --help               this help, then libfuse's own options\n"
@@ -592,6 +595,7 @@ int main(int argc, char *argv[])
 	fs.opt.verify = 1;
 	fs.opt.timeout = 10.0;
 	fs.opt.spin_us = WFS_RECEIVE_SPIN_US;
+	fs.opt.holder = -1; /* not given: see below */
 	if (fuse_opt_parse(&args, &fs.opt, option_spec, opt_proc) == -1) {
 		ret = 2;
 		goto out;
@@ -675,6 +679,10 @@ int main(int argc, char *argv[])
 	}
 	fs.opt.foreground = cmd.foreground;
 	fs.opt.debug = cmd.debug;
+	/* A daemon has a holder unless told not to; a process in the foreground (a terminal, a
+	 * debugger) serves the mount itself unless told to have one (a systemd service: mounting.md). */
+	if (fs.opt.holder < 0)
+		fs.opt.holder = !cmd.foreground;
 	wfs_log_init("weightfs", !cmd.foreground, cmd.debug ? WFS_LOG_DEBUG : WFS_LOG_INFO);
 
 	/* The store is private to the mounting user: whatever the daemon creates in it (catalog.db,

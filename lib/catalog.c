@@ -220,8 +220,10 @@ struct redo_head {
 	uint32_t magic, format;
 	_Atomic uint64_t base; /* records numbered up to this one are committed or were dropped */
 	_Atomic uint64_t used; /* bytes of records published after the head */
-	uint64_t spare[5];
+	uint64_t spare[5]; /* cppcheck-suppress unusedStructMember ; records start 64 bytes in */
 };
+
+_Static_assert(sizeof(struct redo_head) == 64, "records start 64 bytes into the area");
 
 /* What a statement about to be stepped has bound (the values SQLite gives no way to read back). */
 struct redo_param {
