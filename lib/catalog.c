@@ -220,10 +220,10 @@ struct redo_head {
 	uint32_t magic, format;
 	_Atomic uint64_t base; /* records numbered up to this one are committed or were dropped */
 	_Atomic uint64_t used; /* bytes of records published after the head */
-	uint64_t spare[5]; /* cppcheck-suppress unusedStructMember ; records start 64 bytes in */
 };
+#define REDO_HEAD 64u /* bytes: records start here, past the head and room for it to grow */
 
-_Static_assert(sizeof(struct redo_head) == 64, "records start 64 bytes into the area");
+_Static_assert(sizeof(struct redo_head) <= REDO_HEAD, "records start REDO_HEAD bytes into the area");
 
 /* What a statement about to be stepped has bound (the values SQLite gives no way to read back). */
 struct redo_param {
@@ -477,9 +477,9 @@ static bool redo_publish(struct wfs_catalog *c)
 		return false;
 	if (c->redo.call_statements == 0)
 		return true;
-	if (bytes > c->redo.bytes - sizeof(*h) - used)
+	if (bytes > c->redo.bytes - REDO_HEAD - used)
 		return false; /* full: this commit empties it */
-	at = (char *)(h + 1) + used;
+	at = (char *)h + REDO_HEAD + used;
 	memcpy(at, &bytes, 4);
 	memcpy(at + 4, &c->redo.call_statements, 4);
 	memcpy(at + 8, &seq, 8);
@@ -1052,21 +1052,21 @@ int wfs_catalog_redo_replay(struct wfs_catalog *c, const void *area, size_t byte
 
 	if (c->batch || c->redo.head)
 		return -EBUSY;
-	if (!area || bytes < sizeof(*h) || h->magic != REDO_MAGIC) {
+	if (!area || bytes < REDO_HEAD || h->magic != REDO_MAGIC) {
 		*records = 0; /* never used */
 		return 0;
 	}
 	used = atomic_load_explicit(&h->used, memory_order_acquire);
-	if (h->format != REDO_FORMAT || used > bytes - sizeof(*h)) {
+	if (h->format != REDO_FORMAT || used > bytes - REDO_HEAD) {
 		wfs_log(WFS_LOG_ERR, "catalog: the redo log has format %u and %llu bytes, this build reads "
-			"format %u in %zu", h->format, (unsigned long long)used, REDO_FORMAT, bytes - sizeof(*h));
+			"format %u in %zu", h->format, (unsigned long long)used, REDO_FORMAT, bytes - REDO_HEAD);
 		return -EPROTO;
 	}
 	ret = redo_committed(c, &committed);
 	if (ret)
 		return ret;
 	last = from = committed > atomic_load(&h->base) ? committed : atomic_load(&h->base);
-	at = (const char *)(h + 1);
+	at = (const char *)h + REDO_HEAD;
 	tail = at + used;
 	ret = begin(c);
 	while (ret == 0 && at < tail) {
