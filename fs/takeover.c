@@ -27,7 +27,10 @@
 #include "takeover.h"
 
 #define REGION_MAGIC 0x57465354u /* "WFST" */
-#define REGION_LAYOUT 3u /* 3: writable handles and the versions they write (keep.h) */
+#define REGION_LAYOUT 4u /* 3: writable handles and the versions they write (keep.h); 4: the
+			  * catalog's redo log */
+#define REDO_BYTES ((size_t)4 << 20) /* the catalog's redo log (wfs_catalog_redo): a batch of 1,024
+				      * creates takes about 1 MiB; only the pages written cost memory */
 #define INIT_MAX 512               /* bytes of INIT request or reply kept (both are ~100) */
 #define IDS_CAP 4096u              /* backing ids registered at once (one per object in use) */
 #define HANDLES_CAP 65536u         /* passthrough handles open at once */
@@ -106,7 +109,8 @@ static size_t nadopted;
 static atomic_size_t adopted_live;
 static pthread_mutex_t adopted_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* The memfd: the region, then the area where versions keep their bytes (keep.h). */
+/* The memfd: the region, the catalog's redo log, then the area where versions keep their bytes
+ * (keep.h). */
 static size_t region_bytes(void)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -116,7 +120,7 @@ static size_t region_bytes(void)
 
 static size_t memfd_bytes(void)
 {
-	return region_bytes() + wfs_keep_area_bytes();
+	return region_bytes() + REDO_BYTES + wfs_keep_area_bytes();
 }
 static uint64_t fh_tag = 1ull << FH_EPOCH_SHIFT; /* this server's epoch, in place */
 static bool successor;
@@ -155,7 +159,7 @@ int wfs_takeover_create(pid_t holder_pid)
 		return err;
 	}
 	R = p;
-	wfs_keep_attach((char *)p + region_bytes(), true);
+	wfs_keep_attach((char *)p + region_bytes() + REDO_BYTES, true);
 	region_fd = fd; /* kept for a server started from another binary (an upgrade) */
 	R->magic = REGION_MAGIC;
 	R->layout = REGION_LAYOUT;
@@ -166,6 +170,12 @@ int wfs_takeover_create(pid_t holder_pid)
 bool wfs_takeover_on(void)
 {
 	return R != NULL;
+}
+
+void *wfs_takeover_redo_area(size_t *bytes)
+{
+	*bytes = R ? REDO_BYTES : 0;
+	return R ? (char *)R + region_bytes() : NULL;
 }
 
 int wfs_takeover_region_fd(void)
@@ -198,7 +208,7 @@ int wfs_takeover_attach(int fd)
 	}
 	fcntl(fd, F_SETFD, FD_CLOEXEC);
 	R = p;
-	wfs_keep_attach((char *)p + region_bytes(), false);
+	wfs_keep_attach((char *)p + region_bytes() + REDO_BYTES, false);
 	region_fd = fd;
 	return 0;
 }

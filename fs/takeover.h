@@ -27,6 +27,9 @@
  *      any server that used it is released and it uses it no more itself;
  *   5. the highest inode number any server told the kernel (wfs_takeover_told_ino()), so that a
  *      successor never gives a new inode a number the kernel may hold (wfs_catalog_takeover()).
+ *   6. the catalog's redo log (wfs_takeover_redo_area()): the changes of the open batch, which a
+ *      successor applies before it touches the catalog otherwise (wfs_catalog_redo_replay()), so
+ *      that a change answered and not yet committed survives the server that answered it.
  * Nothing here is on the data path: passthrough reads and writes never reach the daemon; a request
  * costs one relaxed atomic load more in receive.c, a passthrough open and its release one entry in a
  * hash table under a mutex of its own.
@@ -52,13 +55,20 @@
 #define WFS_TAKEOVER_REFUSED 75
 
 /*
- * Holder: map the shared region (a memfd of about 1.2 MiB; MAP_SHARED, so forks share it). Call
+ * Holder: map the shared region (a memfd of about 5 MiB, and the address space of keep.h's area;
+ * MAP_SHARED, so forks share it). Call
  * once, before the first fork, in the process that mounted. Returns 0, or -errno of memfd_create(2),
  * ftruncate(2) or mmap(2) (the mount then has no holder).
  */
 int wfs_takeover_create(pid_t holder_pid);
 /* Is the region mapped (this process runs under a holder)? */
 bool wfs_takeover_on(void);
+/*
+ * The region's area for the catalog's redo log (lib/catalog.h, wfs_catalog_redo: each server logs
+ * its batch's changes there, a successor replays them), and its size into *@bytes; NULL (and 0)
+ * without a region. Owned by this module, mapped for the process's life.
+ */
+void *wfs_takeover_redo_area(size_t *bytes);
 /*
  * The memfd behind the region (close-on-exec; owned by this module), which the holder hands to a
  * server it starts from another binary (upgrade.h); -1 without a region.

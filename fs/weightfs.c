@@ -57,6 +57,7 @@ static const struct fuse_opt option_spec[] = {
 	OPT("timeout=%lf", timeout, 0),
 	OPT("spin=%s", spin_text, 0),
 	OPT("holder", holder, 1),
+	OPT("noholder", holder, 0),
 	/* fuse_opt runs every template that matches: these see the choices above too (opt_proc). */
 	FUSE_OPT_KEY("passthrough=", KEY_CHOICE),
 	FUSE_OPT_KEY("passthrough_writes=", KEY_CHOICE),
@@ -115,10 +116,12 @@ static void usage(const char *prog)
 	       "                             this long before it sleeps, so the requests of a create or\n"
 	       "                             an unlink need no wake-ups; 0: sleep at once (no CPU spent\n"
 	       "                             polling; slower). Default 50, at most 10000\n"
-	       "    -o holder                a holder process keeps the FUSE connection: when the process\n"
-	       "                             serving it dies (kill -9, OOM, a crash), a successor takes\n"
-	       "                             the mount over within a second, and callers only wait\n"
-	       "                             (files being written when it died get EIO)\n"
+	       "    -o holder|noholder       holder: a holder process keeps the FUSE connection: when the\n"
+	       "                             process serving it dies (kill -9, OOM, a crash), a successor\n"
+	       "                             takes the mount over within a second, with every change it\n"
+	       "                             answered, and callers only wait. noholder: a crash leaves\n"
+	       "                             the mount dead (ENOTCONN). Default holder, noholder with -f\n"
+	       "                             or -d (the process in the foreground serves the mount)\n"
 	       "    -f                       stay in the foreground\n"
 	       "    -d                       debug output (implies -f)\n"
 	       "    -h, --help               this help, then libfuse's own options\n"
@@ -592,6 +595,7 @@ int main(int argc, char *argv[])
 	fs.opt.verify = 1;
 	fs.opt.timeout = 10.0;
 	fs.opt.spin_us = WFS_RECEIVE_SPIN_US;
+	fs.opt.holder = -1; /* not given: see below */
 	if (fuse_opt_parse(&args, &fs.opt, option_spec, opt_proc) == -1) {
 		ret = 2;
 		goto out;
@@ -675,6 +679,10 @@ int main(int argc, char *argv[])
 	}
 	fs.opt.foreground = cmd.foreground;
 	fs.opt.debug = cmd.debug;
+	/* A daemon has a holder unless told not to; a process in the foreground (a terminal, a
+	 * debugger) serves the mount itself unless told to have one (a systemd service: mounting.md). */
+	if (fs.opt.holder < 0)
+		fs.opt.holder = !cmd.foreground;
 	wfs_log_init("weightfs", !cmd.foreground, cmd.debug ? WFS_LOG_DEBUG : WFS_LOG_INFO);
 
 	/* The store is private to the mounting user: whatever the daemon creates in it (catalog.db,
@@ -841,9 +849,25 @@ int main(int argc, char *argv[])
 		goto out_unmount;
 	}
 	if (wfs_takeover_successor()) {
-		uint64_t removed = 0, *kept = NULL;
-		size_t nkept = wfs_takeover_kept_inodes(&kept);
-		int r = wfs_catalog_takeover(fs.catalog, wfs_takeover_ino_floor(), kept, nkept, &removed,
+		uint64_t removed = 0, replayed = 0, *kept = NULL;
+		size_t redo_bytes, nkept;
+		void *redo = wfs_takeover_redo_area(&redo_bytes);
+		int r;
+
+		/* First: the dead server's answered changes, on the catalog it logged them against. */
+		r = wfs_catalog_redo_replay(fs.catalog, redo, redo_bytes, &replayed);
+		if (r) {
+			char why[160];
+
+			snprintf(why, sizeof(why), "cannot apply the dead server's changes not yet committed: %s",
+				 strerror(-r));
+			takeover_refused(why);
+		}
+		if (replayed)
+			wfs_log(WFS_LOG_INFO, "takeover: applied %llu changes the dead server had answered and "
+				"not yet committed", (unsigned long long)replayed);
+		nkept = wfs_takeover_kept_inodes(&kept);
+		r = wfs_catalog_takeover(fs.catalog, wfs_takeover_ino_floor(), kept, nkept, &removed,
 					     &fs.held_before);
 
 		free(kept);
@@ -867,10 +891,19 @@ int main(int argc, char *argv[])
 					(unsigned long long)gc.orphan_bytes_removed);
 		}
 	}
-	wfs_commit_start(&fs); /* without it, every change commits at once */
-	/* A successor must find every change the kernel was told of: a batch dies with its server. */
-	if (wfs_takeover_on())
-		wfs_catalog_batch_each(fs.catalog, true);
+	{
+		size_t redo_bytes;
+		void *redo = wfs_takeover_redo_area(&redo_bytes);
+		int r = redo ? wfs_catalog_redo(fs.catalog, redo, redo_bytes) : 0;
+
+		/* A successor must find every change the kernel was told of: a batch dies with its
+		 * server, its redo log does not. Without a log, no batch: each change commits. */
+		if (r)
+			wfs_log(WFS_LOG_WARN, "catalog: no redo log for a successor (%s): every change commits "
+				"before its reply", strerror(-r));
+		else
+			wfs_commit_start(&fs); /* without it, every change commits at once */
+	}
 	wfs_check_start(&fs);  /* without it, objects sealed on a declared digest wait for a first open */
 	wfs_mapped_start(&fs); /* without it, files closed while mapped for writing seal at the unmount */
 	if (wfs_ops_notifier_start(&fs))

@@ -94,6 +94,7 @@ enum stmt_id {
 	ST_SAVEPOINT,
 	ST_RELEASE,
 	ST_ROLLBACK_TO,
+	ST_REDO_SEQ,
 	ST_COUNT
 };
 
@@ -142,6 +143,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_SAVEPOINT] = "SAVEPOINT op",
 	[ST_RELEASE] = "RELEASE op",
 	[ST_ROLLBACK_TO] = "ROLLBACK TO op",
+	[ST_REDO_SEQ] = "INSERT OR REPLACE INTO meta(key, value) VALUES('redo_seq', ?1)",
 };
 
 /*
@@ -191,6 +193,61 @@ struct dir_slot {
  */
 #define BARE_SLOTS 64 /* directly mapped by inode number */
 
+/*
+ * The redo log (wfs_catalog_redo). The area, in shared memory that outlives the process:
+ *
+ *   struct redo_head (64 bytes) | record | record | ...      (head.used bytes of records)
+ *   record:    u32 bytes (the whole record, a multiple of 8) | u32 statements | u64 seq | statement...
+ *   statement: u32 sql bytes | u16 parameters | u16 flags | i64 changes | i64 rowid | sql | parameter...
+ *   parameter: u8 SQLite type | INTEGER: i64 | TEXT, BLOB: u32 bytes, bytes | NULL: nothing
+ *
+ * A record is one call of this API that changed the catalog in a batch: its write statements as it
+ * stepped them (the SQL text of the prepared statement and the values bound to it), in order, with
+ * what each did (rows changed; the rowid it inserted, 0 when it inserted none) for the replay to
+ * check. Records are written past head.used and then published by one release store of head.used,
+ * so a process killed mid-record leaves none of it. Every commit of the batch records the seq of
+ * its last record in meta 'redo_seq' and then empties the area (head.base = that seq, then
+ * head.used = 0), so a replay applies the records numbered above both (see replay). The area is
+ * written by the handle's one thread at a time (the caller's serialisation), read only by a
+ * successor after the writer died.
+ */
+#define REDO_MAGIC 0x57465244u /* "WFRD" */
+#define REDO_FORMAT 1u
+#define REDO_PARAMS 16 /* bound parameters a logged statement may have (the catalog's have 9 at most) */
+#define REDO_EXEC 1u   /* statement flag: SQL text run whole by sqlite3_exec(), nothing bound */
+
+struct redo_head {
+	uint32_t magic, format;
+	_Atomic uint64_t base; /* records numbered up to this one are committed or were dropped */
+	_Atomic uint64_t used; /* bytes of records published after the head */
+};
+#define REDO_HEAD 64u /* bytes: records start here, past the head and room for it to grow */
+
+_Static_assert(sizeof(struct redo_head) <= REDO_HEAD, "records start REDO_HEAD bytes into the area");
+
+/* What a statement about to be stepped has bound (the values SQLite gives no way to read back). */
+struct redo_param {
+	int type; /* SQLITE_NULL (0: never bound), SQLITE_INTEGER, SQLITE_TEXT, SQLITE_BLOB */
+	int64_t i;
+	const void *p; /* TEXT or BLOB: the caller's bytes, SQLITE_STATIC (valid until the step) */
+	int bytes;
+};
+
+struct redo {
+	struct redo_head *head; /* the area; NULL: no log */
+	size_t bytes;           /* the area's size, head included */
+	uint64_t seq;           /* the last record published */
+	uint64_t committed;     /* the seq in meta 'redo_seq' as of the last commit */
+	bool in_call;           /* between a batched call's begin() and end() */
+	bool unlogged;          /* a statement of the call could not be logged: it commits at its end */
+	char *call;             /* the call's statements, encoded, until its end() publishes them */
+	size_t call_bytes, call_cap;
+	uint32_t call_statements;
+	sqlite3_stmt *bound;    /* the statement whose bindings params[] shadows, NULL: none */
+	bool bound_overflow;    /* a parameter past REDO_PARAMS was bound */
+	struct redo_param params[REDO_PARAMS];
+};
+
 struct wfs_catalog {
 	sqlite3 *db;
 	sqlite3_stmt *stmt[ST_COUNT];
@@ -215,8 +272,8 @@ struct wfs_catalog {
 	struct dir_slot dirs[DIR_SLOTS]; /* see struct dir_slot */
 	uint64_t bare[BARE_SLOTS];       /* inode numbers, 0 for none: see BARE_SLOTS */
 	void (*first_pending)(void *ctx); /* told when a batch gets its first call, or a checkpoint is due */
-	bool commit_each; /* a batch commits each call before it returns (wfs_catalog_batch_each) */
 	void *first_pending_ctx;
+	struct redo redo; /* wfs_catalog_redo() */
 };
 
 static atomic_bool sqlite_error_logged;
@@ -251,6 +308,65 @@ static int map_sqlite(struct wfs_catalog *c, int rc)
 	}
 }
 
+/*
+ * Binding. Every value bound in this file goes through these, so that a statement logged for a
+ * redo (redo_note) carries its values: SQLite gives no way to read a bound value back. The shadow
+ * holds one statement's bindings since it was last unbound (stmt(), a fresh prepare) or stepped by
+ * step_done(): every statement here is bound in full before each step.
+ */
+static struct redo_param *redo_param(struct wfs_catalog *c, sqlite3_stmt *s, int i)
+{
+	if (!c->redo.head)
+		return NULL;
+	if (c->redo.bound != s) {
+		memset(c->redo.params, 0, sizeof(c->redo.params));
+		c->redo.bound = s;
+		c->redo.bound_overflow = false;
+	}
+	if (i < 1 || i > REDO_PARAMS) {
+		c->redo.bound_overflow = true;
+		return NULL;
+	}
+	return &c->redo.params[i - 1];
+}
+
+static int bind_int64(struct wfs_catalog *c, sqlite3_stmt *s, int i, int64_t v)
+{
+	struct redo_param *p = redo_param(c, s, i);
+
+	if (p)
+		*p = (struct redo_param){.type = SQLITE_INTEGER, .i = v};
+	return sqlite3_bind_int64(s, i, v);
+}
+
+static int bind_int(struct wfs_catalog *c, sqlite3_stmt *s, int i, int v)
+{
+	return bind_int64(c, s, i, v);
+}
+
+/* TEXT: @v NUL-terminated when @bytes < 0; NULL binds NULL (as SQLite does). */
+static int bind_text(struct wfs_catalog *c, sqlite3_stmt *s, int i, const char *v, int bytes,
+		     void (*destructor)(void *))
+{
+	struct redo_param *p = redo_param(c, s, i);
+
+	if (p)
+		*p = (struct redo_param){.type = v ? SQLITE_TEXT : SQLITE_NULL, .p = v,
+					 .bytes = !v ? 0 : bytes < 0 ? (int)strlen(v) : bytes};
+	return sqlite3_bind_text(s, i, v, bytes, destructor);
+}
+
+static int bind_blob(struct wfs_catalog *c, sqlite3_stmt *s, int i, const void *v, int bytes,
+		     void (*destructor)(void *))
+{
+	struct redo_param *p = redo_param(c, s, i);
+
+	if (p)
+		*p = (struct redo_param){.type = v ? SQLITE_BLOB : SQLITE_NULL, .p = v, .bytes = v ? bytes : 0};
+	return sqlite3_bind_blob(s, i, v, bytes, destructor);
+}
+#pragma GCC poison sqlite3_bind_int64 sqlite3_bind_int sqlite3_bind_text sqlite3_bind_blob
+
 /* The cached statement @id, reset and unbound, ready for binding. */
 static sqlite3_stmt *stmt(struct wfs_catalog *c, enum stmt_id id)
 {
@@ -258,15 +374,133 @@ static sqlite3_stmt *stmt(struct wfs_catalog *c, enum stmt_id id)
 
 	sqlite3_reset(s);
 	sqlite3_clear_bindings(s);
+	if (c->redo.bound == s)
+		c->redo.bound = NULL;
 	return s;
 }
 
-/* Run a statement that returns no rows. */
+/* Room for @bytes more in the call's record being built. */
+static bool redo_room(struct wfs_catalog *c, size_t bytes)
+{
+	size_t cap = c->redo.call_cap ? c->redo.call_cap : 1024;
+	char *p;
+
+	if (c->redo.call_bytes + bytes <= c->redo.call_cap)
+		return true;
+	while (cap < c->redo.call_bytes + bytes)
+		cap *= 2;
+	if (!(p = realloc(c->redo.call, cap)))
+		return false;
+	c->redo.call = p;
+	c->redo.call_cap = cap;
+	return true;
+}
+
+static void redo_put(struct wfs_catalog *c, const void *v, size_t bytes)
+{
+	memcpy(c->redo.call + c->redo.call_bytes, v, bytes);
+	c->redo.call_bytes += bytes;
+}
+
+/*
+ * Statement @s (SQL @sql, @flags) just changed the catalog inside a batched call: add it, with the
+ * values bound to it, what it changed and the rowid it inserted (@rowid_before: the connection's
+ * last one before the step), to the call's record. One that cannot be added makes the call commit.
+ */
+static void redo_note(struct wfs_catalog *c, sqlite3_stmt *s, const char *sql, uint16_t flags,
+		      int64_t rowid_before)
+{
+	int n = s ? sqlite3_bind_parameter_count(s) : 0;
+	uint32_t sql_bytes = (uint32_t)strlen(sql);
+	uint16_t nparams = (uint16_t)n;
+	int64_t changes = sqlite3_changes64(c->db), rowid = sqlite3_last_insert_rowid(c->db);
+	size_t need = 4 + 2 + 2 + 8 + 8 + sql_bytes;
+
+	if (rowid == rowid_before)
+		rowid = 0; /* inserted into no rowid table: nothing to check */
+	if (n > REDO_PARAMS || (n > 0 && (c->redo.bound != s || c->redo.bound_overflow))) {
+		c->redo.unlogged = true;
+		return;
+	}
+	for (int i = 0; i < n; i++)
+		need += 1 + (c->redo.params[i].type == SQLITE_INTEGER ? 8 :
+			     c->redo.params[i].type == SQLITE_NULL ? 0 : 4 + (size_t)c->redo.params[i].bytes);
+	if (!redo_room(c, need)) {
+		c->redo.unlogged = true;
+		return;
+	}
+	redo_put(c, &sql_bytes, 4);
+	redo_put(c, &nparams, 2);
+	redo_put(c, &flags, 2);
+	redo_put(c, &changes, 8);
+	redo_put(c, &rowid, 8);
+	redo_put(c, sql, sql_bytes);
+	for (int i = 0; i < n; i++) {
+		const struct redo_param *p = &c->redo.params[i];
+		uint8_t type = (uint8_t)(p->type ? p->type : SQLITE_NULL);
+		uint32_t bytes = (uint32_t)p->bytes;
+
+		redo_put(c, &type, 1);
+		if (type == SQLITE_INTEGER) {
+			redo_put(c, &p->i, 8);
+		} else if (type != SQLITE_NULL) {
+			redo_put(c, &bytes, 4);
+			redo_put(c, p->p, bytes);
+		}
+	}
+	c->redo.call_statements++;
+}
+
+/* Records up to the last published are committed, or dropped with their batch: none is replayed. */
+static void redo_empty(struct wfs_catalog *c)
+{
+	if (!c->redo.head)
+		return;
+	/* In this order: a process killed between the two leaves records that a replay skips. */
+	atomic_store_explicit(&c->redo.head->base, c->redo.seq, memory_order_release);
+	atomic_store_explicit(&c->redo.head->used, 0, memory_order_release);
+}
+
+/*
+ * A batched call's savepoint was released into the batch: publish its record (none when it changed
+ * nothing). Returns false when the call must commit instead: a statement could not be logged, or
+ * the area is full.
+ */
+static bool redo_publish(struct wfs_catalog *c)
+{
+	struct redo_head *h = c->redo.head;
+	uint64_t used = atomic_load_explicit(&h->used, memory_order_relaxed), seq = c->redo.seq + 1;
+	uint32_t bytes = (uint32_t)((16 + c->redo.call_bytes + 7) & ~(size_t)7);
+	char *at;
+
+	if (c->redo.unlogged)
+		return false;
+	if (c->redo.call_statements == 0)
+		return true;
+	if (bytes > c->redo.bytes - REDO_HEAD - used)
+		return false; /* full: this commit empties it */
+	at = (char *)h + REDO_HEAD + used;
+	memcpy(at, &bytes, 4);
+	memcpy(at + 4, &c->redo.call_statements, 4);
+	memcpy(at + 8, &seq, 8);
+	memcpy(at + 16, c->redo.call, c->redo.call_bytes);
+	atomic_store_explicit(&h->used, used + bytes, memory_order_release);
+	c->redo.seq = seq;
+	return true;
+}
+
+/* Run a statement that returns no rows. A change inside a batched call is noted for the redo log. */
 static int step_done(struct wfs_catalog *c, sqlite3_stmt *s)
 {
+	bool logged = c->redo.in_call && !sqlite3_stmt_readonly(s);
+	int64_t rowid = logged ? sqlite3_last_insert_rowid(c->db) : 0;
 	int rc = sqlite3_step(s);
 	int ret = rc == SQLITE_DONE ? 0 : map_sqlite(c, rc);
 
+	if (logged && (rc == SQLITE_DONE || rc == SQLITE_ROW))
+		redo_note(c, s, sqlite3_sql(s), 0, rowid);
+	if (c->redo.bound == s)
+		c->redo.bound = NULL;
 	sqlite3_reset(s);
 	return rc == SQLITE_ROW ? 0 : ret;
 }
@@ -373,7 +607,14 @@ static int begin(struct wfs_catalog *c)
 		if (ret)
 			return ret;
 	}
-	return step_done(c, stmt(c, ST_SAVEPOINT));
+	ret = step_done(c, stmt(c, ST_SAVEPOINT));
+	if (ret == 0 && c->redo.head) {
+		c->redo.in_call = true;
+		c->redo.unlogged = false;
+		c->redo.call_bytes = 0;
+		c->redo.call_statements = 0;
+	}
+	return ret;
 }
 
 /* Allocate the reserve when the filesystem has room for it twice over; else leave it for later. */
@@ -416,6 +657,7 @@ static void batch_lost(struct wfs_catalog *c, int ret)
 		wfs_log(WFS_LOG_ERR, "catalog: %llu changes since the last commit are lost: %s",
 			(unsigned long long)c->pending, strerror(-ret));
 	c->pending = 0;
+	redo_empty(c); /* their records must not come back at a replay */
 }
 
 static struct dir_slot *dir_slot(struct wfs_catalog *c, uint64_t ino)
@@ -553,6 +795,12 @@ static int commit(struct wfs_catalog *c)
 	int ret = wfs_fault("catalog.commit");
 	uint64_t t0 = mono_ns();
 
+	if (ret == 0 && c->batch && c->redo.seq != c->redo.committed) {
+		sqlite3_stmt *s = stmt(c, ST_REDO_SEQ); /* the last record this commit holds */
+
+		bind_int64(c, s, 1, (int64_t)c->redo.seq);
+		ret = step_done(c, s);
+	}
 	if (ret == 0) {
 		ret = step_done(c, stmt(c, ST_COMMIT));
 		timed(mono_ns() - t0, &c->timing.commits, &c->timing.commit_ns, &c->timing.commit_max_ns);
@@ -561,6 +809,10 @@ static int commit(struct wfs_catalog *c)
 		ret = step_done(c, stmt(c, ST_COMMIT));
 	if (ret == 0) {
 		c->pending = 0;
+		if (c->batch && c->redo.head) {
+			c->redo.committed = c->redo.seq;
+			redo_empty(c);
+		}
 		if (c->reserve_used) {
 			t0 = mono_ns();
 			reserve_fill(c);
@@ -580,7 +832,10 @@ static int commit(struct wfs_catalog *c)
  */
 static int end(struct wfs_catalog *c, int ret)
 {
+	c->redo.in_call = false;
 	if (c->batch) {
+		bool logged;
+
 		if (sqlite3_get_autocommit(c->db)) { /* SQLite rolled the whole batch back */
 			kept_forget(c);
 			batch_lost(c, ret ? ret : -EIO);
@@ -595,7 +850,7 @@ static int end(struct wfs_catalog *c, int ret)
 		ret = step_done(c, stmt(c, ST_RELEASE));
 		if (ret)
 			return ret;
-		if (!c->headroom || c->commit_each) {
+		if (!c->headroom) {
 			/* Alone in its batch (the headroom is known after each commit): committed now, and
 			 * on failure rolled back, so the caller's error means "nothing changed". */
 			ret = commit(c);
@@ -606,10 +861,12 @@ static int end(struct wfs_catalog *c, int ret)
 				c->first_pending(c->first_pending_ctx); /* the WAL grows with each of them */
 			return ret;
 		}
+		logged = !c->redo.head || redo_publish(c);
 		if (c->pending++ == 0 && c->first_pending)
 			c->first_pending(c->first_pending_ctx);
-		if (c->pending >= BATCH_MAX)
-			wfs_catalog_commit(c); /* answered already: on failure the committer tries again */
+		/* Answered already: on failure the committer tries again. */
+		if (c->pending >= BATCH_MAX || !logged)
+			wfs_catalog_commit(c);
 		return 0;
 	}
 	if (ret == 0) {
@@ -644,9 +901,212 @@ int wfs_catalog_batch(struct wfs_catalog *c, bool on, void (*first_pending)(void
 	return 0;
 }
 
-void wfs_catalog_batch_each(struct wfs_catalog *c, bool each)
+
+/* The seq of the last redo record committed (meta 'redo_seq'), 0 when none ever was. */
+static int redo_committed(struct wfs_catalog *c, uint64_t *seq)
 {
-	c->commit_each = each;
+	sqlite3_stmt *s;
+	int rc = sqlite3_prepare_v2(c->db, "SELECT value FROM meta WHERE key = 'redo_seq'", -1, &s, NULL);
+
+	if (rc != SQLITE_OK)
+		return map_sqlite(c, rc);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
+		*seq = rc == SQLITE_ROW ? (uint64_t)sqlite3_column_int64(s, 0) : 0;
+		rc = SQLITE_OK;
+	}
+	sqlite3_finalize(s);
+	return map_sqlite(c, rc);
+}
+
+int wfs_catalog_redo(struct wfs_catalog *c, void *area, size_t bytes)
+{
+	struct redo_head *h = area;
+	uint64_t seq = 0;
+	int ret;
+
+	if (c->readonly)
+		return -EROFS;
+	if (area && (bytes < WFS_CATALOG_REDO_MIN || bytes % 8 || (uintptr_t)area % 8))
+		return -EINVAL;
+	ret = wfs_catalog_commit(c); /* what is pending has no record */
+	if (ret == 0 && area)
+		ret = redo_committed(c, &seq);
+	if (ret)
+		return ret;
+	c->redo.head = NULL;
+	c->redo.bound = NULL;
+	if (!area)
+		return 0;
+	atomic_store(&h->used, 0);
+	atomic_store(&h->base, seq);
+	h->format = REDO_FORMAT;
+	h->magic = REDO_MAGIC;
+	c->redo.seq = c->redo.committed = seq;
+	c->redo.bytes = bytes;
+	c->redo.head = h;
+	return 0;
+}
+
+/* Reading a record: @n bytes at *@at, within @tail. */
+static bool redo_take(const char **at, const char *tail, void *v, size_t n)
+{
+	if ((size_t)(tail - *at) < n)
+		return false;
+	memcpy(v, *at, n);
+	*at += n;
+	return true;
+}
+
+/*
+ * Apply one logged statement (at *@at, within @tail; *@at moves past it) and check that it did what
+ * it did when it was logged. Returns 0, -EPROTO (damaged, or it did something else: logged), or
+ * the statement's -errno.
+ */
+static int redo_apply(struct wfs_catalog *c, uint64_t seq, const char **at, const char *tail)
+{
+	uint32_t sql_bytes;
+	uint16_t nparams, flags;
+	int64_t changes, rowid;
+	const char *sql;
+	char *text = NULL;
+	sqlite3_stmt *s = NULL;
+	bool cached = false;
+	int ret = -EPROTO;
+
+	if (!redo_take(at, tail, &sql_bytes, 4) || !redo_take(at, tail, &nparams, 2) ||
+	    !redo_take(at, tail, &flags, 2) || !redo_take(at, tail, &changes, 8) || !redo_take(at, tail, &rowid, 8) ||
+	    (size_t)(tail - *at) < sql_bytes || nparams > REDO_PARAMS)
+		goto out;
+	sql = *at;
+	*at += sql_bytes;
+	if (!(text = strndup(sql, sql_bytes))) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	if (flags & REDO_EXEC) {
+		ret = map_sqlite(c, sqlite3_exec(c->db, text, NULL, NULL, NULL));
+		goto out;
+	}
+	for (int i = 0; i < ST_COUNT && !cached; i++) {
+		if (strcmp(stmt_sql[i], text) == 0) {
+			s = stmt(c, (enum stmt_id)i);
+			cached = true;
+		}
+	}
+	if (!cached && (ret = map_sqlite(c, sqlite3_prepare_v2(c->db, text, -1, &s, NULL))) != 0)
+		goto out;
+	ret = -EPROTO;
+	if (!s || sqlite3_bind_parameter_count(s) != nparams)
+		goto out;
+	for (int i = 1; i <= nparams; i++) {
+		uint8_t type;
+		int64_t v;
+		uint32_t bytes;
+
+		if (!redo_take(at, tail, &type, 1))
+			goto out;
+		if (type == SQLITE_INTEGER) {
+			if (!redo_take(at, tail, &v, 8))
+				goto out;
+			bind_int64(c, s, i, v);
+		} else if (type == SQLITE_TEXT || type == SQLITE_BLOB) {
+			if (!redo_take(at, tail, &bytes, 4) || (size_t)(tail - *at) < bytes || bytes > INT_MAX)
+				goto out;
+			if (type == SQLITE_TEXT)
+				bind_text(c, s, i, *at, (int)bytes, SQLITE_TRANSIENT);
+			else
+				bind_blob(c, s, i, bytes ? *at : "", (int)bytes, SQLITE_TRANSIENT);
+			*at += bytes;
+		} else if (type != SQLITE_NULL) {
+			goto out;
+		}
+	}
+	{
+		ret = step_done(c, s);
+		if (ret)
+			goto out;
+		if (sqlite3_changes64(c->db) != changes || (rowid && sqlite3_last_insert_rowid(c->db) != rowid)) {
+			wfs_log(WFS_LOG_ERR, "catalog: redo record %llu: \"%s\" changed %lld rows (rowid %lld), "
+				"%lld (rowid %lld) when it was logged: the catalog is not the one it was logged "
+				"against", (unsigned long long)seq, text, (long long)sqlite3_changes64(c->db),
+				(long long)sqlite3_last_insert_rowid(c->db), (long long)changes, (long long)rowid);
+			ret = -EPROTO;
+		}
+	}
+out:
+	if (ret == -EPROTO && !text)
+		wfs_log(WFS_LOG_ERR, "catalog: redo record %llu is damaged", (unsigned long long)seq);
+	if (!cached)
+		sqlite3_finalize(s);
+	free(text);
+	return ret;
+}
+
+int wfs_catalog_redo_replay(struct wfs_catalog *c, const void *area, size_t bytes, uint64_t *records)
+{
+	const struct redo_head *h = area;
+	const char *at, *tail;
+	uint64_t committed = 0, from, last, n = 0, used;
+	int ret;
+
+	if (c->batch || c->redo.head)
+		return -EBUSY;
+	if (!area || bytes < REDO_HEAD || h->magic != REDO_MAGIC) {
+		*records = 0; /* never used */
+		return 0;
+	}
+	used = atomic_load_explicit(&h->used, memory_order_acquire);
+	if (h->format != REDO_FORMAT || used > bytes - REDO_HEAD) {
+		wfs_log(WFS_LOG_ERR, "catalog: the redo log has format %u and %llu bytes, this build reads "
+			"format %u in %zu", h->format, (unsigned long long)used, REDO_FORMAT, bytes - REDO_HEAD);
+		return -EPROTO;
+	}
+	ret = redo_committed(c, &committed);
+	if (ret)
+		return ret;
+	last = from = committed > atomic_load(&h->base) ? committed : atomic_load(&h->base);
+	at = (const char *)h + REDO_HEAD;
+	tail = at + used;
+	ret = begin(c);
+	while (ret == 0 && at < tail) {
+		uint32_t rec_bytes, statements;
+		uint64_t seq;
+		const char *rec = at, *rec_end;
+
+		if (!redo_take(&at, tail, &rec_bytes, 4) || !redo_take(&at, tail, &statements, 4) ||
+		    !redo_take(&at, tail, &seq, 8) || rec_bytes < 16 || rec_bytes % 8 ||
+		    (size_t)(tail - rec) < rec_bytes) {
+			wfs_log(WFS_LOG_ERR, "catalog: the redo log is damaged after record %llu",
+				(unsigned long long)last);
+			ret = -EPROTO;
+			break;
+		}
+		rec_end = rec + rec_bytes;
+		if (seq > from) {
+			if (seq != last + 1) {
+				wfs_log(WFS_LOG_ERR, "catalog: redo record %llu follows %llu: the records between "
+					"are missing", (unsigned long long)seq, (unsigned long long)last);
+				ret = -EPROTO;
+				break;
+			}
+			for (uint32_t i = 0; ret == 0 && i < statements; i++)
+				ret = redo_apply(c, seq, &at, rec_end);
+			last = seq;
+			n++;
+		}
+		at = rec_end;
+	}
+	if (ret == 0 && n) {
+		sqlite3_stmt *s = stmt(c, ST_REDO_SEQ);
+
+		bind_int64(c, s, 1, (int64_t)last);
+		ret = step_done(c, s);
+	}
+	ret = end(c, ret);
+	if (ret == 0)
+		*records = n;
+	return ret;
 }
 
 int wfs_catalog_commit(struct wfs_catalog *c)
@@ -711,6 +1171,7 @@ void wfs_catalog_rollback(struct wfs_catalog *c)
 		return;
 	step_done(c, stmt(c, ST_ROLLBACK));
 	c->pending = 0;
+	redo_empty(c);
 }
 
 uint64_t wfs_catalog_pending(const struct wfs_catalog *c)
@@ -720,7 +1181,11 @@ uint64_t wfs_catalog_pending(const struct wfs_catalog *c)
 
 static int exec(struct wfs_catalog *c, const char *sql)
 {
-	return map_sqlite(c, sqlite3_exec(c->db, sql, NULL, NULL, NULL));
+	int ret = map_sqlite(c, sqlite3_exec(c->db, sql, NULL, NULL, NULL));
+
+	if (ret == 0 && c->redo.in_call && strncmp(sql, "PRAGMA", 6) != 0)
+		redo_note(c, NULL, sql, REDO_EXEC, 0);
+	return ret;
 }
 
 static int get_schema_version(struct wfs_catalog *c, int64_t *version)
@@ -1092,6 +1557,7 @@ void wfs_catalog_close(struct wfs_catalog *c)
 		close(c->wal_rw);
 	pthread_mutex_destroy(&c->wal_lock);
 	free(c->wal_path);
+	free(c->redo.call);
 	free(c);
 }
 
@@ -1170,8 +1636,8 @@ static int recover_declared_empty(struct wfs_catalog *c, uint64_t *removed)
 						       -1, &del, NULL));
 		if (ret)
 			break;
-		sqlite3_bind_int64(del, 1, (int64_t)v[i].parent);
-		sqlite3_bind_text(del, 2, v[i].name, -1, SQLITE_STATIC);
+		bind_int64(c, del, 1, (int64_t)v[i].parent);
+		bind_text(c, del, 2, v[i].name, -1, SQLITE_STATIC);
 		ret = step_done(c, del);
 		sqlite3_finalize(del);
 		if (ret)
@@ -1180,7 +1646,7 @@ static int recover_declared_empty(struct wfs_catalog *c, uint64_t *removed)
 						       &del, NULL));
 		if (ret)
 			break;
-		sqlite3_bind_int64(del, 1, (int64_t)v[i].ino);
+		bind_int64(c, del, 1, (int64_t)v[i].ino);
 		ret = step_done(c, del);
 		sqlite3_finalize(del);
 		if (ret == 0)
@@ -1325,7 +1791,7 @@ int wfs_catalog_getattr(struct wfs_catalog *c, uint64_t ino, struct wfs_attr *ou
 	if (dir_kept(c, ino, out))
 		return 0;
 	s = stmt(c, ST_GETATTR);
-	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	bind_int64(c, s, 1, (int64_t)ino);
 	ret = step_attr(c, s, out);
 	if (ret == 0)
 		dir_keep(c, out);
@@ -1348,8 +1814,8 @@ int wfs_catalog_lookup(struct wfs_catalog *c, uint64_t parent, const char *name,
 	sqlite3_stmt *s = stmt(c, ST_LOOKUP);
 	int ret;
 
-	sqlite3_bind_int64(s, 1, (int64_t)parent);
-	sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
+	bind_int64(c, s, 1, (int64_t)parent);
+	bind_text(c, s, 2, name, -1, SQLITE_STATIC);
 	ret = step_attr(c, s, out);
 	if (ret == -ENOENT) {
 		struct wfs_attr dir;
@@ -1368,9 +1834,9 @@ static int nlink_add(struct wfs_catalog *c, uint64_t ino, int delta, int64_t t)
 	bool kept = dir_kept(c, ino, &dir);
 	int ret;
 
-	sqlite3_bind_int64(s, 1, (int64_t)ino);
-	sqlite3_bind_int(s, 2, delta);
-	sqlite3_bind_int64(s, 3, t);
+	bind_int64(c, s, 1, (int64_t)ino);
+	bind_int(c, s, 2, delta);
+	bind_int64(c, s, 3, t);
 	ret = step_done(c, s); /* the update hook forgets the kept row... */
 	if (ret == 0 && kept) { /* ...which is known without reading it */
 		dir.nlink = (uint32_t)((int64_t)dir.nlink + delta);
@@ -1387,8 +1853,8 @@ static int touch_dir(struct wfs_catalog *c, uint64_t ino, int64_t t)
 	bool kept = dir_kept(c, ino, &dir);
 	int ret;
 
-	sqlite3_bind_int64(s, 1, (int64_t)ino);
-	sqlite3_bind_int64(s, 2, t);
+	bind_int64(c, s, 1, (int64_t)ino);
+	bind_int64(c, s, 2, t);
 	ret = step_done(c, s);
 	if (ret == 0 && kept) {
 		dir.mtime = dir.ctime = ns_to_ts(t);
@@ -1401,9 +1867,9 @@ static int insert_dentry(struct wfs_catalog *c, uint64_t parent, const char *nam
 {
 	sqlite3_stmt *s = stmt(c, ST_INSERT_DENTRY);
 
-	sqlite3_bind_int64(s, 1, (int64_t)parent);
-	sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(s, 3, (int64_t)ino);
+	bind_int64(c, s, 1, (int64_t)parent);
+	bind_text(c, s, 2, name, -1, SQLITE_STATIC);
+	bind_int64(c, s, 3, (int64_t)ino);
 	return step_done(c, s); /* UNIQUE(parent, name) → -EEXIST */
 }
 
@@ -1411,8 +1877,8 @@ static int delete_dentry(struct wfs_catalog *c, uint64_t parent, const char *nam
 {
 	sqlite3_stmt *s = stmt(c, ST_DELETE_DENTRY);
 
-	sqlite3_bind_int64(s, 1, (int64_t)parent);
-	sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
+	bind_int64(c, s, 1, (int64_t)parent);
+	bind_text(c, s, 2, name, -1, SQLITE_STATIC);
 	return step_done(c, s);
 }
 
@@ -1421,7 +1887,7 @@ static int dir_is_empty(struct wfs_catalog *c, uint64_t ino, bool *empty)
 	sqlite3_stmt *s = stmt(c, ST_DIR_HAS_ENTRY);
 	int rc;
 
-	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	bind_int64(c, s, 1, (int64_t)ino);
 	rc = sqlite3_step(s);
 	sqlite3_reset(s);
 	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
@@ -1441,9 +1907,9 @@ static int insert_object(struct wfs_catalog *c, const struct wfs_digest *digest,
 {
 	sqlite3_stmt *s = stmt(c, ST_INSERT_OBJECT);
 
-	sqlite3_bind_blob(s, 1, digest->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
-	sqlite3_bind_int64(s, 2, (int64_t)size);
-	sqlite3_bind_int(s, 3, state);
+	bind_blob(c, s, 1, digest->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
+	bind_int64(c, s, 2, (int64_t)size);
+	bind_int(c, s, 3, state);
 	return step_done(c, s);
 }
 
@@ -1504,16 +1970,16 @@ int wfs_catalog_mknod(struct wfs_catalog *c, uint64_t parent, const char *name, 
 	if (ret)
 		return ret;
 	s = stmt(c, ST_INSERT_INODE);
-	sqlite3_bind_int64(s, 1, mode);
-	sqlite3_bind_int64(s, 2, uid);
-	sqlite3_bind_int64(s, 3, gid);
-	sqlite3_bind_int(s, 4, is_dir ? 2 : 1);
-	sqlite3_bind_int64(s, 5, is_link ? (int64_t)strlen(target) : 0);
-	sqlite3_bind_int64(s, 6, is_dir ? (int64_t)parent : 0);
-	sqlite3_bind_int64(s, 7, t);
+	bind_int64(c, s, 1, mode);
+	bind_int64(c, s, 2, uid);
+	bind_int64(c, s, 3, gid);
+	bind_int(c, s, 4, is_dir ? 2 : 1);
+	bind_int64(c, s, 5, is_link ? (int64_t)strlen(target) : 0);
+	bind_int64(c, s, 6, is_dir ? (int64_t)parent : 0);
+	bind_int64(c, s, 7, t);
 	if (is_link)
-		sqlite3_bind_text(s, 8, target, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(s, 9, (int64_t)rdev);
+		bind_text(c, s, 8, target, -1, SQLITE_STATIC);
+	bind_int64(c, s, 9, (int64_t)rdev);
 	ret = step_done(c, s);
 	if (ret)
 		goto out;
@@ -1551,12 +2017,12 @@ int wfs_catalog_create_sealed(struct wfs_catalog *c, uint64_t parent, const char
 	if (ret)
 		goto out;
 	s = stmt(c, ST_INSERT_SEALED);
-	sqlite3_bind_int64(s, 1, mode);
-	sqlite3_bind_int64(s, 2, uid);
-	sqlite3_bind_int64(s, 3, gid);
-	sqlite3_bind_int64(s, 4, (int64_t)size);
-	sqlite3_bind_int64(s, 5, t);
-	sqlite3_bind_blob(s, 6, digest->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
+	bind_int64(c, s, 1, mode);
+	bind_int64(c, s, 2, uid);
+	bind_int64(c, s, 3, gid);
+	bind_int64(c, s, 4, (int64_t)size);
+	bind_int64(c, s, 5, t);
+	bind_blob(c, s, 6, digest->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
 	ret = step_done(c, s);
 	if (ret)
 		goto out;
@@ -1566,9 +2032,9 @@ int wfs_catalog_create_sealed(struct wfs_catalog *c, uint64_t parent, const char
 		xattrs_written(c, ino);
 	for (size_t i = 0; ret == 0 && i < nxattrs; i++) {
 		s = stmt(c, ST_XATTR_INSERT);
-		sqlite3_bind_int64(s, 1, (int64_t)ino);
-		sqlite3_bind_text(s, 2, xattrs[i].name, -1, SQLITE_STATIC);
-		sqlite3_bind_blob(s, 3, xattrs[i].len ? xattrs[i].value : "", (int)xattrs[i].len, SQLITE_STATIC);
+		bind_int64(c, s, 1, (int64_t)ino);
+		bind_text(c, s, 2, xattrs[i].name, -1, SQLITE_STATIC);
+		bind_blob(c, s, 3, xattrs[i].len ? xattrs[i].value : "", (int)xattrs[i].len, SQLITE_STATIC);
 		ret = step_done(c, s);
 		if (ret == -EEXIST)
 			ret = -EINVAL; /* the same attribute twice in @xattrs */
@@ -1695,7 +2161,7 @@ static int names_of(struct wfs_catalog *c, uint64_t ino, struct names *l)
 					       NULL));
 	if (ret)
 		return ret;
-	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	bind_int64(c, s, 1, (int64_t)ino);
 	while (ret == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW) {
 		if (l->n == l->cap) {
 			size_t cap = l->cap ? 2 * l->cap : 4;
@@ -1782,8 +2248,8 @@ static int exec_ino2(struct wfs_catalog *c, const char *sql, uint64_t a, uint64_
 
 	if (ret)
 		return ret;
-	sqlite3_bind_int64(s, 1, (int64_t)a);
-	sqlite3_bind_int64(s, 2, (int64_t)b);
+	bind_int64(c, s, 1, (int64_t)a);
+	bind_int64(c, s, 2, (int64_t)b);
 	ret = step_done(c, s);
 	sqlite3_finalize(s);
 	return ret;
@@ -1857,10 +2323,10 @@ static int move_dentry(struct wfs_catalog *c, uint64_t parent, const char *name,
 {
 	sqlite3_stmt *s = stmt(c, ST_MOVE_DENTRY);
 
-	sqlite3_bind_int64(s, 1, (int64_t)parent);
-	sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(s, 3, (int64_t)newparent);
-	sqlite3_bind_text(s, 4, newname, -1, SQLITE_STATIC);
+	bind_int64(c, s, 1, (int64_t)parent);
+	bind_text(c, s, 2, name, -1, SQLITE_STATIC);
+	bind_int64(c, s, 3, (int64_t)newparent);
+	bind_text(c, s, 4, newname, -1, SQLITE_STATIC);
 	return step_done(c, s);
 }
 
@@ -1868,9 +2334,9 @@ static int set_dentry_ino(struct wfs_catalog *c, uint64_t parent, const char *na
 {
 	sqlite3_stmt *s = stmt(c, ST_SET_DENTRY_INO);
 
-	sqlite3_bind_int64(s, 1, (int64_t)parent);
-	sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(s, 3, (int64_t)ino);
+	bind_int64(c, s, 1, (int64_t)parent);
+	bind_text(c, s, 2, name, -1, SQLITE_STATIC);
+	bind_int64(c, s, 3, (int64_t)ino);
 	return step_done(c, s);
 }
 
@@ -1884,9 +2350,9 @@ static int reparent(struct wfs_catalog *c, const struct wfs_attr *a, uint64_t ol
 	if (!S_ISDIR(a->mode) || oldparent == newparent)
 		return 0;
 	s = stmt(c, ST_SET_PARENT);
-	sqlite3_bind_int64(s, 1, (int64_t)a->ino);
-	sqlite3_bind_int64(s, 2, (int64_t)newparent);
-	sqlite3_bind_int64(s, 3, t);
+	bind_int64(c, s, 1, (int64_t)a->ino);
+	bind_int64(c, s, 2, (int64_t)newparent);
+	bind_int64(c, s, 3, t);
 	ret = step_done(c, s);
 	if (ret == 0)
 		ret = nlink_add(c, oldparent, -1, t);
@@ -2035,13 +2501,13 @@ int wfs_catalog_setattr(struct wfs_catalog *c, uint64_t ino, const struct wfs_at
 	else
 		a.ctime = ns_to_ts(now_ns());
 	s = stmt(c, ST_SETATTR);
-	sqlite3_bind_int64(s, 1, (int64_t)ino);
-	sqlite3_bind_int64(s, 2, a.mode);
-	sqlite3_bind_int64(s, 3, a.uid);
-	sqlite3_bind_int64(s, 4, a.gid);
-	sqlite3_bind_int64(s, 5, ts_to_ns(&a.atime));
-	sqlite3_bind_int64(s, 6, ts_to_ns(&a.mtime));
-	sqlite3_bind_int64(s, 7, ts_to_ns(&a.ctime));
+	bind_int64(c, s, 1, (int64_t)ino);
+	bind_int64(c, s, 2, a.mode);
+	bind_int64(c, s, 3, a.uid);
+	bind_int64(c, s, 4, a.gid);
+	bind_int64(c, s, 5, ts_to_ns(&a.atime));
+	bind_int64(c, s, 6, ts_to_ns(&a.mtime));
+	bind_int64(c, s, 7, ts_to_ns(&a.ctime));
 	ret = step_done(c, s);
 out:
 	ret = end(c, ret);
@@ -2077,12 +2543,12 @@ int wfs_catalog_set_content(struct wfs_catalog *c, uint64_t ino, const struct wf
 	if (ret)
 		goto out;
 	s = stmt(c, ST_SET_CONTENT);
-	sqlite3_bind_int64(s, 1, (int64_t)ino);
-	sqlite3_bind_blob(s, 2, digest->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
-	sqlite3_bind_int64(s, 3, (int64_t)size);
-	sqlite3_bind_int64(s, 4, ts_to_ns(mtime));
+	bind_int64(c, s, 1, (int64_t)ino);
+	bind_blob(c, s, 2, digest->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
+	bind_int64(c, s, 3, (int64_t)size);
+	bind_int64(c, s, 4, ts_to_ns(mtime));
 	/* ctime is the change's time, whatever mtime the writer set; never earlier than a rename's. */
-	sqlite3_bind_int64(s, 5, changed ? (ts_to_ns(changed) > ts_to_ns(&before.ctime) ? ts_to_ns(changed)
+	bind_int64(c, s, 5, changed ? (ts_to_ns(changed) > ts_to_ns(&before.ctime) ? ts_to_ns(changed)
 							: ts_to_ns(&before.ctime)) : now_ns());
 	ret = step_done(c, s);
 	if (ret == 0 && out)
@@ -2104,7 +2570,7 @@ int wfs_catalog_readlink(struct wfs_catalog *c, uint64_t ino, char *buf, size_t 
 	sqlite3_stmt *s = stmt(c, ST_READLINK);
 	int rc, ret = 0;
 
-	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	bind_int64(c, s, 1, (int64_t)ino);
 	rc = sqlite3_step(s);
 	if (rc == SQLITE_ROW) {
 		const char *target = (const char *)sqlite3_column_text(s, 1);
@@ -2136,8 +2602,8 @@ int wfs_catalog_readdir(struct wfs_catalog *c, uint64_t dir, uint64_t cookie, wf
 	rc = sqlite3_prepare_v2(c->db, stmt_sql[ST_READDIR], -1, &s, NULL);
 	if (rc != SQLITE_OK)
 		return map_sqlite(c, rc);
-	sqlite3_bind_int64(s, 1, (int64_t)dir);
-	sqlite3_bind_int64(s, 2, (int64_t)cookie);
+	bind_int64(c, s, 1, (int64_t)dir);
+	bind_int64(c, s, 2, (int64_t)cookie);
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
 		row_to_attr(s, 2, &a);
 		if (fn(ctx, (const char *)sqlite3_column_text(s, 1), &a, (uint64_t)sqlite3_column_int64(s, 0)))
@@ -2157,8 +2623,8 @@ int wfs_catalog_xattr_get(struct wfs_catalog *c, uint64_t ino, const char *name,
 	if (is_bare(c, ino))
 		return -ENODATA;
 	s = stmt(c, ST_XATTR_GET);
-	sqlite3_bind_int64(s, 1, (int64_t)ino);
-	sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
+	bind_int64(c, s, 1, (int64_t)ino);
+	bind_text(c, s, 2, name, -1, SQLITE_STATIC);
 	rc = sqlite3_step(s);
 	if (rc == SQLITE_ROW) {
 		size_t n = (size_t)sqlite3_column_bytes(s, 0);
@@ -2188,18 +2654,18 @@ int wfs_catalog_xattr_set(struct wfs_catalog *c, uint64_t ino, const char *name,
 		return ret;
 	xattrs_written(c, ino);
 	s = stmt(c, (flags & XATTR_REPLACE) ? ST_XATTR_UPDATE : ST_XATTR_INSERT);
-	sqlite3_bind_int64(s, 1, (int64_t)ino);
-	sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
-	sqlite3_bind_blob(s, 3, len ? value : "", (int)len, SQLITE_STATIC);
+	bind_int64(c, s, 1, (int64_t)ino);
+	bind_text(c, s, 2, name, -1, SQLITE_STATIC);
+	bind_blob(c, s, 3, len ? value : "", (int)len, SQLITE_STATIC);
 	ret = step_done(c, s);
 	if (flags & XATTR_REPLACE) {
 		if (ret == 0 && sqlite3_changes(c->db) == 0)
 			ret = -ENODATA;
 	} else if (ret == -EEXIST && !(flags & XATTR_CREATE)) {
 		s = stmt(c, ST_XATTR_UPDATE);
-		sqlite3_bind_int64(s, 1, (int64_t)ino);
-		sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
-		sqlite3_bind_blob(s, 3, len ? value : "", (int)len, SQLITE_STATIC);
+		bind_int64(c, s, 1, (int64_t)ino);
+		bind_text(c, s, 2, name, -1, SQLITE_STATIC);
+		bind_blob(c, s, 3, len ? value : "", (int)len, SQLITE_STATIC);
 		ret = step_done(c, s);
 	}
 	if (ret == 0)
@@ -2218,7 +2684,7 @@ int wfs_catalog_xattr_list(struct wfs_catalog *c, uint64_t ino, char *buf, size_
 		return 0;
 	}
 	s = stmt(c, ST_XATTR_LIST);
-	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	bind_int64(c, s, 1, (int64_t)ino);
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
 		size_t n = (size_t)sqlite3_column_bytes(s, 0) + 1;
 
@@ -2248,8 +2714,8 @@ static int xattr_remove_once(struct wfs_catalog *c, uint64_t ino, const char *na
 	if (ret)
 		return ret;
 	s = stmt(c, ST_XATTR_DELETE);
-	sqlite3_bind_int64(s, 1, (int64_t)ino);
-	sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
+	bind_int64(c, s, 1, (int64_t)ino);
+	bind_text(c, s, 2, name, -1, SQLITE_STATIC);
 	ret = step_done(c, s);
 	if (ret == 0 && sqlite3_changes(c->db) == 0)
 		ret = -ENODATA;
@@ -2283,12 +2749,12 @@ static int inode_drop_once(struct wfs_catalog *c, uint64_t ino, struct wfs_attr 
 	if (ret)
 		goto out;
 	s = stmt(c, ST_XATTR_DELETE_ALL);
-	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	bind_int64(c, s, 1, (int64_t)ino);
 	ret = step_done(c, s);
 	if (ret)
 		goto out;
 	s = stmt(c, ST_DELETE_INODE);
-	sqlite3_bind_int64(s, 1, (int64_t)ino);
+	bind_int64(c, s, 1, (int64_t)ino);
 	ret = step_done(c, s);
 out:
 	ret = end(c, ret);
@@ -2318,7 +2784,7 @@ int wfs_catalog_object_get(struct wfs_catalog *c, const struct wfs_digest *d, ui
 	sqlite3_stmt *s = stmt(c, ST_OBJECT_GET);
 	int rc, ret = 0;
 
-	sqlite3_bind_blob(s, 1, d->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
+	bind_blob(c, s, 1, d->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
 	rc = sqlite3_step(s);
 	if (rc == SQLITE_ROW) {
 		*refcount = (uint64_t)sqlite3_column_int64(s, 0);
@@ -2354,8 +2820,8 @@ int wfs_catalog_object_set_state(struct wfs_catalog *c, const struct wfs_digest 
 	if (ret)
 		return ret;
 	s = stmt(c, ST_OBJECT_STATE);
-	sqlite3_bind_blob(s, 1, d->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
-	sqlite3_bind_int(s, 2, state);
+	bind_blob(c, s, 1, d->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
+	bind_int(c, s, 2, state);
 	ret = step_done(c, s);
 	if (ret == 0 && sqlite3_changes(c->db) == 0)
 		ret = -ENOENT;
@@ -2367,7 +2833,7 @@ static int object_delete_once(struct wfs_catalog *c, const struct wfs_digest *d)
 	sqlite3_stmt *s = stmt(c, ST_OBJECT_DELETE);
 	int ret;
 
-	sqlite3_bind_blob(s, 1, d->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
+	bind_blob(c, s, 1, d->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
 	ret = step_done(c, s);
 	if (ret == 0 && sqlite3_changes(c->db) == 0) {
 		uint64_t refs;
@@ -2389,8 +2855,8 @@ int wfs_catalog_object_adopt(struct wfs_catalog *c, const struct wfs_digest *d, 
 	ret = map_sqlite(c, sqlite3_prepare_v2(c->db, "INSERT OR IGNORE INTO objects(digest, size, refcount, released)"
 						   " VALUES(?1, ?2, 0, unixepoch())", -1, &s, NULL));
 	if (ret == 0) {
-		sqlite3_bind_blob(s, 1, d->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
-		sqlite3_bind_int64(s, 2, (int64_t)bytes);
+		bind_blob(c, s, 1, d->bytes, WFS_DIGEST_BYTES, SQLITE_STATIC);
+		bind_int64(c, s, 2, (int64_t)bytes);
 		ret = step_done(c, s);
 		sqlite3_finalize(s);
 	}
@@ -2562,7 +3028,7 @@ static int paths_where(struct wfs_catalog *c, const char *where, const void *blo
 	ret = map_sqlite(c, sqlite3_prepare_v2(c->db, sql, -1, &s, NULL));
 	if (ret)
 		return ret;
-	sqlite3_bind_blob(s, 1, blob, blob_bytes, SQLITE_STATIC);
+	bind_blob(c, s, 1, blob, blob_bytes, SQLITE_STATIC);
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
 		ret = fn(ctx, (const char *)sqlite3_column_text(s, 0), (uint64_t)sqlite3_column_int64(s, 1),
 			 (uint64_t)sqlite3_column_int64(s, 2));
@@ -2627,7 +3093,7 @@ int wfs_catalog_retain_set(struct wfs_catalog *c, uint64_t bytes)
 	rc = sqlite3_prepare_v2(c->db, "INSERT OR REPLACE INTO meta(key, value) VALUES('retain_bytes', ?)", -1, &s,
 				NULL);
 	if (rc == SQLITE_OK) {
-		sqlite3_bind_int64(s, 1, (sqlite3_int64)bytes); /* up to 8 EiB: wfs_parse_size's range */
+		bind_int64(c, s, 1, (sqlite3_int64)bytes); /* up to 8 EiB: wfs_parse_size's range */
 		ret = step_done(c, s);
 		sqlite3_finalize(s);
 	} else {

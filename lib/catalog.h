@@ -437,12 +437,32 @@ int wfs_catalog_wal_sync(struct wfs_catalog *c);
  */
 int wfs_catalog_batch(struct wfs_catalog *c, bool on, void (*first_pending)(void *ctx), void *ctx);
 /*
- * With @each, a batching handle commits each call that changes the catalog before the call returns,
- * as it does while the WAL has no headroom: for a daemon whose death must not lose a change it has
- * answered (a takeover, fs/takeover.h), at the cost of a commit per change (no sync: SQLite's
- * synchronous=NORMAL). The batch machinery (checkpoints, the committer's cues) stays. Off by default.
+ * The redo log: a batch whose changes outlive the process that made them, for a daemon whose death
+ * must not lose a change it answered (a takeover, fs/takeover.h), without a commit per change.
+ * With @area (@bytes of memory that outlives the process: a MAP_SHARED memfd another process maps;
+ * 8-byte aligned, @bytes a multiple of 8 and at least WFS_CATALOG_REDO_MIN), each call of a
+ * batching handle that changes the catalog appends to @area, before it returns, one record: the
+ * statements it ran, with their bound values and what each changed, numbered in sequence. Each
+ * commit of the batch records the number of its last record in the catalog (meta 'redo_seq') and
+ * empties @area. A call that cannot be logged (@area full, a record that does not fit) commits the
+ * batch before it returns, as every call did without a log. The open batch is committed first (it
+ * has no records); @area NULL stops logging. Records cost about 0.1-0.3 us per statement (a memcpy
+ * of its SQL text and values); the handle owns none of @area's memory. Returns 0, -EINVAL (@area's
+ * size or alignment), -EROFS, or the commit's -errno.
  */
-void wfs_catalog_batch_each(struct wfs_catalog *c, bool each);
+#define WFS_CATALOG_REDO_MIN (64u << 10) /* bytes */
+int wfs_catalog_redo(struct wfs_catalog *c, void *area, size_t bytes);
+/*
+ * After the process that logged into @area (@bytes, as it was given to wfs_catalog_redo()) died:
+ * apply the records it published and no commit of its holds, in order, in one transaction, before
+ * anything else changes the catalog (the same committed state gives the same inode numbers). Each
+ * statement must change as many rows, and insert the same rowid, as when it was logged. @area is
+ * only read. Call on a handle that does not batch and has no log (-EBUSY). *@records gets how many
+ * were applied (0 for an area never used, or all zeros). Returns 0, -EPROTO (the log is damaged,
+ * of another format, has a gap, or a statement did something else: the catalog is not the one it
+ * was logged against; logged, nothing applied), or an -errno of the catalog (nothing applied).
+ */
+int wfs_catalog_redo_replay(struct wfs_catalog *c, const void *area, size_t bytes, uint64_t *records);
 /*
  * Tell @changed(@ctx, ino) of every change of an inode's row (what wfs_catalog_getattr() returns:
  * an INSERT, UPDATE or DELETE, seen through sqlite3_update_hook), from inside the call that makes

@@ -1922,6 +1922,123 @@ START_TEST(test_new_file_xattrs)
 }
 END_TEST
 
+/* What a process's death leaves of its batch: its redo log (a copy), the batch itself rolled back
+ * and the handle closed. The caller frees the copy. */
+static void *die_with_log(const void *area, size_t bytes)
+{
+	void *copy = aligned_alloc(8, bytes);
+
+	ck_assert_ptr_nonnull(copy);
+	memcpy(copy, area, bytes);
+	wfs_catalog_rollback(cat);
+	wfs_catalog_close(cat);
+	ck_assert_int_eq(wfs_catalog_open(db_path, 0, 0, 0, &cat), 0);
+	return copy;
+}
+
+/* A batch's changes outlive the handle that made them through its redo log, exactly, once. */
+START_TEST(test_redo_replay)
+{
+	const size_t bytes = 1u << 20;
+	void *area = aligned_alloc(8, bytes), *log;
+	struct wfs_attr ga, ha, a;
+	uint64_t d, f, g, h, n = 99, ino = 0;
+	char buf[8];
+	size_t len;
+
+	ck_assert_ptr_nonnull(area);
+	memset(area, 0, bytes);
+	ck_assert_int_eq(wfs_catalog_batch(cat, true, NULL, NULL), 0);
+	ck_assert_int_eq(wfs_catalog_redo(cat, area, 100), -EINVAL);
+	ck_assert_int_eq(wfs_catalog_redo(cat, area, bytes), 0);
+	d = mkdir_(ROOT, "d"); /* alone in its batch (the WAL's headroom is not known yet): committed */
+	f = mkfile(d, "f");
+	seal(f, "ff", 2);
+	ck_assert_int_eq(wfs_catalog_commit(cat), 0); /* the log holds nothing of what is committed */
+	/* The batch a death would lose: a file written under a temporary name and renamed over f,
+	 * an attribute, f dropped, a new file with its inode number from AUTOINCREMENT. */
+	g = mkfile(d, "tmp.g");
+	seal(g, "gg", 2);
+	ck_assert_int_eq(wfs_catalog_rename(cat, d, "tmp.g", d, "f", 0, &ino), 0);
+	ck_assert_uint_eq(ino, f);
+	ck_assert_int_eq(wfs_catalog_inode_drop(cat, f, &a), 0);
+	ck_assert_int_eq(wfs_catalog_xattr_set(cat, g, "user.k", "v1", 2, 0), 0);
+	ck_assert_int_eq(wfs_catalog_create(cat, d, "f", S_IFREG | 0644, UID, GID, NULL, &a), -EEXIST);
+	h = mk(ROOT, "link", S_IFLNK | 0777, "d/f");
+	ck_assert_uint_gt(wfs_catalog_pending(cat), 0);
+	ga = get(g);
+	ha = get(h);
+	log = die_with_log(area, bytes);
+	ck_assert_uint_eq(ino_at(d, "f"), f); /* as committed */
+
+	ck_assert_int_eq(wfs_catalog_redo_replay(cat, log, bytes, &n), 0);
+	ck_assert_uint_eq(n, 6); /* the failed create left no record */
+	ck_assert_uint_eq(ino_at(d, "f"), g);
+	ck_assert_uint_eq(ino_at(d, "tmp.g"), 0);
+	a = get(g);
+	assert_attr_eq(&ga, &a);
+	a = get(h);
+	assert_attr_eq(&ha, &a);
+	ck_assert_int_eq(wfs_catalog_getattr(cat, f, &a), -ENOENT);
+	ck_assert_int_eq(wfs_catalog_xattr_get(cat, g, "user.k", buf, sizeof(buf), &len), 0);
+	ck_assert_mem_eq(buf, "v1", 2);
+	ck_assert_uint_eq(refcount("gg"), 1);
+	ck_assert_uint_eq(refcount("ff"), 0);
+	/* Applied once: the catalog now says so, and the next inode follows the replayed ones. */
+	ck_assert_int_eq(wfs_catalog_redo_replay(cat, log, bytes, &n), 0);
+	ck_assert_uint_eq(n, 0);
+	ck_assert_uint_eq(mkfile(ROOT, "next"), h + 1);
+	free(log);
+
+	/* A log replayed on a catalog that moved on since is refused, and nothing is applied. */
+	ck_assert_int_eq(wfs_catalog_batch(cat, true, NULL, NULL), 0);
+	ck_assert_int_eq(wfs_catalog_redo(cat, area, bytes), 0);
+	mkfile(ROOT, "alone"); /* committed alone, as above */
+	mkfile(ROOT, "logged");
+	log = die_with_log(area, bytes);
+	mkfile(ROOT, "meanwhile"); /* takes the inode number "logged" had */
+	ck_assert_int_eq(wfs_catalog_redo_replay(cat, log, bytes, &n), -EPROTO);
+	ck_assert_uint_eq(ino_at(ROOT, "logged"), 0);
+	/* An area never used (zeros) holds nothing. */
+	memset(log, 0, bytes);
+	ck_assert_int_eq(wfs_catalog_redo_replay(cat, log, bytes, &n), 0);
+	ck_assert_uint_eq(n, 0);
+	free(log);
+	free(area);
+}
+END_TEST
+
+/* A full log commits the batch, which empties it: what a replay needs is always there. */
+START_TEST(test_redo_full)
+{
+	const size_t bytes = WFS_CATALOG_REDO_MIN;
+	void *area = aligned_alloc(8, bytes), *log;
+	char name[64];
+	uint64_t n;
+
+	ck_assert_ptr_nonnull(area);
+	ck_assert_int_eq(wfs_catalog_batch(cat, true, NULL, NULL), 0);
+	ck_assert_int_eq(wfs_catalog_redo(cat, area, bytes), 0);
+	mkfile(ROOT, "alone");
+	for (int i = 0; i < 400; i++) { /* about 400 bytes of log each: the area fills twice */
+		snprintf(name, sizeof(name), "model.layers.%03d.self_attn.q_proj.weight", i);
+		mkfile(ROOT, name);
+	}
+	ck_assert(seen_elsewhere(ROOT, "model.layers.000.self_attn.q_proj.weight"));
+	ck_assert(!seen_elsewhere(ROOT, "model.layers.399.self_attn.q_proj.weight"));
+	log = die_with_log(area, bytes);
+	ck_assert_int_eq(wfs_catalog_redo_replay(cat, log, bytes, &n), 0);
+	ck_assert_uint_gt(n, 0);
+	ck_assert_uint_lt(n, 400);
+	for (int i = 0; i < 400; i++) {
+		snprintf(name, sizeof(name), "model.layers.%03d.self_attn.q_proj.weight", i);
+		ck_assert_msg(ino_at(ROOT, name) != 0, "%s lost", name);
+	}
+	free(log);
+	free(area);
+}
+END_TEST
+
 /* ---- runner ---------------------------------------------------------------------------------- */
 
 static void add(Suite *s, const char *name, const TTest *test)
@@ -1981,6 +2098,8 @@ static Suite *catalog_suite(void)
 	add(s, "batch_commit", test_batch_commit);
 	add(s, "batch_object_delete_commits", test_batch_object_delete_commits);
 	add(s, "batch_checkpoint", test_batch_checkpoint);
+	add(s, "redo_replay", test_redo_replay);
+	add(s, "redo_full", test_redo_full);
 	return s;
 }
 

@@ -247,6 +247,10 @@ static void *committer(void *arg)
 		while (!fs->commit.stop &&
 		       wfs_lock_timedwait(&fs->commit.due, &fs->lock, &deadline) != ETIMEDOUT)
 			;
+		/* test-only: a batch older than the interval, fs->lock free (tests/takeover/run-redo) */
+		wfs_unlock(&fs->lock);
+		wfs_delay("commit.batch");
+		wfs_lock(&fs->lock);
 		if (wfs_commit_now(fs) == 0) {
 			enum wfs_checkpoint_need need = wfs_catalog_checkpoint_due(fs->catalog);
 			bool group = sync_due(fs) || (need == WFS_CHECKPOINT_NOW && wfs_commit_waiting(&fs->commit));

@@ -81,7 +81,8 @@ struct wfs_options {
 	double timeout;       /* entry and attribute cache timeout, seconds */
 	char *spin_text;      /* -o spin=US as given */
 	unsigned spin_us;     /* how long a request thread polls /dev/fuse before it sleeps (receive.h) */
-	int holder;           /* -o holder: a holder process keeps the connection (fs/holder.h) */
+	int holder;           /* -o holder (default without -f), noholder: a holder process keeps the
+			       * connection (fs/holder.h) */
 	int foreground, debug, show_help, show_version;
 	unsigned max_threads;
 };

@@ -26,7 +26,7 @@ static void upgrade_usage(FILE *out)
 	fprintf(out, "usage: weightfsctl upgrade [--binary PATH] [--wait SECONDS] [--json] MOUNTPOINT\n\n"
 		     "Replace the weightfs binary that serves MOUNTPOINT with PATH (default: the weightfs next\n"
 		     "to this weightfsctl), without unmounting: open and mapped files keep working, and\n"
-		     "callers only wait. The mount needs a holder (weightfs -o holder). The server stops\n"
+		     "callers only wait. The mount needs a holder (weightfs's default). The server stops\n"
 		     "taking creates and opens for writing (they wait for the new one), gives the files open\n"
 		     "for writing up to --wait seconds (default %d) to be closed and sealed, finishes the\n"
 		     "requests in progress and exits; the holder starts PATH on the same connection. A file\n"
@@ -39,7 +39,8 @@ static void upgrade_usage(FILE *out)
 		     "  --json          machine-readable: {\"mountpoint\", \"old_pid\", \"new_pid\", \"old_binary\",\n"
 		     "                  \"new_binary\", \"drain_ms\", \"pause_ms\", \"writers_closed\", \"writers_lost\"}\n\n"
 		     "exit status: 0 upgraded, 1 refused or failed (the old binary serves), 2 usage error,\n"
-		     "3 the mount has no holder (mounted without -o holder) or is not a weightfs mount\n",
+		     "3 the mount has no holder (weightfs -o noholder, or -f without -o holder) or is not a\n"
+		     "weightfs mount\n",
 		WFS_UPGRADE_WAIT_MS / 1000);
 }
 

@@ -370,7 +370,10 @@ if mounted "$M" >/dev/null; then
 		[ -s "$M/partial" ] && break
 		sleep 0.1
 	done
-	kill -TERM "$(daemon_pids "$S")"
+	# Every process of the mount, as the shutdown's last stage does: the holder and its server
+	# (either alone would do: the holder passes SIGTERM on).
+	mapfile -t pids < <(daemon_pids "$S")
+	kill -TERM "${pids[@]}"
 	expect_daemon_exit term "SIGTERM with a file being written"
 	! mounted "$M" >/dev/null
 	verdict "SIGTERM: the daemon unmounts" $? "$(mounted "$M")"
