@@ -141,7 +141,7 @@ static uint64_t put_file(uint64_t parent, const char *name, size_t len, uint64_t
 	put_object(len, seed, d ? d : &dd);
 	ret = wfs_catalog_create(cat, parent, name, S_IFREG | 0644, 0, 0, NULL, &a);
 	ck_assert_msg(ret == 0, "create %s: %s", name, strerror(-ret));
-	ret = wfs_catalog_set_content(cat, a.ino, d ? d : &dd, len, &t, 0, &old, &out);
+	ret = wfs_catalog_set_content(cat, a.ino, d ? d : &dd, len, &t, NULL, 0, &old, &out);
 	ck_assert_msg(ret == 0, "set_content %s: %s", name, strerror(-ret));
 	return a.ino;
 }
