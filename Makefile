@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # weightfs — non-recursive build. `make` builds everything into $(B)/; `make check` runs the test suite;
 # `make demo` runs the real-weights job; `make bench` the side-by-side benchmark; `make asan` the
 # sanitizer build of the suite, `make tsan` ThreadSanitizer over the daemon's suites, `make lint`
