@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # weightfs — non-recursive build. `make` builds everything into $(B)/; `make check` runs the test suite;
 # `make demo` runs the real-weights job; `make bench` the side-by-side benchmark; `make asan` the
 # sanitizer build of the suite, `make tsan` ThreadSanitizer over the daemon's suites, `make lint`
@@ -214,22 +215,43 @@ install: $(PROGS) $(MANS)
 # make deb: $(B)/weightfs_VERSION_ARCH.deb, built with dpkg-deb from what `make install PREFIX=/usr`
 # stages in $(B)/deb/debian/weightfs, plus the Python package in /usr/lib/python3/dist-packages (its
 # loader finds /usr/lib/libweightfs.so). dpkg-shlibdeps reads the shared libraries' dependencies.
+# As Debian policy asks: binaries stripped, man pages gzipped, and /usr/share/doc/weightfs holds the
+# copyright file (packaging/deb/copyright, machine-readable), a changelog.gz and NEWS.md.gz.
 # tests/deb/test_deb.sh installs it in a throwaway root.
+# The Maintainer field: DEBFULLNAME <DEBEMAIL>, as Debian's own tools read them, else the author of
+# the tree's last commit. The changelog entry is dated by SOURCE_DATE_EPOCH, else by that commit, so
+# two builds of one tree make the same package.
+DEB_MAINTAINER ?= $(if $(DEBEMAIL),$(DEBFULLNAME) <$(DEBEMAIL)>,$(shell git log -1 --format='%an <%ae>' 2>/dev/null))
+DEB_DATE_EPOCH ?= $(or $(SOURCE_DATE_EPOCH),$(shell git log -1 --format=%ct 2>/dev/null),$(shell date +%s))
 DEB_ARCH = $(shell dpkg --print-architecture 2>/dev/null)
 DEB := $(B)/weightfs_$(VERSION)_$(DEB_ARCH).deb
 DEB_ROOT := $(B)/deb/debian/weightfs
 PY_SRCS := $(wildcard lib/python/weightfs/*.py) lib/python/weightfs/py.typed
 deb: $(DEB)
-$(DEB): $(PROGS) $(MANS) $(PY_SRCS) VERSION packaging/deb/control.in packaging/deb/prerm mount-helpers/*.weightfs
+$(DEB): $(PROGS) $(MANS) $(PY_SRCS) VERSION NEWS.md Makefile packaging/deb/control.in packaging/deb/prerm \
+		packaging/deb/copyright mount-helpers/*.weightfs
+	@[ -n '$(DEB_MAINTAINER)' ] || { echo 'make deb: no Maintainer: set DEBEMAIL (and DEBFULLNAME)' >&2; exit 1; }
 	rm -rf $(B)/deb
 	$(MAKE) --no-print-directory install B=$(B) PREFIX=/usr DESTDIR=$(abspath $(DEB_ROOT))
+	strip --strip-unneeded --remove-section=.comment --remove-section=.note \
+		$(DEB_ROOT)/usr/bin/weightfs $(DEB_ROOT)/usr/bin/weightfsctl $(DEB_ROOT)/usr/lib/libweightfs.so
+	gzip -9n $(DEB_ROOT)/usr/share/man/man8/*.8
+	ln -s weightfs.8.gz $(DEB_ROOT)/usr/share/man/man8/mount.fuse.weightfs.8.gz # weightfs(8) describes
+	ln -s weightfs.8.gz $(DEB_ROOT)/usr/share/man/man8/umount.fuse.weightfs.8.gz # both helpers
 	install -d $(DEB_ROOT)/usr/lib/python3/dist-packages/weightfs $(DEB_ROOT)/DEBIAN
 	install -m 0644 $(PY_SRCS) VERSION $(DEB_ROOT)/usr/lib/python3/dist-packages/weightfs/
+	install -m 0644 packaging/deb/copyright $(DEB_ROOT)/usr/share/doc/weightfs/
+	gzip -9n < NEWS.md > $(DEB_ROOT)/usr/share/doc/weightfs/NEWS.md.gz
+	printf 'weightfs (%s) unstable; urgency=medium\n\n  * Built from the weightfs tree; its user-visible changes are in\n    /usr/share/doc/weightfs/NEWS.md.gz.\n\n -- %s  %s\n' \
+		'$(VERSION)' '$(DEB_MAINTAINER)' "$$(LC_ALL=C date -u -R -d @$(DEB_DATE_EPOCH))" \
+		| gzip -9n > $(DEB_ROOT)/usr/share/doc/weightfs/changelog.gz
+	chmod 0644 $(DEB_ROOT)/usr/share/doc/weightfs/*.gz
 	touch $(B)/deb/debian/control
 	deps=$$(cd $(B)/deb && dpkg-shlibdeps -O debian/weightfs/usr/bin/weightfs \
 		debian/weightfs/usr/bin/weightfsctl debian/weightfs/usr/lib/libweightfs.so | sed -n 's/^shlibs:Depends=//p') && \
 	size=$$(du -sk --exclude=DEBIAN $(DEB_ROOT) | cut -f1) && \
 	sed -e 's/@VERSION@/$(VERSION)/' -e 's/@ARCH@/$(DEB_ARCH)/' -e "s/@DEPENDS@/$$deps/" -e "s/@SIZE@/$$size/" \
+		-e 's|@MAINTAINER@|$(DEB_MAINTAINER)|' \
 		packaging/deb/control.in > $(DEB_ROOT)/DEBIAN/control
 	install -m 0755 packaging/deb/prerm $(DEB_ROOT)/DEBIAN/
 	dpkg-deb --root-owner-group --build $(DEB_ROOT) $@

@@ -150,7 +150,7 @@ static const char *const stmt_sql[ST_COUNT] = {
  * The reserve: CATALOG_RESERVE bytes allocated beside catalog.db (catalog.db-reserve) while there is
  * room. On a full filesystem a commit cannot grow the WAL, so nothing could be deleted to make room;
  * an operation that frees space (unlink, rename, dropping an inode or an object) that fails with
- * ENOSPC releases the reserve and runs once more. The reserve is allocated again after a commit once
+ * ENOSPC checkpoints the WAL or releases the reserve, and runs once more (room_for_removal). The reserve is allocated again after a commit once
  * the filesystem has twice its size free. Measured: one unlink appends about 5 pages (20 KiB) to the
  * WAL, so 8 MiB covers a few hundred deletions before the space they free comes back.
  */
@@ -648,6 +648,30 @@ static bool reserve_release(struct wfs_catalog *c)
 	wfs_log(WFS_LOG_WARN, "the store's filesystem is full: catalog reserve (%u MiB) released so "
 		"that files can be removed", CATALOG_RESERVE >> 20);
 	return true;
+}
+
+/*
+ * An operation that frees space failed with ENOSPC: make room for its retry. A removal grows the WAL
+ * by more than a small object frees, so on a full filesystem removals go on only while the WAL is
+ * reused: a checkpoint that copies every frame into catalog.db lets the next transaction start it
+ * over in the blocks it has. The daemon's committer thread checkpoints beside the handlers, but
+ * under load it falls behind a run of removals (3,000 from a full store failed with ENOSPC after
+ * 862 of them), so the caller checkpoints here, itself. When that cannot copy every frame (catalog.db
+ * must grow, and cannot), the reserve is released and the checkpoint tried again in its room.
+ * Returns true when a retry may commit, false otherwise.
+ */
+static bool room_for_removal(struct wfs_catalog *c)
+{
+	bool released;
+
+	if (c->readonly || !sqlite3_get_autocommit(c->db))
+		return reserve_release(c); /* the WAL starts over only at a transaction's start */
+	if (wfs_catalog_checkpoint(c) == 0 && atomic_load(&c->wal_copied))
+		return true;
+	released = reserve_release(c);
+	if (released)
+		(void)wfs_catalog_checkpoint(c); /* a partial one leaves the reserve's room to the WAL */
+	return released;
 }
 
 /* The batch's transaction ended without a commit (SQLite rolls back on some errors by itself). */
@@ -2130,13 +2154,13 @@ out:
 	return ret;
 }
 
-/* Frees space: on a full filesystem, runs again with the catalog's reserve released. */
+/* Frees space: on a full filesystem, runs again with room made (room_for_removal). */
 int wfs_catalog_unlink(struct wfs_catalog *c, uint64_t parent, const char *name, bool dir,
 		       uint64_t *ino)
 {
 	int ret = unlink_once(c, parent, name, dir, ino);
 
-	if (ret == -ENOSPC && reserve_release(c))
+	if (ret == -ENOSPC && room_for_removal(c))
 		ret = unlink_once(c, parent, name, dir, ino);
 	return ret;
 }
@@ -2229,13 +2253,13 @@ out:
 	return ret;
 }
 
-/* Frees space: on a full filesystem, runs again with the catalog's reserve released. */
+/* Frees space: on a full filesystem, runs again with room made (room_for_removal). */
 int wfs_catalog_unlink_unsealed(struct wfs_catalog *c, uint64_t ino, bool empty_too, wfs_catalog_name_fn fn,
 				void *ctx)
 {
 	int ret = unlink_unsealed_once(c, ino, empty_too, fn, ctx);
 
-	if (ret == -ENOSPC && reserve_release(c))
+	if (ret == -ENOSPC && room_for_removal(c))
 		ret = unlink_unsealed_once(c, ino, empty_too, fn, ctx);
 	return ret;
 }
@@ -2462,13 +2486,13 @@ static int rename_once(struct wfs_catalog *c, uint64_t parent, const char *name,
 	return ret;
 }
 
-/* Frees space: on a full filesystem, runs again with the catalog's reserve released. */
+/* Frees space: on a full filesystem, runs again with room made (room_for_removal). */
 int wfs_catalog_rename(struct wfs_catalog *c, uint64_t parent, const char *name, uint64_t newparent,
 		       const char *newname, unsigned flags, uint64_t *replaced)
 {
 	int ret = rename_once(c, parent, name, newparent, newname, flags, replaced);
 
-	if (ret == -ENOSPC && reserve_release(c))
+	if (ret == -ENOSPC && room_for_removal(c))
 		ret = rename_once(c, parent, name, newparent, newname, flags, replaced);
 	return ret;
 }
@@ -2724,12 +2748,12 @@ static int xattr_remove_once(struct wfs_catalog *c, uint64_t ino, const char *na
 	return end(c, ret);
 }
 
-/* Frees space: on a full filesystem, runs again with the catalog's reserve released. */
+/* Frees space: on a full filesystem, runs again with room made (room_for_removal). */
 int wfs_catalog_xattr_remove(struct wfs_catalog *c, uint64_t ino, const char *name)
 {
 	int ret = xattr_remove_once(c, ino, name);
 
-	if (ret == -ENOSPC && reserve_release(c))
+	if (ret == -ENOSPC && room_for_removal(c))
 		ret = xattr_remove_once(c, ino, name);
 	return ret;
 }
@@ -2763,12 +2787,12 @@ out:
 	return ret;
 }
 
-/* Frees space: on a full filesystem, runs again with the catalog's reserve released. */
+/* Frees space: on a full filesystem, runs again with room made (room_for_removal). */
 int wfs_catalog_inode_drop(struct wfs_catalog *c, uint64_t ino, struct wfs_attr *old)
 {
 	int ret = inode_drop_once(c, ino, old);
 
-	if (ret == -ENOSPC && reserve_release(c))
+	if (ret == -ENOSPC && room_for_removal(c))
 		ret = inode_drop_once(c, ino, old);
 	return ret;
 }
@@ -2863,12 +2887,12 @@ int wfs_catalog_object_adopt(struct wfs_catalog *c, const struct wfs_digest *d, 
 	return end(c, ret);
 }
 
-/* Frees space: on a full filesystem, runs again with the catalog's reserve released. */
+/* Frees space: on a full filesystem, runs again with room made (room_for_removal). */
 int wfs_catalog_object_delete(struct wfs_catalog *c, const struct wfs_digest *d)
 {
 	int ret = object_delete_once(c, d);
 
-	if (ret == -ENOSPC && reserve_release(c))
+	if (ret == -ENOSPC && room_for_removal(c))
 		ret = object_delete_once(c, d);
 	if (ret == 0)
 		ret = wfs_catalog_commit(c); /* the caller removes the file next: never before the row */

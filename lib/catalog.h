@@ -28,8 +28,11 @@
  *
  * A full filesystem: a read-write handle keeps 8 MiB allocated in catalog.db-reserve while there is
  * room. wfs_catalog_unlink(), _unlink_unsealed(), _rename(), _xattr_remove(), _inode_drop() and
- * _object_delete() — what an operator runs to make room — release it and try once more when their
- * commit fails with -ENOSPC, so they work on a filesystem with 0 bytes free.
+ * _object_delete() — what an operator runs to make room — try once more when their commit fails
+ * with -ENOSPC, so they work on a filesystem with 0 bytes free: after a checkpoint of the WAL
+ * (wfs_catalog_checkpoint) that copies every frame, so that the retry reuses the WAL's blocks, or
+ * else with the reserve released (and the checkpoint tried again in its room). A long run of them
+ * goes on as long as the WAL can be checkpointed, whichever thread's checkpoints fall behind.
  *
  * Thread-safety: a catalog handle is used by one thread at a time (the daemon serialises namespace
  * operations under its own lock). Out parameters are written only on success.

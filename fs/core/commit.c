@@ -179,6 +179,7 @@ static void checkpoint(struct wfs_fs *fs, bool must)
 
 	/* The bulk of the copy (and its fsyncs' writeback) beside the handlers in any case. */
 	wfs_unlock(&fs->lock);
+	wfs_delay("commit.checkpoint"); /* test-only: a committer that falls behind (a loaded machine) */
 	ret = wfs_catalog_checkpoint(fs->catalog);
 	wfs_lock(&fs->lock);
 	if (ret == 0 && must && (ret = wfs_commit_now(fs)) == 0) {

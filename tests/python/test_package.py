@@ -636,10 +636,23 @@ def test_frozenoffload_restart_skips_existing_files_another_rank(mnt, store):
 
 
 def stored(path, body):
-    """Write body to path on the mount (its object is then stored) and return its digest."""
+    """Write body to path on the mount, wait until its object is stored, and return its digest.
+
+    The kernel writes an open(path, "wb") through passthrough and weightfs seals it at the release,
+    after close(2) returned: until then a claim of the digest finds no object. Its digest attribute
+    names the seal done (before the release reaches the daemon it can be the empty file's)."""
     with open(path, "wb") as f:
         f.write(body)
-    return weightfs.digest(body)
+    hx = weightfs.digest(body)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if os.getxattr(path, weightfs.names.DIGEST_XATTR).decode() == hx:
+                return hx
+        except OSError as e:
+            assert e.errno == errno.ENODATA, e  # no seal yet; anything else is the test's failure
+        assert time.monotonic() < deadline, f"{path}: not sealed as {hx} within 30 s"
+        time.sleep(0.005)
 
 
 def test_claim_files_requests_of_256_lines_make_the_new_names(mnt, plain):
