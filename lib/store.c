@@ -82,6 +82,7 @@ static int clean_tmp(struct wfs_store *s)
 		close(fd);
 		return ret;
 	}
+	rewinddir(d); /* a dup shares the file offset with tmp_fd */
 	while ((e = readdir(d)) != NULL) {
 		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
 			continue;
@@ -543,6 +544,7 @@ void wfs_store_tmp_sweep(struct wfs_store *s, bool (*keep)(const char *name, voi
 			close(fd);
 		return;
 	}
+	rewinddir(d); /* a dup shares the file offset: an earlier walk of tmp_fd left it at the end */
 	while ((e = readdir(d)) != NULL)
 		if (e->d_name[0] != '.' && !keep(e->d_name, arg))
 			remove_tree_at(s->tmp_fd, e->d_name);

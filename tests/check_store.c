@@ -982,6 +982,39 @@ END_TEST
 
 /* ---- runner ---------------------------------------------------------------------------------- */
 
+static bool keep_named_keep(const char *name, void *arg)
+{
+	(void)arg;
+	return strcmp(name, "w.1.keep") == 0;
+}
+
+/*
+ * wfs_store_tmp_sweep() after the open's own clean-up of STORE/tmp (which walked tmp_fd to its end:
+ * a dup shares that offset) still sees every entry: it removes what its rule does not keep (a
+ * killed server's named tmp files, keep.h) and leaves the rest.
+ */
+START_TEST(test_tmp_sweep_after_open)
+{
+	struct wfs_store *s = open_store(WFS_STORE_CREATE);
+	char keep[PATH_MAX], drop[PATH_MAX];
+	struct stat st;
+	int fd;
+
+	spath(keep, sizeof(keep), "tmp/w.1.keep");
+	spath(drop, sizeof(drop), "tmp/w.2.drop");
+	fd = open(keep, O_CREAT | O_WRONLY, 0644);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	fd = open(drop, O_CREAT | O_WRONLY, 0644);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	wfs_store_tmp_sweep(s, keep_named_keep, NULL);
+	ck_assert_int_eq(stat(keep, &st), 0);
+	ck_assert_msg(stat(drop, &st) != 0 && errno == ENOENT, "tmp/w.2.drop is still there");
+	wfs_store_close(s);
+}
+END_TEST
+
 static TCase *tcase(Suite *s, const char *name)
 {
 	TCase *tc = tcase_create(name);
@@ -1007,6 +1040,7 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, test_open_busy);
 	tcase_add_test(tc, test_open_busy_other_process);
 	tcase_add_test(tcase(s, "open_cleans_tmp"), test_open_cleans_tmp);
+	tcase_add_test(tcase(s, "tmp_sweep_after_open"), test_tmp_sweep_after_open);
 	tcase_add_test(tcase(s, "readonly"), test_readonly_refuses_writes);
 	tcase_add_loop_test(tcase(s, "tmp_discard"), test_tmp_discard, 0, NFLAGS);
 	tc = tcase(s, "publish_new");
