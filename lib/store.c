@@ -468,6 +468,7 @@ int wfs_store_tmp_create(struct wfs_store *s, struct wfs_tmpfile *t)
 {
 	int fd;
 
+	t->keep_name = false;
 	if (s->flags & WFS_STORE_READONLY)
 		return -EROFS;
 	fd = wfs_fault("tmp.create");
@@ -489,6 +490,7 @@ int wfs_store_tmp_create_named(struct wfs_store *s, struct wfs_tmpfile *t)
 {
 	int ret;
 
+	t->keep_name = false;
 	if (s->flags & WFS_STORE_READONLY)
 		return -EROFS;
 	ret = wfs_fault("tmp.create");
@@ -523,6 +525,7 @@ int wfs_store_tmp_open(struct wfs_store *s, const char *name, struct wfs_tmpfile
 {
 	int fd;
 
+	t->keep_name = false;
 	if (!name[0] || strchr(name, '/') || strlen(name) >= sizeof(t->name))
 		return -EINVAL;
 	fd = openat(s->tmp_fd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
@@ -739,7 +742,12 @@ int wfs_store_publish(struct wfs_store *s, struct wfs_tmpfile *t, const struct w
 	if (sync)
 		ret = fsync_subdir(s, name);
 out:
-	wfs_store_tmp_discard(s, t);
+	if (t->keep_name && t->name[0]) {
+		close(t->fd);
+		t->fd = -1;
+	} else {
+		wfs_store_tmp_discard(s, t);
+	}
 	return ret;
 }
 

@@ -138,6 +138,8 @@ const char *wfs_store_path(const struct wfs_store *s);
 struct wfs_tmpfile {
 	int fd;        /* O_RDWR; owned by the tmpfile until wfs_store_tmp_discard()/publish */
 	char name[32]; /* name under STORE/tmp/, or "" for an anonymous O_TMPFILE */
+	bool keep_name; /* a publish closes @fd but leaves @name for the caller's discard: a successor
+			 * may still adopt it until the publish is recorded (fs/core/keep.h) */
 };
 
 /* Create an empty tmp file. Returns 0, or -errno (-ENOSPC, -EMFILE, -EIO, ...). */

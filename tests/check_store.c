@@ -597,11 +597,14 @@ START_TEST(test_publish_existing)
 }
 END_TEST
 
-/* A named tmp file (the fallback where O_TMPFILE is missing) publishes by its name and is removed. */
+/*
+ * A named tmp file (the fallback where O_TMPFILE is missing) publishes by its name and is removed;
+ * with keep_name (a version a successor may still adopt) the name stays until the discard.
+ */
 START_TEST(test_publish_named_tmp)
 {
 	struct wfs_store *s = open_store(flag_sets[_i]);
-	struct wfs_tmpfile t;
+	struct wfs_tmpfile t = {.fd = -1};
 	struct wfs_digest d;
 	char path[700];
 	bool existed = true;
@@ -621,6 +624,23 @@ START_TEST(test_publish_named_tmp)
 	ck_assert_int_eq(access(path, F_OK), -1);
 	ck_assert_int_eq(count_under("tmp"), 0);
 	assert_object(&d, "named", 5);
+
+	spath(path, sizeof(path), "tmp/w.1.kept");
+	t.fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0644);
+	ck_assert_int_ge(t.fd, 0);
+	snprintf(t.name, sizeof(t.name), "w.1.kept");
+	t.keep_name = true;
+	ck_assert_int_eq(tu_write_all(t.fd, "kept!", 5), 0);
+	wfs_digest_buf("kept!", 5, &d);
+	fd = t.fd;
+	ck_assert_int_eq(wfs_store_publish(s, &t, &d, true, &existed), 0);
+	ck_assert(!fd_is_open(fd));
+	ck_assert_int_eq(t.fd, -1);
+	ck_assert_int_eq(access(path, F_OK), 0); /* kept for the caller: a second link of the object */
+	wfs_store_tmp_discard(s, &t);
+	ck_assert_int_eq(access(path, F_OK), -1);
+	ck_assert_int_eq(count_under("tmp"), 0);
+	assert_object(&d, "kept!", 5);
 	wfs_store_close(s);
 }
 END_TEST

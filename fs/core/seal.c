@@ -260,19 +260,12 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 		wfs_version_discard(v);
 	}
 	/* A copy this seal hashed is good (one published on a declaration is not until the checker
-	 * says so): its file's identity, taken before fs->lock (pinned, and no other seal links it). */
-	linked = publishing && ret == 0 && !existed && !wfs_version_trusted(v) &&
-		 wfs_store_object_stat(fs->store, &d, &linked_st) == 0;
+	 * says so): its file's identity, taken once its tmp name is gone (below). */
+	linked = publishing && ret == 0 && !existed && !wfs_version_trusted(v);
 
 	wfs_crashpoint("seal.before-commit");
+	wfs_delay("seal.before-commit"); /* test-only: a kill lands between the publish and the record */
 	wfs_lock(&fs->lock);
-	if (publishing) {
-		/* Linked (or found stored): the next seal of this content may ask. */
-		if (linked)
-			wfs_check_mark_good(fs, &d, &linked_st);
-		wfs_object_set_publishing(o, false);
-		pthread_cond_broadcast(&fs->seal_done);
-	}
 	/* A seal that a caller waits for and that is to be durable (large, or fsync'd) is committed at
 	 * once and alone (the batch before it first), so a failed commit fails this seal and nothing
 	 * else. The others join the batch, like a rename: committed within WFS_COMMIT_INTERVAL_MS. */
@@ -294,6 +287,18 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 			wfs_inode_attr_note(fs, &after); /* what closing.c compares with what was told */
 		if (ret == 0 && alone && (ret = wfs_commit_now(fs)) != 0)
 			wfs_catalog_rollback(fs->catalog);
+	}
+	/* Recorded (committed, or in the batch a successor replays): a successor needs the bytes no
+	 * more (version.h). Their tmp name goes before the object's identity is taken: the unlink
+	 * moves the linked file's ctime. */
+	if (ret == 0)
+		wfs_version_let_go(v);
+	if (publishing) {
+		/* Linked (or found stored): the next seal of this content may ask. */
+		if (ret == 0 && linked && wfs_store_object_stat(fs->store, &d, &linked_st) == 0)
+			wfs_check_mark_good(fs, &d, &linked_st);
+		wfs_object_set_publishing(o, false);
+		pthread_cond_broadcast(&fs->seal_done);
 	}
 	if (ret == 0)
 		wfs_crashpoint("seal.after-commit");

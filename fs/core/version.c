@@ -73,6 +73,8 @@ struct wfs_version {
 	bool has_declared;         /* (note_lock) its writer declared the digest of its bytes */
 	struct wfs_digest declared;
 	bool trusted;              /* (V) FROZEN with the declared digest, its bytes not hashed; atomic */
+	bool kept_past_publish;    /* (V) DONE, its bytes and record kept for a successor until the seal
+				    * is recorded (wfs_version_let_go()) */
 	bool declared_wrong;       /* (V) the bytes hashed at the freeze are not the declared digest;
 				    * atomic */
 };
@@ -847,14 +849,42 @@ static void free_kernel_bytes(struct wfs_version *v)
 		close(fd);
 }
 
-static void finish(struct wfs_version *v)
+/* Release the bytes and their record (version lock held). */
+static void let_go(struct wfs_version *v)
 {
 	wfs_store_tmp_discard(v->store, &v->tmp);
 	mem_free(v);
 	wfs_keep_end(v->keep); /* after the bytes are out of its slot */
 	v->keep = -1;
+	v->kept_past_publish = false;
+}
+
+/*
+ * → DONE (version lock held). A published version with a record (keep.h) keeps its bytes and record
+ * until wfs_version_let_go(): a server killed between the publish and the catalog change that
+ * records it leaves a successor the bytes to seal again, not a name it removes as never sealed.
+ */
+static void finish(struct wfs_version *v, bool published)
+{
+	if (published && v->keep >= 0) {
+		if (v->tmp.fd >= 0 && v->tmp.name[0]) {
+			close(v->tmp.fd);
+			v->tmp.fd = -1;
+		}
+		v->kept_past_publish = true;
+	} else {
+		let_go(v);
+	}
 	__atomic_store_n(&v->frozen, true, __ATOMIC_RELEASE);
 	v->done = true;
+}
+
+void wfs_version_let_go(struct wfs_version *v)
+{
+	pthread_mutex_lock(&v->lock);
+	if (v->kept_past_publish)
+		let_go(v);
+	pthread_mutex_unlock(&v->lock);
 }
 
 int wfs_version_publish(struct wfs_version *v, const struct wfs_digest *d, bool stored, bool dedup_verify,
@@ -883,11 +913,13 @@ int wfs_version_publish(struct wfs_version *v, const struct wfs_digest *d, bool 
 	/* Blocks reserved past the end would stay with the object: ftruncate frees them. */
 	if (ret == 0 && !*existed && v->reserved_past_eof && ftruncate(v->tmp.fd, (off_t)v->size) < 0)
 		ret = -errno;
-	if (ret == 0 && !*existed)
+	if (ret == 0 && !*existed) {
+		v->tmp.keep_name = v->keep >= 0; /* until wfs_version_let_go() */
 		ret = wfs_store_publish(v->store, &v->tmp, d, durable, existed);
+	}
 	if (ret)
 		free_kernel_bytes(v); /* not linked: nothing else has this file */
-	finish(v);
+	finish(v, ret == 0);
 	pthread_mutex_unlock(&v->lock);
 	return ret;
 }
@@ -895,7 +927,7 @@ int wfs_version_publish(struct wfs_version *v, const struct wfs_digest *d, bool 
 void wfs_version_discard(struct wfs_version *v)
 {
 	pthread_mutex_lock(&v->lock);
-	finish(v);
+	finish(v, false);
 	pthread_mutex_unlock(&v->lock);
 }
 

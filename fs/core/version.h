@@ -196,6 +196,14 @@ int wfs_version_publish(struct wfs_version *v, const struct wfs_digest *d, bool 
 /* → DONE without publishing: the bytes are released. */
 void wfs_version_discard(struct wfs_version *v);
 /*
+ * Under a holder (keep.h), a published version keeps its bytes (its named tmp file or memory slot)
+ * and its record past wfs_version_publish(), so that a successor of a server killed before the
+ * catalog recorded the seal can seal it again. Call this once the catalog change is made (in the
+ * batch, whose redo log a successor replays): they go now. Also done at the last reference; a
+ * no-op without a holder or when already done.
+ */
+void wfs_version_let_go(struct wfs_version *v);
+/*
  * Before wfs_version_discard() of a failed seal: bytes the kernel wrote (passthrough) stay allocated
  * while its backing file is open, past the discard; free their blocks now, so that a full store has
  * room for what follows (the removal of a never-sealed name). Opens that share the backing file read
