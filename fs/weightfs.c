@@ -567,18 +567,6 @@ static int check_fuse_options(const struct fuse_args *args, struct wfs_fs *fs)
 	return 0;
 }
 
-/*
- * wfs_store_tmp_sweep()'s rule at the end of the last server: every version of this process is gone
- * (published or dropped), so what STORE/tmp still holds is a killed server's named tmp files that no
- * successor adopted, which fsck would otherwise report until the next mount removes them.
- */
-static bool keep_no_tmp(const char *name, void *arg)
-{
-	(void)name;
-	(void)arg;
-	return false;
-}
-
 int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -982,8 +970,6 @@ out:
 	if (mounted)
 		wfs_log(ret ? WFS_LOG_WARN : WFS_LOG_INFO, "%s: unmounted, store closed%s", cmd.mountpoint,
 			ret ? " after an error" : "");
-	if (mounted && fs.store)
-		wfs_store_tmp_sweep(fs.store, keep_no_tmp, NULL); /* a killed server's tmp files (keep.h) */
 	wfs_store_close(fs.store);
 	if (made && !mounted && fs.opt.store)
 		wfs_store_unmake(fs.opt.store); /* refused or failed before it mounted: as it was */
