@@ -170,6 +170,7 @@ def test_pattern_a_numpy_view_written_with_arr_tofile_memoryview_no(mnt, store):
                 f.write(memoryview(arr))
         m = torch.from_file(path, shared=False, size=arr.nbytes, dtype=torch.uint8)
         assert bytes(m.numpy()) == arr.tobytes()
+        sealed(path, weightfs.digest(arr.tobytes()))  # at the release, after close(2) returned
     assert len(wfstest.objects(store)) == before + 1, "4 ranks' identical files are not one object"
 
 
@@ -636,14 +637,18 @@ def test_frozenoffload_restart_skips_existing_files_another_rank(mnt, store):
 
 
 def stored(path, body):
-    """Write body to path on the mount, wait until its object is stored, and return its digest.
+    """Write body to path on the mount, wait until its object is stored, and return its digest."""
+    with open(path, "wb") as f:
+        f.write(body)
+    return sealed(path, weightfs.digest(body))
+
+
+def sealed(path, hx):
+    """Wait until the file at path on the mount is sealed as digest hx (hex); return hx.
 
     The kernel writes an open(path, "wb") through passthrough and weightfs seals it at the release,
     after close(2) returned: until then a claim of the digest finds no object. Its digest attribute
     names the seal done (before the release reaches the daemon it can be the empty file's)."""
-    with open(path, "wb") as f:
-        f.write(body)
-    hx = weightfs.digest(body)
     deadline = time.monotonic() + 30
     while True:
         try:
