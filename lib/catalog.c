@@ -926,21 +926,28 @@ int wfs_catalog_batch(struct wfs_catalog *c, bool on, void (*first_pending)(void
 }
 
 
-/* The seq of the last redo record committed (meta 'redo_seq'), 0 when none ever was. */
-static int redo_committed(struct wfs_catalog *c, uint64_t *seq)
+/* The integer value of meta row @key into *@out, 0 when the row is absent. 0 or -errno. */
+static int meta_u64(struct wfs_catalog *c, const char *key, uint64_t *out)
 {
 	sqlite3_stmt *s;
-	int rc = sqlite3_prepare_v2(c->db, "SELECT value FROM meta WHERE key = 'redo_seq'", -1, &s, NULL);
+	int rc = sqlite3_prepare_v2(c->db, "SELECT value FROM meta WHERE key = ?1", -1, &s, NULL);
 
 	if (rc != SQLITE_OK)
 		return map_sqlite(c, rc);
+	bind_text(c, s, 1, key, -1, SQLITE_STATIC);
 	rc = sqlite3_step(s);
 	if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
-		*seq = rc == SQLITE_ROW ? (uint64_t)sqlite3_column_int64(s, 0) : 0;
+		*out = rc == SQLITE_ROW ? (uint64_t)sqlite3_column_int64(s, 0) : 0;
 		rc = SQLITE_OK;
 	}
 	sqlite3_finalize(s);
 	return map_sqlite(c, rc);
+}
+
+/* The seq of the last redo record committed (meta 'redo_seq'), 0 when none ever was. */
+static int redo_committed(struct wfs_catalog *c, uint64_t *seq)
+{
+	return meta_u64(c, "redo_seq", seq);
 }
 
 int wfs_catalog_redo(struct wfs_catalog *c, void *area, size_t bytes)
@@ -3089,19 +3096,7 @@ int wfs_catalog_unsealed_paths(struct wfs_catalog *c, wfs_catalog_path_fn fn, vo
 
 int wfs_catalog_retain_get(struct wfs_catalog *c, uint64_t *bytes)
 {
-	sqlite3_stmt *s;
-	int rc;
-
-	rc = sqlite3_prepare_v2(c->db, "SELECT value FROM meta WHERE key = 'retain_bytes'", -1, &s, NULL);
-	if (rc != SQLITE_OK)
-		return map_sqlite(c, rc);
-	rc = sqlite3_step(s);
-	if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
-		*bytes = rc == SQLITE_ROW ? (uint64_t)sqlite3_column_int64(s, 0) : 0;
-		rc = SQLITE_OK;
-	}
-	sqlite3_finalize(s);
-	return map_sqlite(c, rc);
+	return meta_u64(c, "retain_bytes", bytes);
 }
 
 int wfs_catalog_retain_set(struct wfs_catalog *c, uint64_t bytes)
