@@ -452,7 +452,7 @@ static void wfs_init(void *userdata, struct fuse_conn_info *conn)
 		wfs_log(WFS_LOG_WARN, "kernel FUSE passthrough unavailable: the daemon serves reads");
 	/* Writeback caching would defer writes past close(2), where seal errors must be reported. */
 	fuse_unset_feature_flag(conn, FUSE_CAP_WRITEBACK_CACHE);
-	conn->max_write = 1u << 20;
+	conn->max_write = WFS_WRITE_MAX;
 	/* Writable opens are direct I/O: write(2) hands the caller's pages to the daemon instead of
 	 * first copying them into the FUSE inode's page cache, one memory copy fewer (1.5x ingest
 	 * measured). Mappings of a writable file still go through the page cache (allow_mmap). */

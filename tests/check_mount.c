@@ -551,6 +551,62 @@ START_TEST(writer_beside_readers)
 }
 END_TEST
 
+struct split_write {
+	int fd;
+	const unsigned char *buf;
+	size_t len;
+	ssize_t ret;
+};
+
+static void *split_write(void *arg)
+{
+	struct split_write *w = arg;
+
+	w->ret = pwrite(w->fd, w->buf, w->len, 0);
+	return NULL;
+}
+
+/*
+ * An O_TRUNC open beside a write(2) that reaches the daemon as several WRITE requests (3 MiB: four,
+ * each held 150 ms here, WFS_DELAY fileio.write) truncates before or after that write(2), as on
+ * ext4, never between two of its requests: that left the rest of the write past a hole of zeros
+ * no writer wrote, for every reader to see (issue 33, item 6). The open comes after the write(2)
+ * began, so the file ends empty.
+ */
+START_TEST(truncating_open_beside_a_split_write)
+{
+	size_t len = (3u << 20) + 100;
+	unsigned char *a = mu_pattern(len, 97);
+	struct split_write w = {.buf = a, .len = len};
+	struct stat st;
+	pthread_t t;
+	int fd;
+
+	mu_daemon_stop();
+	snprintf(mu.delay, sizeof(mu.delay), "fileio.write=150");
+	mu_daemon_start();
+	ck_assert_int_eq(mu_write_file(mu_path("f"), a, 4096), 0);
+	ck_assert_int_eq(mu_await_seal(mu_path("f")), 0);
+	w.fd = open(mu_path("f"), O_WRONLY); /* a rewrite in place: daemon-served */
+	ck_assert_int_ge(w.fd, 0);
+	ck_assert_int_eq(pthread_create(&t, NULL, split_write, &w), 0);
+	usleep(200000); /* its second request is in the daemon */
+	fd = open(mu_path("f"), O_WRONLY | O_TRUNC);
+	ck_assert_msg(fd >= 0, "open O_TRUNC beside a writer: %s", strerror(errno));
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	ck_assert_int_eq(w.ret, (ssize_t)len);
+	ck_assert_int_eq(close(fd), 0);
+	ck_assert_int_eq(close(w.fd), 0);
+	ck_assert_int_eq(stat(mu_path("f"), &st), 0);
+	ck_assert_msg(st.st_size == 0, "the truncation landed inside the write(2): %lld bytes left",
+		      (long long)st.st_size);
+	mu_daemon_stop();
+	mu.delay[0] = '\0';
+	mu_daemon_start();
+	free(a);
+}
+END_TEST
+
 /*
  * A writer rewriting a name over and over (O_TRUNC) while readers keep opening and reading it: every
  * open of the writer and of the readers succeeds (a retry after a move is never moved again, and a
@@ -3540,6 +3596,7 @@ static Suite *mount_suite(void)
 		{"every_file_type", every_file_type, 30},
 		{"rewrite_sealed", rewrite_sealed, 30},
 		{"writer_beside_readers", writer_beside_readers, 30},
+		{"truncating_open_beside_a_split_write", truncating_open_beside_a_split_write, 30},
 		{"writable_open_changes_nothing", writable_open_changes_nothing, 30},
 		{"claim_waits_for_the_writer", claim_waits_for_the_writer, 30},
 		{"sparse_rewrite", sparse_rewrite, 60},

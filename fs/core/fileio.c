@@ -7,6 +7,7 @@
 
 #include "claim.h"
 #include "daemon.h"
+#include "fault.h"
 #include "fileio.h"
 #include "inode.h"
 #include "object.h"
@@ -57,6 +58,7 @@ ssize_t wfs_fileio_write(struct wfs_fs *fs, struct wfs_handle *h, uid_t uid, pid
 		       size_t len, off_t off, bool *mode_changed)
 {
 	struct wfs_version *v;
+	bool split = false;
 	ssize_t n;
 	int ret;
 
@@ -75,6 +77,7 @@ ssize_t wfs_fileio_write(struct wfs_fs *fs, struct wfs_handle *h, uid_t uid, pid
 			return ret;
 		}
 		if (v) {
+			split = split || wfs_openmode_write_begin(fs, h, len);
 			wfs_seal_join(h, v); /* also after close: a shared mapping's writeback */
 			if (tid) {
 				h->writer_tid = tid; /* 0: writeback, which names no thread */
@@ -83,13 +86,17 @@ ssize_t wfs_fileio_write(struct wfs_fs *fs, struct wfs_handle *h, uid_t uid, pid
 			}
 		}
 		wfs_unlock(&fs->lock);
-		if (!v)
+		if (!v) {
+			wfs_openmode_write_end(fs, h, len, split);
 			return ret;
+		}
 		n = wfs_version_write(v, buf, len, off);
 		wfs_version_put(v);
+		wfs_delay("fileio.write"); /* test-only: a slow write(2), its requests far apart */
 		if (n == -EAGAIN)
 			wfs_lock(&fs->lock);
 	} while (n == -EAGAIN);
+	wfs_openmode_write_end(fs, h, len, split);
 	return n;
 }
 

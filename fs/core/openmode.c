@@ -203,6 +203,67 @@ int wfs_openmode_stale_writer(struct wfs_fs *fs, struct wfs_inode *in)
 	return -ESTALE;
 }
 
+/* Does a WRITE of @len bytes fill a whole request (wfs_openmode_write_begin())? */
+static bool whole_request(size_t len)
+{
+	return len + (size_t)sysconf(_SC_PAGESIZE) > WFS_WRITE_MAX;
+}
+
+static void write_going_on(struct wfs_fs *fs, struct wfs_handle *h, bool going_on)
+{
+	if (h->write_going_on == going_on)
+		return;
+	h->write_going_on = going_on;
+	if (going_on)
+		h->inode->io.nwrite_going_on++;
+	else if (--h->inode->io.nwrite_going_on == 0)
+		pthread_cond_broadcast(&fs->released); /* an O_TRUNC open may be waiting */
+}
+
+bool wfs_openmode_write_begin(struct wfs_fs *fs, struct wfs_handle *h, size_t len)
+{
+	if (!whole_request(len) && !h->write_going_on)
+		return false;
+	write_going_on(fs, h, true);
+	h->inode->io.nsplit_in_flight++;
+	return true;
+}
+
+void wfs_openmode_write_end(struct wfs_fs *fs, struct wfs_handle *h, size_t len, bool counted)
+{
+	struct wfs_iomode *io = &h->inode->io;
+
+	if (!counted)
+		return;
+	wfs_lock(&fs->lock);
+	assert(io->nsplit_in_flight > 0);
+	io->nsplit_in_flight--;
+	io->split_wait_until = wfs_deadline_in(200);
+	write_going_on(fs, h, whole_request(len));
+	pthread_cond_broadcast(&fs->released);
+	wfs_unlock(&fs->lock);
+}
+
+/* Before an O_TRUNC open truncates @in's version: let other handles' write(2)s end (see
+ * wfs_openmode_write_begin()). Drops fs->lock while it waits. */
+static void wait_split_writes(struct wfs_fs *fs, struct wfs_inode *in)
+{
+	struct wfs_iomode *io = &in->io;
+	struct timespec now, until;
+
+	while (io->nwrite_going_on > 0) {
+		if (io->nsplit_in_flight > 0) {
+			until = wfs_deadline_in(1000); /* a request in the daemon: it ends */
+		} else {
+			clock_gettime(CLOCK_REALTIME, &now);
+			until = io->split_wait_until;
+			if (!before(&now, &until))
+				return; /* its write(2) ended on a whole request, or its writer is slow */
+		}
+		wfs_lock_timedwait(&fs->released, &fs->lock, &until);
+	}
+}
+
 int wfs_openmode_move(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, struct wfs_news *news)
 {
 	struct wfs_attr fresh;
@@ -350,6 +411,13 @@ static int open_read_only(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_ha
 		io->cache_valid = true;
 		io->cache_digest = in->digest;
 	}
+	/* Beside a writer, or a writer's retry on a just-moved name (moved_take), reads bypass the page
+	 * cache: a version a writer truncates can be shorter than the size the kernel last heard of,
+	 * and a cached read short of it leaves zero-filled pages no writer wrote (fuse_short_read
+	 * keeps i_size when a write moved attr_version meanwhile). Direct I/O returns short instead,
+	 * as a read racing a truncate does on ext4. Mappings still go through the page cache
+	 * (FUSE_CAP_DIRECT_IO_ALLOW_MMAP). */
+	r->direct_io = fs->direct_writes && (in->writer || moved_find(fs, in->ino));
 	io->ncached++;
 	return 0;
 }
@@ -524,6 +592,7 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, int flags,
 			return ret;
 		}
 		if (truncate) {
+			wait_split_writes(fs, in);
 			v = wfs_seal_writer(fs, in, true, &ret);
 			if (!v) {
 				handle_free(fs, h);
@@ -753,6 +822,7 @@ ssize_t wfs_openmode_read(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, vo
 
 int wfs_openmode_flush(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struct wfs_news *news)
 {
+	write_going_on(fs, h, false);
 	if (!h->closed) {
 		h->closed = true;
 		h->inode->io.ncached_closed += !h->passthrough;
@@ -778,6 +848,7 @@ void wfs_openmode_release(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, st
 
 	/* Writes after the last flush (a shared mapping written back at munmap), and a passthrough
 	 * writer's file, seal here; the kernel drops release errors, so they can only be logged. */
+	write_going_on(fs, h, false);
 	ret = wfs_closing_release(fs, h, tid, news);
 	if (ret)
 		wfs_log(WFS_LOG_ERR, "inode %llu: seal at release failed: %s", (unsigned long long)in->ino,

@@ -15,7 +15,8 @@
  *     write its file (version.h, wfs_version_kernel_backing(); mapped.h);
  *   - a read-only open of a sealed file is passthrough, on the object's backing file, unless a
  *     daemon-served open of the inode exists; a read-only open of a file being written is
- *     daemon-served, from the version;
+ *     daemon-served, from the version, with direct I/O (a read short of a truncated version would
+ *     leave zero-filled pages in the page cache);
  *   - a change to a file that readers hold through passthrough (a writable open, truncate, claim)
  *     cannot go on in place: its names (all its hard links) move to a new inode
  *     (wfs_openmode_move()); a file with no name left (unlinked while open, reopened through
@@ -54,6 +55,9 @@
 struct wfs_fs;
 struct wfs_inode;
 
+/* Bytes of the largest WRITE request (the INIT reply's max_write, wfs_init()). */
+#define WFS_WRITE_MAX ((size_t)1 << 20)
+
 /* Free bytes a store needs for a create or O_TRUNC open to be written through the kernel (openmode.c). */
 #define WFS_PASSTHROUGH_WRITE_ROOM ((uint64_t)64 << 20)
 struct wfs_news;
@@ -72,6 +76,10 @@ struct wfs_iomode {
 	struct wfs_object *pt_object; /* ... owned by this object (a sealed file read), or */
 	struct wfs_version *pt_version; /* ... by openmode, on this referenced version's tmp file (a
 				       * tensor written through passthrough; released at the last close) */
+	unsigned nwrite_going_on;     /* handles whose write(2) may go on in their next WRITE request
+				       * (wfs_handle.write_going_on) */
+	unsigned nsplit_in_flight;    /* WRITE requests of such write(2)s in the daemon now */
+	struct timespec split_wait_until; /* CLOCK_REALTIME: the last of those ended 200 ms before */
 	bool replaced;                /* its name moved to a new inode for a writer while readers held
 				       * this one: writers get ESTALE and the kernel looks the name up again */
 	uint64_t moved_to;            /* ... that inode, when @replaced */
@@ -91,6 +99,8 @@ struct wfs_handle {
 	bool writable;                /* opened for writing: daemon-served, may start versions */
 	bool passthrough;             /* reads and mmaps go to @object's backing file in the kernel */
 	bool closed;                  /* a flush (close(2) of a descriptor) has been seen */
+	bool write_going_on;          /* its last WRITE filled a whole request: the write(2) that sent
+				       * it may go on in the next (wfs_openmode_write_begin()) */
 	bool privs_dropped;           /* set-user/group-ID bits checked at this handle's first write (seal.c) */
 	struct wfs_handle *prev, *next; /* on fs->handles */
 };
@@ -175,6 +185,22 @@ void wfs_openmode_read_done(struct wfs_fs *fs, int fd, off_t off, size_t len);
  * Never sent for a read-only passthrough handle (noflush in its open reply).
  */
 int wfs_openmode_flush(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struct wfs_news *news);
+/*
+ * A write(2) of more than WFS_WRITE_MAX bytes (or of about as many from a buffer not page-aligned)
+ * reaches a daemon-served handle as several WRITE requests, sent one after another while the kernel holds the inode lock. That lock keeps each write(2) whole
+ * against truncate(2) and other write(2)s, but not against the truncation an O_TRUNC open asks of
+ * the daemon: landing between two requests, it would leave zeros that no writer wrote before the
+ * rest. So a request that fills a whole one (within a page of WFS_WRITE_MAX: a misaligned buffer's
+ * is a page short) marks @h as maybe in the middle of a write(2), until a shorter request of @h has
+ * been written or @h is closed; an O_TRUNC open of its inode waits while a request of a marked
+ * handle is in the daemon, and up to 200 ms after the last one ended for the next one to come.
+ *
+ * wfs_openmode_write_begin() (fs->lock held) is called before the bytes of a WRITE of @len bytes
+ * are written, and returns whether it counted the request; wfs_openmode_write_end() after, with
+ * that answer (takes fs->lock when it did).
+ */
+bool wfs_openmode_write_begin(struct wfs_fs *fs, struct wfs_handle *h, size_t len);
+void wfs_openmode_write_end(struct wfs_fs *fs, struct wfs_handle *h, size_t len, bool counted);
 /*
  * The kernel's RELEASE of @h by thread @tid: writes after the last flush are sealed (errors logged:
  * the kernel drops them), the counts dropped, the object unpinned, @h freed.

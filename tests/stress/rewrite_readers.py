@@ -8,8 +8,8 @@ over another (link + os.replace), rename, unlink, and read a name whole (read(2)
 MAP_PRIVATE mapping, made in a forked child so that a SIGBUS past a shrinking end is counted, not
 fatal). Each read is classed by its worst page: a record of the wrong index or with wrong bytes
 ("torn/misplaced": ext4 shows these too, a read racing a write within a page), a page of zeros,
-or other bytes ("garbage"). Not a pass/fail test: it prints the counts, to compare a mount with a
-plain directory (the native control shows no zeros and no garbage).
+or other bytes ("garbage"). It prints the counts, and exits 1 if a read saw zeros or garbage, which
+the native control (a plain directory) never shows; torn pages and errors are counted, not failed.
 
     tests/stress/rewrite_readers.py DIR [SECONDS] [read|map]
 """
@@ -128,7 +128,8 @@ def main():
             errors[k] = errors.get(k, 0) + n
     print("rewrite_readers: %d reads (%s), bad reads %s, errors %s"
           % (reads, "maps" if mapped else "read(2)", bad or "none", errors or "none"))
+    return 1 if bad.get("zeros") or bad.get("garbage") else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
