@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "fault.h"
 #include "fileio.h"
 #include "inode.h"
 #include "log.h"
@@ -835,6 +836,7 @@ static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (ret == -EAGAIN)
 		ret = wfs_openmode_open(fs, ino, writable, fi->flags, tid_of(req), &h, &r, &news);
 	wfs_unlock(&fs->lock);
+	wfs_delay("open.reply"); /* test-only: the kernel hears of an O_TRUNC after the daemon did it */
 	if (ret) {
 		fuse_reply_err(req, -ret);
 	} else {

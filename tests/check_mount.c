@@ -607,6 +607,49 @@ START_TEST(truncating_open_beside_a_split_write)
 }
 END_TEST
 
+static void *open_truncating(void *arg)
+{
+	return (void *)(intptr_t)open(arg, O_WRONLY | O_TRUNC);
+}
+
+/*
+ * An append (O_APPEND) lands at the end of the file as it is, as on ext4. The kernel computes an
+ * append's offset from its i_size, which an O_TRUNC open by another process shrinks only when the
+ * open's reply comes (held 300 ms here, WFS_DELAY open.reply), after the daemon truncated: written
+ * at that offset, the record stood past a hole of zeros no writer wrote.
+ */
+START_TEST(append_beside_a_truncating_open)
+{
+	size_t len = 3 * 4096;
+	unsigned char *a = mu_pattern(len, 98), *rec = mu_pattern(4096, 99);
+	pthread_t t;
+	void *ret;
+	int fd, tfd;
+
+	ck_assert_int_eq(mu_write_file(mu_path("f"), a, len), 0);
+	ck_assert_int_eq(mu_await_seal(mu_path("f")), 0);
+	mu_daemon_stop();
+	snprintf(mu.delay, sizeof(mu.delay), "open.reply=300");
+	mu_daemon_start();
+	fd = open(mu_path("f"), O_WRONLY | O_APPEND);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pthread_create(&t, NULL, open_truncating, (void *)mu_path("f")), 0);
+	usleep(150000); /* the daemon has truncated; the kernel's i_size is still 3 records */
+	ck_assert_int_eq(write(fd, rec, 4096), 4096);
+	ck_assert_int_eq(pthread_join(t, &ret), 0);
+	tfd = (int)(intptr_t)ret;
+	ck_assert_int_ge(tfd, 0);
+	ck_assert_int_eq(close(tfd), 0);
+	ck_assert_int_eq(close(fd), 0);
+	mu_assert_file_equals(mu_path("f"), rec, 4096);
+	mu_daemon_stop();
+	mu.delay[0] = '\0';
+	mu_daemon_start();
+	free(rec);
+	free(a);
+}
+END_TEST
+
 /*
  * A writer rewriting a name over and over (O_TRUNC) while readers keep opening and reading it: every
  * open of the writer and of the readers succeeds (a retry after a move is never moved again, and a
@@ -3597,6 +3640,7 @@ static Suite *mount_suite(void)
 		{"rewrite_sealed", rewrite_sealed, 30},
 		{"writer_beside_readers", writer_beside_readers, 30},
 		{"truncating_open_beside_a_split_write", truncating_open_beside_a_split_write, 30},
+		{"append_beside_a_truncating_open", append_beside_a_truncating_open, 30},
 		{"writable_open_changes_nothing", writable_open_changes_nothing, 30},
 		{"claim_waits_for_the_writer", claim_waits_for_the_writer, 30},
 		{"sparse_rewrite", sparse_rewrite, 60},

@@ -90,7 +90,11 @@ ssize_t wfs_fileio_write(struct wfs_fs *fs, struct wfs_handle *h, uid_t uid, pid
 			wfs_openmode_write_end(fs, h, len, split);
 			return ret;
 		}
-		n = wfs_version_write(v, buf, len, off);
+		/* An append's offset is the kernel's i_size, which an O_TRUNC open by another process
+		 * shrinks only after the daemon truncated the version: written there, it would leave a
+		 * hole of zeros no writer wrote. The version's end is where it goes on ext4. (A mapping's
+		 * writeback, tid 0, writes its pages where they are.) */
+		n = wfs_version_write(v, buf, len, h->append && tid ? WFS_VERSION_AT_END : off);
 		wfs_version_put(v);
 		wfs_delay("fileio.write"); /* test-only: a slow write(2), its requests far apart */
 		if (n == -EAGAIN)

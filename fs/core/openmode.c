@@ -578,6 +578,7 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, int flags,
 	if (!h)
 		return -ENOMEM;
 	h->opener_tid = writable ? tid : 0;
+	h->append = writable && (flags & O_APPEND);
 	ret = writable ? open_writer_passthrough(fs, in, h, flags, tid, r) : 0;
 	if (ret < 0) {
 		handle_free(fs, h);
@@ -651,8 +652,10 @@ int wfs_openmode_create(struct wfs_fs *fs, struct wfs_inode *in, int flags, pid_
 	int ret = -ENOMEM;
 
 	*r = (struct wfs_open_reply){0};
-	if (h)
+	if (h) {
 		h->opener_tid = tid;
+		h->append = flags & O_APPEND;
+	}
 	if (h && (flags & O_TRUNC)) {
 		ret = open_writer_passthrough(fs, in, h, flags, tid, r);
 		if (ret == 1) {

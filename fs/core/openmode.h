@@ -98,6 +98,8 @@ struct wfs_handle {
 	pid_t opener_tid;             /* thread that created it or opened it for writing, 0: unknown */
 	bool writable;                /* opened for writing: daemon-served, may start versions */
 	bool passthrough;             /* reads and mmaps go to @object's backing file in the kernel */
+	bool append;                  /* opened with O_APPEND: its write(2)s land at the version's end
+				       * (fileio.c), not at the kernel's idea of it */
 	bool closed;                  /* a flush (close(2) of a descriptor) has been seen */
 	bool write_going_on;          /* its last WRITE filled a whole request: the write(2) that sent
 				       * it may go on in the next (wfs_openmode_write_begin()) */

@@ -400,6 +400,8 @@ ssize_t wfs_version_write(struct wfs_version *v, const void *buf, size_t len, of
 		goto out;
 	}
 	refresh(v);
+	if (off == WFS_VERSION_AT_END)
+		off = (off_t)v->size;
 	if (v->hash_only)
 		ret = v->in_order && (uint64_t)off == v->hasher.bytes ? (ssize_t)len : -ENOSPC;
 	else

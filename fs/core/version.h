@@ -68,8 +68,12 @@ void wfs_version_put(struct wfs_version *v);
  */
 int wfs_version_copy_base(struct wfs_version *v, const struct wfs_digest *base, struct wfs_lock *outer);
 
+/* wfs_version_write()'s offset for a write at the version's end, wherever it is then (O_APPEND). */
+#define WFS_VERSION_AT_END ((off_t)-1)
+
 /*
- * Write @len bytes at byte offset @off. Returns @len, -EAGAIN when the version is FROZEN or DONE
+ * Write @len bytes at byte offset @off, or at the end (@off WFS_VERSION_AT_END, taken under the
+ * version lock: an append lands after every write and truncation before it). Returns @len, -EAGAIN when the version is FROZEN or DONE
  * (start over with the inode's current version), or another -errno (-ENOSPC, -EIO, -ENOMEM), which is
  * also kept for the seal to fail with. On -ENOSPC of a version written in order from an empty start,
  * the bytes are dropped and later in-order writes are only hashed (hash-only): the seal succeeds if
