@@ -19,7 +19,7 @@ struct spec {
 	atomic_long count; /* passes so far */
 };
 
-static struct spec crash, fault, delay;
+static struct spec crash, fault, delays[4];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static int parse_errno(const char *s)
@@ -37,9 +37,8 @@ static int parse_errno(const char *s)
 }
 
 /* "NAME[:N]" into @sp; for faults "NAME=ERRNO[:N]", for delays "NAME=MS[:N]". */
-static void parse(const char *env, struct spec *sp, bool with_errno, long default_nth)
+static void parse_one(const char *v, struct spec *sp, bool with_errno, long default_nth)
 {
-	const char *v = getenv(env);
 	char buf[128], *colon, *eq;
 
 	if (!v || !*v)
@@ -63,11 +62,24 @@ static void parse(const char *env, struct spec *sp, bool with_errno, long defaul
 	snprintf(sp->point, sizeof(sp->point), "%s", buf);
 }
 
+/* A comma-separated list of specs in @env into @sp[0..@n). */
+static void parse(const char *env, struct spec *sp, size_t n, bool with_errno, long default_nth)
+{
+	const char *v = getenv(env);
+	char buf[512], *save = NULL, *one;
+
+	if (!v || !*v)
+		return;
+	snprintf(buf, sizeof(buf), "%s", v);
+	for (one = strtok_r(buf, ",", &save); one && n > 0; one = strtok_r(NULL, ",", &save), sp++, n--)
+		parse_one(one, sp, with_errno, default_nth);
+}
+
 static void init(void)
 {
-	parse("WFS_CRASH_AT", &crash, false, 1);
-	parse("WFS_FAULT", &fault, true, 1);
-	parse("WFS_DELAY", &delay, true, 0);
+	parse("WFS_CRASH_AT", &crash, 1, false, 1);
+	parse("WFS_FAULT", &fault, 1, true, 1);
+	parse("WFS_DELAY", delays, sizeof(delays) / sizeof(delays[0]), true, 0);
 }
 
 static bool hit(struct spec *sp, const char *point)
@@ -97,6 +109,7 @@ int wfs_fault(const char *point)
 
 void wfs_delay(const char *point)
 {
-	if (hit(&delay, point))
-		usleep((useconds_t)delay.err * 1000);
+	for (size_t i = 0; i < sizeof(delays) / sizeof(delays[0]); i++)
+		if (hit(&delays[i], point))
+			usleep((useconds_t)delays[i].err * 1000);
 }

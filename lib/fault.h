@@ -7,8 +7,9 @@
  *                               store (the kernel still completes writes already made).
  *   WFS_FAULT=NAME=ERRNO[:N]    the Nth call through fault point NAME fails with ERRNO (a name such
  *                               as EIO or ENOSPC, or a number); N = 0 fails every call.
- *   WFS_DELAY=NAME=MS[:N]       the Nth pass through delay point NAME sleeps MS milliseconds (N = 0,
+ *   WFS_DELAY=NAME=MS[:N][,...] the Nth pass through delay point NAME sleeps MS milliseconds (N = 0,
  *                               the default: every pass): a slow disk where the daemon waits for it.
+ *                               Up to four points, separated by commas.
  *
  * The points are named where they are used (e.g. "seal.after-link", "publish.fdatasync"); the
  * crash tests walk through all of them. Both read the environment once, at first use. Thread-safe.

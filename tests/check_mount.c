@@ -650,6 +650,55 @@ START_TEST(append_beside_a_truncating_open)
 }
 END_TEST
 
+static void *open_create_truncating(void *arg)
+{
+	return (void *)(intptr_t)open(arg, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+}
+
+/*
+ * A truncate(2) that seals a file between an O_TRUNC open's new version and that open's join as its
+ * writer (held 300 ms there, WFS_DELAY openmode.backing; the seal 400 ms after its hash): the
+ * sealed file is a stored object, and must not become the writer's passthrough backing file, or the
+ * writer's bytes change the object under every name that has its content. It did: 8 KiB of zeros,
+ * stored, read 12 KiB of another writer's bytes (issue 33: stress's rewrite + truncate quarantined
+ * 1-5 objects per 8 s).
+ */
+START_TEST(seal_before_a_writer_joins)
+{
+	size_t len = 3 * 4096, zlen = 2 * 4096;
+	unsigned char *b = mu_pattern(len, 100), *zeros = calloc(1, zlen);
+	pthread_t t;
+	void *ret;
+	int fd;
+
+	if (!mu_kernel_writes())
+		return; /* the daemon writes: no backing file to register */
+	mu_daemon_stop();
+	snprintf(mu.delay, sizeof(mu.delay), "openmode.backing=300,seal.after-digest=400");
+	mu_daemon_start();
+	ck_assert_int_eq(mu_write_file(mu_path("f"), b, 100), 0);
+	ck_assert_int_eq(mu_await_seal(mu_path("f")), 0);
+	ck_assert_int_eq(pthread_create(&t, NULL, open_create_truncating, (void *)mu_path("f")), 0);
+	usleep(100000); /* the open's version exists, its writer not yet counted */
+	ck_assert_int_eq(truncate(mu_path("f"), (off_t)zlen), 0); /* seals 8 KiB of zeros */
+	ck_assert_int_eq(pthread_join(t, &ret), 0);
+	fd = (int)(intptr_t)ret;
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, b, len), (ssize_t)len);
+	ck_assert_int_eq(mu_write_file(mu_path("z"), zeros, zlen), 0); /* the stored zeros' content */
+	ck_assert_int_eq(mu_await_seal(mu_path("z")), 0);
+	ck_assert_int_eq(close(fd), 0);
+	mu_assert_file_equals(mu_path("z"), zeros, zlen);
+	mu_assert_file_equals(mu_path("f"), b, len);
+	mu_daemon_stop();
+	mu.delay[0] = '\0';
+	mu_daemon_start();
+	mu_assert_file_equals(mu_path("z"), zeros, zlen); /* checked against its digest at this open */
+	free(zeros);
+	free(b);
+}
+END_TEST
+
 /*
  * A writer rewriting a name over and over (O_TRUNC) while readers keep opening and reading it: every
  * open of the writer and of the readers succeeds (a retry after a move is never moved again, and a
@@ -3641,6 +3690,7 @@ static Suite *mount_suite(void)
 		{"writer_beside_readers", writer_beside_readers, 30},
 		{"truncating_open_beside_a_split_write", truncating_open_beside_a_split_write, 30},
 		{"append_beside_a_truncating_open", append_beside_a_truncating_open, 30},
+		{"seal_before_a_writer_joins", seal_before_a_writer_joins, 30},
 		{"writable_open_changes_nothing", writable_open_changes_nothing, 30},
 		{"claim_waits_for_the_writer", claim_waits_for_the_writer, 30},
 		{"sparse_rewrite", sparse_rewrite, 60},

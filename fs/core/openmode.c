@@ -12,6 +12,7 @@
 #include "check.h"
 #include "closing.h"
 #include "daemon.h"
+#include "fault.h"
 #include "inode.h"
 #include "log.h"
 #include "object.h"
@@ -497,9 +498,16 @@ static int open_writer_passthrough(struct wfs_fs *fs, struct wfs_inode *in, stru
 		 * fs->lock. @in stays: it has a writer. */
 		wfs_unlock(&fs->lock);
 		fd = wfs_version_kernel_backing(v, declared);
+		wfs_delay("openmode.backing"); /* test-only: a seal begins before this writer joins */
 		wfs_lock(&fs->lock);
 		if (fd >= 0 && (io->nopen > 0 || in->writer != v))
 			fd = -EBUSY; /* others opened it meanwhile: the daemon serves them all */
+		/* Until the join below counts this writer, a truncate(2) or a writer's release may have
+		 * begun to seal @v: its file, published as an object, must not become a writer's backing
+		 * file (the kernel's writes would change a stored object). The daemon serves this open
+		 * instead, on the next version. */
+		if (fd >= 0 && wfs_version_frozen(v))
+			fd = -EBUSY;
 		if (fd >= 0 && !fs->kernel.backing_open)
 			fd = -EOPNOTSUPP;
 		id = fd >= 0 ? fs->kernel.backing_open(fs->kernel.ctx, fd) : fd; /* read-only: version.h */

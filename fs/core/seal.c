@@ -183,6 +183,7 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 		wfs_log(WFS_LOG_WARN, "inode %llu: its writer declared a digest its bytes do not have: "
 			"sealed with the digest of the bytes", (unsigned long long)in->ino);
 	wfs_crashpoint("seal.after-digest");
+	wfs_delay("seal.after-digest"); /* test-only: a seal slow between its hash and its publish */
 
 	wfs_lock(&fs->lock);
 	if (filled)
