@@ -595,23 +595,28 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, int flags,
 	if (ret == 1) {
 		/* passthrough writer: counted below */
 	} else if (writable) {
+		/* Daemon-served. Counted as open before the waits below drop fs->lock: an open that comes
+		 * meanwhile must find it and be daemon-served too, not start a passthrough file beside it
+		 * (the kernel fails an open whose mode differs from the inode's others with EIO). */
+		in->io.nopen++;
+		in->io.ncached++;
 		ret = wfs_openmode_wait_readers(fs, in);
+		if (ret == 0 && truncate) {
+			wait_split_writes(fs, in);
+			v = wfs_seal_writer(fs, in, true, &ret);
+			if (v) {
+				wfs_seal_join(h, v);
+				wfs_version_put(v);
+			}
+		}
+		in->io.nopen--; /* count_open() below counts it */
 		if (ret) {
+			if (--in->io.ncached == 0)
+				pthread_cond_broadcast(&fs->released);
 			handle_free(fs, h);
 			return ret;
 		}
-		if (truncate) {
-			wait_split_writes(fs, in);
-			v = wfs_seal_writer(fs, in, true, &ret);
-			if (!v) {
-				handle_free(fs, h);
-				return ret;
-			}
-			wfs_seal_join(h, v);
-			wfs_version_put(v);
-		}
 		r->direct_io = fs->direct_writes;
-		in->io.ncached++;
 	} else {
 		ret = open_read_only(fs, in, h, tid, r);
 		if (ret) {
