@@ -599,6 +599,7 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, int flags,
 		 * meanwhile must find it and be daemon-served too, not start a passthrough file beside it
 		 * (the kernel fails an open whose mode differs from the inode's others with EIO). */
 		in->io.nopen++;
+		in->io.nwritable++; /* and not moved away from it meanwhile (wfs_openmode_move()) */
 		in->io.ncached++;
 		ret = wfs_openmode_wait_readers(fs, in);
 		if (ret == 0 && truncate) {
@@ -610,6 +611,7 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, int flags,
 			}
 		}
 		in->io.nopen--; /* count_open() below counts it */
+		in->io.nwritable--;
 		if (ret) {
 			if (--in->io.ncached == 0)
 				pthread_cond_broadcast(&fs->released);
