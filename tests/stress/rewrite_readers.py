@@ -8,10 +8,12 @@ over another (link + os.replace), rename, unlink, and read a name whole (read(2)
 MAP_PRIVATE mapping, made in a forked child so that a SIGBUS past a shrinking end is counted, not
 fatal). Each read is classed by its worst page: a record of the wrong index or with wrong bytes
 ("torn/misplaced": ext4 shows these too, a read racing a write within a page), a page of zeros,
-or other bytes ("garbage"). It prints the counts, and exits 1 if a read saw zeros or garbage, which
-the native control (a plain directory) never shows; torn pages and errors are counted, not failed.
+or other bytes ("garbage"). It prints the counts and exits 1 if more than TOLERATE reads (default 0)
+saw zeros or garbage; torn pages and errors are counted, not failed. A plain directory on ext4 is
+not always clean: 0 such reads in 10 s on a 2-core machine, 2 in 20,609 reads on a 16-core one (its
+rewrite races its readers page by page), so run-stress tolerates what its native control run shows.
 
-    tests/stress/rewrite_readers.py DIR [SECONDS] [read|map]
+    tests/stress/rewrite_readers.py DIR [SECONDS] [read|map] [TOLERATE]
 """
 import errno
 import mmap
@@ -108,6 +110,7 @@ def main():
     root = sys.argv[1]
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 10
     mapped = len(sys.argv) > 3 and sys.argv[3] == "map"
+    tolerate = int(sys.argv[4]) if len(sys.argv) > 4 else 0
     os.makedirs(root, exist_ok=True)
     for k in range(5):
         with open(os.path.join(root, "n%d" % k), "wb") as f:
@@ -128,7 +131,9 @@ def main():
             errors[k] = errors.get(k, 0) + n
     print("rewrite_readers: %d reads (%s), bad reads %s, errors %s"
           % (reads, "maps" if mapped else "read(2)", bad or "none", errors or "none"))
-    return 1 if bad.get("zeros") or bad.get("garbage") else 0
+    zeroed = bad.get("zeros", 0) + bad.get("garbage", 0)
+    print("rewrite_readers: %d reads saw zeros or garbage" % zeroed)
+    return 1 if zeroed > tolerate else 0
 
 
 if __name__ == "__main__":
