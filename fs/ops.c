@@ -12,12 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "daemon.h"
 #include "fault.h"
 #include "fileio.h"
+#include "filelock.h"
 #include "inode.h"
 #include "log.h"
 #include "mounts.h"
@@ -461,6 +463,17 @@ static void wfs_init(void *userdata, struct fuse_conn_info *conn)
 	conn->time_gran = 1;
 	/* Daemon-served reads of sealed files splice from the object (wfs_read). */
 	fuse_set_feature_flag(conn, FUSE_CAP_SPLICE_WRITE);
+	/* flock and POSIX locks are the daemon's (filelock.h), so that they follow a moved name. A
+	 * successor answers as the kernel was first answered (a server of a build before them did
+	 * not ask: the kernel keeps those locks itself). */
+	if (wfs_takeover_locks_granted(false))
+		fuse_set_feature_flag(conn, FUSE_CAP_POSIX_LOCKS);
+	else
+		fuse_unset_feature_flag(conn, FUSE_CAP_POSIX_LOCKS);
+	if (wfs_takeover_locks_granted(true))
+		fuse_set_feature_flag(conn, FUSE_CAP_FLOCK_LOCKS);
+	else
+		fuse_unset_feature_flag(conn, FUSE_CAP_FLOCK_LOCKS);
 	atomic_store(&fs->readahead_pending, true);
 }
 
@@ -837,6 +850,8 @@ static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		ret = wfs_openmode_open(fs, ino, writable, fi->flags, tid_of(req), &h, &r, &news);
 	wfs_unlock(&fs->lock);
 	wfs_delay("open.reply"); /* test-only: the kernel hears of an O_TRUNC after the daemon did it */
+	if (ret == 0 && r.noflush && wfs_filelock_flush_wanted(&fs->filelocks, ino))
+		r.noflush = false; /* its close(2) drops the closer's POSIX locks (filelock.h) */
 	if (ret) {
 		fuse_reply_err(req, -ret);
 	} else {
@@ -942,6 +957,151 @@ static void wfs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 		fuse_reply_write(req, (size_t)n);
 }
 
+/*
+ * Locks (filelock.h). A blocked request (F_SETLKW, flock without LOCK_NB) holds no thread: it is
+ * queued with its request and answered by the thread whose unlock, close or release grants it, or
+ * with EINTR by the interrupt (a signal to the caller: the kernel sends FUSE_INTERRUPT). Whoever
+ * takes a wait out of the table answers it and frees it; the interrupt callback is unregistered
+ * first (libfuse then waits for a callback running on another thread), so that it never sees a
+ * freed wait.
+ */
+static void locks_answer(struct wfs_filelock_wait *granted)
+{
+	struct wfs_filelock_wait *next;
+
+	for (; granted; granted = next) {
+		next = granted->next;
+		fuse_req_interrupt_func(granted->req, NULL, NULL);
+		fuse_reply_err(granted->req, 0);
+		free(granted);
+	}
+}
+
+/* FLUSH (@fh 0): @owner's POSIX locks; RELEASE: the locks of handle @fh, and with @flock_release
+ * @owner's flock lock. Waiters that this unblocks are answered. */
+static void locks_dropped(struct wfs_fs *fs, fuse_ino_t ino, uint64_t owner, uint64_t fh, bool flock_release)
+{
+	struct wfs_filelock_wait *granted = NULL;
+
+	if (fh == 0) {
+		wfs_filelock_drop_owner(&fs->filelocks, ino, owner, false, &granted);
+	} else {
+		wfs_filelock_drop_handle(&fs->filelocks, ino, fh, &granted);
+		if (flock_release)
+			wfs_filelock_drop_owner(&fs->filelocks, ino, owner, true, &granted);
+	}
+	locks_answer(granted);
+}
+
+/* libfuse's interrupt callback of a waiting lock request (see above). */
+static void lock_interrupted(fuse_req_t req, void *data)
+{
+	struct wfs_fs *fs = wfs_ops_fs(req);
+
+	if (wfs_filelock_cancel(&fs->filelocks, data)) {
+		fuse_reply_err(req, EINTR);
+		free(data);
+	}
+}
+
+static void lock_set(fuse_req_t req, fuse_ino_t ino, const struct wfs_filelock_req *rq, bool sleep)
+{
+	struct wfs_fs *fs = wfs_ops_fs(req);
+	struct wfs_filelock_wait *granted = NULL, *w = NULL;
+	int ret;
+
+	if (sleep && rq->type != F_UNLCK) {
+		w = calloc(1, sizeof(*w));
+		if (!w) {
+			fuse_reply_err(req, ENOLCK);
+			return;
+		}
+		w->rq = *rq;
+		w->req = req;
+		fuse_req_interrupt_func(req, lock_interrupted, w); /* before it is queued: never lost */
+	}
+	ret = wfs_filelock_set(&fs->filelocks, ino, rq, w, &granted);
+	if (ret == WFS_FILELOCK_QUEUED) { /* @w and @req are the table's now */
+		locks_answer(granted);
+		return;
+	}
+	if (w) {
+		fuse_req_interrupt_func(req, NULL, NULL);
+		free(w);
+	}
+	fuse_reply_err(req, -ret);
+	locks_answer(granted);
+}
+
+/* struct flock (libfuse's, from the kernel's inclusive range) as a lock request of @fi. */
+static struct wfs_filelock_req lock_req_of(const struct fuse_file_info *fi, const struct flock *lk)
+{
+	struct wfs_filelock_req rq = {.owner = fi->lock_owner, .fh = fi->fh, .pid = lk->l_pid, .type = lk->l_type,
+				      .start = lk->l_start, .end = WFS_FILELOCK_EOF};
+
+	if (lk->l_len > 0 && lk->l_start <= WFS_FILELOCK_EOF - lk->l_len + 1)
+		rq.end = lk->l_start + lk->l_len - 1;
+	else if (lk->l_len < 0)
+		rq.end = -1; /* the kernel sends none: refused (EINVAL) */
+	return rq;
+}
+
+static void wfs_getlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct flock *lk)
+{
+	WFS_OPS_COUNT(GETLK);
+	struct wfs_fs *fs = wfs_ops_fs(req);
+	struct wfs_filelock_req rq = lock_req_of(fi, lk), held;
+	int ret = wfs_filelock_test(&fs->filelocks, ino, &rq, &held);
+
+	if (ret < 0) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	if (ret == 1) {
+		lk->l_type = held.type;
+		lk->l_whence = SEEK_SET;
+		lk->l_start = held.start;
+		lk->l_len = held.end == WFS_FILELOCK_EOF ? 0 : held.end - held.start + 1;
+		lk->l_pid = held.pid;
+	} else {
+		lk->l_type = F_UNLCK;
+	}
+	fuse_reply_lock(req, lk);
+}
+
+static void wfs_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct flock *lk, int sleep)
+{
+	struct wfs_ops_timer wfs_ops_timer_ __attribute__((cleanup(wfs_ops_timer_stop), unused)) =
+		wfs_ops_timer_start(sleep ? WFS_REQ_SETLKW : WFS_REQ_SETLK);
+	struct wfs_filelock_req rq = lock_req_of(fi, lk);
+
+	lock_set(req, ino, &rq, sleep != 0);
+}
+
+static void wfs_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int op)
+{
+	struct wfs_ops_timer wfs_ops_timer_ __attribute__((cleanup(wfs_ops_timer_stop), unused)) =
+		wfs_ops_timer_start((op & LOCK_NB) ? WFS_REQ_SETLK : WFS_REQ_SETLKW); /* the kernel's opcodes */
+	struct wfs_filelock_req rq = {.owner = fi->lock_owner, .fh = fi->fh, .pid = fuse_req_ctx(req)->pid,
+				      .flock = true, .end = WFS_FILELOCK_EOF};
+
+	switch (op & (LOCK_SH | LOCK_EX | LOCK_UN)) {
+	case LOCK_SH:
+		rq.type = F_RDLCK;
+		break;
+	case LOCK_EX:
+		rq.type = F_WRLCK;
+		break;
+	case LOCK_UN:
+		rq.type = F_UNLCK;
+		break;
+	default:
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	lock_set(req, ino, &rq, !(op & LOCK_NB));
+}
+
 /* close(2): the last writable handle's flush seals, and its errors come back from close(2). */
 static void wfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
@@ -950,7 +1110,7 @@ static void wfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct wfs_news news = {0};
 	int ret;
 
-	(void)ino;
+	locks_dropped(fs, ino, fi->lock_owner, 0, false); /* the closer's POSIX locks, before close(2) returns */
 	if (stale(fi)) { /* a reader's close has nothing to do; a writer's bytes are gone */
 		fuse_reply_err(req, wfs_takeover_fh_writable(fi->fh) ? -stale_write() : 0);
 		return;
@@ -970,7 +1130,9 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	struct wfs_news news = {0};
 	bool telling;
 
-	(void)ino;
+	/* Every lock taken through this open file description: flock's, OFD's, and the POSIX locks of
+	 * a descriptor that sent no FLUSH (FOPEN_NOFLUSH, filelock.h). */
+	locks_dropped(fs, ino, fi->lock_owner, fi->fh, fi->flock_release);
 	wfs_takeover_handle_released(fi->fh); /* its backing id, if a dead server's is done with */
 	if (stale(fi)) {
 		wfs_takeover_writer_released(fi->fh);
@@ -1311,4 +1473,7 @@ const struct fuse_lowlevel_ops wfs_ops = {
 	.listxattr = wfs_listxattr,
 	.removexattr = wfs_removexattr,
 	.create = wfs_create,
+	.getlk = wfs_getlk,
+	.setlk = wfs_setlk,
+	.flock = wfs_flock,
 };

@@ -574,6 +574,17 @@ int wfs_takeover_replay(struct fuse_session *se)
 	return 0;
 }
 
+bool wfs_takeover_locks_granted(bool flock)
+{
+	const struct fuse_init_out *o;
+
+	if (!R || atomic_load(&R->init_state) != 2 ||
+	    R->init_out_len < sizeof(struct fuse_out_header) + offsetof(struct fuse_init_out, flags) + sizeof(o->flags))
+		return true;
+	o = (const void *)(R->init_out + sizeof(struct fuse_out_header));
+	return (o->flags & (flock ? FUSE_FLOCK_LOCKS : FUSE_POSIX_LOCKS)) != 0;
+}
+
 void wfs_takeover_told_ino(uint64_t ino)
 {
 	uint64_t seen;

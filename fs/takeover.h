@@ -109,6 +109,13 @@ bool wfs_takeover_successor(void);
  * 6.9) is not an error: logged, with what callers in flight see.
  */
 int wfs_takeover_replay(struct fuse_session *se);
+/*
+ * For the INIT handler: may this server ask the kernel to send lock requests (@flock: flock(2),
+ * else POSIX record locks; filelock.h)? True for the connection's first server; a successor asks
+ * what the saved reply asked, so that its reply is the same (a server built before the daemon kept
+ * locks did not: the kernel keeps those locks itself for the connection's life).
+ */
+bool wfs_takeover_locks_granted(bool flock);
 
 /*
  * The store a server serves is the one the connection was set up for: the first server records

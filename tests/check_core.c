@@ -24,6 +24,7 @@
 #include "daemon.h"
 #include "digest.h"
 #include "fileio.h"
+#include "filelock.h"
 #include "inode.h"
 #include "keep.h"
 #include "lock.h"
@@ -1098,6 +1099,107 @@ START_TEST(version_seal_begin_stops_writes)
 }
 END_TEST
 
+/* POSIX request of @owner through handle @fh: @type on [@start, @end]. */
+static struct wfs_filelock_req fl_posix(uint64_t owner, uint64_t fh, short type, off_t start, off_t end)
+{
+	return (struct wfs_filelock_req){.owner = owner, .fh = fh, .pid = (pid_t)owner, .type = type,
+					 .start = start, .end = end};
+}
+
+/*
+ * The lock table's rules (filelock.h): a moved inode shares its identity (chains too); POSIX ranges
+ * split and merge per owner, conflicts only with other owners; flock and POSIX apart; a blocked
+ * request is granted by the unlock that frees it, in order, or cancelled; FLUSH and RELEASE drops.
+ */
+START_TEST(filelock_rules)
+{
+	struct wfs_filelocks t;
+	struct wfs_filelock_req rq, held;
+	struct wfs_filelock_wait *granted = NULL, *left, w1 = {0}, w2 = {0};
+
+	ck_assert_int_eq(wfs_filelocks_init(&t), 0);
+	ck_assert_int_eq(wfs_filelock_moved(&t, 10, 11), 0);
+	ck_assert_int_eq(wfs_filelock_moved(&t, 11, 12), 0);
+	ck_assert_uint_eq(wfs_filelock_identity(&t, 12), 10);
+	ck_assert(!wfs_filelock_flush_wanted(&t, 12));
+
+	/* Owner 1 reads [0, 99] through inode 10; owner 2 asks through inode 12 (two moves on). */
+	rq = fl_posix(1, 100, F_RDLCK, 0, 99);
+	ck_assert_int_eq(wfs_filelock_set(&t, 10, &rq, NULL, &granted), 0);
+	ck_assert(wfs_filelock_flush_wanted(&t, 12));
+	rq = fl_posix(2, 200, F_WRLCK, 50, 60);
+	ck_assert_int_eq(wfs_filelock_set(&t, 12, &rq, NULL, &granted), -EAGAIN);
+	ck_assert_int_eq(wfs_filelock_test(&t, 12, &rq, &held), 1);
+	ck_assert_int_eq(held.type, F_RDLCK);
+	ck_assert_int_eq(held.start, 0);
+	ck_assert_int_eq(held.end, 99);
+	ck_assert_int_eq(held.pid, 1);
+	rq = fl_posix(2, 200, F_RDLCK, 50, 60); /* readers share */
+	ck_assert_int_eq(wfs_filelock_set(&t, 12, &rq, NULL, &granted), 0);
+	rq = fl_posix(2, 200, F_UNLCK, 0, WFS_FILELOCK_EOF);
+	ck_assert_int_eq(wfs_filelock_set(&t, 12, &rq, NULL, &granted), 0);
+	rq = fl_posix(2, 200, F_WRLCK, 100, WFS_FILELOCK_EOF); /* past owner 1's range */
+	ck_assert_int_eq(wfs_filelock_set(&t, 12, &rq, NULL, &granted), 0);
+	ck_assert_int_eq(wfs_filelock_set(&t, 99, &rq, NULL, &granted), 0); /* another file */
+
+	/* Owner 1 unlocks the middle: [0, 39] and [61, 99] stay; re-locking it merges them back. */
+	rq = fl_posix(1, 100, F_UNLCK, 40, 60);
+	ck_assert_int_eq(wfs_filelock_set(&t, 10, &rq, NULL, &granted), 0);
+	rq = fl_posix(3, 300, F_WRLCK, 40, 60);
+	ck_assert_int_eq(wfs_filelock_test(&t, 10, &rq, &held), 0);
+	rq = fl_posix(3, 300, F_WRLCK, 0, 0);
+	ck_assert_int_eq(wfs_filelock_test(&t, 10, &rq, &held), 1);
+	ck_assert_int_eq(held.end, 39);
+	rq = fl_posix(1, 100, F_RDLCK, 40, 60);
+	ck_assert_int_eq(wfs_filelock_set(&t, 10, &rq, NULL, &granted), 0);
+	rq = fl_posix(3, 300, F_WRLCK, 0, 0);
+	ck_assert_int_eq(wfs_filelock_test(&t, 10, &rq, &held), 1);
+	ck_assert_int_eq(held.start, 0);
+	ck_assert_int_eq(held.end, 99);
+
+	/* flock beside POSIX: apart. Owner 5's LOCK_EX waits for owner 4's LOCK_SH; then owner 6's. */
+	rq = (struct wfs_filelock_req){.owner = 4, .fh = 400, .type = F_RDLCK, .flock = true};
+	ck_assert_int_eq(wfs_filelock_set(&t, 11, &rq, NULL, &granted), 0);
+	w1.rq = (struct wfs_filelock_req){.owner = 5, .fh = 500, .type = F_WRLCK, .flock = true};
+	ck_assert_int_eq(wfs_filelock_set(&t, 12, &w1.rq, NULL, &granted), -EAGAIN);
+	ck_assert_int_eq(wfs_filelock_set(&t, 12, &w1.rq, &w1, &granted), WFS_FILELOCK_QUEUED);
+	w2.rq = (struct wfs_filelock_req){.owner = 6, .fh = 600, .type = F_WRLCK, .flock = true};
+	ck_assert_int_eq(wfs_filelock_set(&t, 12, &w2.rq, &w2, &granted), WFS_FILELOCK_QUEUED);
+	ck_assert_ptr_null(granted);
+	wfs_filelock_drop_handle(&t, 10, 400, &granted); /* owner 4's release */
+	ck_assert_ptr_eq(granted, &w1);
+	ck_assert_ptr_null(w1.next);
+	granted = NULL;
+	ck_assert(wfs_filelock_cancel(&t, &w2)); /* an interrupt */
+	ck_assert(!wfs_filelock_cancel(&t, &w2));
+	ck_assert(!wfs_filelock_cancel(&t, &w1)); /* granted already: not the interrupt's */
+	wfs_filelock_drop_owner(&t, 10, 5, true, &granted);
+	ck_assert_ptr_null(granted);
+
+	/* A wait cancelled before it is queued is refused, not queued. */
+	memset(&w2, 0, sizeof(w2));
+	w2.rq = fl_posix(7, 700, F_WRLCK, 0, 0);
+	ck_assert(!wfs_filelock_cancel(&t, &w2));
+	ck_assert_int_eq(wfs_filelock_set(&t, 10, &w2.rq, &w2, &granted), -EINTR);
+
+	/* FLUSH of owner 1 drops its POSIX locks: owner 7's write lock fits now. */
+	w2 = (struct wfs_filelock_wait){.rq = fl_posix(7, 700, F_WRLCK, 0, 0)};
+	ck_assert_int_eq(wfs_filelock_set(&t, 10, &w2.rq, &w2, &granted), WFS_FILELOCK_QUEUED);
+	wfs_filelock_drop_owner(&t, 11, 1, false, &granted);
+	ck_assert_ptr_eq(granted, &w2);
+	granted = NULL;
+	rq = fl_posix(8, 800, F_RDLCK, 0, 0);
+	ck_assert_int_eq(wfs_filelock_test(&t, 10, &rq, &held), 1);
+	ck_assert_int_eq(held.pid, 7);
+	rq.type = 9;
+	ck_assert_int_eq(wfs_filelock_set(&t, 10, &rq, NULL, &granted), -EINVAL);
+	rq = fl_posix(8, 800, F_RDLCK, 10, 5);
+	ck_assert_int_eq(wfs_filelock_set(&t, 10, &rq, NULL, &granted), -EINVAL);
+	wfs_filelocks_release(&t, &left);
+	ck_assert_ptr_null(left);
+}
+END_TEST
+
 static Suite *core_suite(void)
 {
 	Suite *s = suite_create("core");
@@ -1107,6 +1209,7 @@ static Suite *core_suite(void)
 	tcase_add_test(tc, map_pop_empties_once);
 	tcase_add_test(tc, lock_records_long_holds);
 	tcase_add_test(tc, lock_lent_lets_light_holds_in);
+	tcase_add_test(tc, filelock_rules);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("version");

@@ -5,7 +5,9 @@
  * $WFS_TEST_PASSTHROUGH (auto or off); tests/run-tests runs the suite once per mode. Root only.
  * WFS_TEST_BIG=1 adds the > 4 GiB round trip.
  */
+#include <poll.h>
 #include <pthread.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <numa.h>
 #include <sys/statvfs.h>
@@ -3664,6 +3666,330 @@ other_user:
 }
 END_TEST
 
+/*
+ * Locks across a version move (docs/posix.md, "Locks"): the daemon keeps flock and POSIX locks per
+ * lock identity, which the inode a name moves to shares with the one its readers keep, so they
+ * exclude each other as on ext4 (where the file stays one inode). The kernel's own locks are per
+ * inode: before, each of these got its lock on the new inode at once.
+ */
+
+/* A sealed file @name of @len bytes, its writer's release seen. */
+static void lock_file(const char *name, size_t len)
+{
+	unsigned char *a = mu_pattern(len, 71);
+
+	ck_assert_int_eq(mu_write_file(mu_path(name), a, len), 0);
+	free(a);
+	usleep(200000); /* the writer's release, so that a reader holds a sealed file */
+}
+
+/* The next byte from pipe @fd within @ms milliseconds, or -1. */
+static int lock_pipe_byte(int fd, int ms)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	char c;
+
+	if (poll(&p, 1, ms) != 1 || read(fd, &c, 1) != 1)
+		return -1;
+	return c;
+}
+
+static int lock_setlk(int fd, int cmd, short type, off_t start, off_t len)
+{
+	struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = start, .l_len = len};
+
+	return fcntl(fd, cmd, &fl);
+}
+
+/* flock(2): a reader's LOCK_SH keeps LOCK_EX|LOCK_NB of a writer whose open moved the name out. */
+START_TEST(flock_across_version_move)
+{
+	long long moved0 = stat_counter("moved_from_readers");
+	struct stat before, after;
+	int r, w;
+
+	lock_file("l", 10000);
+	ck_assert_int_eq(stat(mu_path("l"), &before), 0);
+	r = open(mu_path("l"), O_RDONLY);
+	ck_assert_int_ge(r, 0);
+	ck_assert_int_eq(flock(r, LOCK_SH), 0);
+	w = open(mu_path("l"), O_WRONLY | O_TRUNC);
+	ck_assert_msg(w >= 0, "open O_TRUNC beside a reader: %s", strerror(errno));
+	ck_assert_int_eq(stat(mu_path("l"), &after), 0);
+	ck_assert_uint_ne(after.st_ino, before.st_ino); /* the name moved to a new inode */
+	ck_assert_int_eq(stat_counter("moved_from_readers") - moved0, 1);
+	ck_assert_int_eq(flock(w, LOCK_EX | LOCK_NB), -1);
+	ck_assert_int_eq(errno, EWOULDBLOCK);
+	ck_assert_int_eq(flock(w, LOCK_SH | LOCK_NB), 0); /* shared locks share */
+	ck_assert_int_eq(flock(r, LOCK_UN), 0);
+	ck_assert_int_eq(flock(w, LOCK_EX | LOCK_NB), 0); /* a conversion, now alone */
+	ck_assert_int_eq(flock(r, LOCK_SH | LOCK_NB), -1); /* and the other way round */
+	ck_assert_int_eq(errno, EWOULDBLOCK);
+	ck_assert_int_eq(write(w, "new", 3), 3);
+	ck_assert_int_eq(close(w), 0);
+	/* A flock lock goes with its open file description, at the RELEASE after close(2). */
+	MU_EVENTUALLY(flock(r, LOCK_EX | LOCK_NB) == 0);
+	ck_assert_int_eq(close(r), 0);
+}
+END_TEST
+
+/*
+ * fcntl(2) and lockf(3): a reader's F_RDLCK keeps another process's F_WRLCK (F_SETLK, lockf
+ * F_TLOCK, an OFD lock) out after that process's O_TRUNC open moved the name; F_GETLK names the
+ * reader. Any close(2) of the file by the holder drops its POSIX locks, on either inode.
+ */
+START_TEST(fcntl_lock_across_version_move)
+{
+	long long moved0 = stat_counter("moved_from_readers");
+	int r, r2, status;
+	pid_t pid;
+
+	lock_file("l", 10000);
+	r = open(mu_path("l"), O_RDONLY);
+	ck_assert_int_ge(r, 0);
+	ck_assert_int_eq(lock_setlk(r, F_SETLK, F_RDLCK, 0, 0), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 100, .l_len = 10};
+		int w = open(mu_path("l"), O_WRONLY | O_TRUNC);
+
+		if (w < 0)
+			_exit(10);
+		if (lock_setlk(w, F_SETLK, F_WRLCK, 0, 0) != -1 || (errno != EAGAIN && errno != EACCES))
+			_exit(11);
+		if (fcntl(w, F_GETLK, &fl) != 0 || fl.l_type != F_RDLCK || fl.l_pid != getppid() ||
+		    fl.l_start != 0 || fl.l_len != 0)
+			_exit(12);
+		if (lockf(w, F_TLOCK, 0) != -1 || (errno != EAGAIN && errno != EACCES))
+			_exit(13);
+		if (lock_setlk(w, F_OFD_SETLK, F_WRLCK, 5, 1) != -1 || errno != EAGAIN)
+			_exit(15);
+		_exit(close(w) == 0 ? 0 : 16);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: status %d", WEXITSTATUS(status));
+	ck_assert_int_eq(stat_counter("moved_from_readers") - moved0, 1);
+	/* Closing another descriptor of the file (the new inode's) drops this process's locks. */
+	r2 = open(mu_path("l"), O_RDONLY);
+	ck_assert_int_ge(r2, 0);
+	ck_assert_int_eq(close(r2), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int w = open(mu_path("l"), O_WRONLY);
+
+		_exit(w >= 0 && lock_setlk(w, F_SETLK, F_WRLCK, 0, 0) == 0 ? 0 : 20);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child after close: status %d",
+		      WEXITSTATUS(status));
+	ck_assert_int_eq(close(r), 0);
+}
+END_TEST
+
+/* Byte ranges: a holder's write lock on [0, 100) keeps [50, 150) out, not [100, 200). */
+START_TEST(fcntl_lock_ranges)
+{
+	struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 120, .l_len = 1};
+	int fd, fd2, status;
+	pid_t pid;
+
+	lock_file("l", 1000);
+	fd = open(mu_path("l"), O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(lock_setlk(fd, F_SETLK, F_WRLCK, 0, 100), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int c = open(mu_path("l"), O_RDWR);
+
+		if (c < 0 || lock_setlk(c, F_SETLK, F_WRLCK, 50, 100) != -1 || errno != EAGAIN)
+			_exit(10);
+		if (lock_setlk(c, F_SETLK, F_WRLCK, 100, 100) != 0)
+			_exit(11);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: status %d", WEXITSTATUS(status));
+	ck_assert_int_eq(fcntl(fd, F_GETLK, &fl), 0); /* the child's locks went at its exit */
+	ck_assert_int_eq(fl.l_type, F_UNLCK);
+	/* OFD locks belong to the open file description: a second open of this process conflicts. */
+	ck_assert_int_eq(lock_setlk(fd, F_SETLK, F_UNLCK, 0, 0), 0);
+	ck_assert_int_eq(lock_setlk(fd, F_OFD_SETLK, F_WRLCK, 0, 10), 0);
+	fd2 = open(mu_path("l"), O_RDWR);
+	ck_assert_int_ge(fd2, 0);
+	ck_assert_int_eq(lock_setlk(fd2, F_OFD_SETLK, F_WRLCK, 5, 1), -1);
+	ck_assert_int_eq(errno, EAGAIN);
+	ck_assert_int_eq(lock_setlk(fd2, F_OFD_SETLK, F_WRLCK, 20, 10), 0);
+	ck_assert_int_eq(close(fd), 0);
+	MU_EVENTUALLY(lock_setlk(fd2, F_OFD_SETLK, F_WRLCK, 5, 1) == 0); /* at fd's RELEASE */
+	ck_assert_int_eq(close(fd2), 0);
+}
+END_TEST
+
+/* Blocking flock(2) and F_SETLKW wait, across the move, until the holder unlocks. */
+START_TEST(blocked_lock_waits_for_unlock)
+{
+	int r, p[2], status;
+	pid_t pid;
+
+	lock_file("l", 10000);
+	r = open(mu_path("l"), O_RDONLY);
+	ck_assert_int_ge(r, 0);
+	ck_assert_int_eq(flock(r, LOCK_SH), 0);
+	ck_assert_int_eq(lock_setlk(r, F_SETLK, F_RDLCK, 0, 0), 0);
+	ck_assert_int_eq(pipe(p), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int w = open(mu_path("l"), O_RDWR | O_TRUNC);
+
+		if (w < 0 || write(p[1], "o", 1) != 1)
+			_exit(10);
+		if (flock(w, LOCK_EX) != 0 || write(p[1], "f", 1) != 1)
+			_exit(11);
+		if (lock_setlk(w, F_SETLKW, F_WRLCK, 0, 0) != 0 || write(p[1], "p", 1) != 1)
+			_exit(12);
+		_exit(0);
+	}
+	ck_assert_int_eq(lock_pipe_byte(p[0], 5000), 'o');
+	ck_assert_int_eq(lock_pipe_byte(p[0], 300), -1); /* waits in flock */
+	ck_assert_int_eq(flock(r, LOCK_UN), 0);
+	ck_assert_int_eq(lock_pipe_byte(p[0], 5000), 'f');
+	ck_assert_int_eq(lock_pipe_byte(p[0], 300), -1); /* waits in F_SETLKW */
+	ck_assert_int_eq(lock_setlk(r, F_SETLK, F_UNLCK, 0, 0), 0);
+	ck_assert_int_eq(lock_pipe_byte(p[0], 5000), 'p');
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: status %d", WEXITSTATUS(status));
+	close(p[0]);
+	close(p[1]);
+	ck_assert_int_eq(close(r), 0);
+}
+END_TEST
+
+static void lock_alarm(int sig)
+{
+	(void)sig;
+}
+
+/*
+ * A blocked request ends with EINTR when a signal interrupts it (the daemon answers the kernel's
+ * INTERRUPT), and a waiter killed with SIGKILL goes at once; the daemon goes on serving locks.
+ */
+START_TEST(blocked_lock_interrupted)
+{
+	int r, p[2], status;
+	pid_t pid;
+
+	lock_file("l", 10000);
+	r = open(mu_path("l"), O_RDONLY);
+	ck_assert_int_ge(r, 0);
+	ck_assert_int_eq(flock(r, LOCK_SH), 0);
+	ck_assert_int_eq(lock_setlk(r, F_SETLK, F_RDLCK, 0, 0), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct sigaction sa = {.sa_handler = lock_alarm}; /* no SA_RESTART */
+		int w = open(mu_path("l"), O_WRONLY | O_TRUNC);
+		double t0;
+
+		if (w < 0 || sigaction(SIGALRM, &sa, NULL) != 0)
+			_exit(10);
+		t0 = tu_clock_s(CLOCK_MONOTONIC);
+		alarm(1);
+		if (flock(w, LOCK_EX) != -1 || errno != EINTR)
+			_exit(11);
+		alarm(1);
+		if (lock_setlk(w, F_SETLKW, F_WRLCK, 0, 0) != -1 || errno != EINTR)
+			_exit(12);
+		if (tu_clock_s(CLOCK_MONOTONIC) - t0 < 1.5)
+			_exit(13);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: status %d", WEXITSTATUS(status));
+	ck_assert_int_eq(pipe(p), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int w = open(mu_path("l"), O_WRONLY);
+
+		if (w < 0 || write(p[1], "o", 1) != 1)
+			_exit(10);
+		_exit(flock(w, LOCK_EX) == 0 ? 11 : 12); /* killed while it waits */
+	}
+	ck_assert_int_eq(lock_pipe_byte(p[0], 5000), 'o');
+	usleep(200000);
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	{
+		pid_t got = 0;
+
+		for (int i = 0; i < 300 && got == 0; i++) { /* not stuck in the daemon's wait */
+			got = waitpid(pid, &status, WNOHANG);
+			if (got == 0)
+				usleep(10000);
+		}
+		ck_assert_int_eq(got, pid);
+	}
+	ck_assert(WIFSIGNALED(status));
+	ck_assert_int_eq(flock(r, LOCK_UN), 0);
+	ck_assert_int_eq(lock_setlk(r, F_SETLK, F_UNLCK, 0, 0), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int w = open(mu_path("l"), O_WRONLY);
+
+		_exit(w >= 0 && flock(w, LOCK_EX | LOCK_NB) == 0 && lock_setlk(w, F_SETLK, F_WRLCK, 0, 0) == 0 ? 0 : 20);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "last child: status %d", WEXITSTATUS(status));
+	close(p[0]);
+	close(p[1]);
+	ck_assert_int_eq(close(r), 0);
+}
+END_TEST
+
+/* A holder killed with SIGKILL: its flock and POSIX locks go (with its descriptors). */
+START_TEST(killed_holder_locks_go)
+{
+	struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+	int w, p[2], status;
+	pid_t pid;
+
+	lock_file("l", 10000);
+	ck_assert_int_eq(pipe(p), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int r = open(mu_path("l"), O_RDONLY);
+
+		if (r < 0 || flock(r, LOCK_SH) != 0 || lock_setlk(r, F_SETLK, F_RDLCK, 0, 0) != 0)
+			_exit(10);
+		if (write(p[1], "l", 1) != 1)
+			_exit(11);
+		pause();
+		_exit(12);
+	}
+	ck_assert_int_eq(lock_pipe_byte(p[0], 5000), 'l');
+	w = open(mu_path("l"), O_WRONLY | O_TRUNC); /* beside the child's reader: the name moves */
+	ck_assert_int_ge(w, 0);
+	ck_assert_int_eq(flock(w, LOCK_EX | LOCK_NB), -1);
+	ck_assert_int_eq(errno, EWOULDBLOCK);
+	ck_assert_int_eq(fcntl(w, F_GETLK, &fl), 0);
+	ck_assert_int_eq(fl.l_type, F_RDLCK);
+	ck_assert_int_eq(fl.l_pid, pid);
+	ck_assert_int_eq(lock_setlk(w, F_SETLK, F_WRLCK, 0, 0), -1);
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	MU_EVENTUALLY(lock_setlk(w, F_SETLK, F_WRLCK, 0, 0) == 0);
+	MU_EVENTUALLY(flock(w, LOCK_EX | LOCK_NB) == 0);
+	close(p[0]);
+	close(p[1]);
+	ck_assert_int_eq(close(w), 0);
+}
+END_TEST
+
 static Suite *mount_suite(void)
 {
 	Suite *s = suite_create("mount");
@@ -3677,6 +4003,12 @@ static Suite *mount_suite(void)
 		int timeout;
 	} cases[] = {
 		{"write_then_mmap", write_then_mmap, 30},
+		{"flock_across_version_move", flock_across_version_move, 30},
+		{"fcntl_lock_across_version_move", fcntl_lock_across_version_move, 30},
+		{"fcntl_lock_ranges", fcntl_lock_ranges, 30},
+		{"blocked_lock_waits_for_unlock", blocked_lock_waits_for_unlock, 30},
+		{"blocked_lock_interrupted", blocked_lock_interrupted, 30},
+		{"killed_holder_locks_go", killed_holder_locks_go, 30},
 		{"stat_fields", stat_fields, 30},
 		{"rename_over_while_mapped", rename_over_while_mapped, 30},
 		{"unlink_while_mapped", unlink_while_mapped, 30},

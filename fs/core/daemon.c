@@ -23,6 +23,8 @@ int wfs_fs_init(struct wfs_fs *fs)
 		ret = pthread_cond_init(&fs->check_done, NULL);
 	if (ret == 0)
 		ret = pthread_cond_init(&fs->mapped.due, NULL);
+	if (ret == 0)
+		ret = -wfs_filelocks_init(&fs->filelocks);
 	wfs_map_init(&fs->inodes);
 	wfs_map_init(&fs->objects);
 	wfs_map_init(&fs->checks);
@@ -33,6 +35,13 @@ int wfs_fs_init(struct wfs_fs *fs)
 
 void wfs_fs_release(struct wfs_fs *fs)
 {
+	struct wfs_filelock_wait *left, *next;
+
+	wfs_filelocks_release(&fs->filelocks, &left);
+	for (; left; left = next) { /* requests the ended session will never hear of */
+		next = left->next;
+		free(left);
+	}
 	wfs_handles_release(fs);
 	wfs_inodes_release(fs);
 	wfs_objects_release(fs);

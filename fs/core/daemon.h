@@ -18,6 +18,7 @@
  *   kernel.[ch]    what the core asks of the kernel (backing files, news)
  *   commit.[ch]    when the catalog's batched changes are committed (the committer thread)
  *   map.[ch]       the hash table under the in-memory tables
+ *   filelock.[ch]  flock and POSIX locks per lock identity, which a moved inode shares (own mutex)
  *
  * Locking. fs->lock protects the catalog handle, the four tables (inodes, objects, checks, handles)
  * and every field marked (L) in any core header. A version's own lock protects its bytes and state
@@ -48,6 +49,7 @@
 #include "check.h"
 #include "commit.h"
 #include "digest.h"
+#include "filelock.h"
 #include "kernel.h"
 #include "lock.h"
 #include "map.h"
@@ -135,6 +137,7 @@ struct wfs_fs {
 	struct wfs_handle *handles;   /* (L) open handles (openmode.c): the kernel sends no release for
 				       * those still open at unmount; freed at exit */
 	struct wfs_moved_ring moved;  /* (L) inodes a name just moved to for a writer (openmode.c) */
+	struct wfs_filelocks filelocks; /* flock and POSIX locks (filelock.h; its own mutex, after fs->lock) */
 	unsigned claims_waiting;      /* (L) claims waiting for another file's writer (claim.c) */
 	unsigned releases_telling;    /* (L) releases whose news the kernel has not been told yet: an
 				       * open waiting for a release waits for those too (seal.h,

@@ -279,6 +279,10 @@ int wfs_openmode_move(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, s
 		return ret == -ENOENT ? 0 : ret;
 	in->io.replaced = true;
 	in->io.moved_to = fresh.ino;
+	/* Locks follow the name: the new inode shares the old one's lock identity (filelock.h). */
+	if (wfs_filelock_moved(&fs->filelocks, in->ino, fresh.ino) != 0)
+		wfs_log(WFS_LOG_WARN, "inode %llu: moved to %llu with its locks left behind: no memory",
+			(unsigned long long)in->ino, (unsigned long long)fresh.ino);
 	news->ino = in->ino;
 	news->moved = true;
 	moved_note(fs, fresh.ino);

@@ -184,7 +184,8 @@ void wfs_openmode_read_done(struct wfs_fs *fs, int fd, off_t off, size_t len);
 /*
  * close(2) of a descriptor of @h by thread @tid (FLUSH): seals the version when this close ends its
  * writing (writer.h). Returns 0 or the seal's -errno (close(2) returns it). @news: see seal.h.
- * Never sent for a read-only passthrough handle (noflush in its open reply).
+ * Not sent for a read-only passthrough handle (noflush in its open reply), unless the file had
+ * POSIX locks asked before its open (filelock.h, wfs_filelock_flush_wanted()).
  */
 int wfs_openmode_flush(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struct wfs_news *news);
 /*
