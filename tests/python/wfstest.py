@@ -32,16 +32,33 @@ def umount(mnt):
     time.sleep(0.3)
 
 
-def objects(store):
-    """{relative path: (size, mtime_ns, inode)} of the object files under STORE/objects."""
+def _objects_now(store):
     out = {}
     top = os.path.join(store, "objects")
     for d, _, files in os.walk(top):
         for f in files:
             p = os.path.join(d, f)
-            st = os.lstat(p)
+            try:
+                st = os.lstat(p)
+            except FileNotFoundError:
+                continue  # removed meanwhile: the next listing settles it
             out[os.path.relpath(p, top)] = (st.st_size, st.st_mtime_ns, st.st_ino)
     return out
+
+
+def objects(store, settle_s=0.3, timeout_s=10.0):
+    """{relative path: (size, mtime_ns, inode)} of the object files under STORE/objects, once two
+    listings settle_s apart agree (up to timeout_s): a file closed just before is sealed at its
+    release, after close(2) returned, and its object may still be on its way (a loaded machine
+    took seconds)."""
+    deadline = time.monotonic() + timeout_s
+    last = _objects_now(store)
+    while True:
+        time.sleep(settle_s)
+        now = _objects_now(store)
+        if now == last or time.monotonic() > deadline:
+            return now
+        last = now
 
 
 def xxhsum(path):
