@@ -812,13 +812,15 @@ static void wfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 	if (ret)
 		goto out;
 	in = wfs_inode_get(fs, &a);
+	if (in)
+		wfs_inode_pin(in); /* a seal's wait drops fs->lock (wfs_inode_pin()) */
 	ret = in ? wfs_openmode_create(fs, in, fi->flags, tid_of(req), &h, &r) : -ENOMEM;
-	if (ret) {
+	if (ret)
 		undo_create(fs, parent, name);
-		if (in)
-			wfs_inode_maybe_free(fs, in);
+	if (in)
+		wfs_inode_unpin(fs, in); /* after the undo: frees it, nameless; on success @h holds it */
+	if (ret)
 		goto out;
-	}
 	ret = make_entry(fs, &a, &e); /* finds @in: cannot fail */
 	assert(ret == 0);
 	set_open_reply(fi, h, &r);

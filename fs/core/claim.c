@@ -157,11 +157,12 @@ int wfs_claim(struct wfs_fs *fs, uint64_t ino, const struct wfs_digest *d)
 	in = wfs_inode_get(fs, &a);
 	if (!in)
 		return -ENOMEM;
+	wfs_inode_pin(in); /* the wait drops fs->lock (wfs_inode_pin()) */
 	/* The opens of a file the kernel writes share its version's file, which the claim fills. */
 	ret = wfs_openmode_on_version(in) ? 0 : wfs_openmode_wait_readers(fs, in);
 	if (ret == 0)
 		ret = wfs_claim_inode(fs, in, d);
-	wfs_inode_maybe_free(fs, in);
+	wfs_inode_unpin(fs, in);
 	return ret;
 }
 

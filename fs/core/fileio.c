@@ -304,14 +304,17 @@ int wfs_fileio_truncate(struct wfs_fs *fs, uint64_t ino, struct wfs_handle *h, u
 	if (in->io.replaced) /* a stale name: the kernel looks it up again */
 		return wfs_openmode_stale_writer(fs, in);
 	ret = h ? 0 : wfs_openmode_move(fs, in, a.nlink, news);
-	if (ret == 1)
+	if (ret == 1) {
+		wfs_inode_maybe_free(fs, in);
 		return -ESTALE; /* truncate(2) retries on the name's new inode */
+	}
+	/* The waits drop fs->lock: pinned, as a lookup need not keep it (wfs_inode_pin()). */
+	wfs_inode_pin(in);
 	/* Readers sharing a passthrough writer's file see the change as they would on any file. */
 	if (ret == 0 && !wfs_openmode_on_version(in))
 		ret = wfs_openmode_wait_readers(fs, in);
 	if (ret == 0)
 		ret = set_size(fs, in, h, size, news);
-	if (ret)
-		wfs_inode_maybe_free(fs, in);
+	wfs_inode_unpin(fs, in);
 	return ret;
 }

@@ -181,13 +181,25 @@ void wfs_inode_maybe_free(struct wfs_fs *fs, struct wfs_inode *in)
 {
 	uint64_t ino = in->ino;
 
-	if (in->nlookup || in->io.nopen || in->writer)
+	if (in->nlookup || in->io.nopen || in->writer || in->pins)
 		return;
 	assert(in->io.ncached == 0 && in->io.npassthrough == 0 && in->io.nwritable == 0);
 	wfs_object_expect_end(fs, &in->expecting);
 	wfs_map_remove(&fs->inodes, &in->node);
 	free(in);
 	wfs_inode_maybe_drop(fs, ino);
+}
+
+void wfs_inode_pin(struct wfs_inode *in)
+{
+	in->pins++;
+}
+
+void wfs_inode_unpin(struct wfs_fs *fs, struct wfs_inode *in)
+{
+	assert(in->pins > 0);
+	in->pins--;
+	wfs_inode_maybe_free(fs, in);
 }
 
 void wfs_inodes_release(struct wfs_fs *fs)

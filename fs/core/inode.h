@@ -34,6 +34,10 @@ struct wfs_inode {
 	struct wfs_map_node node;    /* key: ino */
 	uint64_t ino;
 	uint64_t nlookup;            /* (L) the kernel's lookup count (inode.c) */
+	/* (L) Requests that hold this entry across a drop of fs->lock (an open's waits, a truncate's):
+	 * it is not freed under them (wfs_inode_pin()). A lookup is not enough to keep it: a successor
+	 * counts none of the lookups the kernel got from a dead server (docs/design.md, "Takeover"). */
+	unsigned pins;
 	struct wfs_iomode io;        /* (L) open handles and how they are served (openmode.c) */
 	struct wfs_version *writer;  /* (L) version being written, or NULL (seal.c; holds a reference) */
 	/* (L) The kernel may hold attributes of @writer that its seal will change (a ctime): set when
@@ -106,8 +110,14 @@ void wfs_inode_lookup(struct wfs_inode *in);
  * is the kernel forgetting it whole, and it is dropped then if it has no name.
  */
 void wfs_inode_forget(struct wfs_fs *fs, uint64_t ino, uint64_t nlookup);
-/* Free @in if unused (no lookups, no handles, no writer); drop it from the catalog if unlinked. */
+/* Free @in if unused (no lookups, handles, writer or pins); drop it from the catalog if unlinked. */
 void wfs_inode_maybe_free(struct wfs_fs *fs, struct wfs_inode *in);
+/*
+ * Keep @in while the caller may drop fs->lock (an open waiting for releases, a seal's copy);
+ * wfs_inode_unpin() lets it go, and frees it if nothing else holds it (wfs_inode_maybe_free()).
+ */
+void wfs_inode_pin(struct wfs_inode *in);
+void wfs_inode_unpin(struct wfs_fs *fs, struct wfs_inode *in);
 /*
  * Catalog side: drop inode @ino if it has no name and nothing in the kernel refers to it, releasing
  * its object. A failed drop is left for wfs_catalog_recover() at the next mount, and so is an inode

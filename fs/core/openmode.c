@@ -546,20 +546,16 @@ static bool passthrough_finished(struct wfs_inode *in)
 	       !wfs_version_refused(v);
 }
 
-int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, int flags, pid_t tid,
-		      struct wfs_handle **hp, struct wfs_open_reply *r, struct wfs_news *news)
+/* wfs_openmode_open() of @in (pinned: it stays while the waits below drop fs->lock). */
+static int open_pinned(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_attr a, bool writable, int flags,
+		       pid_t tid, struct wfs_handle **hp, struct wfs_open_reply *r, struct wfs_news *news)
 {
 	bool truncate = flags & O_TRUNC;
+	uint64_t ino = in->ino;
 	struct wfs_version *v;
-	struct wfs_inode *in;
 	struct wfs_handle *h;
-	struct wfs_attr a;
 	int ret;
 
-	*r = (struct wfs_open_reply){0};
-	ret = wfs_inode_get_file(fs, ino, false, &a, &in);
-	if (ret)
-		return ret;
 	if (!writable && passthrough_finished(in)) {
 		/* The bytes of a file the kernel wrote, whose writer's close(2) said they are done: read
 		 * from its version's file while the seal hashes and publishes them, without waiting. */
@@ -571,9 +567,10 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, int flags,
 		 * passthrough readers that stay (ETXTBSY). A release that has just finished may still be
 		 * telling the kernel (fs->releases_telling): waited for too, whichever inode it was. */
 		wfs_openmode_wait_release(fs, ino);
-		ret = wfs_inode_get_file(fs, ino, false, &a, &in);
+		ret = wfs_catalog_getattr(fs->catalog, ino, &a); /* @in, pinned, is still the entry */
 		if (ret)
 			return ret;
+		wfs_inode_attr_note(fs, &a);
 	}
 	/* A writer must reach the name's new inode: the kernel looks the name up again. A reader that
 	 * looked the name up before it moved opens what it found, as an open racing a rename does. */
@@ -637,6 +634,26 @@ int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, int flags,
 	count_open(fs, h);
 	*hp = h;
 	return 0;
+}
+
+int wfs_openmode_open(struct wfs_fs *fs, uint64_t ino, bool writable, int flags, pid_t tid,
+		      struct wfs_handle **hp, struct wfs_open_reply *r, struct wfs_news *news)
+{
+	struct wfs_inode *in;
+	struct wfs_attr a;
+	int ret;
+
+	*r = (struct wfs_open_reply){0};
+	ret = wfs_inode_get_file(fs, ino, false, &a, &in);
+	if (ret)
+		return ret;
+	/* The waits below drop fs->lock, and a lookup need not keep @in meanwhile: after a takeover
+	 * this server counts none of the kernel's lookups, so the release of another handle (an
+	 * adopted writer's) would free it under this open. */
+	wfs_inode_pin(in);
+	ret = open_pinned(fs, in, a, writable, flags, tid, hp, r, news);
+	wfs_inode_unpin(fs, in);
+	return ret;
 }
 
 int wfs_openmode_open_lent(struct wfs_fs *fs, uint64_t ino, struct wfs_handle **hp, struct wfs_open_reply *r)
