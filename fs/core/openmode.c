@@ -484,9 +484,6 @@ static int open_writer_passthrough(struct wfs_fs *fs, struct wfs_inode *in, stru
 			return 0;
 		wfs_seal_join(h, v);
 	} else {
-		/* The create's handle, closed before this reopen, may not be released yet. */
-		if (io->nopen > 0 && io->npassthrough == 0 && io->ncached == io->ncached_closed)
-			wait_released(fs, &io->ncached, 100);
 		if (io->nopen > 0 || in->writer)
 			return 0;
 		if (wfs_seal_declared_size(fs, in->ino, &declared))
@@ -533,6 +530,24 @@ static int open_writer_passthrough(struct wfs_fs *fs, struct wfs_inode *in, stru
 }
 
 /*
+ * Before a writable open decides whether to move @in's names (wfs_openmode_move()): a handle closed
+ * just before this open (the create's, or the last '>>' of a loop) may not be released yet, and
+ * with it gone the open may be written through passthrough (open_writer_passthrough()). Give its
+ * release up to 100 ms, dropping fs->lock. Waited for before the decision, not after: a writer
+ * that waited after it, not yet counted, let another writer's open move the names away meanwhile,
+ * and went on in the old inode, which no name reaches: its write(2)s returned success and were lost.
+ */
+static void wait_closed_release(struct wfs_fs *fs, struct wfs_inode *in)
+{
+	struct wfs_iomode *io = &in->io;
+
+	if (!atomic_load(&fs->passthrough) || !fs->opt.passthrough_writes || wfs_openmode_on_version(in))
+		return;
+	if (io->nopen > 0 && io->npassthrough == 0 && io->ncached == io->ncached_closed)
+		wait_released(fs, &io->ncached, 100);
+}
+
+/*
  * Written through passthrough, and finished: every writer has closed, the last close(2) said the
  * bytes are done (closing.h FINISH), and no close refused their size. Its version's file is the
  * inode's backing file until the last passthrough open closes (struct wfs_iomode). (Not the version
@@ -572,6 +587,8 @@ static int open_pinned(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_attr 
 			return ret;
 		wfs_inode_attr_note(fs, &a);
 	}
+	if (writable)
+		wait_closed_release(fs, in);
 	/* A writer must reach the name's new inode: the kernel looks the name up again. A reader that
 	 * looked the name up before it moved opens what it found, as an open racing a rename does. */
 	if (in->io.replaced && writable)
@@ -582,25 +599,32 @@ static int open_pinned(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_attr 
 			return -ESTALE; /* the VFS retries on the name's new inode */
 		if (ret < 0)
 			return ret;
+		/* The names stay here for this writer from now on: it counts as one while what follows
+		 * drops fs->lock (a version's copy or check, waits for readers), so that no other
+		 * writer's open moves them away meanwhile, leaving this one writing an inode that no
+		 * name reaches. count_open() counts it for good. */
+		in->io.nwritable++;
 	}
 	h = handle_new(fs, in, writable);
-	if (!h)
+	if (!h) {
+		in->io.nwritable -= writable;
 		return -ENOMEM;
+	}
 	h->opener_tid = writable ? tid : 0;
 	h->append = writable && (flags & O_APPEND);
 	ret = writable ? open_writer_passthrough(fs, in, h, flags, tid, r) : 0;
 	if (ret < 0) {
+		in->io.nwritable--;
 		handle_free(fs, h);
 		return ret;
 	}
 	if (ret == 1) {
-		/* passthrough writer: counted below */
+		in->io.nwritable--; /* passthrough writer: count_open() below counts it */
 	} else if (writable) {
 		/* Daemon-served. Counted as open before the waits below drop fs->lock: an open that comes
 		 * meanwhile must find it and be daemon-served too, not start a passthrough file beside it
 		 * (the kernel fails an open whose mode differs from the inode's others with EIO). */
 		in->io.nopen++;
-		in->io.nwritable++; /* and not moved away from it meanwhile (wfs_openmode_move()) */
 		in->io.ncached++;
 		ret = wfs_openmode_wait_readers(fs, in);
 		if (ret == 0 && truncate) {
@@ -611,7 +635,7 @@ static int open_pinned(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_attr 
 				wfs_version_put(v);
 			}
 		}
-		in->io.nopen--; /* count_open() below counts it */
+		in->io.nopen--; /* count_open() below counts them */
 		in->io.nwritable--;
 		if (ret) {
 			if (--in->io.ncached == 0)
