@@ -568,7 +568,7 @@ static void wfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 }
 
 static int do_setattr(struct wfs_fs *fs, fuse_ino_t ino, const struct stat *st, int to_set,
-		      struct fuse_file_info *fi, struct stat *out, struct wfs_news *news)
+		      struct fuse_file_info *fi, pid_t tid, struct stat *out, struct wfs_news *news)
 {
 	struct wfs_attr a, in_attr = {0};
 	unsigned valid = 0;
@@ -578,7 +578,7 @@ static int do_setattr(struct wfs_fs *fs, fuse_ino_t ino, const struct stat *st, 
 	if (ret)
 		return ret;
 	if (to_set & FUSE_SET_ATTR_SIZE) {
-		ret = wfs_fileio_truncate(fs, ino, fi ? handle_of(fi) : NULL, (uint64_t)st->st_size, news);
+		ret = wfs_fileio_truncate(fs, ino, fi ? handle_of(fi) : NULL, (uint64_t)st->st_size, tid, news);
 		if (ret)
 			return ret;
 		if (a.size != (uint64_t)st->st_size && !(to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW)))
@@ -639,7 +639,7 @@ static void wfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int t
 	if (stale(fi))
 		fi = NULL; /* the attributes are the inode's, whoever asks */
 	wfs_lock(&fs->lock);
-	ret = do_setattr(fs, ino, attr, to_set, fi, &st, &news);
+	ret = do_setattr(fs, ino, attr, to_set, fi, tid_of(req), &st, &news);
 	wfs_unlock(&fs->lock);
 	/* A moved name is told after the reply: truncate(2) holds the old inode's lock meanwhile. */
 	if (!news.moved)

@@ -291,7 +291,7 @@ static int set_size(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_handle *
 	return ret;
 }
 
-int wfs_fileio_truncate(struct wfs_fs *fs, uint64_t ino, struct wfs_handle *h, uint64_t size,
+int wfs_fileio_truncate(struct wfs_fs *fs, uint64_t ino, struct wfs_handle *h, uint64_t size, pid_t tid,
 		      struct wfs_news *news)
 {
 	struct wfs_inode *in;
@@ -302,8 +302,8 @@ int wfs_fileio_truncate(struct wfs_fs *fs, uint64_t ino, struct wfs_handle *h, u
 	if (ret)
 		return ret;
 	if (in->io.replaced) /* a stale name: the kernel looks it up again */
-		return wfs_openmode_stale_writer(fs, in);
-	ret = h ? 0 : wfs_openmode_move(fs, in, a.nlink, news);
+		return wfs_openmode_stale_writer(fs, in, tid);
+	ret = h ? 0 : wfs_openmode_move(fs, in, a.nlink, tid, news);
 	if (ret == 1) {
 		wfs_inode_maybe_free(fs, in);
 		return -ESTALE; /* truncate(2) retries on the name's new inode */

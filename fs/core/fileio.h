@@ -48,9 +48,10 @@ ssize_t wfs_fileio_copy_range(struct wfs_fs *fs, struct wfs_handle *hin, off_t o
  * unless a writable handle is open on it (then at its close). @h: the handle (ftruncate), or NULL.
  * Through a handle, a size that does not fit dtype/shape is refused now. Returns 0, or -ESTALE (the
  * name moved to a new inode: the kernel looks it up again), -ETXTBSY, -EISDIR, -EINVAL, the seal's
- * -errno. @news: a never-sealed name removed (wfs_seal_writer_gone()), and a moved name.
+ * -errno. @tid: the calling thread (its retry after -ESTALE goes ahead in place). @news: a
+ * never-sealed name removed (wfs_seal_writer_gone()), and a moved name.
  */
-int wfs_fileio_truncate(struct wfs_fs *fs, uint64_t ino, struct wfs_handle *h, uint64_t size,
+int wfs_fileio_truncate(struct wfs_fs *fs, uint64_t ino, struct wfs_handle *h, uint64_t size, pid_t tid,
 		      struct wfs_news *news);
 
 #endif

@@ -138,9 +138,13 @@ bool wfs_openmode_on_version(const struct wfs_inode *in)
 /*
  * The writer's retry after a move must not be moved again, or it gets ESTALE (the VFS retries once):
  * a reader may open the new inode between the retry's LOOKUP and its OPEN. So the new inode is noted
- * for a second; its next writable open goes ahead in place (moved_take), and a reader that comes
- * first is daemon-served (moved_pending), which a writer may join, instead of taking a passthrough
- * backing file that would refuse it.
+ * for a second with the thread whose retry is on its way (the VFS retries in the same call). Until
+ * that retry comes, writable opens of the inode go ahead in place (moved_take): the retry, and any
+ * other writer, which would otherwise move the name again and leave the retry a second ESTALE. The
+ * retry takes its own pass; another writer takes none (when the first writer beside the readers
+ * took the pass, the next one moved the name from under a retry still on its way: ESTALE from
+ * open(2)). A reader that comes in that time is daemon-served, which a writer may join, instead of
+ * taking a passthrough backing file that would refuse it.
  */
 static bool before(const struct timespec *a, const struct timespec *b)
 {
@@ -149,21 +153,28 @@ static bool before(const struct timespec *a, const struct timespec *b)
 
 static struct wfs_moved *moved_find(struct wfs_fs *fs, uint64_t ino);
 
-/* One more writer's retry to let in place on inode @ino, for a second from now. */
-static void moved_note(struct wfs_fs *fs, uint64_t ino)
+/* Thread @tid's retry (0: a thread not known) to let in place on inode @ino, for a second from now. */
+static void moved_note(struct wfs_fs *fs, uint64_t ino, pid_t tid)
 {
 	struct wfs_moved *slot = moved_find(fs, ino);
 	struct timespec now;
+	size_t i;
 
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	if (!slot) {
 		slot = &fs->moved.slot[0];
-		for (size_t i = 0; i < sizeof(fs->moved.slot) / sizeof(fs->moved.slot[0]); i++)
+		for (i = 0; i < sizeof(fs->moved.slot) / sizeof(fs->moved.slot[0]); i++)
 			if (before(&fs->moved.slot[i].until, &slot->until))
 				slot = &fs->moved.slot[i]; /* the oldest (or an empty one) */
 		*slot = (struct wfs_moved){.ino = ino};
 	}
-	slot->passes++;
+	for (i = 0; tid && i < sizeof(slot->retrying) / sizeof(slot->retrying[0]); i++)
+		if (slot->retrying[i] == 0 || slot->retrying[i] == tid)
+			break;
+	if (tid && i < sizeof(slot->retrying) / sizeof(slot->retrying[0]))
+		slot->retrying[i] = tid;
+	else
+		slot->passes++;
 	slot->until = now;
 	slot->until.tv_sec += 1;
 }
@@ -182,16 +193,31 @@ static struct wfs_moved *moved_find(struct wfs_fs *fs, uint64_t ino)
 	return NULL;
 }
 
-static bool moved_take(struct wfs_fs *fs, uint64_t ino)
+/* May a writable open of @ino by thread @tid go ahead in place (a retry on its way)? Takes @tid's
+ * pass, or one of the threads not known when @tid has none of its own (and there is one). */
+static bool moved_take(struct wfs_fs *fs, uint64_t ino, pid_t tid)
 {
 	struct wfs_moved *m = moved_find(fs, ino);
+	bool named = false, took = false;
+	size_t i;
 
-	if (m && --m->passes == 0)
-		*m = (struct wfs_moved){0};
-	return m != NULL;
+	if (!m)
+		return false;
+	for (i = 0; i < sizeof(m->retrying) / sizeof(m->retrying[0]); i++) {
+		if (tid && m->retrying[i] == tid) {
+			m->retrying[i] = 0;
+			took = true;
+		}
+		named = named || m->retrying[i] != 0;
+	}
+	if (!took && !named && m->passes > 0)
+		m->passes--;
+	if (m->passes == 0 && !named)
+		*m = (struct wfs_moved){0}; /* every retry on its way came */
+	return true;
 }
 
-int wfs_openmode_stale_writer(struct wfs_fs *fs, struct wfs_inode *in)
+int wfs_openmode_stale_writer(struct wfs_fs *fs, struct wfs_inode *in, pid_t tid)
 {
 	uint64_t ino = in->io.moved_to;
 	struct wfs_inode *next;
@@ -200,7 +226,7 @@ int wfs_openmode_stale_writer(struct wfs_fs *fs, struct wfs_inode *in)
 	for (int hops = 0; hops < 8 && (next = wfs_inode_find(fs, ino)) != NULL && next->io.replaced; hops++)
 		ino = next->io.moved_to;
 	if (ino)
-		moved_note(fs, ino);
+		moved_note(fs, ino, tid);
 	return -ESTALE;
 }
 
@@ -265,12 +291,12 @@ static void wait_split_writes(struct wfs_fs *fs, struct wfs_inode *in)
 	}
 }
 
-int wfs_openmode_move(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, struct wfs_news *news)
+int wfs_openmode_move(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, pid_t tid, struct wfs_news *news)
 {
 	struct wfs_attr fresh;
 	int ret;
 
-	if (moved_take(fs, in->ino))
+	if (moved_take(fs, in->ino, tid))
 		return 0; /* the writer's retry: readers that came first are daemon-served, join them */
 	if (!in->sealed || in->writer || in->io.nwritable > 0 || in->io.nopen == 0 || nlink == 0)
 		return 0; /* nlink 0: open but unlinked, no name to move */
@@ -285,7 +311,7 @@ int wfs_openmode_move(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, s
 			(unsigned long long)in->ino, (unsigned long long)fresh.ino);
 	news->ino = in->ino;
 	news->moved = true;
-	moved_note(fs, fresh.ino);
+	moved_note(fs, fresh.ino, tid);
 	fs->counters.moved_from_readers++;
 	wfs_log(WFS_LOG_DEBUG, "inode %llu: opened for writing while %u readers hold it: name moved to inode "
 		"%llu", (unsigned long long)in->ino, in->io.nopen, (unsigned long long)fresh.ino);
@@ -592,9 +618,9 @@ static int open_pinned(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_attr 
 	/* A writer must reach the name's new inode: the kernel looks the name up again. A reader that
 	 * looked the name up before it moved opens what it found, as an open racing a rename does. */
 	if (in->io.replaced && writable)
-		return wfs_openmode_stale_writer(fs, in);
+		return wfs_openmode_stale_writer(fs, in, tid);
 	if (writable) {
-		ret = wfs_openmode_move(fs, in, a.nlink, news);
+		ret = wfs_openmode_move(fs, in, a.nlink, tid, news);
 		if (ret == 1)
 			return -ESTALE; /* the VFS retries on the name's new inode */
 		if (ret < 0)

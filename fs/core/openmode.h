@@ -112,7 +112,8 @@ struct wfs_moved_ring {
 	struct wfs_moved {
 		uint64_t ino;
 		struct timespec until; /* CLOCK_MONOTONIC */
-		unsigned passes;       /* writers' retries still to let in place */
+		pid_t retrying[4];     /* threads whose retry is on its way (their own pass), 0: free */
+		unsigned passes;       /* retries of threads not named (no room, or no thread known) */
 	} slot[16];
 };
 
@@ -224,18 +225,19 @@ int wfs_openmode_release_lent(struct wfs_fs *fs, struct wfs_handle *h);
  * catalog) while readers hold it moves its names, all hard links together, to a new inode with the
  * same attributes, xattrs and content (wfs_catalog_inode_replace); the readers keep the old inode and
  * its object. Files with no name left, files already being written or with writers, and the writer's
- * own retry (noted for a second) stay.
+ * own retry (noted for a second for thread @tid, the caller's) stay.
  * Returns 1 (moved: reply ESTALE, then send @news), 0 (go on in place) or -errno of the catalog.
  */
-int wfs_openmode_move(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, struct wfs_news *news);
+int wfs_openmode_move(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, pid_t tid, struct wfs_news *news);
 /*
  * A writer reached @in, whose name moved to a new inode (in->io.replaced): it gets ESTALE, and its
  * retry on the name's inode now (the last of the moves that @in's name made, as far as they are
  * known in memory) goes ahead in place like the mover's own retry, instead of being moved again by
  * readers that opened the new inode meanwhile: the VFS retries only once, and a second ESTALE
- * reached open(2) or truncate(2) (four '>>' loops beside readers: 4 to 10 in 10 s). Returns -ESTALE.
+ * reached open(2) or truncate(2) (four '>>' loops beside readers: 4 to 10 in 10 s). @tid: the
+ * caller's thread, whose retry it is. Returns -ESTALE.
  */
-int wfs_openmode_stale_writer(struct wfs_fs *fs, struct wfs_inode *in);
+int wfs_openmode_stale_writer(struct wfs_fs *fs, struct wfs_inode *in, pid_t tid);
 /*
  * A change to @in's content in place: wait up to 500 ms for passthrough readers that are closing,
  * then -ETXTBSY (logged once) if some remain. May drop fs->lock. Returns 0 or -ETXTBSY.
