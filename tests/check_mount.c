@@ -778,13 +778,15 @@ static void *open_create_truncating(void *arg)
 START_TEST(seal_before_a_writer_joins)
 {
 	size_t len = 3 * 4096, zlen = 2 * 4096;
-	unsigned char *b = mu_pattern(len, 100), *zeros = calloc(1, zlen);
+	unsigned char *b, *zeros;
 	pthread_t t;
 	void *ret;
 	int fd;
 
 	if (!mu_kernel_writes())
 		return; /* the daemon writes: no backing file to register */
+	b = mu_pattern(len, 100);
+	zeros = calloc(1, zlen);
 	mu_daemon_stop();
 	snprintf(mu.delay, sizeof(mu.delay), "openmode.backing=300,seal.after-digest=400");
 	mu_daemon_start();
