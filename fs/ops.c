@@ -491,12 +491,15 @@ static void wfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	WFS_OPS_COUNT(LOOKUP);
 	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct fuse_entry_param e;
+	struct wfs_news news = {0};
 	struct wfs_attr a;
 	int ret = check_name(name);
 
 	wfs_lock(&fs->lock);
 	if (ret == 0)
 		ret = wfs_catalog_lookup(fs->catalog, parent, name, &a);
+	if (ret == 0)
+		ret = wfs_openmode_lookup(fs, &a, tid_of(req), &news); /* a writer's retry (openmode.h) */
 	if (ret == 0)
 		ret = make_entry(fs, &a, &e);
 	if (ret == 0)
@@ -510,6 +513,7 @@ static void wfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	reply_entry_or_err(req, ret, &e);
+	wfs_ops_news_send(fs, &news); /* the moved names' other dentries go */
 }
 
 static void wfs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -873,6 +877,8 @@ static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		ret = wfs_openmode_open(fs, ino, writable, fi->flags, tid_of(req), &h, &r, &news);
 	wfs_unlock(&fs->lock);
 	wfs_delay("open.reply"); /* test-only: the kernel hears of an O_TRUNC after the daemon did it */
+	if (ret == -ESTALE)
+		wfs_delay("open.estale"); /* test-only: a rename comes before the writer's retry */
 	if (ret == 0 && r.noflush && wfs_filelock_flush_wanted(&fs->filelocks, ino))
 		r.noflush = false; /* its close(2) drops the closer's POSIX locks (filelock.h) */
 	if (ret) {

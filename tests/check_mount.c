@@ -762,6 +762,57 @@ START_TEST(append_beside_a_truncating_open)
 }
 END_TEST
 
+/*
+ * A writer's open that got ESTALE (its name moved from its readers) is retried by the VFS once, on
+ * the name as it is then. When a rename over the name came in between (held here: WFS_DELAY
+ * open.estale, 300 ms) and the renamed file has a reader too, the retry found a second inode to
+ * move, and open(2) failed with ESTALE (issue 33: rewrite_readers.py on 16 cores, 1-2 in 15 s).
+ * The retry's lookup moves that name instead, and the open succeeds.
+ */
+START_TEST(writer_retry_after_a_rename_over_its_name)
+{
+	size_t len = 3 * 4096;
+	unsigned char *a = mu_pattern(len, 101), *b = mu_pattern(len, 102), *c = mu_pattern(len, 103);
+	unsigned char got[16];
+	pthread_t t;
+	void *ret;
+	int ra, rb, w;
+
+	ck_assert_int_eq(mu_write_file(mu_path("n"), a, len), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("m"), b, len), 0);
+	ck_assert_int_eq(mu_await_seal(mu_path("n")), 0);
+	ck_assert_int_eq(mu_await_seal(mu_path("m")), 0);
+	mu_daemon_stop();
+	snprintf(mu.delay, sizeof(mu.delay), "open.estale=300");
+	mu_daemon_start();
+	ra = open(mu_path("n"), O_RDONLY);
+	rb = open(mu_path("m"), O_RDONLY);
+	ck_assert_int_ge(ra, 0);
+	ck_assert_int_ge(rb, 0);
+	ck_assert_int_eq(pthread_create(&t, NULL, open_truncating, (void *)mu_path("n")), 0);
+	usleep(100000); /* n moved from its reader; the writer's ESTALE is on its way */
+	ck_assert_int_eq(rename(mu_path("m"), mu_path("n")), 0);
+	ck_assert_int_eq(pthread_join(t, &ret), 0);
+	w = (int)(intptr_t)ret;
+	ck_assert_msg(w >= 0, "open O_TRUNC after a rename over the name failed");
+	ck_assert_int_eq(write(w, c, len), (ssize_t)len);
+	ck_assert_int_eq(close(w), 0);
+	mu_assert_file_equals(mu_path("n"), c, len);
+	ck_assert_int_eq(pread(ra, got, sizeof(got), 0), (ssize_t)sizeof(got));
+	ck_assert(memcmp(got, a, sizeof(got)) == 0); /* each reader keeps its bytes */
+	ck_assert_int_eq(pread(rb, got, sizeof(got), 0), (ssize_t)sizeof(got));
+	ck_assert(memcmp(got, b, sizeof(got)) == 0);
+	close(ra);
+	close(rb);
+	mu_daemon_stop();
+	mu.delay[0] = '\0';
+	mu_daemon_start();
+	free(a);
+	free(b);
+	free(c);
+}
+END_TEST
+
 static void *open_create_truncating(void *arg)
 {
 	return (void *)(intptr_t)open(arg, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -4135,6 +4186,7 @@ static Suite *mount_suite(void)
 		{"truncating_open_beside_a_split_write", truncating_open_beside_a_split_write, 30},
 		{"append_beside_a_truncating_open", append_beside_a_truncating_open, 30},
 		{"seal_before_a_writer_joins", seal_before_a_writer_joins, 30},
+		{"writer_retry_after_a_rename_over_its_name", writer_retry_after_a_rename_over_its_name, 30},
 		{"writable_open_changes_nothing", writable_open_changes_nothing, 30},
 		{"claim_waits_for_the_writer", claim_waits_for_the_writer, 30},
 		{"sparse_rewrite", sparse_rewrite, 60},

@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -291,6 +292,36 @@ static void wait_split_writes(struct wfs_fs *fs, struct wfs_inode *in)
 	}
 }
 
+/* Would a writable open of @in (@nlink names) move its names away from its readers? */
+static bool must_move(const struct wfs_inode *in, uint32_t nlink)
+{
+	return in->sealed && !in->writer && in->io.nwritable == 0 && in->io.nopen > 0 && nlink > 0;
+}
+
+/* Move @in's names to a new inode (*@fresh), noted for thread @tid's retry. Returns 0 (moved), 1
+ * (no name left to move) or -errno of the catalog. */
+static int move_names(struct wfs_fs *fs, struct wfs_inode *in, pid_t tid, struct wfs_news *news,
+		      struct wfs_attr *fresh)
+{
+	int ret = wfs_catalog_inode_replace(fs->catalog, in->ino, wfs_news_name, news, fresh);
+
+	if (ret)
+		return ret == -ENOENT ? 1 : ret;
+	in->io.replaced = true;
+	in->io.moved_to = fresh->ino;
+	/* Locks follow the name: the new inode shares the old one's lock identity (filelock.h). */
+	if (wfs_filelock_moved(&fs->filelocks, in->ino, fresh->ino) != 0)
+		wfs_log(WFS_LOG_WARN, "inode %llu: moved to %llu with its locks left behind: no memory",
+			(unsigned long long)in->ino, (unsigned long long)fresh->ino);
+	news->ino = in->ino;
+	news->moved = true;
+	moved_note(fs, fresh->ino, tid);
+	fs->counters.moved_from_readers++;
+	wfs_log(WFS_LOG_DEBUG, "inode %llu: opened for writing while %u readers hold it: name moved to inode "
+		"%llu", (unsigned long long)in->ino, in->io.nopen, (unsigned long long)fresh->ino);
+	return 0;
+}
+
 int wfs_openmode_move(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, pid_t tid, struct wfs_news *news)
 {
 	struct wfs_attr fresh;
@@ -298,24 +329,51 @@ int wfs_openmode_move(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, p
 
 	if (moved_take(fs, in->ino, tid))
 		return 0; /* the writer's retry: readers that came first are daemon-served, join them */
-	if (!in->sealed || in->writer || in->io.nwritable > 0 || in->io.nopen == 0 || nlink == 0)
+	if (!must_move(in, nlink))
 		return 0; /* nlink 0: open but unlinked, no name to move */
-	ret = wfs_catalog_inode_replace(fs->catalog, in->ino, wfs_news_name, news, &fresh);
-	if (ret)
-		return ret == -ENOENT ? 0 : ret;
-	in->io.replaced = true;
-	in->io.moved_to = fresh.ino;
-	/* Locks follow the name: the new inode shares the old one's lock identity (filelock.h). */
-	if (wfs_filelock_moved(&fs->filelocks, in->ino, fresh.ino) != 0)
-		wfs_log(WFS_LOG_WARN, "inode %llu: moved to %llu with its locks left behind: no memory",
-			(unsigned long long)in->ino, (unsigned long long)fresh.ino);
-	news->ino = in->ino;
-	news->moved = true;
-	moved_note(fs, fresh.ino, tid);
-	fs->counters.moved_from_readers++;
-	wfs_log(WFS_LOG_DEBUG, "inode %llu: opened for writing while %u readers hold it: name moved to inode "
-		"%llu", (unsigned long long)in->ino, in->io.nopen, (unsigned long long)fresh.ino);
-	return 1;
+	ret = move_names(fs, in, tid, news, &fresh);
+	return ret == 0 ? 1 : ret == 1 ? 0 : ret;
+}
+
+int wfs_openmode_lookup(struct wfs_fs *fs, struct wfs_attr *a, pid_t tid, struct wfs_news *news)
+{
+	struct wfs_moved *m = NULL;
+	struct wfs_inode *in;
+	struct wfs_attr fresh;
+	struct timespec now;
+	size_t i = 0, k;
+	int ret;
+
+	if (!tid || !S_ISREG(a->mode))
+		return 0;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	for (k = 0; !m && k < sizeof(fs->moved.slot) / sizeof(fs->moved.slot[0]); k++)
+		for (i = 0; i < sizeof(fs->moved.slot[k].retrying) / sizeof(fs->moved.slot[k].retrying[0]); i++)
+			if (fs->moved.slot[k].retrying[i] == tid && before(&now, &fs->moved.slot[k].until)) {
+				m = &fs->moved.slot[k];
+				break;
+			}
+	if (!m || m->ino == a->ino)
+		return 0; /* not a retry, or one that reaches the inode its name moved to */
+	in = wfs_inode_find(fs, a->ino);
+	if (in && in->io.replaced)
+		return 0; /* not the name's inode any more: its open gets ESTALE as any writer's would */
+	if (in && must_move(in, a->nlink)) {
+		m->retrying[i] = 0; /* the pass goes to the new inode (before moved_note() reuses @m) */
+		ret = move_names(fs, in, tid, news, &fresh);
+		if (ret)
+			m->retrying[i] = tid; /* not moved: @m is as it was */
+		else
+			*a = fresh;
+		return ret == 1 ? 0 : ret;
+	}
+	if (a->sealed && (!in || in->io.nopen == 0)) {
+		/* Nobody has it open: a reader that opens it before the retry's open comes is
+		 * daemon-served, and the retry joins it in place (moved_take()). */
+		m->retrying[i] = 0;
+		moved_note(fs, a->ino, tid);
+	}
+	return 0; /* else being written: the retry joins its writer */
 }
 
 /*
