@@ -15,6 +15,7 @@
 #include "fault.h"
 #include "inode.h"
 #include "log.h"
+#include "mapped.h"
 #include "object.h"
 #include "openmode.h"
 #include "seal.h"
@@ -993,6 +994,10 @@ void wfs_openmode_wait_release(struct wfs_fs *fs, uint64_t ino)
 			return;
 		in = wfs_inode_find(fs, ino);
 	}
+	/* Released, with a writable mapping that outlived its close: sealed when the mapping goes, which
+	 * munmap(2) may have done just before this request. */
+	if (in && in->writer)
+		wfs_mapped_settle(fs, in);
 	/* A release tells the kernel after it lets go of fs->lock (a dropped version's size, which the
 	 * kernel took from the writes): an open answered before that, even one that found the release
 	 * done, would read with the kernel's stale size. */
