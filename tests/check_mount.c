@@ -813,6 +813,74 @@ START_TEST(seal_before_a_writer_joins)
 }
 END_TEST
 
+struct truncation {
+	const char *path;
+	off_t size;
+	int ret; /* truncate(2)'s, or errno */
+};
+
+static void *truncate_later(void *arg)
+{
+	struct truncation *t = arg;
+
+	usleep(100000);
+	t->ret = truncate(t->path, t->size) == 0 ? 0 : errno;
+	return NULL;
+}
+
+/*
+ * A truncate(2) by path that reached a file while its writer's release sealed it, beside a reader
+ * that shares the writer's file: it waited for that seal, then dropped fs->lock to check the sealed
+ * object before copying it (declared by its writer, so unread: 500 ms here, WFS_DELAY check.read).
+ * A writable open that came meanwhile found a sealed file, no writer counted and a reader, and moved
+ * the name to a new inode: the truncate went on in the old one, which no name reaches, and returned
+ * 0 while the name kept its size. A truncate by path now waits for a seal on its way before it
+ * decides whether to move the name (the reader keeps the old inode), and counts as a writer from
+ * that decision on, so no other open moves the name from under it.
+ */
+START_TEST(truncate_beside_a_seal_and_an_open)
+{
+	size_t len = 64 * 1024, cut = 4096;
+	unsigned char *b = mu_pattern(len, 170), got[16];
+	char hex[WFS_DIGEST_HEX_CHARS + 1];
+	struct truncation t = {.size = (off_t)cut, .ret = -1};
+	struct wfs_digest d;
+	struct stat st;
+	pthread_t th;
+	int fd, rfd, wfd;
+
+	if (!mu_kernel_writes())
+		return; /* daemon-served: no declared digest, the seal is close(2)'s own */
+	mu_daemon_stop();
+	snprintf(mu.delay, sizeof(mu.delay), "seal.after-digest=300,check.read=500");
+	mu_daemon_start();
+	t.path = mu_path("f");
+	wfs_digest_buf(b, len, &d);
+	wfs_digest_to_hex(&d, hex);
+	fd = open(mu_path("f"), O_WRONLY | O_CREAT | O_TRUNC, 0644); /* written by the kernel */
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(tu_write_all(fd, b, len), 0);
+	ck_assert_int_eq(fsetxattr(fd, "user.weightfs.digest", hex, WFS_DIGEST_HEX_CHARS, 0), 0);
+	rfd = open(mu_path("f"), O_RDONLY); /* shares the writer's file */
+	ck_assert_int_ge(rfd, 0);
+	ck_assert_int_eq(close(fd), 0); /* sealed at the release: 300 ms after its hash */
+	ck_assert_int_eq(pthread_create(&th, NULL, truncate_later, &t), 0);
+	usleep(500000); /* the seal is done; the truncate checks the sealed object */
+	wfd = open(mu_path("f"), O_RDWR);
+	ck_assert_int_ge(wfd, 0);
+	ck_assert_int_eq(close(wfd), 0);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	ck_assert_int_eq(t.ret, 0);
+	ck_assert_int_eq(stat(mu_path("f"), &st), 0);
+	ck_assert_int_eq(st.st_size, (off_t)cut);
+	mu_assert_file_equals(mu_path("f"), b, cut);
+	ck_assert_int_eq(pread(rfd, got, sizeof(got), (off_t)len - sizeof(got)), (ssize_t)sizeof(got));
+	ck_assert(memcmp(got, b + len - sizeof(got), sizeof(got)) == 0); /* the reader keeps its bytes */
+	ck_assert_int_eq(close(rfd), 0);
+	free(b);
+}
+END_TEST
+
 /*
  * A writer rewriting a name over and over (O_TRUNC) while readers keep opening and reading it: every
  * open of the writer and of the readers succeeds (a retry after a move is never moved again, and a
@@ -4174,6 +4242,7 @@ static Suite *mount_suite(void)
 		{"truncating_open_beside_a_split_write", truncating_open_beside_a_split_write, 30},
 		{"append_beside_a_truncating_open", append_beside_a_truncating_open, 30},
 		{"seal_before_a_writer_joins", seal_before_a_writer_joins, 30},
+		{"truncate_beside_a_seal_and_an_open", truncate_beside_a_seal_and_an_open, 30},
 		{"writable_open_changes_nothing", writable_open_changes_nothing, 30},
 		{"claim_waits_for_the_writer", claim_waits_for_the_writer, 30},
 		{"sparse_rewrite", sparse_rewrite, 60},
