@@ -881,6 +881,65 @@ START_TEST(truncate_beside_a_seal_and_an_open)
 }
 END_TEST
 
+/* In a child (a SIGBUS kills it, not the test): do @len bytes of mapping @map equal @want? */
+static bool mapping_reads(const unsigned char *map, const unsigned char *want, size_t len)
+{
+	int status;
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(memcmp(map, want, len) == 0 ? 0 : 1);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(!WIFSIGNALED(status), "the mapping's reader died of signal %d", WTERMSIG(status));
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/*
+ * A reader that maps a file right after its writer's close(2), and an O_TRUNC rewrite that comes
+ * before the writer's RELEASE (held back 400 ms here, WFS_DELAY release: a loaded machine). Written
+ * by the kernel, the file is sealed at that RELEASE and the reader shares the writer's file: the
+ * rewrite waited 100 ms, then joined that file and truncated it. Daemon-served, the file was sealed
+ * at close(2), but the closed writer still counted as one: the rewrite truncated in place. Either
+ * way the reader's mapping faulted with SIGBUS, where a rewrite leaves its readers the old bytes.
+ * The rewrite now waits for the RELEASE of a writer whose close(2) ended its writing (up to
+ * WFS_FINISHED_RELEASE_WAIT_MS), then moves the name away from the reader.
+ */
+START_TEST(rewrite_before_the_release_beside_a_mapping)
+{
+	size_t len = 64 * 1024;
+	unsigned char *a = mu_pattern(len, 180), *b = mu_pattern(len, 181), *got = malloc(len), *map;
+	int fd, rfd;
+
+	mu_daemon_stop();
+	snprintf(mu.delay, sizeof(mu.delay), "release=400:1"); /* the first RELEASE: the writer's */
+	mu_daemon_start();
+	fd = open(mu_path("f"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(tu_write_all(fd, a, len), 0);
+	ck_assert_int_eq(close(fd), 0);
+	rfd = open(mu_path("f"), O_RDONLY);
+	ck_assert_int_ge(rfd, 0);
+	map = mmap(NULL, len, PROT_READ, MAP_SHARED, rfd, 0);
+	ck_assert(map != MAP_FAILED);
+	ck_assert(mapping_reads(map, a, len));
+	fd = open(mu_path("f"), O_WRONLY | O_TRUNC); /* before the writer's RELEASE */
+	ck_assert_int_ge(fd, 0);
+	ck_assert(mapping_reads(map, a, len));
+	ck_assert_int_eq(pread(rfd, got, len, 0), (ssize_t)len);
+	ck_assert(memcmp(got, a, len) == 0);
+	ck_assert_int_eq(tu_write_all(fd, b, len), 0);
+	ck_assert_int_eq(close(fd), 0);
+	ck_assert(mapping_reads(map, a, len)); /* the reader keeps its bytes */
+	mu_assert_file_equals(mu_path("f"), b, len);
+	ck_assert_int_eq(munmap(map, len), 0);
+	ck_assert_int_eq(close(rfd), 0);
+	free(got);
+	free(b);
+	free(a);
+}
+END_TEST
+
 /*
  * A writer rewriting a name over and over (O_TRUNC) while readers keep opening and reading it: every
  * open of the writer and of the readers succeeds (a retry after a move is never moved again, and a
@@ -4243,6 +4302,7 @@ static Suite *mount_suite(void)
 		{"append_beside_a_truncating_open", append_beside_a_truncating_open, 30},
 		{"seal_before_a_writer_joins", seal_before_a_writer_joins, 30},
 		{"truncate_beside_a_seal_and_an_open", truncate_beside_a_seal_and_an_open, 30},
+		{"rewrite_before_the_release_beside_a_mapping", rewrite_before_the_release_beside_a_mapping, 30},
 		{"writable_open_changes_nothing", writable_open_changes_nothing, 30},
 		{"claim_waits_for_the_writer", claim_waits_for_the_writer, 30},
 		{"sparse_rewrite", sparse_rewrite, 60},
