@@ -1159,6 +1159,7 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	struct wfs_news news = {0};
 	bool telling;
 
+	wfs_delay("release"); /* test-only: a RELEASE that reaches the daemon late (a loaded machine) */
 	/* Every lock taken through this open file description: flock's, OFD's, and the POSIX locks of
 	 * a descriptor that sent no FLUSH (FOPEN_NOFLUSH, filelock.h). */
 	locks_dropped(fs, ino, fi->lock_owner, fi->fh, fi->flock_release);

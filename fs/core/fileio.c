@@ -296,25 +296,44 @@ int wfs_fileio_truncate(struct wfs_fs *fs, uint64_t ino, struct wfs_handle *h, u
 {
 	struct wfs_inode *in;
 	struct wfs_attr a;
+	bool counted = false;
 	int ret;
 
 	ret = wfs_inode_get_file(fs, ino, true, &a, &in);
 	if (ret)
 		return ret;
-	if (in->io.replaced) /* a stale name: the kernel looks it up again */
-		return wfs_openmode_stale_writer(fs, in, tid);
-	ret = h ? 0 : wfs_openmode_move(fs, in, a.nlink, tid, news);
-	if (ret == 1) {
-		wfs_inode_maybe_free(fs, in);
-		return -ESTALE; /* truncate(2) retries on the name's new inode */
-	}
 	/* The waits drop fs->lock: pinned, as a lookup need not keep it (wfs_inode_pin()). */
 	wfs_inode_pin(in);
+	if (!h) {
+		/* As a writable open does (open_pinned()): a seal on its way (a writer's release, a
+		 * mapping gone) or running ends first, so that the move below finds the file sealed and
+		 * its readers on the sealed object: they keep it, the name moves. Decided during the
+		 * seal, the truncate stayed (a writer), then went on beside those readers. */
+		wfs_openmode_wait_release(fs, ino);
+		ret = wfs_catalog_getattr(fs->catalog, ino, &a);
+	}
+	if (ret == 0 && in->io.replaced) /* a stale name: the kernel looks it up again */
+		ret = wfs_openmode_stale_writer(fs, in, tid);
+	else if (ret == 0 && !h)
+		ret = wfs_openmode_move(fs, in, a.nlink, tid, news);
+	if (ret == 1)
+		ret = -ESTALE; /* truncate(2) retries on the name's new inode */
+	if (ret == 0 && !h) {
+		/* From its move decision to its seal a truncate by path counts as a writer, as a writable
+		 * open does (a descriptor's is counted already): the waits and the base check below drop
+		 * fs->lock while the inode may have no version, and another writer's open that found
+		 * none, no writer and a reader moved the names to a new inode; this truncate went on in
+		 * the old one, which no name reaches, and returned 0. */
+		in->io.nwritable++;
+		counted = true;
+	}
 	/* Readers sharing a passthrough writer's file see the change as they would on any file. */
 	if (ret == 0 && !wfs_openmode_on_version(in))
 		ret = wfs_openmode_wait_readers(fs, in);
 	if (ret == 0)
 		ret = set_size(fs, in, h, size, news);
+	if (counted)
+		in->io.nwritable--;
 	wfs_inode_unpin(fs, in);
 	return ret;
 }

@@ -45,7 +45,9 @@ ssize_t wfs_fileio_copy_range(struct wfs_fs *fs, struct wfs_handle *hin, off_t o
 			    off_t off_out, size_t len, uid_t uid, pid_t tid);
 /*
  * truncate(2)/ftruncate(2) of inode @ino to @size bytes: a new version of that size, sealed now
- * unless a writable handle is open on it (then at its close). @h: the handle (ftruncate), or NULL.
+ * unless a writable handle is open on it (then at its close). @h: the handle (ftruncate), or NULL:
+ * by path, a seal on its way is waited for first (wfs_openmode_wait_release()), and the truncate
+ * counts as a writer (in->io.nwritable) until it returns. May drop fs->lock.
  * Through a handle, a size that does not fit dtype/shape is refused now. Returns 0, or -ESTALE (the
  * name moved to a new inode: the kernel looks it up again), -ETXTBSY, -EISDIR, -EINVAL, the seal's
  * -errno. @tid: the calling thread (its retry after -ESTALE goes ahead in place). @news: a

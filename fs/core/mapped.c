@@ -34,6 +34,16 @@ int wfs_mapped_add(struct wfs_fs *fs, struct wfs_inode *in)
 	return 0;
 }
 
+/* Seal @in, noted here and no longer noted, its mapping gone (or the unmount's copy asked for). */
+static void seal_noted(struct wfs_fs *fs, struct wfs_inode *in)
+{
+	int ret = wfs_seal(fs, in, false);
+
+	if (ret)
+		wfs_log(WFS_LOG_ERR, "inode %llu: seal after its mapping went failed: %s",
+			(unsigned long long)in->ino, strerror(-ret));
+}
+
 /*
  * Seal the noted inodes whose mapping has gone (@all: every one, as a copy). An inode whose version
  * is no longer waiting (another writer joined it: that writer's close seals it; or it was dropped)
@@ -47,7 +57,6 @@ static void seal_unmapped(struct wfs_fs *fs, bool all)
 	while (i < m->n) {
 		struct wfs_inode *in = wfs_inode_find(fs, m->inos[i]);
 		struct wfs_version *v = in ? in->writer : NULL;
-		int ret;
 
 		if (v && wfs_version_writers(v) == 0 && !wfs_version_frozen(v) && !all && wfs_version_mapped(v)) {
 			i++;
@@ -61,13 +70,39 @@ static void seal_unmapped(struct wfs_fs *fs, bool all)
 			wfs_log(WFS_LOG_WARN, "inode %llu: still mapped for writing at the unmount: sealed with its "
 				"bytes as they are now", (unsigned long long)in->ino);
 		}
-		ret = wfs_seal(fs, in, false); /* drops fs->lock: the list may change meanwhile */
-		if (ret)
-			wfs_log(WFS_LOG_ERR, "inode %llu: seal after its mapping went failed: %s",
-				(unsigned long long)in->ino, strerror(-ret));
+		seal_noted(fs, in); /* drops fs->lock: the list may change meanwhile */
 		wfs_inode_maybe_free(fs, in);
 		i = 0;
 	}
+}
+
+void wfs_mapped_settle(struct wfs_fs *fs, struct wfs_inode *in)
+{
+	struct wfs_mapped *m = &fs->mapped;
+	struct wfs_version *v = in->writer;
+	struct timespec deadline;
+	size_t i;
+
+	if (!v || in->io.nwritable > 0 || wfs_version_writers(v) > 0)
+		return;
+	wfs_inode_pin(in);
+	if (wfs_version_frozen(v)) {
+		/* Being sealed (the poll's seal): what the name holds is what that seal gives. */
+		wfs_version_get(v); /* compared below: not freed and made again at the same address */
+		deadline = wfs_deadline_in(60 * 1000);
+		while (in->writer == v && wfs_version_frozen(v) &&
+		       wfs_lock_timedwait(&fs->seal_done, &fs->lock, &deadline) != ETIMEDOUT)
+			;
+		wfs_version_put(v);
+	} else {
+		for (i = 0; i < m->n && m->inos[i] != in->ino; i++)
+			;
+		if (i < m->n && !wfs_version_mapped(v)) {
+			m->inos[i] = m->inos[--m->n];
+			seal_noted(fs, in);
+		}
+	}
+	wfs_inode_unpin(fs, in);
 }
 
 static void *watcher(void *arg)

@@ -42,6 +42,16 @@ struct wfs_mapped {
  * a writer or the unmount, and the caller logs it).
  */
 int wfs_mapped_add(struct wfs_fs *fs, struct wfs_inode *in);
+/*
+ * A caller about to answer with what close(2) and munmap(2) left of @in (the digest attribute, a
+ * dtype or shape set on it: wfs_openmode_wait_release()), whose version no writable handle holds:
+ * when that version is noted here and its mapping has gone, seal it now instead of at the next
+ * poll (up to WFS_MAPPED_POLL_MS later: a digest asked for right after munmap(2) was the old
+ * content's); when a seal of it is running (this module's), wait up to a minute for its end. Still
+ * mapped: nothing (the name holds the version's bytes, which the mapping may still change). Drops
+ * fs->lock while it seals or waits; @in is pinned meanwhile.
+ */
+void wfs_mapped_settle(struct wfs_fs *fs, struct wfs_inode *in);
 /* Start the thread. Returns 0 or -errno of pthread_create (noted inodes then seal at unmount). */
 int wfs_mapped_start(struct wfs_fs *fs);
 /*

@@ -16,6 +16,7 @@
 #include "fault.h"
 #include "inode.h"
 #include "log.h"
+#include "mapped.h"
 #include "object.h"
 #include "openmode.h"
 #include "seal.h"
@@ -613,18 +614,39 @@ static int open_writer_passthrough(struct wfs_fs *fs, struct wfs_inode *in, stru
 	return 1;
 }
 
+/* Are @io's writable handles all closed with their writing ended, their releases to come? */
+static bool ended_writers_only(const struct wfs_iomode *io)
+{
+	return io->nwritable_ended > 0 && io->nwritable_ended == io->nwritable;
+}
+
 /*
  * Before a writable open decides whether to move @in's names (wfs_openmode_move()): a handle closed
  * just before this open (the create's, or the last '>>' of a loop) may not be released yet, and
- * with it gone the open may be written through passthrough (open_writer_passthrough()). Give its
- * release up to 100 ms, dropping fs->lock. Waited for before the decision, not after: a writer
- * that waited after it, not yet counted, let another writer's open move the names away meanwhile,
- * and went on in the old inode, which no name reaches: its write(2)s returned success and were lost.
+ * with it gone the open may be written through passthrough (open_writer_passthrough()), or move the
+ * names away from readers. Give its release up to 100 ms (a writer's whose close ended its
+ * writing: WFS_FINISHED_RELEASE_WAIT_MS), dropping fs->lock. Waited for before the decision, not
+ * after: a writer that waited after it, not yet counted, let another writer's open move the names
+ * away meanwhile, and went on in the old inode, which no name reaches: its write(2)s returned
+ * success and were lost.
  */
 static void wait_closed_release(struct wfs_fs *fs, struct wfs_inode *in)
 {
 	struct wfs_iomode *io = &in->io;
+	struct timespec deadline;
 
+	/* Every writable handle's close(2) ended its writing (a daemon-served writer's, which sealed
+	 * the file): until their releases come they count as writers and keep the names here, so this
+	 * open would truncate or write the file beside readers that opened it after those closes,
+	 * which keep the old bytes beside any other rewrite (a mapping of them faulted with SIGBUS).
+	 * Such a release is on its way, unless a process that inherited the descriptor still holds it
+	 * (a writer still: joined, as before). Without readers there is nothing to wait for. */
+	if (ended_writers_only(io) && io->nopen > io->nwritable) {
+		deadline = wfs_deadline_in(WFS_FINISHED_RELEASE_WAIT_MS);
+		while (ended_writers_only(io) &&
+		       wfs_lock_timedwait(&fs->released, &fs->lock, &deadline) != ETIMEDOUT)
+			;
+	}
 	if (!atomic_load(&fs->passthrough) || !fs->opt.passthrough_writes || wfs_openmode_on_version(in))
 		return;
 	if (io->nopen > 0 && io->npassthrough == 0 && io->ncached == io->ncached_closed)
@@ -969,13 +991,21 @@ ssize_t wfs_openmode_read(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, vo
 
 int wfs_openmode_flush(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struct wfs_news *news)
 {
+	bool writing = h->writing != NULL;
+	int ret;
+
 	write_going_on(fs, h, false);
 	if (!h->closed) {
 		h->closed = true;
 		h->inode->io.ncached_closed += !h->passthrough;
 		h->inode->io.nwritable_closed += h->writable;
 	}
-	return wfs_closing_flush(fs, h, tid, news);
+	ret = wfs_closing_flush(fs, h, tid, news);
+	if (writing && !h->writing && !h->ended) {
+		h->ended = true; /* sealed, or left to the other writers (closing.h) */
+		h->inode->io.nwritable_ended++;
+	}
+	return ret;
 }
 
 bool wfs_openmode_release_seals_data(struct wfs_handle *h)
@@ -1022,8 +1052,11 @@ void wfs_openmode_release(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, st
 	if (h->object)
 		wfs_object_unpin(fs, h->object);
 	assert(io->nopen > 0 && io->nwritable >= h->writable);
-	assert(io->nwritable_closed >= (h->writable && h->closed));
+	assert(io->nwritable_closed >= (h->writable && h->closed) && io->nwritable_ended >= h->ended);
 	io->nwritable_closed -= h->writable && h->closed;
+	io->nwritable_ended -= h->ended;
+	if (h->ended && io->nwritable_ended == 0)
+		pthread_cond_broadcast(&fs->released); /* a writable open may be waiting */
 	io->nwritable -= h->writable;
 	io->nopen--;
 	wfs_inode_maybe_free(fs, in);
@@ -1033,14 +1066,21 @@ void wfs_openmode_release(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, st
 void wfs_openmode_wait_release(struct wfs_fs *fs, uint64_t ino)
 {
 	struct wfs_inode *in = wfs_inode_find(fs, ino);
-	struct timespec deadline = wfs_deadline_in(100);
+	/* A file the kernel wrote whose writer said it was done: readers that opened it since share
+	 * its file (passthrough_finished()), and a writable open that stopped waiting would join that
+	 * file and truncate or write it under them (a mapping of it faulted with SIGBUS), where a
+	 * rewrite leaves its readers the old bytes. Its release comes once the kernel is done with the
+	 * writer's file: later than 100 ms only on a loaded machine, or with the descriptor inherited
+	 * by a process that still runs (which may still write: joined as a writer, as before). */
+	struct timespec deadline =
+		wfs_deadline_in(in && passthrough_finished(in) ? WFS_FINISHED_RELEASE_WAIT_MS : 100);
 	bool long_wait = false;
 
 	/*
-	 * Up to 100 ms for the release to come; a seal already running (FROZEN: a tensor written
-	 * through passthrough is hashed at its release) is waited for to its end, up to a minute. A
-	 * release that does not come (a writable mapping kept after close) is not waited for: the
-	 * caller answers with what the name holds now.
+	 * Up to 100 ms for the release to come (WFS_FINISHED_RELEASE_WAIT_MS above); a seal already
+	 * running (FROZEN: a tensor written through passthrough is hashed at its release) is waited
+	 * for to its end, up to a minute. A release that does not come (a writable mapping kept after
+	 * close) is not waited for: the caller answers with what the name holds now.
 	 */
 	while (in && in->writer && wfs_openmode_writers_closed(in)) {
 		if (wfs_version_frozen(in->writer) && !long_wait) {
@@ -1051,6 +1091,10 @@ void wfs_openmode_wait_release(struct wfs_fs *fs, uint64_t ino)
 			return;
 		in = wfs_inode_find(fs, ino);
 	}
+	/* Released, with a writable mapping that outlived its close: sealed when the mapping goes, which
+	 * munmap(2) may have done just before this request. */
+	if (in && in->writer)
+		wfs_mapped_settle(fs, in);
 	/* A release tells the kernel after it lets go of fs->lock (a dropped version's size, which the
 	 * kernel took from the writes): an open answered before that, even one that found the release
 	 * done, would read with the kernel's stale size. */

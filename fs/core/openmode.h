@@ -72,6 +72,8 @@ struct wfs_iomode {
 	unsigned ncached_closed;      /* of those, closed (flush seen): their release is pending */
 	unsigned npassthrough;        /* open handles in passthrough mode */
 	unsigned nwritable_closed;    /* writable handles closed (flush seen): their release is pending */
+	unsigned nwritable_ended;     /* of those, handles whose close(2) ended their writing (its
+				       * version sealed or left: wfs_handle.ended) */
 	int pt_backing;               /* the backing id every passthrough open shares, when npassthrough > 0 */
 	struct wfs_object *pt_object; /* ... owned by this object (a sealed file read), or */
 	struct wfs_version *pt_version; /* ... by openmode, on this referenced version's tmp file (a
@@ -101,6 +103,8 @@ struct wfs_handle {
 	bool append;                  /* opened with O_APPEND: its write(2)s land at the version's end
 				       * (fileio.c), not at the kernel's idea of it */
 	bool closed;                  /* a flush (close(2) of a descriptor) has been seen */
+	bool ended;                   /* writable, and a flush ended its writing of a daemon-served
+				       * version (sealed it or left it): only its release is to come */
 	bool write_going_on;          /* its last WRITE filled a whole request: the write(2) that sent
 				       * it may go on in the next (wfs_openmode_write_begin()) */
 	bool privs_dropped;           /* set-user/group-ID bits checked at this handle's first write (seal.c) */
@@ -269,13 +273,20 @@ bool wfs_openmode_on_version(const struct wfs_inode *in);
  * once may still be open in another descriptor (a shell's redirection), its writer not done.
  */
 void wfs_openmode_release_closed(struct wfs_fs *fs);
+/* How long (ms) a writable open, or a digest asked for, waits for the release of a writer whose
+ * close(2) ended its writing (openmode.c): it is on its way, unless a process that inherited the
+ * descriptor still holds it. */
+#define WFS_FINISHED_RELEASE_WAIT_MS 1000
 /*
  * A file closed with nothing written (touch, or created and given attributes only) is sealed at its
  * release, which close(2) does not wait for; so is a tensor written through passthrough. When every
- * writable handle of inode @ino has been closed, give the release up to 100 ms to come, and a seal
- * that has started up to a minute to end (a digest asked for right after the close must find it),
- * and the release's news to reach the kernel (fs->releases_telling); a release held back by a
- * mapping is not waited for. May drop fs->lock.
+ * writable handle of inode @ino has been closed, give the release up to 100 ms to come (up to
+ * WFS_FINISHED_RELEASE_WAIT_MS when the kernel wrote the file and its last close(2) said the bytes
+ * are done: that release is on its way, or a process that inherited the descriptor still holds
+ * it), and a seal that has started up to a minute to end (a digest asked for right after the close
+ * must find it), and the release's news to reach the kernel (fs->releases_telling); a release held
+ * back by a mapping is not waited for, but a version left to its mapping that has gone is sealed
+ * now (wfs_mapped_settle()). May drop fs->lock.
  */
 void wfs_openmode_wait_release(struct wfs_fs *fs, uint64_t ino);
 

@@ -31,7 +31,13 @@ struct wfs_version *wfs_seal_writer(struct wfs_fs *fs, struct wfs_inode *in, boo
 	for (;;) {
 		v = in->writer;
 		if (!v && !truncate && in->sealed && !base_checked) {
-			/* A new version starts as a copy of the sealed bytes: they must be right. */
+			/* A new version starts as a copy of the sealed bytes: they must be right. The check
+			 * may drop fs->lock with no version here, and an open for writing (an O_TRUNC one
+			 * through passthrough) may start one meanwhile: the loop joins that one, never
+			 * replaces it, and its opener checks back under fs->lock that no seal took it before
+			 * it registers its file (open_writer_passthrough()). Nor can such an open move the
+			 * names away from this caller meanwhile: callers count as writers of @in (a writable
+			 * handle, an open from its move decision, a truncate by path: wfs_fileio_truncate()). */
 			struct wfs_object *o = wfs_object_pin(fs, &in->digest);
 
 			ret = o ? wfs_check_object(fs, o, 0) : -ENOMEM; /* may drop fs->lock */

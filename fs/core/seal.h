@@ -52,8 +52,9 @@ struct wfs_version;
  * The version being written of @in, started when there is none: empty when @truncate or when the
  * name has no content yet, otherwise a copy of its sealed object (wfs_version_copy_base(), after
  * checking that object: check.h). Waits while a seal of @in is in progress (fs->seal_done). May drop
- * fs->lock. Returns a referenced version (wfs_version_put() it), or NULL with *@err set (-ENOSPC,
- * -EIO, -ENOMEM, ...).
+ * fs->lock: the caller counts as a writer of @in (in->io.nwritable; a mknod's new inode has no other
+ * user), so that no open moves its names to a new inode meanwhile (openmode.h). Returns a referenced version (wfs_version_put() it), or NULL
+ * with *@err set (-ENOSPC, -EIO, -ENOMEM, ...).
  */
 struct wfs_version *wfs_seal_writer(struct wfs_fs *fs, struct wfs_inode *in, bool truncate, int *err);
 /* Count handle @h as a writer of @v (a referenced version of its inode) until its next flush. */
