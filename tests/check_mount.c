@@ -1652,6 +1652,96 @@ START_TEST(retain_budget)
 END_TEST
 
 
+/*
+ * Retained objects are a cache: a write that needs their room gets it (found by a new user: with a
+ * retention budget, rm on a full store freed nothing and the retry failed with ENOSPC; gc refused a
+ * mounted store). On a 160 MiB store with a 1 GiB budget: 1 MiB files written until ENOSPC, all
+ * removed, then as many again of new content, each of which must succeed, the daemon removing
+ * retained objects, least recently released first, to make room. Then weightfsctl gc on the
+ * mounted store removes what is still retained, and only that.
+ */
+START_TEST(retain_gives_way_to_writes)
+{
+	const char *build = getenv("WFS_BUILD") ? getenv("WFS_BUILD") : "build";
+	size_t len = 1 << 20;
+	unsigned char *a = mu_pattern(len, 63);
+	int written = 0, again, before = -1;
+	char name[32], cmd[800];
+
+	snprintf(mu.opts, sizeof(mu.opts), "retain=1G");
+	mu_tmpfs_store("160m");
+	for (int i = 0; i < 400; i++) {
+		snprintf(name, sizeof(name), "f%d", i);
+		memcpy(a, &i, sizeof(i)); /* distinct content: one object each */
+		if (mu_write_file(mu_path(name), a, len) != 0)
+			break;
+		written++;
+	}
+	ck_assert_int_ge(written, 64);
+	ck_assert_int_lt(written, 400);
+	for (int i = 0; i < written; i++) {
+		snprintf(name, sizeof(name), "f%d", i);
+		ck_assert_int_eq(unlink(mu_path(name)), 0);
+	}
+	/* The releases come with the kernel's FORGETs: wait until the object count settles. */
+	for (int tries = 0; tries < 100 && mu_count_objects() != before; tries++) {
+		before = mu_count_objects();
+		usleep(100000);
+	}
+	ck_assert_int_gt(before, 0); /* some kept for reuse: a restart's claims would hit them */
+	again = written - 4; /* the catalog grew meanwhile */
+	a[4] = 1;
+	for (int i = 0; i < again; i++) {
+		int ret;
+
+		snprintf(name, sizeof(name), "g%d", i);
+		memcpy(a, &i, sizeof(i));
+		ret = mu_write_file(mu_path(name), a, len);
+		ck_assert_msg(ret == 0, "write %s of %d (%d retained before): %s", name, again, before, strerror(-ret));
+	}
+	mu_assert_file_equals(mu_path(name), a, len);
+	ck_assert_int_ge(mu_log_count("to make room for writes"), 1);
+	/* What is retained now goes with weightfsctl gc, mounted as it is; the names keep theirs. */
+	snprintf(cmd, sizeof(cmd), "%s/weightfsctl gc '%s' >/dev/null", build, mu.store);
+	ck_assert_int_eq(system(cmd), 0);
+	ck_assert_int_eq(mu_count_objects(), again);
+	mu_assert_file_equals(mu_path(name), a, len);
+	free(a);
+}
+END_TEST
+
+/*
+ * Written through the kernel, whose ENOSPC the daemon never sees in time: a file bigger than what
+ * retained objects leave free fails (write(2), close(2): ENOSPC), and then every retained object
+ * gives way, so that writing it again succeeds. 96 MiB retained on a 192 MiB store, a 128 MiB file.
+ */
+START_TEST(retain_gives_way_to_kernel_writes)
+{
+	size_t len = 128 << 20, small = 1 << 20;
+	unsigned char *a = mu_pattern(len, 64);
+	char name[32];
+	int ret;
+
+	snprintf(mu.opts, sizeof(mu.opts), "retain=1G");
+	mu_tmpfs_store("192m");
+	for (int i = 0; i < 96; i++) {
+		snprintf(name, sizeof(name), "f%d", i);
+		memcpy(a, &i, sizeof(i));
+		ck_assert_int_eq(mu_write_file(mu_path(name), a, small), 0);
+		ck_assert_int_eq(unlink(mu_path(name)), 0);
+	}
+	MU_EVENTUALLY(mu_count_objects() == 96); /* all retained: the store has room left */
+	a[0] = 0xee;
+	ret = mu_write_file(mu_path("big"), a, len);
+	ck_assert_int_eq(ret, -ENOSPC);
+	MU_EVENTUALLY(mu_count_objects() == 0);
+	MU_EVENTUALLY(access(mu_path("big"), F_OK) < 0); /* the failed file's name goes at its release */
+	ck_assert_int_eq(mu_write_file(mu_path("big"), a, len), 0);
+	mu_assert_file_equals(mu_path("big"), a, len);
+	free(a);
+}
+END_TEST
+
 /* Closes that are not the writer's end seal nothing: a forked child exiting, a close before data. */
 START_TEST(seal_at_writers_close)
 {
@@ -4151,6 +4241,7 @@ static Suite *mount_suite(void)
 		{"replace_races", replace_races, 120},
 		{"other_users", other_users, 30},
 		{"retain_budget", retain_budget, 30},
+		{"retain_gives_way_to_writes", retain_gives_way_to_writes, 120},
 		{"seal_at_writers_close", seal_at_writers_close, 30},
 		{"truncate_dup_close", truncate_dup_close, 30},
 		{"damaged_after_check", damaged_after_check, 60},
@@ -4196,6 +4287,7 @@ static Suite *mount_suite(void)
 		int timeout;
 	} kernel_cases[] = {
 		{"enospc_kernel_write", enospc_kernel_write, 60},
+		{"retain_gives_way_to_kernel_writes", retain_gives_way_to_kernel_writes, 60},
 		{"read_while_sealing", read_while_sealing, 30},
 	};
 

@@ -151,6 +151,8 @@ struct wfs_fs {
 	bool direct_writes;           /* writable opens are direct I/O (set once by init, before any open) */
 	struct wfs_counters counters; /* (L) since this mount */
 	uint64_t retained;            /* (L) -o retain: unreferenced bytes, at least (object.c) */
+	bool retained_none;           /* (L) a removal to make room found nothing left to remove, and
+				       * nothing was retained since (object.c, wfs_object_make_room) */
 	uint64_t held_before;         /* after a takeover (fs/takeover.h): inodes numbered up to this one
 				       * may be held by the kernel through a dead server's replies, their
 				       * lookups uncounted here; set before the session loop (inode.c) */

@@ -65,6 +65,7 @@ struct wfs_version *wfs_seal_writer(struct wfs_fs *fs, struct wfs_inode *in, boo
 		wfs_lock_wait(&fs->seal_done, &fs->lock);
 	}
 
+	wfs_object_make_room(fs, 0); /* for its bytes (a rewrite's copy among them) */
 	v = wfs_version_new(fs->store, err);
 	if (!v)
 		return NULL;
@@ -133,6 +134,9 @@ int wfs_seal_store_filled(struct wfs_fs *fs)
 		wfs_log(WFS_LOG_WARN, "the store filled up while %u files were being written through the kernel: "
 			"their writes may have failed with ENOSPC; none of them is sealed (their close(2) says "
 			"ENOSPC)", n);
+	/* Their writers will write again, needing room the daemon cannot know: every retained object
+	 * gives way. */
+	wfs_object_make_room(fs, UINT64_MAX);
 	return n;
 }
 
@@ -328,6 +332,8 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	} else if (!told) {
 		log_seal_error(in, ret, reported);
 	}
+	if (ret == -ENOSPC || ret == -EDQUOT)
+		wfs_object_make_room(fs, UINT64_MAX); /* a write lost to retained objects: its retry finds room */
 	assert(in->writer == v);
 	in->writer = NULL;
 	in->io.cache_valid = false;
