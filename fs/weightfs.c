@@ -918,6 +918,13 @@ int main(int argc, char *argv[])
 			wfs_log(WFS_LOG_WARN, "-o holder: the INIT cannot be kept: no successor can take this "
 				"mount over");
 	}
+	if (wfs_takeover_on()) {
+		int w = wfs_takeover_watch_holder(cmd.mountpoint);
+
+		if (w)
+			wfs_log(WFS_LOG_WARN, "holder: cannot watch the holder (%s): its death would go unlogged",
+				strerror(-w));
+	}
 	if (wfs_takeover_on() && wfs_upgrade_server_start(&fs) != 0)
 		wfs_log(WFS_LOG_WARN, "upgrade: this server cannot drain for an upgrade: weightfsctl upgrade of "
 			"%s times out and leaves it serving", cmd.mountpoint);

@@ -2174,6 +2174,66 @@ static long long receive_counter(const char *key)
 }
 
 /*
+ * -o holder: a kill -9 of the holder itself. Its server serves on, logs the death with the holder's
+ * pid (STORE/weightfs.log) and names no holder in user.weightfs.stats, only the one lost (found by a
+ * new user: nothing was logged, and weightfsctl stat still said "under holder pid N" of a dead N).
+ */
+START_TEST(holder_death_logged)
+{
+	const char *build = getenv("WFS_BUILD") ? getenv("WFS_BUILD") : "build";
+	char cmd[800], line[512], want[300];
+	long long holder_now, lost;
+	int st, in_log = 0, in_store_log = 0, stat_dead = 0, stat_alive = 0, served;
+	pid_t holder, server;
+	FILE *p;
+
+	/* The server the holder forked comes to this process when the holder dies. What is checked
+	 * is gathered first and asserted after it is stopped: a failed assertion ends this process
+	 * at once, and would leave the server serving. */
+	ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+	mu_daemon_stop();
+	snprintf(mu.opts, sizeof(mu.opts), "holder");
+	mu_daemon_start();
+	holder = mu.daemon;
+	ck_assert_int_eq(stat_counter("holder_pid"), holder);
+	server = (pid_t)stat_counter("server_pid");
+	ck_assert_int_ne(server, holder);
+	ck_assert_int_eq(kill(holder, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(holder, &st, 0), holder);
+	mu.daemon = server; /* this process's child now */
+	snprintf(want, sizeof(want), "holder pid %d of %s died", (int)holder, mu.mnt);
+	for (int i = 0; i < 300 && (in_log = mu_log_count(want)) == 0; i++)
+		usleep(10000);
+	snprintf(cmd, sizeof(cmd), "%s/weightfs.log", mu.store);
+	p = fopen(cmd, "r");
+	while (p && fgets(line, sizeof(line), p))
+		in_store_log += strstr(line, want) != NULL;
+	if (p)
+		fclose(p);
+	holder_now = stats_member(NULL, "holder_pid", -2);
+	lost = stats_member(NULL, "holder_lost_pid", 0);
+	served = mu_write_file(mu_path("after"), "still served", 12);
+	snprintf(cmd, sizeof(cmd), "%s/weightfsctl stat '%s'", build, mu.mnt);
+	p = popen(cmd, "r");
+	while (p && fgets(line, sizeof(line), p)) {
+		stat_alive += strstr(line, "under holder") != NULL;
+		stat_dead += strstr(line, "holder pid") && strstr(line, "died");
+	}
+	if (p)
+		pclose(p);
+	mu_daemon_stop(); /* unmounts; the server exits */
+
+	ck_assert_int_eq(in_log, 1);
+	ck_assert_int_eq(in_store_log, 1);
+	ck_assert_int_eq(holder_now, 0);
+	ck_assert_int_eq(lost, holder);
+	ck_assert_int_eq(served, 0); /* it serves on */
+	ck_assert_int_eq(stat_alive, 0);
+	ck_assert_int_eq(stat_dead, 1);
+}
+END_TEST
+
+/*
  * `: > f` and truncate -s 0 of a tensor empty it, whichever path wrote it (a tensor of 4 MiB or more
  * is written through passthrough): an empty file fits every dtype/shape declaration, as before its
  * bytes were written; the declaration stays. A size that does not fit is still refused at close(2).
@@ -4256,6 +4316,7 @@ static Suite *mount_suite(void)
 		{"claim_other_user", claim_other_user, 30},
 		{"claims_batch", claims_batch, 30},
 		{"stats_xattr", stats_xattr, 30},
+		{"holder_death_logged", holder_death_logged, 30},
 		{"read_one_page_cache_copy", read_one_page_cache_copy, 60},
 		{"readahead_option", readahead_option, 30},
 		{"small_files_group_sync", small_files_group_sync, 60},

@@ -295,6 +295,10 @@ static void print_daemon_stats(const json_t *d)
 		printf("server:             pid %llu, under holder pid %llu; %llu takeovers since mount "
 		       "(a server that died was replaced)\n", (unsigned long long)json_u64(d, "server_pid"),
 		       (unsigned long long)json_u64(d, "holder_pid"), (unsigned long long)json_u64(d, "takeovers"));
+	else if (json_u64(d, "holder_lost_pid"))
+		printf("server:             pid %llu; its holder pid %llu died: no holder now (a crash leaves the "
+		       "mount dead; unmount and mount again for one)\n", (unsigned long long)json_u64(d, "server_pid"),
+		       (unsigned long long)json_u64(d, "holder_lost_pid"));
 	else if (json_u64(d, "server_pid"))
 		printf("server:             pid %llu (no holder: a crash leaves the mount dead)\n",
 		       (unsigned long long)json_u64(d, "server_pid"));
