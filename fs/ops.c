@@ -132,7 +132,8 @@ static void set_readahead(struct wfs_fs *fs)
 		wfs_log(WFS_LOG_DEBUG, "readahead: %ld KiB (%s)", kb, path);
 }
 
-struct wfs_ops_tally wfs_ops_requests[WFS_REQ_COUNT];
+static struct wfs_ops_tally own_requests[WFS_REQ_COUNT];
+struct wfs_ops_tally *wfs_ops_requests = own_requests;
 
 static uint64_t monotonic_ns(void)
 {

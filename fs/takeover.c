@@ -22,6 +22,7 @@
 #include "keep.h"
 #include "log.h"
 #include "openmode.h"
+#include "ops.h"
 #include "seal.h"
 #include "store.h"
 #include "upgrade.h"
@@ -87,7 +88,19 @@ struct region {
 	pthread_mutex_t lock;
 	struct id_slot ids[IDS_CAP];
 	struct handle_slot handles[HANDLES_CAP];
+	/* The counters since the mount (daemon.h), written by the running server. In the tail of the
+	 * last page, which layout 4 left unused, so the memfd's size and the layout stay: a successor
+	 * of a build before them reads zeros, and one of such a build ignores them. */
+	union {
+		struct wfs_counters c;
+		uint64_t reserve[32]; /* cppcheck-suppress unusedStructMember ; room to append counters */
+	} counters;
+	struct wfs_ops_tally requests[64]; /* FUSE requests by opcode (ops.h) */
 };
+_Static_assert(sizeof(struct wfs_counters) <= sizeof(uint64_t[32]), "counters outgrew their reserve");
+_Static_assert(WFS_REQ_COUNT <= 64, "opcodes outgrew their reserve");
+_Static_assert((offsetof(struct region, counters) + 4095) / 4096 == (sizeof(struct region) + 4095) / 4096,
+	       "the counters must fit the region's last page: another memfd size refuses takeovers between builds");
 
 /* An id a dead server registered, kept until nothing uses it (this server's private list). */
 struct inherited {
@@ -800,6 +813,16 @@ int wfs_takeover_watch_holder(const char *mountpoint)
 	}
 	pthread_detach(t);
 	return 0;
+}
+
+struct wfs_counters *wfs_takeover_counters(void)
+{
+	return R ? &R->counters.c : NULL;
+}
+
+struct wfs_ops_tally *wfs_takeover_request_tallies(void)
+{
+	return R ? R->requests : NULL;
 }
 
 void wfs_takeover_info(struct wfs_takeover_info *out)

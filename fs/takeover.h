@@ -211,6 +211,17 @@ struct wfs_takeover_serving {
 };
 void wfs_takeover_serving(struct wfs_takeover_serving *out);
 
+/*
+ * The counters since the mount in the holder's region (daemon.h, struct wfs_counters): zeros when the
+ * holder made it, what the last server counted for a successor. NULL without a region. A server
+ * counts there from before its first request (weightfs.c), so they survive a takeover and an upgrade.
+ */
+struct wfs_counters;
+struct wfs_counters *wfs_takeover_counters(void);
+/* The same for the FUSE requests by opcode (ops.h, wfs_ops_requests: 64 tallies). */
+struct wfs_ops_tally;
+struct wfs_ops_tally *wfs_takeover_request_tallies(void);
+
 /* What user.weightfs.stats shows. */
 struct wfs_takeover_info {
 	pid_t holder_pid;        /* 0 without -o holder, or once the holder died */

@@ -831,6 +831,10 @@ int main(int argc, char *argv[])
 		if (!fs.opt.holder || wfs_holder_run(&ha) != 0)
 			wfs_takeover_server_start(fuse_session_fd(fs.se));
 	}
+	if (wfs_takeover_counters()) { /* since the mount, across takeovers */
+		fs.counters = wfs_takeover_counters();
+		wfs_ops_requests = wfs_takeover_request_tallies();
+	}
 	{
 		char what[PATH_MAX + 16];
 

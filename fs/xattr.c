@@ -63,7 +63,7 @@ static void reply_xattr(fuse_req_t req, int ret, size_t size, const void *value,
 static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 {
 	struct wfs_catalog_stats st;
-	struct wfs_counters *k = &fs->counters;
+	struct wfs_counters *k = fs->counters;
 	uint64_t verified, unverified, qfiles, qbytes;
 	const struct wfs_lock *l = &fs->lock;
 	struct wfs_catalog_timing ct;
@@ -111,7 +111,7 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		      "seals_synced", U64(k->seals_synced), "group_syncs", U64(k->group_syncs),
 		      "group_syncs_by_file", U64(k->group_syncs_by_file),
 		      "seals_awaiting_sync", U64(wfs_commit_waiting(&fs->commit)),
-		      "checks_on_opener_node", U64(atomic_load(&fs->checks_placed)),
+		      "checks_on_opener_node", U64(atomic_load(&k->checks_placed)),
 		      "seals_declared", U64(k->seals_declared), "checks_after_seal", U64(k->checks_after_seal),
 		      "verify_failures", U64(k->verify_failures), "requests", requests,
 		      "request_ms", request_ms,
@@ -515,7 +515,7 @@ static int claim_batch(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t dir, const 
 		char *copy;
 
 		if (wfs_store_object_stat(fs->store, &l->d, &st) != 0) {
-			fs->counters.claim_misses++; /* absent: nothing to make, nothing held up */
+			fs->counters->claim_misses++; /* absent: nothing to make, nothing held up */
 			continue;
 		}
 		if (!claim_line_fits(l, dir, (uint64_t)st.st_size))

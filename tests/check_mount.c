@@ -2174,6 +2174,50 @@ static long long receive_counter(const char *key)
 }
 
 /*
+ * -o holder: the counters since the mount (user.weightfs.stats "since_mount", weightfsctl stat) go
+ * on across a takeover: the successor of a killed server counts on from where it stopped (found by
+ * a new user: they started again from zero at each takeover).
+ */
+START_TEST(counters_survive_takeover)
+{
+	unsigned char *a = mu_pattern(65536, 71);
+	long long seals, published, bytes, getxattrs;
+	pid_t server;
+
+	mu_daemon_stop();
+	snprintf(mu.opts, sizeof(mu.opts), "holder");
+	mu_daemon_start();
+	for (int i = 0; i < 3; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "f%d", i);
+		a[0] = (unsigned char)i;
+		ck_assert_int_eq(mu_write_file(mu_path(name), a, 65536), 0);
+	}
+	ck_assert_int_eq(mu_write_file(mu_path("dup"), a, 65536), 0); /* a dedup hit */
+	seals = stats_member("since_mount", "seals", -1);
+	published = stats_member("since_mount", "objects_published", -1);
+	bytes = stats_member("since_mount", "bytes_published", -1);
+	ck_assert_int_eq(seals, 4);
+	ck_assert_int_eq(published, 3);
+	getxattrs = stats_member("requests", "GETXATTR", -1); /* the FUSE requests by opcode too */
+	server = (pid_t)stat_counter("server_pid");
+	ck_assert_int_eq(kill(server, SIGKILL), 0);
+	MU_EVENTUALLY(stat_counter("server_pid") != server); /* the successor answers */
+	ck_assert_int_eq(stat_counter("takeovers"), 1);
+	ck_assert_int_eq(stats_member("since_mount", "seals", -1), seals);
+	ck_assert_int_eq(stats_member("since_mount", "objects_published", -1), published);
+	ck_assert_int_eq(stats_member("since_mount", "bytes_published", -1), bytes);
+	ck_assert_int_eq(stats_member("since_mount", "dedup_hits", -1), 1);
+	ck_assert_int_gt(stats_member("requests", "GETXATTR", -1), getxattrs);
+	a[0] = 9;
+	ck_assert_int_eq(mu_write_file(mu_path("after"), a, 65536), 0);
+	ck_assert_int_eq(stats_member("since_mount", "seals", -1), seals + 1); /* and it counts on */
+	free(a);
+}
+END_TEST
+
+/*
  * -o holder: a kill -9 of the holder itself. Its server serves on, logs the death with the holder's
  * pid (STORE/weightfs.log) and names no holder in user.weightfs.stats, only the one lost (found by a
  * new user: nothing was logged, and weightfsctl stat still said "under holder pid N" of a dead N).
@@ -4317,6 +4361,7 @@ static Suite *mount_suite(void)
 		{"claims_batch", claims_batch, 30},
 		{"stats_xattr", stats_xattr, 30},
 		{"holder_death_logged", holder_death_logged, 30},
+		{"counters_survive_takeover", counters_survive_takeover, 30},
 		{"read_one_page_cache_copy", read_one_page_cache_copy, 60},
 		{"readahead_option", readahead_option, 30},
 		{"small_files_group_sync", small_files_group_sync, 60},

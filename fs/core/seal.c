@@ -314,18 +314,18 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 		in->digest = d;
 		if (size > 0) /* the bytes its claim missed (or others): claims waiting look again */
 			wfs_object_expect_end(fs, &in->expecting);
-		fs->counters.seals++;
-		fs->counters.published_copies += wfs_version_published_copy(v);
+		fs->counters->seals++;
+		fs->counters->published_copies += wfs_version_published_copy(v);
 		if (existed) {
-			fs->counters.dedup_hits++;
+			fs->counters->dedup_hits++;
 		} else {
 			if (trusted) {
 				/* Published on its writer's word: read and checked before any open uses it. */
-				fs->counters.seals_declared++;
+				fs->counters->seals_declared++;
 				wfs_check_soon(fs, &d);
 			}
-			fs->counters.objects_published++;
-			fs->counters.bytes_published += size;
+			fs->counters->objects_published++;
+			fs->counters->bytes_published += size;
 			if (size > fs->largest_object)
 				fs->largest_object = size;
 		}
@@ -359,7 +359,7 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 		wfs_unlock(&fs->lock);
 		ret = wfs_commit_sync(fs); /* the group sync first, when small seals wait for it */
 		wfs_lock(&fs->lock);
-		fs->counters.seals_synced += ret == 0;
+		fs->counters->seals_synced += ret == 0;
 		if (ret)
 			wfs_log(WFS_LOG_ERR, "inode %llu: the seal's commit could not be made durable: %s",
 				(unsigned long long)in->ino, strerror(-ret));
