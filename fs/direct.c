@@ -163,7 +163,7 @@ static int direct_object(struct wfs_direct *d, int fd, pid_t pid, int *obj_fd, u
 	if (o)
 		wfs_object_unpin(fs, o);
 	if (ret == 0)
-		fs->counters.opens_direct++;
+		fs->counters->opens_direct++;
 	wfs_unlock(&fs->lock);
 	return ret;
 }

@@ -132,7 +132,8 @@ static void set_readahead(struct wfs_fs *fs)
 		wfs_log(WFS_LOG_DEBUG, "readahead: %ld KiB (%s)", kb, path);
 }
 
-struct wfs_ops_tally wfs_ops_requests[WFS_REQ_COUNT];
+static struct wfs_ops_tally own_requests[WFS_REQ_COUNT];
+struct wfs_ops_tally *wfs_ops_requests = own_requests;
 
 static uint64_t monotonic_ns(void)
 {
@@ -383,9 +384,27 @@ static void set_open_reply(struct fuse_file_info *fi, struct wfs_handle *h, cons
 	handoff_release(h); /* after the last use of @h here: the kernel has it next */
 }
 
+/*
+ * st_blocks of @a (@in its entry, or NULL): the disk its data take, as on ext4, so that du counts a
+ * sparse file's data and not its holes: its object file's allocation (wfs_inode_object_blocks()),
+ * or its version's (wfs_version_blocks()) while it is written; @size rounded up for anything else,
+ * or when the object cannot be stat'ed (missing: its reads say EIO). Each name counts its object
+ * whole, shared or not. fs->lock held (light holds too).
+ */
+static blkcnt_t file_blocks(struct wfs_fs *fs, const struct wfs_attr *a, struct wfs_inode *in, off_t size)
+{
+	int64_t blocks;
+
+	if (in && in->writer && !wfs_version_refused(in->writer))
+		return (blkcnt_t)wfs_version_blocks(in->writer);
+	if (S_ISREG(a->mode) && a->sealed && (blocks = wfs_inode_object_blocks(fs, in, &a->digest)) >= 0)
+		return (blkcnt_t)blocks;
+	return (blkcnt_t)(((uint64_t)size + 511) / 512);
+}
+
 /* stat(2) view of @a; a file being written shows the size written so far and the mtime its seal
  * will give it (the last write's, wfs_version_mtime()). fs->lock held. */
-static void attr_to_stat(const struct wfs_attr *a, struct wfs_inode *in, struct stat *st)
+static void attr_to_stat(struct wfs_fs *fs, const struct wfs_attr *a, struct wfs_inode *in, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
 	st->st_ino = a->ino;
@@ -408,10 +427,10 @@ static void attr_to_stat(const struct wfs_attr *a, struct wfs_inode *in, struct 
 			st->st_mtim = t; /* what the seal will give it (version.h) */
 		wfs_version_ctime(in->writer, &st->st_ctim); /* likewise */
 	}
+	st->st_blocks = file_blocks(fs, a, in, st->st_size);
+	st->st_blksize = BLKSIZE;
 	if (in && in->writer)
 		wfs_inode_tell(in, st); /* the seal may change what the kernel caches now (inode.h) */
-	st->st_blocks = (blkcnt_t)(((uint64_t)st->st_size + 511) / 512); /* logical, not shared */
-	st->st_blksize = BLKSIZE;
 }
 
 /* Entry reply for @a, taking a lookup reference on its inode. fs->lock held. */
@@ -427,7 +446,7 @@ static int make_entry(struct wfs_fs *fs, const struct wfs_attr *a, struct fuse_e
 	wfs_takeover_told_ino(a->ino); /* a successor numbers new inodes above it */
 	e->attr_timeout = fs->opt.timeout;
 	e->entry_timeout = fs->opt.timeout;
-	attr_to_stat(a, in, &e->attr);
+	attr_to_stat(fs, a, in, &e->attr);
 	wfs_inode_lookup(in);
 	return 0;
 }
@@ -563,7 +582,7 @@ static void wfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		in = wfs_inode_find(fs, ino);
 	}
 	if (ret == 0)
-		attr_to_stat(&a, in, &st);
+		attr_to_stat(fs, &a, in, &st);
 	wfs_unlock(&fs->lock);
 	if (ret)
 		fuse_reply_err(req, -ret);
@@ -623,7 +642,7 @@ static int do_setattr(struct wfs_fs *fs, fuse_ino_t ino, const struct stat *st, 
 	if (ret == 0 && (valid & WFS_ATTR_MTIME))
 		wfs_seal_set_mtime(fs, ino, &in_attr.mtime);
 	if (ret == 0)
-		attr_to_stat(&a, wfs_inode_find(fs, ino), out);
+		attr_to_stat(fs, &a, wfs_inode_find(fs, ino), out);
 	return ret;
 }
 
@@ -1381,7 +1400,7 @@ static int dirbuf_entry(void *ctx, const char *name, const struct wfs_attr *a, u
 
 	if (!d->plus) {
 		memset(&e, 0, sizeof(e));
-		attr_to_stat(a, wfs_inode_find(d->fs, a->ino), &e.attr);
+		attr_to_stat(d->fs, a, wfs_inode_find(d->fs, a->ino), &e.attr);
 		return !dirbuf_add(d, name, &e.attr, NULL, (off_t)(cookie + 2));
 	}
 	/* readdirplus hands the kernel a lookup reference per entry: count it only if it fit. */

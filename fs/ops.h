@@ -74,7 +74,12 @@ struct wfs_ops_tally {
 	_Atomic uint64_t count; /* requests handled */
 	_Atomic uint64_t ns;    /* their handlers' time, CLOCK_MONOTONIC nanoseconds */
 };
-extern struct wfs_ops_tally wfs_ops_requests[WFS_REQ_COUNT];
+/*
+ * The tallies by opcode, WFS_REQ_COUNT of them: this process's own, or (set before the session loop,
+ * weightfs.c) the holder's region's (takeover.h, wfs_takeover_request_tallies()), where they count
+ * on across takeovers. Opcodes are only ever appended: another build reads them by position.
+ */
+extern struct wfs_ops_tally *wfs_ops_requests;
 /* A handler's timer: started by WFS_OPS_COUNT, stopped when it goes out of scope. */
 struct wfs_ops_timer {
 	enum wfs_ops_request op;

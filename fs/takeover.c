@@ -11,7 +11,9 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <poll.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -20,6 +22,7 @@
 #include "keep.h"
 #include "log.h"
 #include "openmode.h"
+#include "ops.h"
 #include "seal.h"
 #include "store.h"
 #include "upgrade.h"
@@ -85,7 +88,19 @@ struct region {
 	pthread_mutex_t lock;
 	struct id_slot ids[IDS_CAP];
 	struct handle_slot handles[HANDLES_CAP];
+	/* The counters since the mount (daemon.h), written by the running server. In the tail of the
+	 * last page, which layout 4 left unused, so the memfd's size and the layout stay: a successor
+	 * of a build before them reads zeros, and one of such a build ignores them. */
+	union {
+		struct wfs_counters c;
+		uint64_t reserve[32]; /* cppcheck-suppress unusedStructMember ; room to append counters */
+	} counters;
+	struct wfs_ops_tally requests[64]; /* FUSE requests by opcode (ops.h) */
 };
+_Static_assert(sizeof(struct wfs_counters) <= sizeof(uint64_t[32]), "counters outgrew their reserve");
+_Static_assert(WFS_REQ_COUNT <= 64, "opcodes outgrew their reserve");
+_Static_assert((offsetof(struct region, counters) + 4095) / 4096 == (sizeof(struct region) + 4095) / 4096,
+	       "the counters must fit the region's last page: another memfd size refuses takeovers between builds");
 
 /* An id a dead server registered, kept until nothing uses it (this server's private list). */
 struct inherited {
@@ -97,6 +112,7 @@ struct inherited {
 
 static struct region *R;
 static int region_fd = -1;
+static _Atomic int32_t holder_lost; /* the holder that died under this server, or 0 */
 
 /* Handles of dead servers this one adopted (fh → its own handle), looked up only for a dead
  * server's fh; written before the session starts and at their release, under adopted_lock. */
@@ -730,12 +746,92 @@ void wfs_takeover_serving(struct wfs_takeover_serving *out)
 	out->writers_lost = atomic_load(&R->writers_lost);
 }
 
+/* The holder @holder of @mnt is dead: say so once, and name it no more. */
+static void holder_gone(pid_t holder, const char *mnt)
+{
+	int32_t was = (int32_t)holder;
+
+	if (!atomic_compare_exchange_strong(&R->holder_pid, &was, 0))
+		return;
+	atomic_store(&holder_lost, (int32_t)holder);
+	wfs_log(WFS_LOG_ERR, "holder pid %d of %s died (kill -9, the OOM killer or a crash: the kernel log says "
+		"which); server pid %d serves on without one: a crash of it now leaves the mount dead (ENOTCONN "
+		"until fusermount3 -u %s) and weightfsctl upgrade cannot reach it; unmount and mount again for a "
+		"holder", (int)holder, mnt, (int)getpid(), mnt);
+}
+
+struct holder_watch {
+	pid_t holder;
+	int pidfd;
+	const char *mnt;
+};
+
+static void *holder_watch_main(void *arg)
+{
+	struct holder_watch w = *(struct holder_watch *)arg;
+	struct pollfd p = {.fd = w.pidfd, .events = POLLIN};
+
+	free(arg);
+	while (poll(&p, 1, -1) < 0 && errno == EINTR)
+		;
+	close(w.pidfd);
+	holder_gone(w.holder, w.mnt);
+	return NULL;
+}
+
+int wfs_takeover_watch_holder(const char *mountpoint)
+{
+	pid_t holder = R ? atomic_load(&R->holder_pid) : 0;
+	struct holder_watch *w;
+	pthread_t t;
+	int fd, ret;
+
+	if (holder <= 0)
+		return 0;
+	fd = (int)syscall(SYS_pidfd_open, holder, 0);
+	/* The holder is this server's parent: a parent that is not it any more died already (and
+	 * a pidfd opened before that check is of the holder, whose pid cannot be reused meanwhile). */
+	if ((fd < 0 && errno == ESRCH) || getppid() != holder) {
+		if (fd >= 0)
+			close(fd);
+		holder_gone(holder, mountpoint);
+		return 0;
+	}
+	if (fd < 0)
+		return -errno;
+	w = malloc(sizeof(*w));
+	if (!w) {
+		close(fd);
+		return -ENOMEM;
+	}
+	*w = (struct holder_watch){.holder = holder, .pidfd = fd, .mnt = mountpoint};
+	ret = pthread_create(&t, NULL, holder_watch_main, w);
+	if (ret) {
+		close(fd);
+		free(w);
+		return -ret;
+	}
+	pthread_detach(t);
+	return 0;
+}
+
+struct wfs_counters *wfs_takeover_counters(void)
+{
+	return R ? &R->counters.c : NULL;
+}
+
+struct wfs_ops_tally *wfs_takeover_request_tallies(void)
+{
+	return R ? R->requests : NULL;
+}
+
 void wfs_takeover_info(struct wfs_takeover_info *out)
 {
 	*out = (struct wfs_takeover_info){.server_pid = getpid(), .epoch = 1};
 	if (!R)
 		return;
 	out->holder_pid = atomic_load(&R->holder_pid);
+	out->holder_lost_pid = atomic_load(&holder_lost);
 	out->takeovers = atomic_load(&R->takeovers);
 	out->epoch = atomic_load(&R->epoch);
 	out->last_pause_ms = (double)atomic_load(&R->last_pause_ns) / 1e6;

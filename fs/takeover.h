@@ -64,6 +64,16 @@ int wfs_takeover_create(pid_t holder_pid);
 /* Is the region mapped (this process runs under a holder)? */
 bool wfs_takeover_on(void);
 /*
+ * Server under a holder: watch the holder (a thread blocked in poll(2) on a pidfd of it). The holder
+ * outlives every server it forks, so its death under a live server is a kill -9, the OOM killer or
+ * a crash: logged once at error level (with @mountpoint, which must outlive the process; how it died
+ * only the kernel log says), and from then on wfs_takeover_info() names no holder but the one lost
+ * (holder_lost_pid) and no signal goes to its pid, which the system may give another process.
+ * The server serves on alone: its own crash now leaves the mount dead. Returns 0 (watching, or the
+ * holder found dead already: logged), or -errno of pidfd_open(2) or pthread_create() (not watched).
+ */
+int wfs_takeover_watch_holder(const char *mountpoint);
+/*
  * The region's area for the catalog's redo log (lib/catalog.h, wfs_catalog_redo: each server logs
  * its batch's changes there, a successor replays them), and its size into *@bytes; NULL (and 0)
  * without a region. Owned by this module, mapped for the process's life.
@@ -201,9 +211,21 @@ struct wfs_takeover_serving {
 };
 void wfs_takeover_serving(struct wfs_takeover_serving *out);
 
+/*
+ * The counters since the mount in the holder's region (daemon.h, struct wfs_counters): zeros when the
+ * holder made it, what the last server counted for a successor. NULL without a region. A server
+ * counts there from before its first request (weightfs.c), so they survive a takeover and an upgrade.
+ */
+struct wfs_counters;
+struct wfs_counters *wfs_takeover_counters(void);
+/* The same for the FUSE requests by opcode (ops.h, wfs_ops_requests: 64 tallies). */
+struct wfs_ops_tally;
+struct wfs_ops_tally *wfs_takeover_request_tallies(void);
+
 /* What user.weightfs.stats shows. */
 struct wfs_takeover_info {
-	pid_t holder_pid;        /* 0 without -o holder */
+	pid_t holder_pid;        /* 0 without -o holder, or once the holder died */
+	pid_t holder_lost_pid;   /* the holder that died under this server, or 0 */
 	pid_t server_pid;        /* this process */
 	uint64_t takeovers;      /* successors started on this mount so far */
 	uint32_t epoch;          /* this server's (1: the first) */

@@ -103,7 +103,8 @@ static void usage(const char *prog)
 	       "                             name uses, least recently released out first, so a later\n"
 	       "                             run writing the same weights stores nothing new; recorded\n"
 	       "                             in the store for every later mount (default: the recorded\n"
-	       "                             budget, weightfsctl retain STORE)\n"
+	       "                             budget, weightfsctl retain STORE); gives way to writes on\n"
+	       "                             a store that fills up\n"
 	       "    -o readahead=SIZE        how far the kernel reads ahead of a daemon-served reader\n"
 	       "                             (no passthrough; default 4M, root only)\n"
 	       "    -o sync=group|close|none group: every seal is durable within 1 s of its close(2)\n"
@@ -830,6 +831,10 @@ int main(int argc, char *argv[])
 		if (!fs.opt.holder || wfs_holder_run(&ha) != 0)
 			wfs_takeover_server_start(fuse_session_fd(fs.se));
 	}
+	if (wfs_takeover_counters()) { /* since the mount, across takeovers */
+		fs.counters = wfs_takeover_counters();
+		wfs_ops_requests = wfs_takeover_request_tallies();
+	}
 	{
 		char what[PATH_MAX + 16];
 
@@ -916,6 +921,13 @@ int main(int argc, char *argv[])
 		if (wfs_takeover_on())
 			wfs_log(WFS_LOG_WARN, "-o holder: the INIT cannot be kept: no successor can take this "
 				"mount over");
+	}
+	if (wfs_takeover_on()) {
+		int w = wfs_takeover_watch_holder(cmd.mountpoint);
+
+		if (w)
+			wfs_log(WFS_LOG_WARN, "holder: cannot watch the holder (%s): its death would go unlogged",
+				strerror(-w));
 	}
 	if (wfs_takeover_on() && wfs_upgrade_server_start(&fs) != 0)
 		wfs_log(WFS_LOG_WARN, "upgrade: this server cannot drain for an upgrade: weightfsctl upgrade of "

@@ -24,7 +24,9 @@
 #include "direct.h"
 #include "dtype.h"
 #include "fault.h"
+#include "gc.h"
 #include "log.h"
+#include "object.h"
 #include "openmode.h"
 #include "ops.h"
 #include "receive.h"
@@ -61,7 +63,7 @@ static void reply_xattr(fuse_req_t req, int ret, size_t size, const void *value,
 static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 {
 	struct wfs_catalog_stats st;
-	struct wfs_counters *k = &fs->counters;
+	struct wfs_counters *k = fs->counters;
 	uint64_t verified, unverified, qfiles, qbytes;
 	const struct wfs_lock *l = &fs->lock;
 	struct wfs_catalog_timing ct;
@@ -109,7 +111,7 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		      "seals_synced", U64(k->seals_synced), "group_syncs", U64(k->group_syncs),
 		      "group_syncs_by_file", U64(k->group_syncs_by_file),
 		      "seals_awaiting_sync", U64(wfs_commit_waiting(&fs->commit)),
-		      "checks_on_opener_node", U64(atomic_load(&fs->checks_placed)),
+		      "checks_on_opener_node", U64(atomic_load(&k->checks_placed)),
 		      "seals_declared", U64(k->seals_declared), "checks_after_seal", U64(k->checks_after_seal),
 		      "verify_failures", U64(k->verify_failures), "requests", requests,
 		      "request_ms", request_ms,
@@ -131,6 +133,8 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		wfs_takeover_info(&ti);
 		json_object_set_new(o, "server_pid", json_integer(ti.server_pid));
 		json_object_set_new(o, "holder_pid", json_integer(ti.holder_pid));
+		if (ti.holder_lost_pid)
+			json_object_set_new(o, "holder_lost_pid", json_integer(ti.holder_lost_pid));
 		json_object_set_new(o, "takeovers", U64(ti.takeovers));
 		json_object_set_new(o, "upgrades", U64(ti.upgrades));
 		json_object_set_new(o, "takeover",
@@ -212,6 +216,66 @@ static int stats_text(struct wfs_fs *fs, pid_t tid, size_t size, char *buf, size
 	return 0;
 }
 
+/* (L) What the last user.weightfs.gc request removed and kept, for the getxattr that follows it. */
+static struct wfs_gc_report gc_last;
+static bool gc_done;
+
+/*
+ * getxattr(MOUNT, "user.weightfs.gc"): the last request's report, JSON ({"objects_removed",
+ * "bytes_removed", "objects_kept", "bytes_kept"}); -ENODATA before the first. fs->lock held.
+ */
+static int gc_report(char *buf, size_t size, size_t *len)
+{
+	char text[256];
+	int n;
+
+	if (!gc_done)
+		return -ENODATA;
+	n = snprintf(text, sizeof(text),
+		     "{\"objects_removed\": %llu, \"bytes_removed\": %llu, \"objects_kept\": %llu, "
+		     "\"bytes_kept\": %llu}", (unsigned long long)gc_last.objects_removed,
+		     (unsigned long long)gc_last.bytes_removed, (unsigned long long)gc_last.objects_kept,
+		     (unsigned long long)gc_last.bytes_kept);
+	*len = (size_t)n;
+	if (size >= *len)
+		memcpy(buf, text, *len);
+	return 0;
+}
+
+/*
+ * setxattr(MOUNT, "user.weightfs.gc", SIZE): weightfsctl gc on a mounted store. Removes the objects
+ * no name uses beyond SIZE bytes (wfs_parse_size(); a trailing newline allowed), least recently
+ * released first, skipping those in use (object.h, wfs_object_collect()). Only the mounting user or
+ * root. Returns 0, -EPERM, -EINVAL, or -errno of the removal.
+ */
+static int gc_request(struct wfs_fs *fs, fuse_req_t req, const char *value, size_t size)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct wfs_gc_report r;
+	uint64_t retain;
+	char text[32];
+	int ret;
+
+	if (ctx->uid != 0 && ctx->uid != getuid())
+		return -EPERM;
+	if (size > 0 && value[size - 1] == '\n')
+		size--;
+	if (size == 0 || size >= sizeof(text))
+		return -EINVAL;
+	memcpy(text, value, size);
+	text[size] = '\0';
+	if (wfs_parse_size(text, &retain))
+		return -EINVAL;
+	wfs_lock(&fs->lock);
+	ret = wfs_object_collect(fs, retain, &r);
+	if (ret == 0) {
+		gc_last = r;
+		gc_done = true;
+	}
+	wfs_unlock(&fs->lock);
+	return ret;
+}
+
 void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	WFS_OPS_COUNT(GETXATTR);
@@ -239,6 +303,8 @@ void wfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 	wfs_lock(&fs->lock);
 	if (ino == FUSE_ROOT_ID && strcmp(name, WFS_XATTR_STATS) == 0) {
 		ret = stats_text(fs, fuse_req_ctx(req)->pid, size, buf, &len);
+	} else if (ino == FUSE_ROOT_ID && strcmp(name, WFS_XATTR_GC) == 0) {
+		ret = gc_report(buf, size, &len);
 	} else if (strcmp(name, WFS_XATTR_DIRECT) == 0) {
 		ret = wfs_direct_xattr(fs, buf, size, &len); /* any file: where to ask for its object */
 	} else if (strcmp(name, WFS_XATTR_DIGEST) == 0) {
@@ -449,7 +515,7 @@ static int claim_batch(struct wfs_fs *fs, fuse_req_t req, fuse_ino_t dir, const 
 		char *copy;
 
 		if (wfs_store_object_stat(fs->store, &l->d, &st) != 0) {
-			fs->counters.claim_misses++; /* absent: nothing to make, nothing held up */
+			fs->counters->claim_misses++; /* absent: nothing to make, nothing held up */
 			continue;
 		}
 		if (!claim_line_fits(l, dir, (uint64_t)st.st_size))
@@ -545,10 +611,15 @@ void wfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *
 	if (ret == 0 && strcmp(name, WFS_XATTR_DIGEST) == 0)
 		ret = digest_set(fs, req, ino, value, size);
 	else if (ret == 0 && (strcmp(name, WFS_XATTR_STATS) == 0 || strcmp(name, WFS_XATTR_DIRECT) == 0 ||
-			      (ino != FUSE_ROOT_ID && strcmp(name, WFS_XATTR_RECHECK) == 0)))
+			      (ino != FUSE_ROOT_ID && (strcmp(name, WFS_XATTR_RECHECK) == 0 ||
+						       strcmp(name, WFS_XATTR_GC) == 0))))
 		ret = -EPERM; /* computed, or a request only the mount root takes */
 	if (ret == 1) {
 		fuse_reply_err(req, 0);
+		return;
+	}
+	if (ret == 0 && ino == FUSE_ROOT_ID && strcmp(name, WFS_XATTR_GC) == 0) {
+		fuse_reply_err(req, -gc_request(fs, req, value, size));
 		return;
 	}
 	if (ret == 0 && ino == FUSE_ROOT_ID && strcmp(name, WFS_XATTR_RECHECK) == 0) {
@@ -638,7 +709,7 @@ void wfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	int ret = user_xattr(name); /* as getxattr and setxattr say */
 
 	if (ret == 0 && (strcmp(name, WFS_XATTR_DIGEST) == 0 || strcmp(name, WFS_XATTR_STATS) == 0 ||
-			 strcmp(name, WFS_XATTR_DIRECT) == 0))
+			 strcmp(name, WFS_XATTR_DIRECT) == 0 || (ino == FUSE_ROOT_ID && strcmp(name, WFS_XATTR_GC) == 0)))
 		ret = -EPERM;
 	if (ret == 0) {
 		wfs_lock(&fs->lock);

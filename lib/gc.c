@@ -21,7 +21,7 @@ struct unref_list {
 	size_t n, cap;
 };
 
-static int collect(void *ctx, const struct wfs_digest *d, uint64_t bytes)
+static int collect_one(void *ctx, const struct wfs_digest *d, uint64_t bytes)
 {
 	struct unref_list *l = ctx;
 
@@ -40,7 +40,11 @@ static int collect(void *ctx, const struct wfs_digest *d, uint64_t bytes)
 	return 0;
 }
 
-int wfs_gc_collect(struct wfs_store *s, struct wfs_catalog *c, uint64_t retain, bool dry_run,
+/*
+ * Remove unreferenced objects not in use, least recently released first, while those left take more
+ * than @retain bytes (@retain 0: all of them) or fewer than @want bytes are removed.
+ */
+static int collect(struct wfs_store *s, struct wfs_catalog *c, uint64_t retain, uint64_t want, bool dry_run,
 		   bool (*in_use)(void *ctx, const struct wfs_digest *d), void *ctx, struct wfs_gc_report *r)
 {
 	struct unref_list l = {0};
@@ -48,7 +52,7 @@ int wfs_gc_collect(struct wfs_store *s, struct wfs_catalog *c, uint64_t retain, 
 	int ret;
 
 	memset(r, 0, sizeof(*r));
-	ret = wfs_catalog_unreferenced(c, collect, &l); /* oldest release first */
+	ret = wfs_catalog_unreferenced(c, collect_one, &l); /* oldest release first */
 	if (ret)
 		goto out;
 	for (size_t i = 0; i < l.n; i++)
@@ -59,7 +63,7 @@ int wfs_gc_collect(struct wfs_store *s, struct wfs_catalog *c, uint64_t retain, 
 		bool busy = in_use && in_use(ctx, &u->digest);
 
 		/* Within the budget stays; with no budget at all, even empty objects go. */
-		if (busy || (total <= retain && retain > 0)) {
+		if (busy || (total <= retain && retain > 0 && r->bytes_removed >= want)) {
 			r->objects_kept++;
 			r->bytes_kept += u->bytes;
 			continue;
@@ -85,6 +89,19 @@ int wfs_gc_collect(struct wfs_store *s, struct wfs_catalog *c, uint64_t retain, 
 out:
 	free(l.v);
 	return ret;
+}
+
+int wfs_gc_collect(struct wfs_store *s, struct wfs_catalog *c, uint64_t retain, bool dry_run,
+		   bool (*in_use)(void *ctx, const struct wfs_digest *d), void *ctx, struct wfs_gc_report *r)
+{
+	return collect(s, c, retain, 0, dry_run, in_use, ctx, r);
+}
+
+int wfs_gc_evict(struct wfs_store *s, struct wfs_catalog *c, uint64_t bytes,
+		 bool (*in_use)(void *ctx, const struct wfs_digest *d), void *ctx, struct wfs_gc_report *r)
+{
+	/* A budget of every byte keeps all but the @bytes removed first. */
+	return collect(s, c, UINT64_MAX, bytes, false, in_use, ctx, r);
 }
 
 struct orphans {

@@ -35,6 +35,15 @@ int wfs_gc_collect(struct wfs_store *s, struct wfs_catalog *c, uint64_t retain, 
 		   bool (*in_use)(void *ctx, const struct wfs_digest *d), void *ctx, struct wfs_gc_report *r);
 
 /*
+ * Retained objects give way to writes: remove unreferenced objects for which @in_use (may be NULL)
+ * returns false, least recently released first, until @bytes of them are removed (UINT64_MAX: all)
+ * or none is left; whatever budget the store keeps. Removes as wfs_gc_collect() does; @r says what
+ * went and what is left. Returns 0 or -errno.
+ */
+int wfs_gc_evict(struct wfs_store *s, struct wfs_catalog *c, uint64_t bytes,
+		 bool (*in_use)(void *ctx, const struct wfs_digest *d), void *ctx, struct wfs_gc_report *r);
+
+/*
  * Remove the object files under STORE/objects that the catalog does not list: orphans, left by a
  * crash between an object's link() and the catalog commit that would have named it, or between
  * wfs_gc_collect()'s row delete and its unlink (docs/integrity.md). Their count and bytes

@@ -147,26 +147,61 @@ static char *decimal(char *buf, long v)
 	return buf;
 }
 
+/* @n (0 to 10^@width - 1) as @width decimal digits at @p. */
+static void digits(char *p, unsigned n, int width)
+{
+	while (width-- > 0) {
+		p[width] = (char)('0' + n % 10);
+		n /= 10;
+	}
+}
+
+void wfs_log_time_utc(int64_t seconds, char buf[WFS_LOG_TIME_BYTES])
+{
+	const int64_t last = 253402300799; /* 9999-12-31T23:59:59 */
+	int64_t t = seconds < 0 ? 0 : seconds > last ? last : seconds;
+	/* Days since 0000-03-01 in 400-year eras of 146,097 days, a year starting in March so that
+	 * the leap day ends it (H. Hinnant, "chrono-Compatible Low-Level Date Algorithms"). */
+	int64_t days = t / 86400 + 719468;
+	unsigned secs = (unsigned)(t % 86400), era = (unsigned)(days / 146097);
+	unsigned doe = (unsigned)(days - (int64_t)era * 146097);                 /* day of era */
+	unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;    /* year of era */
+	unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);                  /* day of year */
+	unsigned mp = (5 * doy + 2) / 153;                                       /* March = 0 */
+	unsigned day = doy - (153 * mp + 2) / 5 + 1, month = mp < 10 ? mp + 3 : mp - 9;
+	unsigned year = yoe + era * 400 + (month <= 2);
+
+	memcpy(buf, "0000-00-00T00:00:00+0000", WFS_LOG_TIME_BYTES);
+	digits(buf, year, 4);
+	digits(buf + 5, month, 2);
+	digits(buf + 8, day, 2);
+	digits(buf + 11, secs / 3600, 2);
+	digits(buf + 14, secs / 60 % 60, 2);
+	digits(buf + 17, secs % 60, 2);
+}
+
 static void fatal_signal(int sig)
 {
 	int fds[2] = {log_fd, log_stderr || log_fd < 0 ? STDERR_FILENO : -1};
 	void *frames[64];
 	int depth = backtrace(frames, 64);
-	char num[3][24];
+	char num[2][24], when[WFS_LOG_TIME_BYTES];
+	struct timespec now = {0, 0};
 
+	clock_gettime(CLOCK_REALTIME, &now); /* async-signal-safe, as time(2) is; gmtime(3) is not */
+	wfs_log_time_utc((int64_t)now.tv_sec, when);
 	for (int i = 0; i < 2; i++) {
 		if (fds[i] < 0)
 			continue;
-		put(fds[i], "@");
-		put(fds[i], decimal(num[0], (long)time(NULL)));
+		put(fds[i], when);
 		put(fds[i], " ");
 		put(fds[i], log_prog);
 		put(fds[i], "[fatal]: killed by signal ");
-		put(fds[i], decimal(num[1], sig));
+		put(fds[i], decimal(num[0], sig));
 		put(fds[i], " (");
 		put(fds[i], sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
 		put(fds[i], "), pid ");
-		put(fds[i], decimal(num[2], (long)getpid()));
+		put(fds[i], decimal(num[1], (long)getpid()));
 		put(fds[i], sig == SIGABRT ? "; an assertion's message, if any, is the line before. Backtrace "
 					     "(addr2line -f -e BINARY +OFFSET names a frame):\n"
 					   : ". Backtrace (addr2line -f -e BINARY +OFFSET names a frame):\n");

@@ -12,6 +12,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 enum wfs_log_level { WFS_LOG_ERR, WFS_LOG_WARN, WFS_LOG_INFO, WFS_LOG_DEBUG };
 
@@ -36,9 +37,18 @@ int wfs_log_reopen_on(int sig);
  * dup2(2).
  */
 int wfs_log_take_stderr(void);
+#define WFS_LOG_TIME_BYTES 25 /* "2026-12-05T19:57:52+0000" and its NUL */
+/*
+ * @seconds since the epoch in UTC, in the form of the log file's times: "YYYY-MM-DDTHH:MM:SS+0000"
+ * into @buf (WFS_LOG_TIME_BYTES bytes, NUL-terminated); seconds before 1970 or after 9999 are
+ * clamped to those years' ends. Async-signal-safe: arithmetic only (civil from days), no gmtime(3),
+ * strftime(3) or locale, for the fatal-signal handler.
+ */
+void wfs_log_time_utc(int64_t seconds, char buf[WFS_LOG_TIME_BYTES]);
 /*
  * On a fatal signal (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT: a failed assertion aborts) write one
- * line naming the signal and the pid, and a backtrace (backtrace_symbols_fd(3): addresses, and
+ * line, with the time (UTC: wfs_log_time_utc()) as the log file's lines have it, naming the signal
+ * and the pid, and a backtrace (backtrace_symbols_fd(3): addresses, and
  * function names where the binary exports them), to the log file and stderr, then die of the same
  * signal with its default action (a core dump where enabled). Async-signal-safe; install once.
  */

@@ -19,6 +19,9 @@
 #define WFS_XATTR_STATS "user.weightfs.stats"              /* mount root: store and daemon statistics, JSON */
 #define WFS_XATTR_RECHECK "user.weightfs.recheck"          /* set on the mount root: re-hash an object now */
 #define WFS_XATTR_DIRECT "user.weightfs.direct"            /* any file: the direct path's socket, read-only */
+#define WFS_XATTR_GC "user.weightfs.gc"                    /* mount root: set SIZE: remove objects no name
+							     * uses beyond SIZE bytes now; get: what the
+							     * last such removal did, JSON */
 #define WFS_XATTR_ST_META "user.weightfs.safetensors.metadata" /* import dir: the checkpoint's __metadata__ */
 /* A rank directory's index, written by weightfs.FrozenOffload (lib/python/weightfs/frozen.py,
  * MANIFEST): {"version": 1, "params": {NAME: {"file": FILE, "dtype", "shape", "bytes", "digest"}}},

@@ -389,10 +389,10 @@ START_TEST(seal_publishes_then_dedups)
 	assert_sealed_as(a->ino, buf, sizeof(buf));
 	ck_assert_int_eq(seal_bytes(b, buf, sizeof(buf)), 0);
 	assert_sealed_as(b->ino, buf, sizeof(buf));
-	ck_assert_uint_eq(fs.counters.seals, 2);
-	ck_assert_uint_eq(fs.counters.objects_published, 1);
-	ck_assert_uint_eq(fs.counters.dedup_hits, 1);
-	ck_assert_uint_eq(fs.counters.bytes_published, sizeof(buf));
+	ck_assert_uint_eq(fs.counters->seals, 2);
+	ck_assert_uint_eq(fs.counters->objects_published, 1);
+	ck_assert_uint_eq(fs.counters->dedup_hits, 1);
+	ck_assert_uint_eq(fs.counters->bytes_published, sizeof(buf));
 	wfs_unlock(&fs.lock);
 }
 END_TEST
@@ -539,11 +539,11 @@ START_TEST(claim_cases)
 	full = new_file("full")->ino;
 	ck_assert_int_eq(seal_bytes(wfs_inode_find(&fs, full), "x", 1), 0);
 	ck_assert_int_eq(wfs_claim(&fs, dst, &missing), -ENODATA);
-	ck_assert_uint_eq(fs.counters.claim_misses, 1);
+	ck_assert_uint_eq(fs.counters->claim_misses, 1);
 	ck_assert_int_eq(wfs_claim(&fs, full, &d), -EEXIST);
 	ck_assert_int_eq(wfs_claim(&fs, WFS_ROOT_INO, &d), -EINVAL);
 	ck_assert_int_eq(wfs_claim(&fs, dst, &d), 0);
-	ck_assert_uint_eq(fs.counters.claims, 1);
+	ck_assert_uint_eq(fs.counters->claims, 1);
 	assert_sealed_as(dst, buf, sizeof(buf));
 	ck_assert_int_eq(wfs_claim(&fs, dst, &d), -EEXIST); /* has content now */
 	wfs_unlock(&fs.lock);
@@ -591,7 +591,7 @@ START_TEST(openmode_passthrough_shared)
 	ck_assert_int_eq(kern.closed, 1);
 	ck_assert_int_eq(kern.last_closed, r1.backing_id);
 	ck_assert_ptr_null(wfs_inode_find(&fs, ino)); /* no lookups, no opens: freed */
-	ck_assert_uint_eq(fs.counters.opens_passthrough, 2);
+	ck_assert_uint_eq(fs.counters->opens_passthrough, 2);
 	wfs_unlock(&fs.lock);
 }
 END_TEST
@@ -614,7 +614,7 @@ START_TEST(openmode_cached_excludes_passthrough)
 	ck_assert_uint_eq(w->inode->io.ncached, 2);
 	wfs_openmode_release(&fs, r, 0, &news);
 	wfs_openmode_release(&fs, w, 0, &news);
-	ck_assert_uint_eq(fs.counters.opens_daemon, 2);
+	ck_assert_uint_eq(fs.counters->opens_daemon, 2);
 	wfs_unlock(&fs.lock);
 }
 END_TEST
@@ -642,7 +642,7 @@ START_TEST(openmode_writer_beside_readers)
 	ck_assert_uint_ne(a.ino, ino);
 	ck_assert_int_eq(open_ino(ino, true, &w, &rw, &news), -ESTALE); /* the old inode, again */
 	ck_assert_int_eq(open_ino(a.ino, true, &w, &rw, &news), 0);     /* the retry */
-	ck_assert_uint_eq(fs.counters.moved_from_readers, 1);
+	ck_assert_uint_eq(fs.counters->moved_from_readers, 1);
 	wfs_openmode_release(&fs, w, 0, &news);
 	wfs_openmode_release(&fs, r, 0, &news);
 
@@ -660,7 +660,7 @@ START_TEST(openmode_writer_beside_readers)
 	ck_assert_uint_eq(link.ino, a.ino);
 	ck_assert_uint_eq(a.nlink, 2);
 	ck_assert_int_eq(open_ino(a.ino, true, &w, &rw, &news), 0); /* the retry */
-	ck_assert_uint_eq(fs.counters.moved_from_readers, 2);
+	ck_assert_uint_eq(fs.counters->moved_from_readers, 2);
 	wfs_openmode_release(&fs, w, 0, &news);
 	wfs_openmode_release(&fs, r, 0, &news);
 	wfs_unlock(&fs.lock);
@@ -752,7 +752,7 @@ START_TEST(openmode_passthrough_writer)
 	ino = declared_tensor("big");
 	ck_assert_int_eq(open_ino(ino, true, &w, &rw, &news), 0);
 	ck_assert_int_gt(rw.backing_id, 0);
-	ck_assert_uint_eq(fs.counters.opens_passthrough_write, 1);
+	ck_assert_uint_eq(fs.counters->opens_passthrough_write, 1);
 	ck_assert_int_eq(open_ino(ino, false, &r, &rr, &news), 0);
 	ck_assert_int_eq(rr.backing_id, rw.backing_id); /* the reader shares the version's file */
 	kfd = backing_open_as(rw.backing_id, O_RDWR);
@@ -766,7 +766,7 @@ START_TEST(openmode_passthrough_writer)
 	close(kfd); /* the kernel puts the writer's backing file */
 	wfs_openmode_release(&fs, w, 0, &news);
 	assert_sealed_as(ino, data, len);
-	ck_assert_uint_eq(fs.counters.published_copies, 0);
+	ck_assert_uint_eq(fs.counters->published_copies, 0);
 	ck_assert_int_eq(kern.closed, 0); /* the reader still uses it */
 	wfs_openmode_release(&fs, r, 0, &news);
 	ck_assert_int_eq(kern.closed, 1);
@@ -818,7 +818,7 @@ START_TEST(openmode_passthrough_writer_still_open)
 	memcpy(data, "XXXX", 4);
 	wfs_lock(&fs.lock);
 	assert_sealed_as(ino, data, len);
-	ck_assert_uint_eq(fs.counters.published_copies, 0); /* the file itself, nobody writes it now */
+	ck_assert_uint_eq(fs.counters->published_copies, 0); /* the file itself, nobody writes it now */
 	ck_assert_int_eq(wfs_catalog_getattr(fs.catalog, ino, &a), 0);
 	wfs_store_object_name(&a.digest, name);
 	snprintf(path, sizeof(path), "%s/store/objects/%s", tu_test_dir, name);
@@ -838,7 +838,7 @@ START_TEST(openmode_passthrough_writer_still_open)
 	wfs_mapped_stop(&fs);
 	wfs_lock(&fs.lock);
 	assert_sealed_as(ino, data, len);
-	ck_assert_uint_eq(fs.counters.published_copies, 1);
+	ck_assert_uint_eq(fs.counters->published_copies, 1);
 	ck_assert_int_eq(pwrite(kfd, "XXXX", 4, 0), 4); /* too late: the object is a copy */
 	close(kfd);
 	ck_assert_int_eq(wfs_catalog_getattr(fs.catalog, ino, &a), 0);
@@ -874,7 +874,7 @@ START_TEST(openmode_writer_daemon_served)
 	ck_assert_int_eq(open_ino(ino, true, &w, &rw, &news), 0);
 	ck_assert_int_eq(rw.backing_id, 0);
 	wfs_openmode_release(&fs, w, 0, &news);
-	ck_assert_uint_eq(fs.counters.opens_passthrough_write, 0);
+	ck_assert_uint_eq(fs.counters->opens_passthrough_write, 0);
 	wfs_unlock(&fs.lock);
 }
 END_TEST

@@ -42,16 +42,20 @@ START_TEST(write_then_mmap)
 }
 END_TEST
 
+static long long object_disk_bytes(const struct wfs_digest *d);
+
 START_TEST(stat_fields)
 {
 	unsigned char *buf = mu_pattern(1000, 2);
+	struct wfs_digest d;
 	struct stat st;
 	ino_t ino;
 
 	ck_assert_int_eq(mu_write_file(mu_path("s"), buf, 1000), 0);
 	ck_assert_int_eq(stat(mu_path("s"), &st), 0);
 	ck_assert_int_eq(st.st_size, 1000);
-	ck_assert_int_eq(st.st_blocks, 2); /* logical: ceil(1000 / 512) */
+	mu_digest_xattr(mu_path("s"), &d);
+	ck_assert_int_eq((long long)st.st_blocks * 512, object_disk_bytes(&d)); /* its object's, as du counts */
 	ck_assert_int_eq(st.st_blksize, 1 << 20);
 	ck_assert_int_eq(st.st_nlink, 1);
 	ck_assert_int_eq(st.st_mode & 07777, 0644);
@@ -1517,6 +1521,47 @@ static long long object_disk_bytes(const struct wfs_digest *d)
 }
 
 /*
+ * st_blocks under the mount is what the file's data take on disk (its object's allocation), so du
+ * counts a sparse file's data, not its holes (found by a new user: du of a 1 GiB file with 8 bytes
+ * written said 1 GiB). A dense file still counts whole; after a remount (the inode read again) the
+ * same. While it is written through the kernel, its tmp file's blocks; daemon-served, its size.
+ */
+START_TEST(sparse_file_blocks)
+{
+	const off_t size = 1ll << 30;
+	unsigned char *a = mu_pattern(1 << 20, 65);
+	struct wfs_digest ds, dd;
+	struct stat st;
+	int fd;
+
+	fd = open(mu_path("s"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, "head", 4, 0), 4);
+	ck_assert_int_eq(pwrite(fd, "tail", 4, size - 4), 4);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_int_eq(st.st_size, size);
+	if (mu_kernel_writes()) /* while written, its tmp file's blocks (daemon-served: its size) */
+		ck_assert_int_lt((long long)st.st_blocks * 512, 1 << 20);
+	ck_assert_int_eq(close(fd), 0);
+	ck_assert_int_eq(mu_write_file(mu_path("d"), a, 1 << 20), 0);
+	mu_digest_xattr(mu_path("s"), &ds); /* sealed */
+	mu_digest_xattr(mu_path("d"), &dd);
+	for (int round = 0; round < 2; round++) {
+		ck_assert_int_eq(stat(mu_path("s"), &st), 0);
+		ck_assert_int_eq(st.st_size, size);
+		ck_assert_int_eq((long long)st.st_blocks * 512, object_disk_bytes(&ds));
+		ck_assert_int_lt((long long)st.st_blocks * 512, 1 << 20);
+		ck_assert_int_eq(stat(mu_path("d"), &st), 0);
+		ck_assert_int_eq((long long)st.st_blocks * 512, object_disk_bytes(&dd));
+		ck_assert_int_ge((long long)st.st_blocks * 512, 1 << 20);
+		mu_daemon_stop();
+		mu_daemon_start();
+	}
+	free(a);
+}
+END_TEST
+
+/*
  * An in-place change of a sparse file copies the data, not the holes: the new version and its
  * object cost what the file holds, not its logical size (fsstress once filled a disk this way).
  */
@@ -1829,6 +1874,96 @@ START_TEST(retain_budget)
 }
 END_TEST
 
+
+/*
+ * Retained objects are a cache: a write that needs their room gets it (found by a new user: with a
+ * retention budget, rm on a full store freed nothing and the retry failed with ENOSPC; gc refused a
+ * mounted store). On a 160 MiB store with a 1 GiB budget: 1 MiB files written until ENOSPC, all
+ * removed, then as many again of new content, each of which must succeed, the daemon removing
+ * retained objects, least recently released first, to make room. Then weightfsctl gc on the
+ * mounted store removes what is still retained, and only that.
+ */
+START_TEST(retain_gives_way_to_writes)
+{
+	const char *build = getenv("WFS_BUILD") ? getenv("WFS_BUILD") : "build";
+	size_t len = 1 << 20;
+	unsigned char *a = mu_pattern(len, 63);
+	int written = 0, again, before = -1;
+	char name[32], cmd[800];
+
+	snprintf(mu.opts, sizeof(mu.opts), "retain=1G");
+	mu_tmpfs_store("160m");
+	for (int i = 0; i < 400; i++) {
+		snprintf(name, sizeof(name), "f%d", i);
+		memcpy(a, &i, sizeof(i)); /* distinct content: one object each */
+		if (mu_write_file(mu_path(name), a, len) != 0)
+			break;
+		written++;
+	}
+	ck_assert_int_ge(written, 64);
+	ck_assert_int_lt(written, 400);
+	for (int i = 0; i < written; i++) {
+		snprintf(name, sizeof(name), "f%d", i);
+		ck_assert_int_eq(unlink(mu_path(name)), 0);
+	}
+	/* The releases come with the kernel's FORGETs: wait until the object count settles. */
+	for (int tries = 0; tries < 100 && mu_count_objects() != before; tries++) {
+		before = mu_count_objects();
+		usleep(100000);
+	}
+	ck_assert_int_gt(before, 0); /* some kept for reuse: a restart's claims would hit them */
+	again = written - 4; /* the catalog grew meanwhile */
+	a[4] = 1;
+	for (int i = 0; i < again; i++) {
+		int ret;
+
+		snprintf(name, sizeof(name), "g%d", i);
+		memcpy(a, &i, sizeof(i));
+		ret = mu_write_file(mu_path(name), a, len);
+		ck_assert_msg(ret == 0, "write %s of %d (%d retained before): %s", name, again, before, strerror(-ret));
+	}
+	mu_assert_file_equals(mu_path(name), a, len);
+	ck_assert_int_ge(mu_log_count("to make room for writes"), 1);
+	/* What is retained now goes with weightfsctl gc, mounted as it is; the names keep theirs. */
+	snprintf(cmd, sizeof(cmd), "%s/weightfsctl gc '%s' >/dev/null", build, mu.store);
+	ck_assert_int_eq(system(cmd), 0);
+	ck_assert_int_eq(mu_count_objects(), again);
+	mu_assert_file_equals(mu_path(name), a, len);
+	free(a);
+}
+END_TEST
+
+/*
+ * Written through the kernel, whose ENOSPC the daemon never sees in time: a file bigger than what
+ * retained objects leave free fails (write(2), close(2): ENOSPC), and then every retained object
+ * gives way, so that writing it again succeeds. 96 MiB retained on a 192 MiB store, a 128 MiB file.
+ */
+START_TEST(retain_gives_way_to_kernel_writes)
+{
+	size_t len = 128 << 20, small = 1 << 20;
+	unsigned char *a = mu_pattern(len, 64);
+	char name[32];
+	int ret;
+
+	snprintf(mu.opts, sizeof(mu.opts), "retain=1G");
+	mu_tmpfs_store("192m");
+	for (int i = 0; i < 96; i++) {
+		snprintf(name, sizeof(name), "f%d", i);
+		memcpy(a, &i, sizeof(i));
+		ck_assert_int_eq(mu_write_file(mu_path(name), a, small), 0);
+		ck_assert_int_eq(unlink(mu_path(name)), 0);
+	}
+	MU_EVENTUALLY(mu_count_objects() == 96); /* all retained: the store has room left */
+	a[0] = 0xee;
+	ret = mu_write_file(mu_path("big"), a, len);
+	ck_assert_int_eq(ret, -ENOSPC);
+	MU_EVENTUALLY(mu_count_objects() == 0);
+	MU_EVENTUALLY(access(mu_path("big"), F_OK) < 0); /* the failed file's name goes at its release */
+	ck_assert_int_eq(mu_write_file(mu_path("big"), a, len), 0);
+	mu_assert_file_equals(mu_path("big"), a, len);
+	free(a);
+}
+END_TEST
 
 /* Closes that are not the writer's end seal nothing: a forked child exiting, a close before data. */
 START_TEST(seal_at_writers_close)
@@ -2260,6 +2395,110 @@ static long long receive_counter(const char *key)
 {
 	return stats_member("receive", key, -1);
 }
+
+/*
+ * -o holder: the counters since the mount (user.weightfs.stats "since_mount", weightfsctl stat) go
+ * on across a takeover: the successor of a killed server counts on from where it stopped (found by
+ * a new user: they started again from zero at each takeover).
+ */
+START_TEST(counters_survive_takeover)
+{
+	unsigned char *a = mu_pattern(65536, 71);
+	long long seals, published, bytes, getxattrs;
+	pid_t server;
+
+	mu_daemon_stop();
+	snprintf(mu.opts, sizeof(mu.opts), "holder");
+	mu_daemon_start();
+	for (int i = 0; i < 3; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "f%d", i);
+		a[0] = (unsigned char)i;
+		ck_assert_int_eq(mu_write_file(mu_path(name), a, 65536), 0);
+	}
+	ck_assert_int_eq(mu_write_file(mu_path("dup"), a, 65536), 0); /* a dedup hit */
+	seals = stats_member("since_mount", "seals", -1);
+	published = stats_member("since_mount", "objects_published", -1);
+	bytes = stats_member("since_mount", "bytes_published", -1);
+	ck_assert_int_eq(seals, 4);
+	ck_assert_int_eq(published, 3);
+	getxattrs = stats_member("requests", "GETXATTR", -1); /* the FUSE requests by opcode too */
+	server = (pid_t)stat_counter("server_pid");
+	ck_assert_int_eq(kill(server, SIGKILL), 0);
+	MU_EVENTUALLY(stat_counter("server_pid") != server); /* the successor answers */
+	ck_assert_int_eq(stat_counter("takeovers"), 1);
+	ck_assert_int_eq(stats_member("since_mount", "seals", -1), seals);
+	ck_assert_int_eq(stats_member("since_mount", "objects_published", -1), published);
+	ck_assert_int_eq(stats_member("since_mount", "bytes_published", -1), bytes);
+	ck_assert_int_eq(stats_member("since_mount", "dedup_hits", -1), 1);
+	ck_assert_int_gt(stats_member("requests", "GETXATTR", -1), getxattrs);
+	a[0] = 9;
+	ck_assert_int_eq(mu_write_file(mu_path("after"), a, 65536), 0);
+	ck_assert_int_eq(stats_member("since_mount", "seals", -1), seals + 1); /* and it counts on */
+	free(a);
+}
+END_TEST
+
+/*
+ * -o holder: a kill -9 of the holder itself. Its server serves on, logs the death with the holder's
+ * pid (STORE/weightfs.log) and names no holder in user.weightfs.stats, only the one lost (found by a
+ * new user: nothing was logged, and weightfsctl stat still said "under holder pid N" of a dead N).
+ */
+START_TEST(holder_death_logged)
+{
+	const char *build = getenv("WFS_BUILD") ? getenv("WFS_BUILD") : "build";
+	char cmd[800], line[512], want[300];
+	long long holder_now, lost;
+	int st, in_log = 0, in_store_log = 0, stat_dead = 0, stat_alive = 0, served;
+	pid_t holder, server;
+	FILE *p;
+
+	/* The server the holder forked comes to this process when the holder dies. What is checked
+	 * is gathered first and asserted after it is stopped: a failed assertion ends this process
+	 * at once, and would leave the server serving. */
+	ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+	mu_daemon_stop();
+	snprintf(mu.opts, sizeof(mu.opts), "holder");
+	mu_daemon_start();
+	holder = mu.daemon;
+	ck_assert_int_eq(stat_counter("holder_pid"), holder);
+	server = (pid_t)stat_counter("server_pid");
+	ck_assert_int_ne(server, holder);
+	ck_assert_int_eq(kill(holder, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(holder, &st, 0), holder);
+	mu.daemon = server; /* this process's child now */
+	snprintf(want, sizeof(want), "holder pid %d of %s died", (int)holder, mu.mnt);
+	for (int i = 0; i < 300 && (in_log = mu_log_count(want)) == 0; i++)
+		usleep(10000);
+	snprintf(cmd, sizeof(cmd), "%s/weightfs.log", mu.store);
+	p = fopen(cmd, "r");
+	while (p && fgets(line, sizeof(line), p))
+		in_store_log += strstr(line, want) != NULL;
+	if (p)
+		fclose(p);
+	holder_now = stats_member(NULL, "holder_pid", -2);
+	lost = stats_member(NULL, "holder_lost_pid", 0);
+	served = mu_write_file(mu_path("after"), "still served", 12);
+	snprintf(cmd, sizeof(cmd), "%s/weightfsctl stat '%s'", build, mu.mnt);
+	p = popen(cmd, "r");
+	while (p && fgets(line, sizeof(line), p)) {
+		stat_alive += strstr(line, "under holder") != NULL;
+		stat_dead += strstr(line, "holder pid") && strstr(line, "died");
+	}
+	if (p)
+		pclose(p);
+	mu_daemon_stop(); /* unmounts; the server exits */
+
+	ck_assert_int_eq(in_log, 1);
+	ck_assert_int_eq(in_store_log, 1);
+	ck_assert_int_eq(holder_now, 0);
+	ck_assert_int_eq(lost, holder);
+	ck_assert_int_eq(served, 0); /* it serves on */
+	ck_assert_int_eq(stat_alive, 0);
+	ck_assert_int_eq(stat_dead, 1);
+}
+END_TEST
 
 /*
  * `: > f` and truncate -s 0 of a tensor empty it, whichever path wrote it (a tensor of 4 MiB or more
@@ -4358,6 +4597,7 @@ static Suite *mount_suite(void)
 		{"writable_open_changes_nothing", writable_open_changes_nothing, 30},
 		{"claim_waits_for_the_writer", claim_waits_for_the_writer, 30},
 		{"sparse_rewrite", sparse_rewrite, 60},
+		{"sparse_file_blocks", sparse_file_blocks, 60},
 		{"rewrites_beside_reopening_readers", rewrites_beside_reopening_readers, 60},
 		{"reopening_writers_beside_a_reader", reopening_writers_beside_a_reader, 60},
 		{"shared_writable_mapping_after_close", shared_writable_mapping_after_close, 30},
@@ -4371,6 +4611,7 @@ static Suite *mount_suite(void)
 		{"replace_races", replace_races, 120},
 		{"other_users", other_users, 30},
 		{"retain_budget", retain_budget, 30},
+		{"retain_gives_way_to_writes", retain_gives_way_to_writes, 120},
 		{"seal_at_writers_close", seal_at_writers_close, 30},
 		{"truncate_dup_close", truncate_dup_close, 30},
 		{"damaged_after_check", damaged_after_check, 60},
@@ -4385,6 +4626,8 @@ static Suite *mount_suite(void)
 		{"claim_other_user", claim_other_user, 30},
 		{"claims_batch", claims_batch, 30},
 		{"stats_xattr", stats_xattr, 30},
+		{"holder_death_logged", holder_death_logged, 30},
+		{"counters_survive_takeover", counters_survive_takeover, 30},
 		{"read_one_page_cache_copy", read_one_page_cache_copy, 60},
 		{"readahead_option", readahead_option, 30},
 		{"small_files_group_sync", small_files_group_sync, 60},
@@ -4417,6 +4660,7 @@ static Suite *mount_suite(void)
 		int timeout;
 	} kernel_cases[] = {
 		{"enospc_kernel_write", enospc_kernel_write, 60},
+		{"retain_gives_way_to_kernel_writes", retain_gives_way_to_kernel_writes, 60},
 		{"read_while_sealing", read_while_sealing, 30},
 	};
 

@@ -111,7 +111,7 @@ static int check_bytes(struct wfs_fs *fs, const struct wfs_digest *d, struct sta
 
 		placed = set_mempolicy(MPOL_PREFERRED, &mask, 8 * sizeof(mask)) == 0;
 		if (placed)
-			atomic_fetch_add(&fs->checks_placed, 1);
+			atomic_fetch_add(&fs->counters->checks_placed, 1);
 	}
 	if (ret == 0)
 		ret = wfs_digest_fd(fd, &got, &bytes);
@@ -129,7 +129,7 @@ static void quarantine(struct wfs_fs *fs, const struct wfs_digest *d)
 	int ret;
 
 	wfs_digest_to_hex(d, hex);
-	fs->counters.verify_failures++;
+	fs->counters->verify_failures++;
 	ret = wfs_store_object_quarantine(fs->store, d);
 	wfs_catalog_object_set_state(fs->catalog, d, WFS_OBJECT_QUARANTINED);
 	wfs_log(WFS_LOG_ERR, "object %s: bytes do not match the digest; %s; its names fail with EIO "
@@ -369,7 +369,7 @@ static void *checker(void *arg)
 			char hex[WFS_DIGEST_HEX_CHARS + 1];
 			int ret = verify(fs, o, false, 0);
 
-			fs->counters.checks_after_seal++;
+			fs->counters->checks_after_seal++;
 			if (ret == -EIO) {
 				wfs_digest_to_hex(&d, hex);
 				wfs_log(WFS_LOG_ERR, "object %s was sealed on the digest its writer declared "

@@ -84,7 +84,7 @@ int wfs_claim_inode(struct wfs_fs *fs, struct wfs_inode *in, const struct wfs_di
 		}
 	}
 	if (ret == -ENODATA) {
-		fs->counters.claim_misses++;
+		fs->counters->claim_misses++;
 		if (!in->expecting && !wfs_object_expected_elsewhere(o, in->ino, &(struct timespec){0})) {
 			/* This file's writer writes the content next: other claims of it wait for it. */
 			wfs_object_repin(o);
@@ -129,7 +129,7 @@ int wfs_claim_inode(struct wfs_fs *fs, struct wfs_inode *in, const struct wfs_di
 		in->sealed = true;
 		in->digest = *d;
 		in->io.cache_valid = false;
-		fs->counters.claims++;
+		fs->counters->claims++;
 	} else if (frozen) {
 		/* The one frozen above (fs->lock held since): as it was; writers waiting go on with it. */
 		if (kernel_fill)
@@ -178,13 +178,13 @@ int wfs_claim_new(struct wfs_fs *fs, uint64_t parent, const char *name, uint32_t
 	ret = wfs_check_plausible(fs, o, st);
 	if (ret == -ENOENT || ret == -EIO) {
 		ret = -ENODATA;
-		fs->counters.claim_misses++;
+		fs->counters->claim_misses++;
 	}
 	if (ret == 0)
 		ret = wfs_catalog_create_sealed(fs->catalog, parent, name, mode, uid, gid, d,
 						(uint64_t)st->st_size, xattrs, nxattrs, out);
 	if (ret == 0)
-		fs->counters.claims++;
+		fs->counters->claims++;
 	wfs_object_unpin(fs, o);
 	return ret;
 }

@@ -142,8 +142,8 @@ int wfs_commit_sync(struct wfs_fs *fs)
 	c->nlarge = kept;
 	if (c->nlarge != wfs_commit_waiting(c))
 		c->nlarge = 0; /* not all large: syncfs until none waits */
-	fs->counters.group_syncs++;
-	fs->counters.group_syncs_by_file += k > 0;
+	fs->counters->group_syncs++;
+	fs->counters->group_syncs_by_file += k > 0;
 	wfs_unlock(&fs->lock);
 	return 0;
 }

@@ -90,6 +90,11 @@ struct wfs_options {
 };
 
 /* What this daemon did since it mounted; shown by user.weightfs.stats on the mount root. */
+/*
+ * Counters since the mount. Under a holder they live in its shared region (takeover.h,
+ * wfs_takeover_counters()): a successor goes on counting where a dead server stopped. A successor
+ * of another build (an upgrade) reads them by position, so fields are only ever appended.
+ */
 struct wfs_counters {
 	uint64_t seals;             /* versions sealed into a name */
 	uint64_t objects_published; /* of those, objects new to the store */
@@ -114,6 +119,8 @@ struct wfs_counters {
 	uint64_t seals_declared;    /* new objects published under their writer's declared digest,
 				     * checked after the seal (seal.h, wfs_seal_declare) */
 	uint64_t checks_after_seal; /* of those, checked by the checker thread (check.c) */
+	_Atomic uint64_t checks_placed; /* object checks read on the opener's NUMA node (check.c; atomic:
+					 * added without fs->lock) */
 };
 
 struct wfs_fs {
@@ -147,10 +154,13 @@ struct wfs_fs {
 	bool largest_known;           /* (L) */
 	atomic_bool passthrough;      /* negotiated and still working */
 	atomic_bool readahead_pending; /* set at INIT: the next request sets the mount's readahead */
-	atomic_uint_fast64_t checks_placed; /* object checks read on the opener's NUMA node (check.c) */
 	bool direct_writes;           /* writable opens are direct I/O (set once by init, before any open) */
-	struct wfs_counters counters; /* (L) since this mount */
+	struct wfs_counters *counters; /* (L) since the mount: &own_counters (wfs_fs_init), or the
+					* holder's region's, set before the session loop (weightfs.c) */
+	struct wfs_counters own_counters;
 	uint64_t retained;            /* (L) -o retain: unreferenced bytes, at least (object.c) */
+	bool retained_none;           /* (L) a removal to make room found nothing left to remove, and
+				       * nothing was retained since (object.c, wfs_object_make_room) */
 	uint64_t held_before;         /* after a takeover (fs/takeover.h): inodes numbered up to this one
 				       * may be held by the kernel through a dead server's replies, their
 				       * lookups uncounted here; set before the session loop (inode.c) */

@@ -67,6 +67,7 @@ ssize_t wfs_fileio_write(struct wfs_fs *fs, struct wfs_handle *h, uid_t uid, pid
 		return -EBADF;
 	wfs_lock(&fs->lock);
 	*mode_changed = drop_privs(fs, h, uid);
+	wfs_object_make_room(fs, len); /* retained objects give way to these bytes */
 	do {
 		v = wfs_seal_writer(fs, h->inode, false, &ret);
 		if (v && (ret = dropped_may_grow(fs, v, (uint64_t)off + len)) != 0) {
@@ -120,6 +121,7 @@ int wfs_fileio_fallocate(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, int
 		return -EINVAL;
 	do {
 		wfs_lock(&fs->lock);
+		wfs_object_make_room(fs, (uint64_t)len);
 		ret = 0;
 		if (!(mode & FALLOC_FL_KEEP_SIZE)) {
 			size = in->writer ? wfs_version_size(in->writer) : 0;

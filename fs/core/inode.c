@@ -4,11 +4,13 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "daemon.h"
 #include "inode.h"
 #include "log.h"
 #include "object.h"
+#include "store.h"
 #include "version.h"
 
 struct wfs_inode *wfs_inode_find(struct wfs_fs *fs, uint64_t ino)
@@ -99,6 +101,22 @@ static bool told_is(const struct wfs_told *t, uint64_t size, const struct timesp
 	return t->size == size && same_time(&t->mtime, mtime) && same_time(&t->ctime, ctime);
 }
 
+int64_t wfs_inode_object_blocks(struct wfs_fs *fs, struct wfs_inode *in, const struct wfs_digest *d)
+{
+	struct stat st;
+
+	if (in && in->blocks_known && wfs_digest_equal(&in->blocks_of, d))
+		return (int64_t)in->blocks;
+	if (wfs_store_object_stat(fs->store, d, &st) != 0)
+		return -1;
+	if (in) {
+		in->blocks_known = true;
+		in->blocks = (uint64_t)st.st_blocks;
+		in->blocks_of = *d;
+	}
+	return (int64_t)st.st_blocks;
+}
+
 void wfs_inode_tell(struct wfs_inode *in, const struct stat *st)
 {
 	/* Another size or mtime: written since, and a write drops what the kernel held before (a reply
@@ -108,18 +126,24 @@ void wfs_inode_tell(struct wfs_inode *in, const struct stat *st)
 	    !same_time(&in->told.ctime, &st->st_ctim))
 		in->attr_mixed = true;
 	in->told.size = (uint64_t)st->st_size;
+	in->told.blocks = (uint64_t)st->st_blocks;
 	in->told.mtime = st->st_mtim;
 	in->told.ctime = st->st_ctim;
 	in->attr_told = true;
 }
 
-bool wfs_inode_told_other(const struct wfs_fs *fs, const struct wfs_inode *in)
+bool wfs_inode_told_other(struct wfs_fs *fs, struct wfs_inode *in)
 {
 	struct wfs_attr a;
 
 	if (!in->attr_told)
 		return false;
-	return in->attr_mixed || !wfs_inode_attr(fs, in, &a) || !told_is(&in->told, a.size, &a.mtime, &a.ctime);
+	if (in->attr_mixed || !wfs_inode_attr(fs, in, &a) || !told_is(&in->told, a.size, &a.mtime, &a.ctime))
+		return true;
+	/* Blocks told from a version are its tmp file's, or its size rounded to 4 KiB (version.h):
+	 * another count for the object (a sparse file written by the daemon) is news too. */
+	return S_ISREG(a.mode) && a.sealed &&
+	       wfs_inode_object_blocks(fs, in, &a.digest) != (int64_t)in->told.blocks;
 }
 
 void wfs_inode_lookup(struct wfs_inode *in)

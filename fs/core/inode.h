@@ -53,6 +53,7 @@ struct wfs_inode {
 	bool attr_mixed;
 	struct wfs_told {
 		uint64_t size;
+		uint64_t blocks;     /* st_blocks */
 		struct timespec mtime, ctime;
 	} told;                      /* (L) what the last tell while written said */
 	bool sealed;                 /* (L) the catalog's content: sealed as object @digest (seal.c) */
@@ -65,6 +66,12 @@ struct wfs_inode {
 	bool attr_valid;
 	uint64_t attr_epoch;         /* fs->attr_epoch when read: a rollback since makes it stale */
 	struct wfs_attr attr;
+	/* (L, light holds too) The 512-byte blocks object @blocks_of's file takes on disk (st_blocks:
+	 * a sparse object's holes are not counted), once stat'ed: objects never change
+	 * (wfs_inode_object_blocks()). */
+	bool blocks_known;
+	uint64_t blocks;
+	struct wfs_digest blocks_of;
 };
 
 /* (L) Keep @a, just read from the catalog, as the attributes of its inode if the daemon holds it. */
@@ -96,11 +103,17 @@ int wfs_inode_get_file(struct wfs_fs *fs, uint64_t ino, bool regular_only, struc
  */
 void wfs_inode_tell(struct wfs_inode *in, const struct stat *st);
 /*
- * (L) Can the kernel hold a size, mtime or ctime of @in other than the ones @in's attributes now
- * have (wfs_inode_attr(): what its seal just gave it; true when they are not at hand)? Then the
- * seal invalidates the kernel's attributes.
+ * (L) Can the kernel hold a size, mtime, ctime or st_blocks of @in other than the ones @in's
+ * attributes now have (wfs_inode_attr(): what its seal just gave it; true when they are not at
+ * hand)? Then the seal invalidates the kernel's attributes.
  */
-bool wfs_inode_told_other(const struct wfs_fs *fs, const struct wfs_inode *in);
+bool wfs_inode_told_other(struct wfs_fs *fs, struct wfs_inode *in);
+/*
+ * (L, light holds too) The 512-byte blocks object @d's file takes on disk (st_blocks: a sparse
+ * object's holes are not counted), kept in @in (may be NULL) since objects never change: one
+ * fstatat(2) the first time. -1 when it cannot be stat'ed (a missing object).
+ */
+int64_t wfs_inode_object_blocks(struct wfs_fs *fs, struct wfs_inode *in, const struct wfs_digest *d);
 /* Count one kernel lookup of @in (an entry reply: lookup, create, mkdir, link, readdirplus). */
 void wfs_inode_lookup(struct wfs_inode *in);
 /*

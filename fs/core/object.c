@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -188,6 +189,59 @@ void wfs_object_log_collected(const struct wfs_fs *fs, const struct wfs_gc_repor
 		(unsigned long long)gc->bytes_kept);
 }
 
+/* Bytes free on the store's filesystem, root's reserve included (the daemon writes as root), or
+ * UINT64_MAX when statvfs(2) fails (nothing is removed for a number not known). */
+static uint64_t store_free(struct wfs_fs *fs)
+{
+	struct statvfs sv;
+
+	return wfs_store_statfs(fs->store, &sv) == 0 ? (uint64_t)sv.f_bfree * sv.f_frsize : UINT64_MAX;
+}
+
+uint64_t wfs_object_make_room(struct wfs_fs *fs, uint64_t bytes)
+{
+	struct wfs_gc_report gc;
+	uint64_t free_bytes, want;
+	int ret;
+
+	if (!fs->opt.retain || fs->retained_none)
+		return 0;
+	free_bytes = store_free(fs);
+	want = bytes > UINT64_MAX - WFS_RETAIN_FREE_MIN ? UINT64_MAX : bytes + WFS_RETAIN_FREE_MIN;
+	if (free_bytes >= want)
+		return 0;
+	ret = wfs_gc_evict(fs->store, fs->catalog, want == UINT64_MAX ? UINT64_MAX : want - free_bytes,
+			   object_in_use, fs, &gc);
+	if (ret) {
+		wfs_log(WFS_LOG_WARN, "retention: cannot remove retained objects to make room: %s", strerror(-ret));
+		return 0;
+	}
+	fs->retained = gc.bytes_kept;
+	fs->retained_none = gc.objects_kept == 0;
+	if (gc.objects_removed)
+		wfs_log(WFS_LOG_WARN, "retention: the store is full (%llu bytes free): removed %llu retained objects "
+			"(%llu bytes), least recently released first, to make room for writes; kept %llu objects "
+			"(%llu bytes)", (unsigned long long)(free_bytes == UINT64_MAX ? 0 : free_bytes),
+			(unsigned long long)gc.objects_removed, (unsigned long long)gc.bytes_removed,
+			(unsigned long long)gc.objects_kept, (unsigned long long)gc.bytes_kept);
+	return gc.bytes_removed;
+}
+
+int wfs_object_collect(struct wfs_fs *fs, uint64_t retain, struct wfs_gc_report *r)
+{
+	int ret = wfs_gc_collect(fs->store, fs->catalog, retain, false, object_in_use, fs, r);
+
+	if (ret)
+		return ret;
+	fs->retained = r->bytes_kept;
+	fs->retained_none = r->objects_kept == 0;
+	wfs_log(WFS_LOG_INFO, "gc: removed %llu objects no name uses (%llu bytes), least recently released "
+		"first; kept %llu objects (%llu bytes; asked to keep up to %llu bytes)",
+		(unsigned long long)r->objects_removed, (unsigned long long)r->bytes_removed,
+		(unsigned long long)r->objects_kept, (unsigned long long)r->bytes_kept, (unsigned long long)retain);
+	return 0;
+}
+
 void wfs_object_maybe_delete(struct wfs_fs *fs, const struct wfs_digest *d)
 {
 	struct wfs_gc_report gc;
@@ -201,7 +255,9 @@ void wfs_object_maybe_delete(struct wfs_fs *fs, const struct wfs_digest *d)
 		return;
 	if (ret && ret != -ENOENT)
 		return;
-	if (fs->opt.retain && ret == 0) { /* a file without a row (a commit failed) is not kept */
+	/* A file without a row (a commit failed) is not kept, nor is anything on a store with too
+	 * little room left for writes: an rm there frees space, as on any filesystem. */
+	if (fs->opt.retain && ret == 0 && store_free(fs) >= WFS_RETAIN_FREE_MIN) {
 		/*
 		 * Keep unreferenced objects up to the budget, dropping the least recently released.
 		 * Collecting reads every unreferenced row, so it runs only when the bytes released
@@ -209,6 +265,7 @@ void wfs_object_maybe_delete(struct wfs_fs *fs, const struct wfs_digest *d)
 		 * bytes then plus every release since (reuse is not subtracted: an overestimate).
 		 */
 		fs->retained += bytes;
+		fs->retained_none = false;
 		if (fs->retained <= fs->opt.retain)
 			return;
 		ret = wfs_gc_collect(fs->store, fs->catalog, fs->opt.retain, false, object_in_use, fs, &gc);

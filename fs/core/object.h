@@ -21,6 +21,7 @@
 #define WFS_CORE_OBJECT_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <time.h>
 
 #include "digest.h"
@@ -88,12 +89,31 @@ int wfs_object_backing(struct wfs_fs *fs, struct wfs_object *o);
 bool wfs_object_in_use(struct wfs_fs *fs, const struct wfs_digest *d);
 /*
  * Delete object @d from catalog and store when no name refers to it and nothing pins it, or keep it
- * as retained (-o retain), collecting the least recently released beyond the budget. Errors are
- * logged: an object file left behind is an orphan, which an offline gc or fsck --repair removes
- * (and the daemon's next start, after a crash).
+ * as retained (-o retain), collecting the least recently released beyond the budget; on a store
+ * with under WFS_RETAIN_FREE_MIN bytes free it is not kept (retained objects give way to writes:
+ * wfs_object_make_room()). Errors are logged: an object file left behind is an orphan, which an
+ * offline gc or fsck --repair removes (and the daemon's next start, after a crash).
  */
 void wfs_object_maybe_delete(struct wfs_fs *fs, const struct wfs_digest *d);
+/*
+ * Retained objects are a cache: they give way to writes. Remove retained objects that nothing pins,
+ * least recently released first, until the store's filesystem has @bytes plus WFS_RETAIN_FREE_MIN
+ * free (counted by their bytes: the space of one still open elsewhere comes back at its close), or
+ * none is left. @bytes UINT64_MAX removes every one: after a write the kernel failed with ENOSPC,
+ * whose retry needs room the daemon cannot know. (ordinary hold of fs->lock) A no-op without a retention budget, when nothing is
+ * retained, and on a store with that much free: one fstatvfs(2). Logged at warning level with counts
+ * and bytes. Returns the bytes removed.
+ */
+#define WFS_RETAIN_FREE_MIN ((uint64_t)64 << 20)
+uint64_t wfs_object_make_room(struct wfs_fs *fs, uint64_t bytes);
 struct wfs_gc_report;
+/*
+ * weightfsctl gc on a mounted store (user.weightfs.gc): remove objects no name uses and nothing pins,
+ * least recently released first, until those left take at most @retain bytes (0: all of them), as
+ * wfs_gc_collect() does offline; orphan files are left to an offline gc. Logged. Returns 0 (@r
+ * filled) or -errno of the catalog or of an unlink.
+ */
+int wfs_object_collect(struct wfs_fs *fs, uint64_t retain, struct wfs_gc_report *r);
 /*
  * Log, at warning level, what a collection by the retention budget (fs->opt.retain, the store's:
  * catalog.h) removed, from @gc (wfs_gc_collect()'s report, objects_removed > 0): the objects and

@@ -317,7 +317,7 @@ static int move_names(struct wfs_fs *fs, struct wfs_inode *in, pid_t tid, struct
 	news->ino = in->ino;
 	news->moved = true;
 	moved_note(fs, fresh->ino, tid);
-	fs->counters.moved_from_readers++;
+	fs->counters->moved_from_readers++;
 	wfs_log(WFS_LOG_DEBUG, "inode %llu: opened for writing while %u readers hold it: name moved to inode "
 		"%llu", (unsigned long long)in->ino, in->io.nopen, (unsigned long long)fresh->ino);
 	return 0;
@@ -520,11 +520,11 @@ static void count_open(struct wfs_fs *fs, struct wfs_handle *h)
 	io->nopen++;
 	io->nwritable += h->writable;
 	if (h->passthrough && h->writable)
-		fs->counters.opens_passthrough_write++;
+		fs->counters->opens_passthrough_write++;
 	else if (h->passthrough)
-		fs->counters.opens_passthrough++;
+		fs->counters->opens_passthrough++;
 	else
-		fs->counters.opens_daemon++;
+		fs->counters->opens_daemon++;
 }
 
 /*
@@ -805,7 +805,7 @@ int wfs_openmode_open_lent(struct wfs_fs *fs, uint64_t ino, struct wfs_handle **
 	}
 	r->noflush = true;
 	count_open(fs, h);
-	fs->counters.opens_lent++;
+	fs->counters->opens_lent++;
 	*hp = h;
 	return 0;
 }

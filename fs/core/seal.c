@@ -71,6 +71,7 @@ struct wfs_version *wfs_seal_writer(struct wfs_fs *fs, struct wfs_inode *in, boo
 		wfs_lock_wait(&fs->seal_done, &fs->lock);
 	}
 
+	wfs_object_make_room(fs, 0); /* for its bytes (a rewrite's copy among them) */
 	v = wfs_version_new(fs->store, err);
 	if (!v)
 		return NULL;
@@ -139,6 +140,9 @@ int wfs_seal_store_filled(struct wfs_fs *fs)
 		wfs_log(WFS_LOG_WARN, "the store filled up while %u files were being written through the kernel: "
 			"their writes may have failed with ENOSPC; none of them is sealed (their close(2) says "
 			"ENOSPC)", n);
+	/* Their writers will write again, needing room the daemon cannot know: every retained object
+	 * gives way. */
+	wfs_object_make_room(fs, UINT64_MAX);
 	return n;
 }
 
@@ -316,24 +320,26 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 		in->digest = d;
 		if (size > 0) /* the bytes its claim missed (or others): claims waiting look again */
 			wfs_object_expect_end(fs, &in->expecting);
-		fs->counters.seals++;
-		fs->counters.published_copies += wfs_version_published_copy(v);
+		fs->counters->seals++;
+		fs->counters->published_copies += wfs_version_published_copy(v);
 		if (existed) {
-			fs->counters.dedup_hits++;
+			fs->counters->dedup_hits++;
 		} else {
 			if (trusted) {
 				/* Published on its writer's word: read and checked before any open uses it. */
-				fs->counters.seals_declared++;
+				fs->counters->seals_declared++;
 				wfs_check_soon(fs, &d);
 			}
-			fs->counters.objects_published++;
-			fs->counters.bytes_published += size;
+			fs->counters->objects_published++;
+			fs->counters->bytes_published += size;
 			if (size > fs->largest_object)
 				fs->largest_object = size;
 		}
 	} else if (!told) {
 		log_seal_error(in, ret, reported);
 	}
+	if (ret == -ENOSPC || ret == -EDQUOT)
+		wfs_object_make_room(fs, UINT64_MAX); /* a write lost to retained objects: its retry finds room */
 	assert(in->writer == v);
 	in->writer = NULL;
 	in->io.cache_valid = false;
@@ -359,7 +365,7 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 		wfs_unlock(&fs->lock);
 		ret = wfs_commit_sync(fs); /* the group sync first, when small seals wait for it */
 		wfs_lock(&fs->lock);
-		fs->counters.seals_synced += ret == 0;
+		fs->counters->seals_synced += ret == 0;
 		if (ret)
 			wfs_log(WFS_LOG_ERR, "inode %llu: the seal's commit could not be made durable: %s",
 				(unsigned long long)in->ino, strerror(-ret));

@@ -591,6 +591,16 @@ uint64_t wfs_version_size(struct wfs_version *v)
 	return __atomic_load_n(&v->size, __ATOMIC_ACQUIRE);
 }
 
+uint64_t wfs_version_blocks(struct wfs_version *v)
+{
+	struct stat st;
+
+	if (!__atomic_load_n(&v->frozen, __ATOMIC_ACQUIRE) && __atomic_load_n(&v->kernel_writes, __ATOMIC_ACQUIRE) &&
+	    v->size_fd >= 0 && fstat(v->size_fd, &st) == 0)
+		return (uint64_t)st.st_blocks;
+	return (wfs_version_size(v) + 4095) / 4096 * 8; /* as a file system of 4 KiB blocks holds it */
+}
+
 /* Digest of the version's bytes (version lock held). Returns 0 or -errno. */
 /*
  * May the seal take the declared digest instead of reading the tmp file to hash it (version lock

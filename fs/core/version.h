@@ -100,6 +100,13 @@ int wfs_version_truncate(struct wfs_version *v, uint64_t size);
 int wfs_version_fallocate(struct wfs_version *v, int mode, uint64_t off, uint64_t len);
 /* The size in bytes. */
 uint64_t wfs_version_size(struct wfs_version *v);
+/*
+ * The disk @v takes, in 512-byte blocks (st_blocks): its tmp file's allocation where the kernel
+ * writes it (holes are not counted), else its size rounded up to 4 KiB (what most object files of
+ * a dense file take: the seal tells the kernel again when its object's differ, inode.h). Without
+ * the version lock, as wfs_version_size().
+ */
+uint64_t wfs_version_blocks(struct wfs_version *v);
 /* utimes(2) after the last write: the seal keeps @mtime instead of the time of the seal. */
 void wfs_version_set_mtime(struct wfs_version *v, const struct timespec *mtime);
 /*

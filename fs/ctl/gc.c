@@ -1,15 +1,21 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * weightfsctl gc: remove the objects no name uses from a store that is not mounted (lib/gc.h).
+ * weightfsctl gc: remove the objects no name uses (lib/gc.h): itself from a store that is not
+ * mounted, through the daemon (user.weightfs.gc on its mount root) from one that is.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/xattr.h>
 
 #include <jansson.h>
 
 #include "ctl.h"
 #include "gc.h"
+#include "mounts.h"
+#include "weightfs.h"
 
 static void gc_usage(FILE *out)
 {
@@ -17,8 +23,9 @@ static void gc_usage(FILE *out)
 		     "Remove objects no name uses, least recently released first, until those left take\n"
 		     "at most SIZE bytes (default 0: remove them all, whatever budget the store keeps for its\n"
 		     "mounts: weightfsctl retain), and object files the catalog does not list (orphans a\n"
-		     "crash left). The store must not be mounted (the daemon does the same online with the\n"
-		     "store's budget, and removes orphans when it starts after a crash).\n\n"
+		     "crash left). On a mounted store its daemon removes them, skipping those in use; orphans\n"
+		     "then wait for an offline gc or the next start after a crash, and --quarantine needs the\n"
+		     "store unmounted.\n\n"
 		     "  --retain SIZE keep the most recently released unused objects, up to SIZE bytes (e.g. 20G)\n"
 		     "  --quarantine  also remove STORE/quarantine/: the damaged copies a failed check moved\n"
 		     "                aside for inspection (their names fail with EIO until the content is\n"
@@ -28,10 +35,38 @@ static void gc_usage(FILE *out)
 		     "exit status: 0 done, 1 failed, 2 usage error\n");
 }
 
+/*
+ * The store at @store is mounted: ask its daemon (setxattr user.weightfs.gc on the mount root) to
+ * remove the objects no name uses beyond @retain bytes, and read what it did into @r. Returns 0,
+ * -EBUSY (no live mount found: the daemon died), or -errno of the request.
+ */
+static int gc_online(const char *store, uint64_t retain, struct wfs_gc_report *r)
+{
+	char mnt[PATH_MAX], value[32], buf[512];
+	json_t *o;
+	ssize_t n;
+
+	if (wfs_mounts_of(store, true, mnt))
+		return -EBUSY;
+	snprintf(value, sizeof(value), "%" PRIu64, retain);
+	if (setxattr(mnt, WFS_XATTR_GC, value, strlen(value), 0) < 0)
+		return errno == EOPNOTSUPP || errno == ENODATA ? -ENOTSUP : -errno;
+	n = getxattr(mnt, WFS_XATTR_GC, buf, sizeof(buf));
+	if (n <= 0 || !(o = json_loadb(buf, (size_t)n, 0, NULL)))
+		return n < 0 ? -errno : -EIO;
+	memset(r, 0, sizeof(*r));
+	r->objects_removed = (uint64_t)json_integer_value(json_object_get(o, "objects_removed"));
+	r->bytes_removed = (uint64_t)json_integer_value(json_object_get(o, "bytes_removed"));
+	r->objects_kept = (uint64_t)json_integer_value(json_object_get(o, "objects_kept"));
+	r->bytes_kept = (uint64_t)json_integer_value(json_object_get(o, "bytes_kept"));
+	json_decref(o);
+	return 0;
+}
+
 int wfs_ctl_gc(int argc, char **argv)
 {
 	uint64_t retain = 0, qfiles = 0, qbytes = 0;
-	bool dry_run = false, json = false, quarantine = false;
+	bool dry_run = false, json = false, quarantine = false, online = false;
 	const struct wfs_ctl_opt opts[] = {
 		WFS_CTL_OPT_SIZE("retain", 'r', &retain, "not a size (e.g. 20G)"),
 		WFS_CTL_OPT_FLAG("dry-run", 'n', &dry_run),
@@ -50,17 +85,29 @@ int wfs_ctl_gc(int argc, char **argv)
 	ret = wfs_ctl_resolve_store(argv[optind], store);
 	if (ret == 0)
 		ret = wfs_gc(store, retain, dry_run, &r);
+	if (ret == -EBUSY && quarantine) {
+		fprintf(stderr, "weightfsctl gc: %s: --quarantine: the store is mounted: unmount it first (its daemon "
+			"may be moving a damaged copy there)\n", argv[optind]);
+		return 1;
+	}
+	if (ret == -EBUSY) {
+		ret = gc_online(store, retain, &r);
+		online = ret == 0;
+	}
 	if (ret == 0 && quarantine)
 		ret = wfs_gc_quarantine(store, dry_run, &qfiles, &qbytes);
 	if (ret) {
 		fprintf(stderr, "weightfsctl gc: %s: %s\n", argv[optind],
-			ret == -EBUSY ? "mounted: unmount it first (its mount keeps the store's budget: weightfsctl retain)"
-				      : wfs_ctl_store_error(ret));
+			ret == -EBUSY ? "in use by a daemon that does not answer (it died?): unmount it first"
+			: ret == -ENOTSUP ? "mounted by a weightfs too old to collect online: unmount it first"
+			: ret == -EPERM ? "mounted by another user: only that user or root may collect online"
+					: wfs_ctl_store_error(ret));
 		return 1;
 	}
 	if (json)
-		return wfs_ctl_json_print(json_pack("{s:o, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "store",
-						    wfs_ctl_json_string(store), "dry_run", dry_run, "objects_removed",
+		return wfs_ctl_json_print(json_pack("{s:o, s:b, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "store",
+						    wfs_ctl_json_string(store), "dry_run", dry_run, "online", online,
+						    "objects_removed",
 						    (json_int_t)r.objects_removed, "bytes_removed",
 						    (json_int_t)r.bytes_removed, "objects_kept", (json_int_t)r.objects_kept,
 						    "bytes_kept", (json_int_t)r.bytes_kept, "orphans_removed",
@@ -68,10 +115,10 @@ int wfs_ctl_gc(int argc, char **argv)
 						    (json_int_t)r.orphan_bytes_removed, "quarantined_removed",
 						    (json_int_t)qfiles, "quarantined_bytes_removed", (json_int_t)qbytes),
 					  0);
-	printf("gc: %s: %s %llu unreferenced objects (%.1f MiB); kept %llu (%.1f MiB)\n", store,
+	printf("gc: %s: %s %llu unreferenced objects (%.1f MiB); kept %llu (%.1f MiB)%s\n", store,
 	       dry_run ? "would remove" : "removed", (unsigned long long)r.objects_removed,
 	       (double)r.bytes_removed / 1048576.0, (unsigned long long)r.objects_kept,
-	       (double)r.bytes_kept / 1048576.0);
+	       (double)r.bytes_kept / 1048576.0, online ? " (by its daemon: mounted)" : "");
 	if (r.orphans_removed)
 		printf("gc: %s: %s %llu orphan object files the catalog does not list (%.1f MiB)\n", store,
 		       dry_run ? "would remove" : "removed", (unsigned long long)r.orphans_removed,

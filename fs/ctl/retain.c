@@ -24,9 +24,10 @@ static void retain_usage(FILE *out)
 		     "no name uses (a trainer's weights after it removed them), least recently released out\n"
 		     "first, so a later run writing the same weights stores nothing new: a plain remount,\n"
 		     "mount -t, fstab and weightfsctl's own private mounts alike. weightfs -o retain=SIZE\n"
-		     "records it too. Only weightfsctl gc, and a mount over the budget (logged at warning\n"
-		     "level), remove objects the store keeps. Recording needs the store unmounted (a\n"
-		     "mount's budget is read when it mounts).\n\n"
+		     "records it too. What it keeps gives way to writes on a store that fills up; besides\n"
+		     "that, only weightfsctl gc and a mount over the budget (logged at warning level)\n"
+		     "remove objects the store keeps. Recording needs the store unmounted (a mount's\n"
+		     "budget is read when it mounts).\n\n"
 		     "  --json        machine-readable: {\"store\", \"retain_bytes\"}\n\n"
 		     "exit status: 0 done, 1 failed, 2 usage error\n");
 }

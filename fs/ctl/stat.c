@@ -295,6 +295,10 @@ static void print_daemon_stats(const json_t *d)
 		printf("server:             pid %llu, under holder pid %llu; %llu takeovers since mount "
 		       "(a server that died was replaced)\n", (unsigned long long)json_u64(d, "server_pid"),
 		       (unsigned long long)json_u64(d, "holder_pid"), (unsigned long long)json_u64(d, "takeovers"));
+	else if (json_u64(d, "holder_lost_pid"))
+		printf("server:             pid %llu; its holder pid %llu died: no holder now (a crash leaves the "
+		       "mount dead; unmount and mount again for one)\n", (unsigned long long)json_u64(d, "server_pid"),
+		       (unsigned long long)json_u64(d, "holder_lost_pid"));
 	else if (json_u64(d, "server_pid"))
 		printf("server:             pid %llu (no holder: a crash leaves the mount dead)\n",
 		       (unsigned long long)json_u64(d, "server_pid"));
@@ -330,7 +334,8 @@ static void print_daemon_stats(const json_t *d)
 		const json_t *l = json_object_get(d, "lock");
 		const char *at = json_string_value(json_object_get(l, "held_max_at"));
 
-		printf("daemon lock:        held %.0f ms in %llu holds since mount; longest hold %.1f ms (%s), %llu holds of 10 ms or more "
+		printf("daemon lock:        held %.0f ms in %llu holds since this server started; longest hold "
+		       "%.1f ms (%s), %llu holds of 10 ms or more "
 		       "(%.0f ms in all); lent %llu times to catalog work (commits, these totals; longest "
 		       "%.1f ms), %llu opens, releases and stats of sealed files served meanwhile\n",
 		       json_number_value(json_object_get(l, "held_ms")), (unsigned long long)json_u64(l, "holds"),
@@ -474,11 +479,12 @@ static int stat_prometheus(const char *store, const struct wfs_catalog_stats *st
 		return 0;
 	metric("passthrough", "1 when reads go through kernel FUSE passthrough.", "gauge", labels,
 	       json_is_true(json_object_get(daemon, "passthrough")) ? 1 : 0);
-	metric("objects_verified", "Objects whose digest was checked since mount.", "gauge", labels,
+	metric("objects_verified", "Objects whose digest this server checked.", "gauge", labels,
 	       (double)json_u64(daemon, "objects_verified"));
-	metric("objects_unverified", "Objects not checked yet since mount (checked at first open).", "gauge",
+	metric("objects_unverified", "Objects this server has not checked yet (checked at first open).", "gauge",
 	       labels, (double)json_u64(daemon, "objects_unverified"));
-	/* Every counter since mount (seals, claims, claim_misses, ...), as the daemon names it. */
+	/* Every counter since mount (seals, claims, claim_misses, ...), as the daemon names it; under a
+	 * holder they go on across takeovers (fs/takeover.h, wfs_takeover_counters). */
 	since = json_object_get(daemon, "since_mount");
 	json_object_foreach(since, key, v) {
 		char name[128], help[192];
@@ -494,30 +500,31 @@ static int stat_prometheus(const char *store, const struct wfs_catalog_stats *st
 		snprintf(help, sizeof(help), "Daemon counter %s since mount.", key);
 		metric(name, help, "counter", labels, (double)json_integer_value(v));
 	}
-	{ /* the daemon lock (fs/core/lock.h) */
+	{ /* the daemon lock (fs/core/lock.h): this server's, a successor starts them again */
 		const json_t *l = json_object_get(daemon, "lock");
 
 		if (json_is_object(l)) {
-			metric("lock_held_max_seconds", "Longest hold of the daemon lock since mount.", "gauge",
-			       labels, json_number_value(json_object_get(l, "held_max_ms")) / 1e3);
-			metric("lock_held_seconds_total", "Time the daemon lock was held since mount.", "counter",
-			       labels, json_number_value(json_object_get(l, "held_ms")) / 1e3);
-			metric("lock_holds_slow_total", "Holds of the daemon lock of 10 ms or more since mount.",
-			       "counter", labels, (double)json_u64(l, "holds_slow"));
-			metric("lock_lends_total", "Times the daemon lock was lent to catalog work since mount.",
-			       "counter", labels, (double)json_u64(l, "lends"));
+			metric("lock_held_max_seconds", "Longest hold of the daemon lock since this server started.",
+			       "gauge", labels, json_number_value(json_object_get(l, "held_max_ms")) / 1e3);
+			metric("lock_held_seconds_total", "Time the daemon lock was held since this server started.",
+			       "counter", labels, json_number_value(json_object_get(l, "held_ms")) / 1e3);
+			metric("lock_holds_slow_total", "Holds of the daemon lock of 10 ms or more since this server "
+			       "started.", "counter", labels, (double)json_u64(l, "holds_slow"));
+			metric("lock_lends_total", "Times the daemon lock was lent to catalog work since this "
+			       "server started.", "counter", labels, (double)json_u64(l, "lends"));
 		}
 	}
-	{ /* the request threads (fs/receive.h) */
+	{ /* the request threads (fs/receive.h): this server's */
 		const json_t *rx = json_object_get(daemon, "receive");
 
 		if (json_is_object(rx)) {
 			metric("requests_taken_spinning_total", "FUSE requests a polling request thread found, "
-			       "since mount.", "counter", labels, (double)json_u64(rx, "taken_spinning"));
+			       "since this server started.", "counter", labels, (double)json_u64(rx, "taken_spinning"));
 			metric("requests_taken_sleeping_total", "FUSE requests that woke a request thread, since "
-			       "mount.", "counter", labels, (double)json_u64(rx, "taken_sleeping"));
+			       "this server started.", "counter", labels, (double)json_u64(rx, "taken_sleeping"));
 			metric("request_takeovers_total", "Leading request threads replaced while stuck on a "
-			       "request, since mount.", "counter", labels, (double)json_u64(rx, "takeovers"));
+			       "request, since this server started.", "counter", labels,
+			       (double)json_u64(rx, "takeovers"));
 		}
 	}
 	ms = json_object_get(since, "request_ms");

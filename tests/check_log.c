@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Check suite for lib/log: the UTC time the fatal-signal handler writes without gmtime(3) (golden
+ * dates, then gmtime_r(3) as the reference over a sweep), and the line a fatal signal leaves in the
+ * log file.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <regex.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "testutil.h"
+
+static const struct {
+	int64_t seconds;
+	const char *want;
+} golden[] = {
+	{0, "1970-01-01T00:00:00+0000"},
+	{-1, "1970-01-01T00:00:00+0000"},          /* clamped */
+	{68255999, "1972-02-29T23:59:59+0000"},    /* a leap day */
+	{951782400, "2000-02-29T00:00:00+0000"},   /* divisible by 400: leap */
+	{978307199, "2000-12-31T23:59:59+0000"},
+	{1709251199, "2024-02-29T23:59:59+0000"},
+	{1709251200, "2024-03-01T00:00:00+0000"},
+	{1796499472, "2026-12-05T19:37:52+0000"},
+	{4107456000, "2100-02-28T00:00:00+0000"},  /* divisible by 100: not leap */
+	{4107542400, "2100-03-01T00:00:00+0000"},
+	{253402300799, "9999-12-31T23:59:59+0000"},
+	{253402300800, "9999-12-31T23:59:59+0000"}, /* clamped */
+};
+
+START_TEST(test_time_golden)
+{
+	char buf[WFS_LOG_TIME_BYTES];
+
+	memset(buf, 'x', sizeof(buf));
+	wfs_log_time_utc(golden[_i].seconds, buf);
+	ck_assert_str_eq(buf, golden[_i].want);
+}
+END_TEST
+
+/* strftime(3) over gmtime_r(3), the normal lines' form in UTC, agrees over 1970-9999. */
+START_TEST(test_time_matches_gmtime)
+{
+	char got[WFS_LOG_TIME_BYTES], want[64];
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+
+	for (int i = 0; i < 200000; i++) {
+		time_t t;
+		struct tm tm;
+
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		t = i < 1000 ? (time_t)i * 86399 : (time_t)(x % 253402300800ull);
+		ck_assert_ptr_nonnull(gmtime_r(&t, &tm));
+		strftime(want, sizeof(want), "%Y-%m-%dT%H:%M:%S+0000", &tm);
+		wfs_log_time_utc((int64_t)t, got);
+		ck_assert_msg(strcmp(got, want) == 0, "%lld: %s, want %s", (long long)t, got, want);
+	}
+}
+END_TEST
+
+/*
+ * A fatal signal writes its line to the log file with the time as the file's other lines have it
+ * (it was "@<seconds>"): "YYYY-MM-DDTHH:MM:SS+0000 PROG[fatal]: killed by signal N (...)".
+ */
+START_TEST(test_fatal_line)
+{
+	char path[600], line[512];
+	time_t before = time(NULL), after;
+	regex_t re;
+	struct tm tm;
+	FILE *f;
+	pid_t pid;
+	int st;
+
+	snprintf(path, sizeof(path), "%s/log", tu_test_dir);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
+		if (null >= 0)
+			dup2(null, STDERR_FILENO); /* the backtrace goes there too: not into the suite's output */
+		wfs_log_init("check_log", false, WFS_LOG_INFO);
+		if (wfs_log_open_file(path) != 0)
+			_exit(2);
+		wfs_log_crash_handlers();
+		raise(SIGSEGV);
+		_exit(3);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	after = time(NULL);
+	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV, "status %d", st);
+	f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+	fclose(f);
+	ck_assert_int_eq(regcomp(&re, "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\+0000 "
+				 "check_log\\[fatal\\]: killed by signal 11 \\(SEGV\\), pid [0-9]+\\. ",
+				 REG_EXTENDED | REG_NOSUB), 0);
+	ck_assert_msg(regexec(&re, line, 0, NULL, 0) == 0, "fatal line: %s", line);
+	regfree(&re);
+	memset(&tm, 0, sizeof(tm));
+	ck_assert_ptr_nonnull(strptime(line, "%Y-%m-%dT%H:%M:%S", &tm));
+	ck_assert_int_ge(timegm(&tm), before);
+	ck_assert_int_le(timegm(&tm), after);
+}
+END_TEST
+
+static Suite *log_suite(void)
+{
+	Suite *s = suite_create("log");
+	TCase *tc = tcase_create("time");
+
+	tcase_add_loop_test(tc, test_time_golden, 0, (int)(sizeof(golden) / sizeof(golden[0])));
+	tcase_add_test(tc, test_time_matches_gmtime);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("fatal");
+	tcase_add_checked_fixture(tc, tu_test_dir_setup, tu_test_dir_teardown);
+	tcase_add_test(tc, test_fatal_line);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_main("check_log", log_suite(), TU_RUN_DIR, NULL);
+}
