@@ -373,7 +373,7 @@ void wfs_ops_news_post(struct wfs_fs *fs, struct wfs_news *news)
 static void set_open_reply(struct fuse_file_info *fi, struct wfs_handle *h, const struct wfs_open_reply *r)
 {
 	fi->fh = wfs_takeover_fh(h, h->writable);
-	wfs_takeover_handle_opened(fi->fh, r->backing_id, h->inode->ino); /* before the kernel knows it */
+	wfs_takeover_handle_opened(fi->fh, r->backing_id, h->inode->ino, h->append); /* before the kernel knows it */
 	if (h->writable)
 		wfs_upgrade_writer_opened(); /* an upgrade waits for it to be released */
 	fi->backing_id = r->backing_id;

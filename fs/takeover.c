@@ -27,8 +27,8 @@
 #include "takeover.h"
 
 #define REGION_MAGIC 0x57465354u /* "WFST" */
-#define REGION_LAYOUT 4u /* 3: writable handles and the versions they write (keep.h); 4: the
-			  * catalog's redo log */
+#define REGION_LAYOUT 5u /* 3: writable handles and the versions they write (keep.h); 4: the
+			  * catalog's redo log; 5: a handle's flags (O_APPEND) */
 #define REDO_BYTES ((size_t)4 << 20) /* the catalog's redo log (wfs_catalog_redo): a batch of 1,024
 				      * creates takes about 1 MiB; only the pages written cost memory */
 #define INIT_MAX 512               /* bytes of INIT request or reply kept (both are ~100) */
@@ -61,8 +61,10 @@ struct id_slot {
 struct handle_slot {
 	uint64_t fh;       /* 0: empty */
 	int32_t id;        /* its backing id, 0: none (a daemon-served writer) */
+	uint32_t flags;    /* SLOT_*: how a successor adopts it */
 	uint64_t ino;      /* a writable handle's inode, for a successor that adopts it */
 };
+#define SLOT_APPEND 1u     /* opened with O_APPEND: its writes land at the version's end (fileio.c) */
 struct region {
 	uint32_t magic, layout;
 	_Atomic uint32_t epoch;
@@ -229,15 +231,17 @@ static unsigned home(uint64_t key, unsigned cap)
 }
 
 /* Linear probing; removal shifts back the entries after the hole (no tombstones). R->lock held. */
-static bool handle_put(uint64_t fh, int32_t id, uint64_t ino)
+static bool handle_put(const struct handle_slot *hs)
 {
-	unsigned i = home(fh, HANDLES_CAP);
+	unsigned i = home(hs->fh, HANDLES_CAP);
 
 	for (unsigned n = 0; n < HANDLES_CAP / 4 * 3; n++, i = (i + 1) & (HANDLES_CAP - 1)) {
-		if (R->handles[i].fh == fh || R->handles[i].fh == 0) {
-			R->handles[i].id = id; /* the id first: a server killed in between left no entry */
-			R->handles[i].ino = ino;
-			R->handles[i].fh = fh;
+		if (R->handles[i].fh == hs->fh || R->handles[i].fh == 0) {
+			/* Everything before the fh: a server killed in between left no entry. */
+			R->handles[i].id = hs->id;
+			R->handles[i].flags = hs->flags;
+			R->handles[i].ino = hs->ino;
+			R->handles[i].fh = hs->fh;
 			return true;
 		}
 	}
@@ -342,7 +346,7 @@ static void inherit(void)
 	memset(R->handles, 0, sizeof(R->handles));
 	memset(R->ids, 0, sizeof(R->ids));
 	for (size_t i = 0; i < nh; i++)
-		handle_put(hs[i].fh, hs[i].id, hs[i].ino); /* a duplicate fh overwrites itself */
+		handle_put(&hs[i]); /* a duplicate fh overwrites itself */
 	inh = calloc(ni ? ni : 1, sizeof(*inh));
 	for (size_t i = 0; inh && i < ni; i++) {
 		struct inherited *x = &inh[ninh];
@@ -664,12 +668,14 @@ bool wfs_takeover_backing_keep(int id)
 	return false;
 }
 
-void wfs_takeover_handle_opened(uint64_t fh, int id, uint64_t ino)
+void wfs_takeover_handle_opened(uint64_t fh, int id, uint64_t ino, bool append)
 {
+	struct handle_slot hs = {.fh = fh, .id = id > 0 ? id : 0, .ino = ino, .flags = append ? SLOT_APPEND : 0};
+
 	if (!R || (id <= 0 && !(fh & 1)))
 		return;
 	pthread_mutex_lock(&R->lock);
-	if (!handle_put(fh, id > 0 ? id : 0, ino) && atomic_fetch_add(&R->handles_dropped, 1) == 0)
+	if (!handle_put(&hs) && atomic_fetch_add(&R->handles_dropped, 1) == 0)
 		wfs_log(WFS_LOG_WARN, "takeover: more than %u passthrough handles open: a successor may keep "
 			"backing ids registered until unmount", HANDLES_CAP / 4 * 3);
 	pthread_mutex_unlock(&R->lock);
@@ -872,7 +878,7 @@ int wfs_takeover_adopt_writers(struct wfs_fs *fs)
 		 * this inode's: only a writer of a sealed file with no version is sure to be whole. */
 		if (overflowed && !(in && in->writer))
 			lost = true;
-		ret = lost ? -EIO : wfs_openmode_adopt(fs, hs.ino, hs.id > 0, &h);
+		ret = lost ? -EIO : wfs_openmode_adopt(fs, hs.ino, hs.id > 0, hs.flags & SLOT_APPEND, &h);
 		if (ret) {
 			handles_lost++;
 			wfs_log(WFS_LOG_ERR, "takeover: inode %llu: a writer open before the takeover cannot be "

@@ -158,10 +158,11 @@ int wfs_takeover_backing_inherited(int fd);
 void wfs_takeover_backing_opened(int id, int fd);
 bool wfs_takeover_backing_keep(int id);
 /*
- * Handles: @fh was answered with backing id @id (before the reply is sent), and @fh was released
- * (any epoch; for a dead server's handle, the id it used is released once nothing uses it).
+ * Handles: @fh, of inode @ino, was answered with backing id @id (before the reply is sent;
+ * @append: opened with O_APPEND, which an adopted writer keeps), and @fh was released (any epoch;
+ * for a dead server's handle, the id it used is released once nothing uses it).
  */
-void wfs_takeover_handle_opened(uint64_t fh, int id, uint64_t ino);
+void wfs_takeover_handle_opened(uint64_t fh, int id, uint64_t ino, bool append);
 void wfs_takeover_handle_released(uint64_t fh);
 /*
  * Writers across a takeover (keep.h). A writable handle (@fh of wfs_takeover_handle_opened(), with

@@ -1024,7 +1024,7 @@ int wfs_openmode_adopt_version(struct wfs_fs *fs, const struct wfs_keep_record *
 	return 0;
 }
 
-int wfs_openmode_adopt(struct wfs_fs *fs, uint64_t ino, bool passthrough, struct wfs_handle **hp)
+int wfs_openmode_adopt(struct wfs_fs *fs, uint64_t ino, bool passthrough, bool append, struct wfs_handle **hp)
 {
 	struct wfs_inode *in;
 	struct wfs_handle *h;
@@ -1047,6 +1047,7 @@ int wfs_openmode_adopt(struct wfs_fs *fs, uint64_t ino, bool passthrough, struct
 	h = handle_new(fs, in, true);
 	if (!h)
 		return -ENOMEM;
+	h->append = append;
 	if (passthrough) {
 		if (io->npassthrough == 0) {
 			/* The kernel has this file under the dead server's backing id: registering it
