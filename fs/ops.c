@@ -383,6 +383,17 @@ static void set_open_reply(struct fuse_file_info *fi, struct wfs_handle *h, cons
 	handoff_release(h); /* after the last use of @h here: the kernel has it next */
 }
 
+/* The reply to an open (@e NULL) or a create that gives the kernel the handle set_open_reply() put in @fi. */
+static void reply_open(fuse_req_t req, const struct fuse_entry_param *e, const struct fuse_file_info *fi)
+{
+	wfs_delay("handle.recorded"); /* test-only: a kill lands between the handle's record and its reply */
+	if (e)
+		fuse_reply_create(req, e, fi);
+	else
+		fuse_reply_open(req, fi);
+	wfs_delay("handle.answered"); /* test-only: a kill lands after the kernel has the handle */
+}
+
 /* stat(2) view of @a; a file being written shows the size written so far and the mtime its seal
  * will give it (the last write's, wfs_version_mtime()). fs->lock held. */
 static void attr_to_stat(const struct wfs_attr *a, struct wfs_inode *in, struct stat *st)
@@ -827,7 +838,7 @@ static void wfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 		if (ret)
 			fuse_reply_err(req, -ret);
 		else
-			fuse_reply_create(req, &e, fi);
+			reply_open(req, &e, fi);
 		return;
 	}
 	if (ret)
@@ -850,7 +861,7 @@ out:
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
-		fuse_reply_create(req, &e, fi);
+		reply_open(req, &e, fi);
 }
 
 static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -879,7 +890,7 @@ static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, -ret);
 	} else {
 		set_open_reply(fi, h, &r);
-		fuse_reply_open(req, fi);
+		reply_open(req, NULL, fi);
 	}
 	wfs_ops_news_send(fs, &news); /* a moved name: other processes' cached dentries go too */
 }
