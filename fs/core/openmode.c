@@ -1075,3 +1075,12 @@ int wfs_openmode_adopt(struct wfs_fs *fs, uint64_t ino, bool passthrough, bool a
 	*hp = h;
 	return 0;
 }
+
+void wfs_openmode_adopted_reply(const struct wfs_fs *fs, const struct wfs_handle *h, struct wfs_open_reply *r)
+{
+	*r = (struct wfs_open_reply){0};
+	if (h->passthrough)
+		r->backing_id = h->inode->io.pt_backing; /* the dead server's id: the kernel's for this file */
+	else
+		r->direct_io = fs->direct_writes;
+}

@@ -288,6 +288,12 @@ int wfs_openmode_adopt_version(struct wfs_fs *fs, const struct wfs_keep_record *
  */
 int wfs_openmode_adopt(struct wfs_fs *fs, uint64_t ino, bool passthrough, bool append, struct wfs_handle **h);
 
+/*
+ * (L) The open reply that gives the kernel adopted handle @h (wfs_openmode_adopt()) as if it were
+ * opened now: a resent open whose handle the dead server made and never answered (takeover.h).
+ */
+void wfs_openmode_adopted_reply(const struct wfs_fs *fs, const struct wfs_handle *h, struct wfs_open_reply *r);
+
 /* At exit: free every handle still open (the kernel sends no release for them at unmount). */
 void wfs_handles_release(struct wfs_fs *fs);
 
