@@ -182,6 +182,8 @@ void wfs_ops_requests_json(json_t **counts, json_t **ms)
 	}
 }
 
+static void release_orphans(struct wfs_fs *fs);
+
 struct wfs_fs *wfs_ops_fs(fuse_req_t req)
 {
 	struct wfs_fs *fs = fuse_req_userdata(req);
@@ -191,6 +193,9 @@ struct wfs_fs *wfs_ops_fs(fuse_req_t req)
 	if (atomic_load_explicit(&fs->readahead_pending, memory_order_relaxed) &&
 	    atomic_exchange(&fs->readahead_pending, false))
 		set_readahead(fs);
+	/* A successor's resend is over: the handles no resent request took go (takeover.h). */
+	if (wfs_takeover_orphans_due())
+		release_orphans(fs);
 	return fs;
 }
 
@@ -374,7 +379,8 @@ void wfs_ops_news_post(struct wfs_fs *fs, struct wfs_news *news)
 static void set_open_reply(struct fuse_file_info *fi, struct wfs_handle *h, const struct wfs_open_reply *r)
 {
 	fi->fh = wfs_takeover_fh(h, h->writable);
-	wfs_takeover_handle_opened(fi->fh, r->backing_id, h->inode->ino); /* before the kernel knows it */
+	/* Before the kernel knows it; unanswered until reply_open() has written the reply. */
+	wfs_takeover_handle_opened(fi->fh, r->backing_id, h->inode->ino, wfs_receive_unique(), h->append);
 	if (h->writable)
 		wfs_upgrade_writer_opened(); /* an upgrade waits for it to be released */
 	fi->backing_id = r->backing_id;
@@ -400,6 +406,49 @@ static blkcnt_t file_blocks(struct wfs_fs *fs, const struct wfs_attr *a, struct 
 	if (S_ISREG(a->mode) && a->sealed && (blocks = wfs_inode_object_blocks(fs, in, &a->digest)) >= 0)
 		return (blkcnt_t)blocks;
 	return (blkcnt_t)(((uint64_t)size + 511) / 512);
+}
+
+/*
+ * The reply to an open (@e NULL) or a create that gives the kernel the handle in @fi (set_open_reply()
+ * or claim_open()), and what the takeover table must know of it: that the kernel may have it from
+ * the write on, and that it has it once the write succeeded (takeover.h).
+ */
+static void reply_open(fuse_req_t req, const struct fuse_entry_param *e, const struct fuse_file_info *fi)
+{
+	int ret;
+
+	wfs_delay("handle.recorded"); /* test-only: a kill lands between the handle's record and its reply */
+	wfs_takeover_handle_replying(fi->fh, fi->backing_id);
+	ret = e ? fuse_reply_create(req, e, fi) : fuse_reply_open(req, fi);
+	wfs_delay("handle.answered"); /* test-only: a kill lands after the kernel has the handle */
+	if (ret == 0)
+		wfs_takeover_handle_answered(fi->fh, fi->backing_id);
+}
+
+/*
+ * A resent OPEN or CREATE (@what) of inode @ino for writing, after a takeover: the handle the dead
+ * server made for it and never answered, which this server adopted, goes into @fi (takeover.h,
+ * wfs_takeover_claim()); false when there is none. A second handle would be a writer that no
+ * release ever ends: its file would stay unsealed until the unmount. fs->lock held.
+ */
+static bool claim_open(struct wfs_fs *fs, uint64_t ino, struct fuse_file_info *fi, const char *what)
+{
+	struct wfs_open_reply r;
+	struct wfs_handle *h;
+	uint64_t fh;
+
+	if (!wfs_receive_resent() || !(h = wfs_takeover_claim(wfs_receive_unique(), ino, &fh)))
+		return false;
+	wfs_openmode_adopted_reply(fs, h, &r);
+	fi->fh = fh;
+	fi->backing_id = r.backing_id;
+	fi->keep_cache = r.keep_cache;
+	fi->direct_io = r.direct_io;
+	fi->noflush = r.noflush;
+	wfs_log(WFS_LOG_INFO, "takeover: inode %llu: the resent %s gets the handle the dead server made for it",
+		(unsigned long long)ino, what);
+	handoff_release(h); /* the kernel has it next */
+	return true;
 }
 
 /* stat(2) view of @a; a file being written shows the size written so far and the mtime its seal
@@ -835,22 +884,27 @@ static void wfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 	if (ret == -EEXIST && wfs_receive_resent() && wfs_catalog_lookup(fs->catalog, parent, name, &a) == 0 &&
 	    S_ISREG(a.mode)) {
 		/* Resent after a takeover: the dead server made the file for this request and died
-		 * before its answer (takeover.h). Open what it made, as the create would have. A handle
-		 * it recorded for this request stays with the successor unanswered (issue 33 note). */
+		 * before its answer (takeover.h). The handle it made for it, if it recorded one, is the
+		 * answer; else open what it made, as the create would have. */
 		bool writable = (fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC);
 		struct wfs_news news = {0};
 
-		ret = wfs_openmode_open(fs, a.ino, writable, fi->flags & ~O_EXCL, tid_of(req), &h, &r, &news);
-		if (ret == 0)
-			ret = make_entry(fs, &a, &e);
-		if (ret == 0)
-			set_open_reply(fi, h, &r);
+		if (claim_open(fs, a.ino, fi, "create")) {
+			ret = make_entry(fs, &a, &e); /* finds the handle's inode: cannot fail */
+			assert(ret == 0);
+		} else {
+			ret = wfs_openmode_open(fs, a.ino, writable, fi->flags & ~O_EXCL, tid_of(req), &h, &r, &news);
+			if (ret == 0)
+				ret = make_entry(fs, &a, &e);
+			if (ret == 0)
+				set_open_reply(fi, h, &r);
+		}
 		wfs_unlock(&fs->lock);
 		wfs_ops_news_send(fs, &news);
 		if (ret)
 			fuse_reply_err(req, -ret);
 		else
-			fuse_reply_create(req, &e, fi);
+			reply_open(req, &e, fi);
 		return;
 	}
 	if (ret)
@@ -873,7 +927,7 @@ out:
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
-		fuse_reply_create(req, &e, fi);
+		reply_open(req, &e, fi);
 }
 
 static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -883,17 +937,20 @@ static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	bool truncate = fi->flags & O_TRUNC;
 	bool writable = (fi->flags & O_ACCMODE) != O_RDONLY || truncate;
 	struct wfs_news news = {0};
-	struct wfs_open_reply r;
-	struct wfs_handle *h;
+	struct wfs_open_reply r = {0};
+	struct wfs_handle *h = NULL;
+	bool claimed = false;
 	int ret = -EAGAIN;
 
 	/* A read-only open goes on while the catalog commits (fs->lock lent, lock.h) when it can. */
-	if (writable)
+	if (writable) {
 		wfs_lock(&fs->lock);
-	else if (wfs_lock_light(&fs->lock) && (ret = wfs_openmode_open_lent(fs, ino, &h, &r)) == -EAGAIN)
+		claimed = claim_open(fs, ino, fi, "open"); /* resent after a takeover */
+	} else if (wfs_lock_light(&fs->lock) && (ret = wfs_openmode_open_lent(fs, ino, &h, &r)) == -EAGAIN) {
 		wfs_lock_ordinary(&fs->lock);
+	}
 	if (ret == -EAGAIN)
-		ret = wfs_openmode_open(fs, ino, writable, fi->flags, tid_of(req), &h, &r, &news);
+		ret = claimed ? 0 : wfs_openmode_open(fs, ino, writable, fi->flags, tid_of(req), &h, &r, &news);
 	wfs_unlock(&fs->lock);
 	wfs_delay("open.reply"); /* test-only: the kernel hears of an O_TRUNC after the daemon did it */
 	if (ret == -ESTALE)
@@ -903,8 +960,9 @@ static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (ret) {
 		fuse_reply_err(req, -ret);
 	} else {
-		set_open_reply(fi, h, &r);
-		fuse_reply_open(req, fi);
+		if (!claimed)
+			set_open_reply(fi, h, &r);
+		reply_open(req, NULL, fi);
 	}
 	wfs_ops_news_send(fs, &news); /* a moved name: other processes' cached dentries go too */
 }
@@ -1044,7 +1102,7 @@ static void locks_dropped(struct wfs_fs *fs, fuse_ino_t ino, uint64_t owner, uin
 /* libfuse's interrupt callback of a waiting lock request (see above). */
 static void lock_interrupted(fuse_req_t req, void *data)
 {
-	struct wfs_fs *fs = wfs_ops_fs(req);
+	struct wfs_fs *fs = fuse_req_userdata(req); /* not a handler: libfuse holds the request's lock */
 
 	if (wfs_filelock_cancel(&fs->filelocks, data)) {
 		fuse_reply_err(req, EINTR);
@@ -1171,10 +1229,13 @@ static void wfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_err(req, -ret);
 }
 
-static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+/*
+ * The kernel is done with open file @fi of inode @ino (its RELEASE, from thread @tid), or a
+ * successor with a handle of a dead server that the kernel never got (release_orphans(), @tid 0):
+ * its locks, its backing id, and the handle itself, with the seal its release makes.
+ */
+static void release_handle(struct wfs_fs *fs, fuse_ino_t ino, const struct fuse_file_info *fi, pid_t tid)
 {
-	WFS_OPS_COUNT(RELEASE);
-	struct wfs_fs *fs = wfs_ops_fs(req);
 	struct wfs_news news = {0};
 	bool telling;
 
@@ -1185,7 +1246,6 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	wfs_takeover_handle_released(fi->fh); /* its backing id, if a dead server's is done with */
 	if (stale(fi)) {
 		wfs_takeover_writer_released(fi->fh);
-		fuse_reply_err(req, 0);
 		return;
 	}
 	if (wfs_takeover_fh_writable(fi->fh))
@@ -1194,7 +1254,7 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		wfs_lock_ordinary(&fs->lock);
 		if (wfs_openmode_release_seals_data(handle_of(fi)))
 			wfs_receive_hand_over(); /* requests go on beside the seal (receive.h) */
-		wfs_openmode_release(fs, handle_of(fi), tid_of(req), &news);
+		wfs_openmode_release(fs, handle_of(fi), tid, &news);
 	}
 	telling = news.ino || news.n;
 	fs->releases_telling += telling;
@@ -1207,7 +1267,29 @@ static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		wfs_unlock(&fs->lock);
 	}
 	wfs_takeover_writer_released(fi->fh); /* after its seal: a successor finds one or the other */
+}
+
+static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	WFS_OPS_COUNT(RELEASE);
+	struct wfs_fs *fs = wfs_ops_fs(req);
+
+	release_handle(fs, ino, fi, tid_of(req));
 	fuse_reply_err(req, 0);
+}
+
+/*
+ * Successor, once every resent request was answered: the handles dead servers made for opens
+ * whose reply the kernel never got and never asked for again go, as their RELEASE would have made
+ * them go (takeover.h, wfs_takeover_orphan_next()). Their writers counted: a file stayed unsealed.
+ */
+static void release_orphans(struct wfs_fs *fs)
+{
+	struct fuse_file_info fi = {0};
+	uint64_t ino;
+
+	while (wfs_takeover_orphan_next(&fi.fh, &ino))
+		release_handle(fs, ino, &fi, 0);
 }
 
 /*

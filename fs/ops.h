@@ -41,7 +41,11 @@ void wfs_ops_news_post(struct wfs_fs *fs, struct wfs_news *news);
 int wfs_ops_notifier_start(struct wfs_fs *fs);
 /* Tell what is queued and stop the notifier; before the session is destroyed. Idempotent. */
 void wfs_ops_notifier_stop(void);
-/* The daemon state behind request @req. */
+/*
+ * The daemon state behind request @req, for a handler to call first, without fs->lock: it also does
+ * what waits for the next request (the readahead after INIT; after a takeover, the release of the
+ * handles no resent request took, which may seal files).
+ */
 struct wfs_fs *wfs_ops_fs(fuse_req_t req);
 /*
  * The owner of a new entry in directory @parent made for @req's caller: the caller's uid and gid, or

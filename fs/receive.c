@@ -39,6 +39,9 @@ static struct {
 	unsigned sleepers;       /* followers waiting without a timeout */
 	bool ended;              /* the device said ENODEV: the file system is unmounted */
 	enum wfs_receive_gate gate; /* what is left unanswered (an upgrade's drain) */
+	bool resend_watch;       /* a successor whose resend is not over yet (takeover.h) */
+	bool resend_read;        /* ... a request queued after the resent ones was read */
+	unsigned resent_busy;    /* ... resent requests taken and not yet done */
 	unsigned busy;           /* requests taken and not yet done (threads with working set) */
 	uint64_t left;           /* requests left unanswered by the gate */
 	uint64_t spin_ns;
@@ -50,8 +53,12 @@ static struct {
 
 /* The term this thread leads, 0 when it is a follower. */
 static __thread uint64_t my_term;
-/* The request this thread read last is one the kernel resent (a takeover; takeover.h). */
+/* The request this thread read last is one the kernel resent (a takeover; takeover.h), and its
+ * unique. */
 static __thread bool resent;
+static __thread uint64_t unique;
+/* This thread took a resent request and counts in rx.resent_busy until it comes back. */
+static __thread bool working_resent;
 /* This thread took a request and counts in rx.busy until it comes back for the next one. */
 static __thread bool working;
 
@@ -103,6 +110,28 @@ static bool light(uint32_t opcode)
 		return true;
 	default:
 		return false;
+	}
+}
+
+/*
+ * Under rx.mu, in a successor: is the resend over? The kernel puts the requests it resends ahead of
+ * every other one in its queue (fs/fuse/dev.c, fuse_resend()), so once a request without
+ * FUSE_UNIQUE_RESEND is read from that queue (not an INTERRUPT or a FORGET, which have queues of
+ * their own), every resent one has been read; and once none of those is still in a handler, each
+ * was answered or took what it needed (takeover.h, wfs_takeover_claim()).
+ */
+static void resend_note(const struct fuse_in_header *in)
+{
+	if (in && (in->unique & FUSE_UNIQUE_RESEND)) {
+		rx.resent_busy++;
+		working_resent = true;
+	} else if (in && in->opcode != FUSE_INTERRUPT && in->opcode != FUSE_FORGET &&
+		   in->opcode != FUSE_BATCH_FORGET) {
+		rx.resend_read = true;
+	}
+	if (rx.resend_read && rx.resent_busy == 0) {
+		rx.resend_watch = false;
+		wfs_takeover_resend_over();
 	}
 }
 
@@ -247,6 +276,12 @@ static ssize_t receive_read(int fd, void *buf, size_t len, void *userdata)
 		rx.busy--;
 		working = false;
 	}
+	if (working_resent) {
+		rx.resent_busy--;
+		working_resent = false;
+		if (rx.resend_watch)
+			resend_note(NULL);
+	}
 	pthread_cleanup_push(unlock_mu, NULL); /* pthread_cond_wait is where a stopping loop cancels */
 	leading = become_leader();
 	pthread_cleanup_pop(1);
@@ -259,8 +294,9 @@ again:
 	n = wait_readable(fd, &slept);
 	n = n < 0 ? -1 : read(fd, buf, len);
 	err = errno;
-	resent = n >= (ssize_t)sizeof(struct fuse_in_header) &&
-		 (((struct fuse_in_header *)buf)->unique & FUSE_UNIQUE_RESEND);
+	unique = n >= (ssize_t)sizeof(struct fuse_in_header) ? ((struct fuse_in_header *)buf)->unique : 0;
+	resent = unique & FUSE_UNIQUE_RESEND;
+	unique &= ~FUSE_UNIQUE_RESEND;
 	if (n > 0 && atomic_load_explicit(&wfs_takeover_watching, memory_order_relaxed))
 		wfs_takeover_note_read(buf, (size_t)n); /* the INIT, for a successor */
 
@@ -274,6 +310,8 @@ again:
 		rx.busy++;
 		working = true;
 	}
+	if (n >= (ssize_t)sizeof(struct fuse_in_header) && rx.resend_watch)
+		resend_note(buf);
 	if (n > 0 && slept)
 		rx.stats.taken_sleeping++;
 	else if (n > 0)
@@ -368,6 +406,11 @@ bool wfs_receive_resent(void)
 	return resent;
 }
 
+uint64_t wfs_receive_unique(void)
+{
+	return unique;
+}
+
 void wfs_receive_stats(struct wfs_receive_stats *out)
 {
 	pthread_mutex_lock(&rx.mu);
@@ -382,6 +425,7 @@ int wfs_receive_install(struct fuse_session *se, unsigned spin_us)
 	rx.spin_ns = (uint64_t)spin_us * 1000u;
 	rx.stats.spin_us = spin_us;
 	rx.stats.installed = true;
+	rx.resend_watch = wfs_takeover_successor();
 	ret = fuse_session_custom_io(se, &receive_io, sizeof(receive_io), fuse_session_fd(se));
 	if (ret) {
 		rx.stats.installed = false;

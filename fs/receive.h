@@ -65,6 +65,12 @@ void wfs_receive_hand_over(void);
  * own receive path is in use.
  */
 bool wfs_receive_resent(void);
+/*
+ * The unique of the request this thread is answering, as the kernel first sent it (a resend keeps
+ * it and adds FUSE_UNIQUE_RESEND, which this leaves out); 0 when libfuse's own receive path is in
+ * use.
+ */
+uint64_t wfs_receive_unique(void);
 
 /*
  * Which requests the request threads leave unanswered while a server drains for an upgrade

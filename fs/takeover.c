@@ -30,8 +30,9 @@
 #include "takeover.h"
 
 #define REGION_MAGIC 0x57465354u /* "WFST" */
-#define REGION_LAYOUT 4u /* 3: writable handles and the versions they write (keep.h); 4: the
-			  * catalog's redo log */
+#define REGION_LAYOUT 5u /* 3: writable handles and the versions they write (keep.h); 4: the
+			  * catalog's redo log; 5: a handle's flags (O_APPEND, not yet answered) and the
+			  * request it answers */
 #define REDO_BYTES ((size_t)4 << 20) /* the catalog's redo log (wfs_catalog_redo): a batch of 1,024
 				      * creates takes about 1 MiB; only the pages written cost memory */
 #define INIT_MAX 512               /* bytes of INIT request or reply kept (both are ~100) */
@@ -64,8 +65,14 @@ struct id_slot {
 struct handle_slot {
 	uint64_t fh;       /* 0: empty */
 	int32_t id;        /* its backing id, 0: none (a daemon-served writer) */
+	uint32_t flags;    /* SLOT_*: how a successor adopts it */
 	uint64_t ino;      /* a writable handle's inode, for a successor that adopts it */
+	uint64_t unique;   /* the OPEN or CREATE whose reply gives the kernel @fh (its unique as the
+			    * kernel first sent it; a resend keeps it) */
 };
+#define SLOT_APPEND 1u     /* opened with O_APPEND: its writes land at the version's end (fileio.c) */
+#define SLOT_UNANSWERED 2u /* its reply is not known to have reached the kernel */
+#define SLOT_REPLYING 4u   /* ... and was being written: the kernel may have it */
 struct region {
 	uint32_t magic, layout;
 	_Atomic uint32_t epoch;
@@ -124,6 +131,23 @@ static struct adopted *adopted;
 static size_t nadopted;
 static atomic_size_t adopted_live;
 static pthread_mutex_t adopted_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/*
+ * Handles of dead servers whose open or create reply is not known to have reached the kernel
+ * (SLOT_UNANSWERED), listed before the session starts. The kernel resends a request it got no
+ * reply to, and that resend takes the handle over (wfs_takeover_claim()); once every resent
+ * request has been answered, those left are settled (wfs_takeover_orphan_next()). Under
+ * adopted_lock; unanswered_live: entries left, read without it.
+ */
+struct unanswered {
+	uint64_t fh, ino, unique;
+	bool replying; /* its reply was being written: the kernel may have the handle */
+	bool claimed;  /* its resent request took it over */
+};
+static struct unanswered *unanswered;
+static size_t nunanswered;
+static atomic_size_t unanswered_live;
+static atomic_bool orphans_due; /* the resend is over: settle what no resend claimed */
 
 /* The memfd: the region, the catalog's redo log, then the area where versions keep their bytes
  * (keep.h). */
@@ -245,15 +269,18 @@ static unsigned home(uint64_t key, unsigned cap)
 }
 
 /* Linear probing; removal shifts back the entries after the hole (no tombstones). R->lock held. */
-static bool handle_put(uint64_t fh, int32_t id, uint64_t ino)
+static bool handle_put(const struct handle_slot *hs)
 {
-	unsigned i = home(fh, HANDLES_CAP);
+	unsigned i = home(hs->fh, HANDLES_CAP);
 
 	for (unsigned n = 0; n < HANDLES_CAP / 4 * 3; n++, i = (i + 1) & (HANDLES_CAP - 1)) {
-		if (R->handles[i].fh == fh || R->handles[i].fh == 0) {
-			R->handles[i].id = id; /* the id first: a server killed in between left no entry */
-			R->handles[i].ino = ino;
-			R->handles[i].fh = fh;
+		if (R->handles[i].fh == hs->fh || R->handles[i].fh == 0) {
+			/* Everything before the fh: a server killed in between left no entry. */
+			R->handles[i].id = hs->id;
+			R->handles[i].flags = hs->flags;
+			R->handles[i].ino = hs->ino;
+			R->handles[i].unique = hs->unique;
+			R->handles[i].fh = hs->fh;
 			return true;
 		}
 	}
@@ -283,6 +310,15 @@ static int handle_take(uint64_t fh)
 		}
 	}
 	return id;
+}
+
+/* R->lock held: the slot of @fh, or NULL. */
+static struct handle_slot *handle_find(uint64_t fh)
+{
+	for (unsigned i = home(fh, HANDLES_CAP); R->handles[i].fh; i = (i + 1) & (HANDLES_CAP - 1))
+		if (R->handles[i].fh == fh)
+			return &R->handles[i];
+	return NULL;
 }
 
 static void id_put(int32_t id, uint64_t dev, uint64_t ino)
@@ -358,7 +394,7 @@ static void inherit(void)
 	memset(R->handles, 0, sizeof(R->handles));
 	memset(R->ids, 0, sizeof(R->ids));
 	for (size_t i = 0; i < nh; i++)
-		handle_put(hs[i].fh, hs[i].id, hs[i].ino); /* a duplicate fh overwrites itself */
+		handle_put(&hs[i]); /* a duplicate fh overwrites itself */
 	inh = calloc(ni ? ni : 1, sizeof(*inh));
 	for (size_t i = 0; inh && i < ni; i++) {
 		struct inherited *x = &inh[ninh];
@@ -680,15 +716,42 @@ bool wfs_takeover_backing_keep(int id)
 	return false;
 }
 
-void wfs_takeover_handle_opened(uint64_t fh, int id, uint64_t ino)
+void wfs_takeover_handle_opened(uint64_t fh, int id, uint64_t ino, uint64_t unique, bool append)
 {
+	struct handle_slot hs = {.fh = fh, .id = id > 0 ? id : 0, .ino = ino, .unique = unique,
+				 .flags = SLOT_UNANSWERED | (append ? SLOT_APPEND : 0)};
+
 	if (!R || (id <= 0 && !(fh & 1)))
 		return;
 	pthread_mutex_lock(&R->lock);
-	if (!handle_put(fh, id > 0 ? id : 0, ino) && atomic_fetch_add(&R->handles_dropped, 1) == 0)
+	if (!handle_put(&hs) && atomic_fetch_add(&R->handles_dropped, 1) == 0)
 		wfs_log(WFS_LOG_WARN, "takeover: more than %u passthrough handles open: a successor may keep "
 			"backing ids registered until unmount", HANDLES_CAP / 4 * 3);
 	pthread_mutex_unlock(&R->lock);
+}
+
+/* Set @set and clear @clear in the flags of @fh's slot, if it has one. */
+static void handle_flags(uint64_t fh, uint32_t set, uint32_t clear)
+{
+	struct handle_slot *hs;
+
+	pthread_mutex_lock(&R->lock);
+	hs = handle_find(fh);
+	if (hs)
+		hs->flags = (hs->flags | set) & ~clear;
+	pthread_mutex_unlock(&R->lock);
+}
+
+void wfs_takeover_handle_replying(uint64_t fh, int id)
+{
+	if (R && (id > 0 || (fh & 1))) /* as wfs_takeover_handle_opened() records */
+		handle_flags(fh, SLOT_REPLYING, 0);
+}
+
+void wfs_takeover_handle_answered(uint64_t fh, int id)
+{
+	if (R && (id > 0 || (fh & 1)))
+		handle_flags(fh, 0, SLOT_UNANSWERED | SLOT_REPLYING);
 }
 
 void wfs_takeover_handle_released(uint64_t fh)
@@ -931,6 +994,106 @@ static bool adopted_name(const char *name, void *arg)
 	return false;
 }
 
+static bool dead_unanswered(const struct handle_slot *hs)
+{
+	return hs->fh && (hs->fh & ~FH_PTR_MASK) != fh_tag && (hs->flags & SLOT_UNANSWERED);
+}
+
+/*
+ * Successor, before the session starts: list the dead servers' handles whose reply is not known to
+ * have reached the kernel (struct unanswered).
+ */
+static void list_unanswered(void)
+{
+	size_t n = 0;
+
+	for (unsigned i = 0; i < HANDLES_CAP; i++)
+		n += dead_unanswered(&R->handles[i]);
+	if (n == 0)
+		return;
+	unanswered = calloc(n, sizeof(*unanswered));
+	if (!unanswered) {
+		wfs_log(WFS_LOG_WARN, "takeover: no memory to list %zu handles the dead server had not answered: "
+			"they stay open until unmount", n);
+		return;
+	}
+	for (unsigned i = 0; i < HANDLES_CAP; i++) {
+		const struct handle_slot *hs = &R->handles[i];
+
+		if (dead_unanswered(hs))
+			unanswered[nunanswered++] = (struct unanswered){
+				.fh = hs->fh, .ino = hs->ino, .unique = hs->unique,
+				.replying = hs->flags & SLOT_REPLYING};
+	}
+	atomic_store(&unanswered_live, nunanswered);
+}
+
+void *wfs_takeover_claim(uint64_t unique, uint64_t ino, uint64_t *fh)
+{
+	void *h = NULL;
+
+	if (atomic_load_explicit(&unanswered_live, memory_order_acquire) == 0)
+		return NULL;
+	pthread_mutex_lock(&adopted_lock);
+	for (size_t i = 0; i < nunanswered; i++) {
+		struct unanswered *u = &unanswered[i];
+
+		if (u->claimed || u->unique != unique || u->ino != ino || !(u->fh & 1))
+			continue;
+		for (size_t k = 0; k < nadopted && !h; k++)
+			if (adopted[k].fh == u->fh)
+				h = adopted[k].h;
+		if (h) { /* one not adopted (its writer gets EIO) is no answer: a later server's may be */
+			u->claimed = true;
+			*fh = u->fh;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&adopted_lock);
+	return h;
+}
+
+void wfs_takeover_resend_over(void)
+{
+	if (atomic_load_explicit(&unanswered_live, memory_order_acquire))
+		atomic_store(&orphans_due, true);
+}
+
+bool wfs_takeover_orphans_due(void)
+{
+	return atomic_load_explicit(&orphans_due, memory_order_relaxed) && atomic_exchange(&orphans_due, false);
+}
+
+bool wfs_takeover_orphan_next(uint64_t *fh, uint64_t *ino)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&adopted_lock);
+	while (!found && nunanswered > 0) {
+		struct unanswered u = unanswered[--nunanswered];
+
+		if (u.claimed)
+			continue;
+		if (u.replying) {
+			/* Perhaps written: the kernel's requests on it, and its release, may come. */
+			handle_flags(u.fh, 0, SLOT_UNANSWERED | SLOT_REPLYING);
+			wfs_log(WFS_LOG_INFO, "takeover: inode %llu: the dead server was writing the reply that "
+				"gave the kernel a handle, and the request did not come again: the handle stays the "
+				"kernel's", (unsigned long long)u.ino);
+			continue;
+		}
+		*fh = u.fh;
+		*ino = u.ino;
+		found = true;
+		wfs_log(WFS_LOG_INFO, "takeover: inode %llu: the dead server made a handle for an open it never "
+			"answered, and the kernel did not send that open again (its caller was killed): "
+			"released", (unsigned long long)u.ino);
+	}
+	atomic_store_explicit(&unanswered_live, nunanswered, memory_order_release);
+	pthread_mutex_unlock(&adopted_lock);
+	return found;
+}
+
 int wfs_takeover_adopt_writers(struct wfs_fs *fs)
 {
 	uint64_t handles = 0, handles_lost = 0, sealed = 0;
@@ -951,6 +1114,7 @@ int wfs_takeover_adopt_writers(struct wfs_fs *fs)
 		return -ENOMEM;
 	}
 	a->fs = fs;
+	list_unanswered();
 	wfs_lock(&fs->lock);
 	wfs_keep_each(adopt_version, a);
 	for (unsigned i = 0; i < HANDLES_CAP; i++) {
@@ -968,7 +1132,7 @@ int wfs_takeover_adopt_writers(struct wfs_fs *fs)
 		 * this inode's: only a writer of a sealed file with no version is sure to be whole. */
 		if (overflowed && !(in && in->writer))
 			lost = true;
-		ret = lost ? -EIO : wfs_openmode_adopt(fs, hs.ino, hs.id > 0, &h);
+		ret = lost ? -EIO : wfs_openmode_adopt(fs, hs.ino, hs.id > 0, hs.flags & SLOT_APPEND, &h);
 		if (ret) {
 			handles_lost++;
 			wfs_log(WFS_LOG_ERR, "takeover: inode %llu: a writer open before the takeover cannot be "

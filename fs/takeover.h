@@ -30,6 +30,10 @@
  *   6. the catalog's redo log (wfs_takeover_redo_area()): the changes of the open batch, which a
  *      successor applies before it touches the catalog otherwise (wfs_catalog_redo_replay()), so
  *      that a change answered and not yet committed survives the server that answered it.
+ *   7. for each handle in the table, the request it answers and whether that reply is known to
+ *      have reached the kernel: the resend of an open or create the dead server never answered
+ *      gets the handle it made (wfs_takeover_claim()), not a second one; one that no resend asks
+ *      for and whose reply was never written is released (wfs_takeover_orphan_next()).
  * Nothing here is on the data path: passthrough reads and writes never reach the daemon; a request
  * costs one relaxed atomic load more in receive.c, a passthrough open and its release one entry in a
  * hash table under a mutex of its own.
@@ -55,7 +59,7 @@
 #define WFS_TAKEOVER_REFUSED 75
 
 /*
- * Holder: map the shared region (a memfd of about 5 MiB, and the address space of keep.h's area;
+ * Holder: map the shared region (a memfd of about 6 MiB, and the address space of keep.h's area;
  * MAP_SHARED, so forks share it). Call
  * once, before the first fork, in the process that mounted. Returns 0, or -errno of memfd_create(2),
  * ftruncate(2) or mmap(2) (the mount then has no holder).
@@ -168,10 +172,20 @@ int wfs_takeover_backing_inherited(int fd);
 void wfs_takeover_backing_opened(int id, int fd);
 bool wfs_takeover_backing_keep(int id);
 /*
- * Handles: @fh was answered with backing id @id (before the reply is sent), and @fh was released
- * (any epoch; for a dead server's handle, the id it used is released once nothing uses it).
+ * Handles. wfs_takeover_handle_opened: @fh, of inode @ino, is the answer, with backing id @id, to
+ * request @unique (wfs_receive_unique()): called before the reply is sent (@append: opened with
+ * O_APPEND, which an adopted writer keeps). Until wfs_takeover_handle_answered(), called once the
+ * reply was written, the handle is unanswered: a successor lets the request's resend take it
+ * over (wfs_takeover_claim()), or releases it when none comes (wfs_takeover_orphan_next()).
+ * wfs_takeover_handle_replying(), right before the reply is written, says the kernel may have it
+ * from then on: a successor never releases such a handle itself. wfs_takeover_handle_released:
+ * @fh was released (any epoch; for a dead server's handle, the id it used is released once
+ * nothing uses it). Each takes this module's lock; the first three are no-ops for a handle the
+ * table does not keep (no backing id, not writable).
  */
-void wfs_takeover_handle_opened(uint64_t fh, int id, uint64_t ino);
+void wfs_takeover_handle_opened(uint64_t fh, int id, uint64_t ino, uint64_t unique, bool append);
+void wfs_takeover_handle_replying(uint64_t fh, int id);
+void wfs_takeover_handle_answered(uint64_t fh, int id);
 void wfs_takeover_handle_released(uint64_t fh);
 /*
  * Writers across a takeover (keep.h). A writable handle (@fh of wfs_takeover_handle_opened(), with
@@ -191,6 +205,35 @@ struct wfs_fs;
  * files nothing adopted are removed. Returns 0 or -ENOMEM (nothing adopted: EIO to every writer).
  */
 int wfs_takeover_adopt_writers(struct wfs_fs *fs);
+
+/*
+ * Successor: a resent OPEN or CREATE (request @unique, as wfs_receive_unique() gives it) of inode
+ * @ino, for which the dead server made a writable handle and never answered: the handle this
+ * server adopted for it (wfs_takeover_adopt_writers()), whose dead fh goes into *@fh for the
+ * reply; NULL when there is none (the request then opens anew). The kernel never got that fh, so
+ * answering with a second handle would leave a writer that nobody releases, and its file unsealed.
+ * Thread-safe; the caller holds fs->lock (the handle's fields).
+ */
+void *wfs_takeover_claim(uint64_t unique, uint64_t ino, uint64_t *fh);
+/*
+ * Successor, from the receive path: every resent request has been read and answered (a request the
+ * kernel queued after the resend has come, and none of the resent ones is still in a handler). Only
+ * sets a flag (any lock may be held).
+ */
+void wfs_takeover_resend_over(void);
+/*
+ * Is it time to settle the unanswered handles no resend claimed? True once after
+ * wfs_takeover_resend_over() (one relaxed load otherwise), for ops.c, which then calls
+ * wfs_takeover_orphan_next() until false and releases each handle it gives, as the kernel's
+ * RELEASE would have (seals included). A handle whose reply the dead server was writing
+ * (wfs_takeover_handle_replying()) is never given: the kernel may have it, and then its requests
+ * and its release will come; it stays, answered, as an adopted handle like the others.
+ * Unanswered and not being written, the kernel never got it, and a request it did not resend it
+ * never will: its caller was killed while the request waited to be resent, or the kernel cannot
+ * resend (before Linux 6.9). Thread-safe; call without fs->lock.
+ */
+bool wfs_takeover_orphans_due(void);
+bool wfs_takeover_orphan_next(uint64_t *fh, uint64_t *ino);
 
 /*
  * A server that drains for an upgrade (upgrade.h) records, for the holder's report: @gate_ns

@@ -941,6 +941,7 @@ int main(int argc, char *argv[])
 		wfs_takeover_info(&ti);
 		wfs_log(WFS_LOG_INFO, "takeover %llu: server pid %d serves %s (%.1f ms after the last one died)",
 			(unsigned long long)ti.takeovers, (int)getpid(), cmd.mountpoint, ti.last_pause_ms);
+		wfs_delay("takeover.serve"); /* test-only: resent requests wait in the kernel's queue */
 	}
 	if (cmd.singlethread) {
 		ret = fuse_session_loop(fs.se);

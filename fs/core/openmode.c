@@ -1126,7 +1126,7 @@ int wfs_openmode_adopt_version(struct wfs_fs *fs, const struct wfs_keep_record *
 	return 0;
 }
 
-int wfs_openmode_adopt(struct wfs_fs *fs, uint64_t ino, bool passthrough, struct wfs_handle **hp)
+int wfs_openmode_adopt(struct wfs_fs *fs, uint64_t ino, bool passthrough, bool append, struct wfs_handle **hp)
 {
 	struct wfs_inode *in;
 	struct wfs_handle *h;
@@ -1149,6 +1149,7 @@ int wfs_openmode_adopt(struct wfs_fs *fs, uint64_t ino, bool passthrough, struct
 	h = handle_new(fs, in, true);
 	if (!h)
 		return -ENOMEM;
+	h->append = append;
 	if (passthrough) {
 		if (io->npassthrough == 0) {
 			/* The kernel has this file under the dead server's backing id: registering it
@@ -1175,4 +1176,13 @@ int wfs_openmode_adopt(struct wfs_fs *fs, uint64_t ino, bool passthrough, struct
 	count_open(fs, h);
 	*hp = h;
 	return 0;
+}
+
+void wfs_openmode_adopted_reply(const struct wfs_fs *fs, const struct wfs_handle *h, struct wfs_open_reply *r)
+{
+	*r = (struct wfs_open_reply){0};
+	if (h->passthrough)
+		r->backing_id = h->inode->io.pt_backing; /* the dead server's id: the kernel's for this file */
+	else
+		r->direct_io = fs->direct_writes;
 }

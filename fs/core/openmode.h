@@ -302,11 +302,18 @@ int wfs_openmode_adopt_version(struct wfs_fs *fs, const struct wfs_keep_record *
  * kernel keeps using; it writes the inode's adopted version (a writer of it, sealed at its close or
  * release as the dead server would have), or, when none, starts a new one at its next write.
  * @passthrough: the kernel writes the version's file itself (the dead server's backing id, which
- * the handle takes over). Returns 0, -EIO (the inode was being written and no version was adopted,
- * or a passthrough writer's version was not written through the kernel: never adopted, so that
- * nothing seals a part of what its writer sent), -ENOENT, -ENOMEM, -errno of the catalog.
+ * the handle takes over). @append: opened with O_APPEND (h->append). Returns 0, -EIO (the inode
+ * was being written and no version was adopted, or a passthrough writer's version was not written
+ * through the kernel: never adopted, so that nothing seals a part of what its writer sent),
+ * -ENOENT, -ENOMEM, -errno of the catalog.
  */
-int wfs_openmode_adopt(struct wfs_fs *fs, uint64_t ino, bool passthrough, struct wfs_handle **h);
+int wfs_openmode_adopt(struct wfs_fs *fs, uint64_t ino, bool passthrough, bool append, struct wfs_handle **h);
+
+/*
+ * (L) The open reply that gives the kernel adopted handle @h (wfs_openmode_adopt()) as if it were
+ * opened now: a resent open whose handle the dead server made and never answered (takeover.h).
+ */
+void wfs_openmode_adopted_reply(const struct wfs_fs *fs, const struct wfs_handle *h, struct wfs_open_reply *r);
 
 /* At exit: free every handle still open (the kernel sends no release for them at unmount). */
 void wfs_handles_release(struct wfs_fs *fs);
