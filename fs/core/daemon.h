@@ -149,6 +149,8 @@ struct wfs_fs {
 	atomic_bool readahead_pending; /* set at INIT: the next request sets the mount's readahead */
 	atomic_uint_fast64_t checks_placed; /* object checks read on the opener's NUMA node (check.c) */
 	bool direct_writes;           /* writable opens are direct I/O (set once by init, before any open) */
+	bool killpriv_v2;             /* the kernel leaves clearing set-user-ID and set-group-ID bits to the
+				       * daemon (FUSE_HANDLE_KILLPRIV_V2: fileio.h; set once by init) */
 	struct wfs_counters counters; /* (L) since this mount */
 	uint64_t retained;            /* (L) -o retain: unreferenced bytes, at least (object.c) */
 	uint64_t held_before;         /* after a takeover (fs/takeover.h): inodes numbered up to this one
