@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/fuse.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -528,6 +529,14 @@ static void wfs_init(void *userdata, struct fuse_conn_info *conn)
 	 * first copying them into the FUSE inode's page cache, one memory copy fewer (1.5x ingest
 	 * measured). Mappings of a writable file still go through the page cache (allow_mmap). */
 	fs->direct_writes = fuse_set_feature_flag(conn, FUSE_CAP_DIRECT_IO_ALLOW_MMAP);
+	/* With FUSE_HANDLE_KILLPRIV_V2 the kernel marks the mount SB_NOSEC: a write(2) through
+	 * passthrough asks for security.capability (a GETXATTR round trip) once per inode instead of
+	 * every time, and the daemon clears set-user-ID bits itself (fileio.h). A successor asks what
+	 * the connection's first server asked (takeover.h). */
+	if (wfs_takeover_killpriv_granted())
+		fs->killpriv_v2 = fuse_set_feature_flag(conn, FUSE_CAP_HANDLE_KILLPRIV_V2);
+	else
+		fuse_unset_feature_flag(conn, FUSE_CAP_HANDLE_KILLPRIV_V2);
 	conn->time_gran = 1;
 	/* Daemon-served reads of sealed files splice from the object (wfs_read). */
 	fuse_set_feature_flag(conn, FUSE_CAP_SPLICE_WRITE);
@@ -639,16 +648,47 @@ static void wfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		fuse_reply_attr(req, &st, fs->opt.timeout);
 }
 
+/*
+ * The kernel's FATTR_KILL_SUIDGID, which libfuse 3.17 passes on in to_set under the name of the bit
+ * it shares (fuse_lowlevel.c, do_setattr()).
+ */
+#define SET_ATTR_KILL_SUIDGID FUSE_SET_ATTR_KILL_SUID
+_Static_assert(SET_ATTR_KILL_SUIDGID == FATTR_KILL_SUIDGID, "libfuse passes FATTR_KILL_SUIDGID on as is");
+
+/*
+ * Does a SETATTR of @a by user @uid ask to clear set-user-ID and set-group-ID bits (fileio.h)? With
+ * killpriv_v2, when it carries FATTR_KILL_SUIDGID, or carries nothing at all: the kernel's
+ * fuse_setattr() takes ATTR_KILL_SUID, ATTR_KILL_SGID and the mode change they imply out of a
+ * notify_change() and sends the rest, which for file_remove_privs() (a write, fallocate or
+ * copy_file_range through passthrough by a user without CAP_FSETID) and chown(-1, -1) is nothing.
+ * Not from a user who may not change the mode and has no writable open of the file: only a
+ * chown(-1, -1) sends that, which ext4 refuses (EPERM). Not for a directory, whose chown keeps them
+ * (chown_common()). fs->lock held.
+ */
+static bool setattr_kills_privs(struct wfs_fs *fs, const struct wfs_attr *a, int to_set, uid_t uid)
+{
+	const struct wfs_inode *in;
+
+	if (!fs->killpriv_v2 || S_ISDIR(a->mode))
+		return false;
+	if (to_set & SET_ATTR_KILL_SUIDGID)
+		return true;
+	in = wfs_inode_find(fs, a->ino);
+	return to_set == 0 && (uid == 0 || uid == a->uid || (in && in->io.nwritable > 0));
+}
+
 static int do_setattr(struct wfs_fs *fs, fuse_ino_t ino, const struct stat *st, int to_set,
-		      struct fuse_file_info *fi, pid_t tid, struct stat *out, struct wfs_news *news)
+		      struct fuse_file_info *fi, uid_t uid, pid_t tid, struct stat *out, struct wfs_news *news)
 {
 	struct wfs_attr a, in_attr = {0};
 	unsigned valid = 0;
+	bool kill;
 	int ret;
 
 	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
 	if (ret)
 		return ret;
+	kill = setattr_kills_privs(fs, &a, to_set, uid);
 	if (to_set & FUSE_SET_ATTR_SIZE) {
 		ret = wfs_fileio_truncate(fs, ino, fi ? handle_of(fi) : NULL, (uint64_t)st->st_size, tid, news);
 		if (ret)
@@ -659,6 +699,14 @@ static int do_setattr(struct wfs_fs *fs, fuse_ino_t ino, const struct stat *st, 
 	if (to_set & FUSE_SET_ATTR_MODE) {
 		valid |= WFS_ATTR_MODE;
 		in_attr.mode = st->st_mode;
+	}
+	if (kill) {
+		uint32_t mode = valid & WFS_ATTR_MODE ? in_attr.mode : a.mode;
+
+		if (wfs_fileio_mode_killpriv(mode) != mode) {
+			in_attr.mode = wfs_fileio_mode_killpriv(mode);
+			valid |= WFS_ATTR_MODE;
+		}
 	}
 	if (to_set & FUSE_SET_ATTR_UID) {
 		valid |= WFS_ATTR_UID;
@@ -711,7 +759,7 @@ static void wfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int t
 	if (stale(fi))
 		fi = NULL; /* the attributes are the inode's, whoever asks */
 	wfs_lock(&fs->lock);
-	ret = do_setattr(fs, ino, attr, to_set, fi, tid_of(req), &st, &news);
+	ret = do_setattr(fs, ino, attr, to_set, fi, fuse_req_ctx(req)->uid, tid_of(req), &st, &news);
 	wfs_unlock(&fs->lock);
 	/* A moved name is told after the reply: truncate(2) holds the old inode's lock meanwhile. */
 	if (!news.moved)
@@ -940,6 +988,7 @@ static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct wfs_open_reply r = {0};
 	struct wfs_handle *h = NULL;
 	bool claimed = false;
+	bool mode_changed = false;
 	int ret = -EAGAIN;
 
 	/* A read-only open goes on while the catalog commits (fs->lock lent, lock.h) when it can. */
@@ -951,7 +1000,13 @@ static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	if (ret == -EAGAIN)
 		ret = claimed ? 0 : wfs_openmode_open(fs, ino, writable, fi->flags, tid_of(req), &h, &r, &news);
+	/* The truncate of an O_TRUNC open by a user other than root clears set-user-ID bits, which the
+	 * kernel leaves to the daemon with killpriv_v2 (fileio.h). */
+	if (ret == 0 && !claimed && truncate && fs->killpriv_v2 && fuse_req_ctx(req)->uid != 0)
+		mode_changed = wfs_fileio_killpriv(fs, h->inode->ino);
 	wfs_unlock(&fs->lock);
+	if (mode_changed)
+		fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0); /* attributes only */
 	wfs_delay("open.reply"); /* test-only: the kernel hears of an O_TRUNC after the daemon did it */
 	if (ret == -ESTALE)
 		wfs_delay("open.estale"); /* test-only: a rename comes before the writer's retry */

@@ -626,7 +626,8 @@ int wfs_takeover_replay(struct fuse_session *se)
 	return 0;
 }
 
-bool wfs_takeover_locks_granted(bool flock)
+/* Is @flag (of fuse_init_out.flags) in the saved INIT reply? True when none is saved: the first server. */
+static bool init_reply_has(uint32_t flag)
 {
 	const struct fuse_init_out *o;
 
@@ -634,7 +635,17 @@ bool wfs_takeover_locks_granted(bool flock)
 	    R->init_out_len < sizeof(struct fuse_out_header) + offsetof(struct fuse_init_out, flags) + sizeof(o->flags))
 		return true;
 	o = (const void *)(R->init_out + sizeof(struct fuse_out_header));
-	return (o->flags & (flock ? FUSE_FLOCK_LOCKS : FUSE_POSIX_LOCKS)) != 0;
+	return (o->flags & flag) != 0;
+}
+
+bool wfs_takeover_locks_granted(bool flock)
+{
+	return init_reply_has(flock ? FUSE_FLOCK_LOCKS : FUSE_POSIX_LOCKS);
+}
+
+bool wfs_takeover_killpriv_granted(void)
+{
+	return init_reply_has(FUSE_HANDLE_KILLPRIV_V2);
 }
 
 void wfs_takeover_told_ino(uint64_t ino)

@@ -130,6 +130,12 @@ int wfs_takeover_replay(struct fuse_session *se);
  * locks did not: the kernel keeps those locks itself for the connection's life).
  */
 bool wfs_takeover_locks_granted(bool flock);
+/*
+ * For the INIT handler: may this server ask for FUSE_HANDLE_KILLPRIV_V2 (ops.c, wfs_init())? True
+ * for the connection's first server; a successor asks what the saved reply asked (a server built
+ * before the daemon cleared set-user-ID bits itself did not: the kernel goes on clearing them).
+ */
+bool wfs_takeover_killpriv_granted(void);
 
 /*
  * The store a server serves is the one the connection was set up for: the first server records

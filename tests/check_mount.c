@@ -3277,6 +3277,160 @@ START_TEST(claim_other_user)
 }
 END_TEST
 
+/* The mode bits, less the file type, of open file @fd, or of name @p (mode_of()); -1 on error. */
+static int mode_of_fd(int fd)
+{
+	struct stat st;
+
+	return fstat(fd, &st) ? -1 : (int)(st.st_mode & 07777);
+}
+
+static int mode_of(const char *p)
+{
+	struct stat st;
+
+	return stat(p, &st) ? -1 : (int)(st.st_mode & 07777);
+}
+
+/* Run @step(@p) in a child as uid and gid 65534; returns its exit status (0: it did what it should). */
+static int as_nobody(int (*step)(const char *), const char *p)
+{
+	pid_t pid = fork();
+	int status;
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(setgid(65534) || setuid(65534) ? 100 : step(p));
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 200;
+}
+
+/*
+ * Its owner (not root) creates @p, sets mode 04777, 06777 or 02767 (named by the file's last
+ * character: 0, 1, 2) on its own descriptor and writes: the write clears S_ISUID, and S_ISGID with
+ * group execute; S_ISGID without it stays (the writer is in the file's group).
+ */
+static int nobody_sets_and_writes(const char *p)
+{
+	static const int set[] = {04777, 06777, 02767}, left[] = {0777, 0777, 02767};
+	int i = p[strlen(p) - 1] - '0', fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+	if (fd < 0 || fchmod(fd, (mode_t)set[i]) || mode_of_fd(fd) != set[i])
+		return 1;
+	if (write(fd, "x", 1) != 1)
+		return 2;
+	if (mode_of_fd(fd) != left[i] || write(fd, "y", 1) != 1 || mode_of_fd(fd) != left[i])
+		return 3;
+	return close(fd) == 0 && mode_of(p) == left[i] ? 0 : 4;
+}
+
+/* Opens @p (root's, mode 04777, open for writing by root) for writing and writes: S_ISUID goes. */
+static int nobody_writes(const char *p)
+{
+	int fd = open(p, O_WRONLY);
+
+	if (fd < 0 || mode_of_fd(fd) != 04777)
+		return 1;
+	if (write(fd, "z", 1) != 1 || mode_of_fd(fd) != 0777)
+		return 2;
+	return close(fd) == 0 ? 0 : 3;
+}
+
+static int nobody_truncates(const char *p)
+{
+	return truncate(p, 1) == 0 && mode_of(p) == 0777 ? 0 : 1;
+}
+
+/* chown(@p, -1, -1) of root's file of mode 04777: ext4 refuses it (EPERM); the bits stay either way. */
+static int nobody_chowns_nothing(const char *p)
+{
+	return (chown(p, (uid_t)-1, (gid_t)-1) == 0 || errno == EPERM) && mode_of(p) == 04777 ? 0 : 1;
+}
+
+static int nobody_opens_truncating(const char *p)
+{
+	int fd = open(p, O_WRONLY | O_TRUNC);
+
+	if (fd < 0 || mode_of_fd(fd) != 0777)
+		return 1;
+	return close(fd) == 0 && mode_of(p) == 0777 ? 0 : 2;
+}
+
+/*
+ * Set-user-ID and set-group-ID bits go as on ext4 (fileio.h), whichever path serves the write: a
+ * write(2) by a user other than root clears S_ISUID, and S_ISGID of a group-executable file: through
+ * passthrough (an O_TRUNC create) after the owner set the bits on its own descriptor, or joining
+ * root's writer; root's writes keep them; truncate(2) and an O_TRUNC open by such a user, and
+ * chown(2) by root of anything but a directory, clear them too; another user's chown(-1, -1) does
+ * not (ext4 refuses it). Through passthrough, 256 write(2)s of a new file ask for
+ * security.capability once (FUSE_HANDLE_KILLPRIV_V2: the mount is SB_NOSEC), not once each.
+ */
+START_TEST(set_id_bits_cleared)
+{
+	char buf[4096] = {0};
+	long long getxattr0, pt0;
+	int fd;
+
+	mu_daemon_stop();
+	snprintf(mu.opts, sizeof(mu.opts), "allow_other");
+	mu_daemon_start();
+	ck_assert_int_eq(chmod(mu.dir, 0755), 0);
+	ck_assert_int_eq(chmod(mu.mnt, 0777), 0);
+
+	pt0 = stat_counter("opens_passthrough_write");
+	ck_assert_int_eq(as_nobody(nobody_sets_and_writes, mu_path("own0")), 0);
+	ck_assert_int_eq(as_nobody(nobody_sets_and_writes, mu_path("own1")), 0);
+	ck_assert_int_eq(as_nobody(nobody_sets_and_writes, mu_path("own2")), 0);
+	if (mu_kernel_writes())
+		ck_assert_int_eq(stat_counter("opens_passthrough_write") - pt0, 3);
+
+	/* Root writes a file of mode 04777 and keeps it open; another user's writable open joins. */
+	pt0 = stat_counter("opens_passthrough_write");
+	fd = open(mu_path("joined"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fchmod(fd, 04777), 0);
+	ck_assert_int_eq(write(fd, buf, 100), 100);
+	ck_assert_int_eq(mode_of_fd(fd), 04777);
+	ck_assert_int_eq(as_nobody(nobody_writes, mu_path("joined")), 0);
+	if (mu_kernel_writes())
+		ck_assert_int_eq(stat_counter("opens_passthrough_write") - pt0, 2);
+	ck_assert_int_eq(fchmod(fd, 04777), 0);
+	ck_assert_int_eq(write(fd, buf, 100), 100); /* root's: CAP_FSETID */
+	ck_assert_int_eq(mode_of_fd(fd), 04777);
+	ck_assert_int_eq(close(fd), 0);
+	ck_assert_int_eq(mode_of(mu_path("joined")), 04777);
+	ck_assert_int_eq(mknod(mu_path("never_opened"), S_IFREG | 0644, 0), 0);
+	ck_assert_int_eq(chmod(mu_path("never_opened"), 04777), 0);
+	ck_assert_int_eq(as_nobody(nobody_chowns_nothing, mu_path("never_opened")), 0);
+
+	ck_assert_int_eq(mu_write_file(mu_path("t"), "abc", 3), 0);
+	ck_assert_int_eq(chmod(mu_path("t"), 06777), 0);
+	ck_assert_int_eq(as_nobody(nobody_truncates, mu_path("t")), 0);
+	ck_assert_int_eq(chmod(mu_path("t"), 06777), 0);
+	ck_assert_int_eq(chown(mu_path("t"), 65534, 65534), 0); /* root too */
+	ck_assert_int_eq(mode_of(mu_path("t")), 0777);
+	ck_assert_int_eq(chmod(mu_path("t"), 04777), 0);
+	ck_assert_int_eq(as_nobody(nobody_opens_truncating, mu_path("t")), 0);
+	ck_assert_int_eq(mkfifo(mu_path("p"), 0644), 0); /* any type but a directory */
+	ck_assert_int_eq(chmod(mu_path("p"), 06777), 0);
+	ck_assert_int_eq(chown(mu_path("p"), 65534, 65534), 0);
+	ck_assert_int_eq(mode_of(mu_path("p")), 0777);
+	ck_assert_int_eq(mkdir(mu_path("d"), 0777), 0);
+	ck_assert_int_eq(chmod(mu_path("d"), 02777), 0);
+	ck_assert_int_eq(chown(mu_path("d"), 65534, 65534), 0);
+	ck_assert_int_eq(mode_of(mu_path("d")), 02777);
+
+	getxattr0 = requests_of("GETXATTR");
+	fd = open(mu_path("many"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(fd, 0);
+	for (int i = 0; i < 256; i++)
+		ck_assert_int_eq(write(fd, buf, sizeof(buf)), sizeof(buf));
+	ck_assert_int_eq(close(fd), 0);
+	/* One for security.capability at most, and the stats' own read. */
+	ck_assert_int_le(requests_of("GETXATTR") - getxattr0, 2);
+}
+END_TEST
+
 /* The mount root's user.weightfs.stats: totals and what only the running daemon knows. */
 /*
  * A file read through the mount costs one page-cache copy. Without passthrough that copy is the FUSE
@@ -4624,6 +4778,7 @@ static Suite *mount_suite(void)
 		{"digest_claim", digest_claim, 60},
 		{"claim_after_restart", claim_after_restart, 60},
 		{"claim_other_user", claim_other_user, 30},
+		{"set_id_bits_cleared", set_id_bits_cleared, 30},
 		{"claims_batch", claims_batch, 30},
 		{"stats_xattr", stats_xattr, 30},
 		{"holder_death_logged", holder_death_logged, 30},

@@ -158,6 +158,8 @@ struct wfs_fs {
 	struct wfs_counters *counters; /* (L) since the mount: &own_counters (wfs_fs_init), or the
 					* holder's region's, set before the session loop (weightfs.c) */
 	struct wfs_counters own_counters;
+	bool killpriv_v2;             /* the kernel leaves clearing set-user-ID and set-group-ID bits to the
+				       * daemon (FUSE_HANDLE_KILLPRIV_V2: fileio.h; set once by init) */
 	uint64_t retained;            /* (L) -o retain: unreferenced bytes, at least (object.c) */
 	bool retained_none;           /* (L) a removal to make room found nothing left to remove, and
 				       * nothing was retained since (object.c, wfs_object_make_room) */

@@ -15,28 +15,38 @@
 #include "seal.h"
 #include "version.h"
 
+uint32_t wfs_fileio_mode_killpriv(uint32_t mode)
+{
+	if (S_ISDIR(mode))
+		return mode;
+	mode &= ~(uint32_t)S_ISUID;
+	if (mode & S_IXGRP)
+		mode &= ~(uint32_t)S_ISGID;
+	return mode;
+}
+
+bool wfs_fileio_killpriv(struct wfs_fs *fs, uint64_t ino)
+{
+	struct wfs_attr a, set = {0}, out;
+
+	if (wfs_catalog_getattr(fs->catalog, ino, &a) || wfs_fileio_mode_killpriv(a.mode) == a.mode)
+		return false;
+	set.mode = wfs_fileio_mode_killpriv(a.mode);
+	return wfs_catalog_setattr(fs->catalog, ino, &set, WFS_ATTR_MODE, &out) == 0;
+}
+
 /*
- * A write by an unprivileged user clears the set-user-ID bit, and the set-group-ID bit of a
- * group-executable file, as every local filesystem does (should_remove_suid()). Writable opens are
- * direct I/O, where the kernel leaves that to the daemon, and libfuse does not pass the kernel's
- * FUSE_WRITE_KILL_SUIDGID: uid 0 stands for CAP_FSETID. Once per handle, at its first write.
- * Returns true when the mode changed (the kernel's cached attributes are stale).
+ * A daemon-served write by a user other than root clears the bits (fileio.h): the kernel leaves that
+ * to the daemon on direct I/O, and libfuse does not pass its FUSE_WRITE_KILL_SUIDGID on. Once per
+ * handle, at its first write. Returns true when the mode changed (the kernel's cached attributes
+ * are stale).
  */
 static bool drop_privs(struct wfs_fs *fs, struct wfs_handle *h, uid_t uid)
 {
-	struct wfs_attr a, set = {0}, out;
-	uint32_t kill;
-
 	if (h->privs_dropped)
 		return false;
 	h->privs_dropped = true;
-	if (uid == 0 || wfs_catalog_getattr(fs->catalog, h->inode->ino, &a))
-		return false;
-	kill = (a.mode & S_ISUID) | ((a.mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP) ? S_ISGID : 0);
-	if (!kill)
-		return false;
-	set.mode = a.mode & ~kill;
-	return wfs_catalog_setattr(fs->catalog, h->inode->ino, &set, WFS_ATTR_MODE, &out) == 0;
+	return uid != 0 && wfs_fileio_killpriv(fs, h->inode->ino);
 }
 
 /*

@@ -19,6 +19,34 @@ struct wfs_handle;
 struct wfs_news;
 
 /*
+ * Set-user-ID and set-group-ID bits. A write or truncate by a user without CAP_FSETID, and a chown
+ * of anything but a directory by anyone, clears S_ISUID, and S_ISGID of a group-executable file
+ * (the kernel's setattr_should_drop_suidgid(); uid 0 stands for CAP_FSETID). S_ISGID without group
+ * execute stays (ext4 also clears it for a writer outside the file's group; FUSE's own clearing
+ * never did). Who clears them depends on what the daemon told the kernel at INIT:
+ *   - without FUSE_HANDLE_KILLPRIV_V2 the kernel does, with a SETATTR of the mode, for all but a
+ *     daemon-served direct I/O write (wfs_fileio_write() clears them at a handle's first write) and
+ *     an O_TRUNC open (the kernel drops that SETATTR with the truncate the OPEN did: the bits stay
+ *     until a write);
+ *   - with it (fs->killpriv_v2) the kernel marks the mount SB_NOSEC, so a write through passthrough
+ *     stops asking for security.capability (a GETXATTR per write(2) before), and the daemon clears
+ *     them: at a SETATTR carrying FATTR_KILL_SUIDGID (truncate by such a user; chown, whoever asks),
+ *     at a SETATTR with nothing to set (what the kernel's file_remove_privs() of a write, fallocate
+ *     or copy_file_range through passthrough, or a chown to -1:-1, leaves of its mode change), at an
+ *     O_TRUNC open by such a user (the kernel sends its FUSE_OPEN_KILL_SUIDGID, which libfuse 3.17
+ *     does not pass on), and at a daemon-served handle's first write as before (libfuse does not
+ *     pass FUSE_WRITE_KILL_SUIDGID on either).
+ */
+/* @mode with S_ISUID cleared, and S_ISGID when S_IXGRP is set; a directory's is returned as is (a
+ * chown keeps its bits; only regular files are written or truncated). */
+uint32_t wfs_fileio_mode_killpriv(uint32_t mode);
+/*
+ * Clear the set-user-ID and set-group-ID bits of file @ino (wfs_fileio_mode_killpriv()) in the
+ * catalog. fs->lock held. Returns true when the mode changed (the kernel's cached attributes
+ * are stale), false when it did not or the catalog failed.
+ */
+bool wfs_fileio_killpriv(struct wfs_fs *fs, uint64_t ino);
+/*
  * write(2) of @len bytes at @off through writable handle @h, by thread @tid of user @uid. The first
  * write of a handle by a user other than root clears the file's set-user-ID bit (and set-group-ID
  * of a group-executable file), as local filesystems do: *@mode_changed says the kernel's cached
