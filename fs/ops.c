@@ -1291,6 +1291,7 @@ static void wfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
  */
 static void release_handle(struct wfs_fs *fs, fuse_ino_t ino, const struct fuse_file_info *fi, pid_t tid)
 {
+	uint64_t unique = wfs_takeover_handle_unique(fi->fh); /* while the handle lives */
 	struct wfs_news news = {0};
 	bool telling;
 
@@ -1300,7 +1301,7 @@ static void release_handle(struct wfs_fs *fs, fuse_ino_t ino, const struct fuse_
 	locks_dropped(fs, ino, fi->lock_owner, fi->fh, fi->flock_release);
 	wfs_takeover_handle_released(fi->fh); /* its backing id, if a dead server's is done with */
 	if (stale(fi)) {
-		wfs_takeover_writer_released(fi->fh);
+		wfs_takeover_writer_released(fi->fh, unique);
 		return;
 	}
 	if (wfs_takeover_fh_writable(fi->fh))
@@ -1321,7 +1322,7 @@ static void release_handle(struct wfs_fs *fs, fuse_ino_t ino, const struct fuse_
 		pthread_cond_broadcast(&fs->seal_done);
 		wfs_unlock(&fs->lock);
 	}
-	wfs_takeover_writer_released(fi->fh); /* after its seal: a successor finds one or the other */
+	wfs_takeover_writer_released(fi->fh, unique); /* after its seal: a successor finds one or the other */
 }
 
 static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

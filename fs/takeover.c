@@ -916,12 +916,33 @@ void wfs_takeover_info(struct wfs_takeover_info *out)
 	pthread_mutex_unlock(&R->lock);
 }
 
-void wfs_takeover_writer_released(uint64_t fh)
+uint64_t wfs_takeover_handle_unique(uint64_t fh)
 {
+	struct handle_slot *hs;
+	uint64_t unique = 0;
+
+	if (!R || !(fh & 1))
+		return 0;
+	pthread_mutex_lock(&R->lock);
+	hs = handle_find(fh);
+	if (hs)
+		unique = hs->unique;
+	pthread_mutex_unlock(&R->lock);
+	return unique;
+}
+
+void wfs_takeover_writer_released(uint64_t fh, uint64_t unique)
+{
+	struct handle_slot *hs;
+
 	if (!R || !(fh & 1))
 		return;
 	pthread_mutex_lock(&R->lock);
-	handle_take(fh);
+	/* The handle was freed before this: a new one at the same address (the same fh) may have
+	 * recorded its own slot meanwhile, which must stay (its open's request is another). */
+	hs = handle_find(fh);
+	if (hs && hs->unique == unique)
+		handle_take(fh);
 	pthread_mutex_unlock(&R->lock);
 	if (atomic_load_explicit(&adopted_live, memory_order_acquire) == 0)
 		return;

@@ -199,7 +199,15 @@ void wfs_takeover_handle_released(uint64_t fh);
  * after the core's release (a server killed in between leaves the handle, and its version, to
  * the successor, to which the kernel resends that RELEASE).
  */
-void wfs_takeover_writer_released(uint64_t fh);
+void wfs_takeover_writer_released(uint64_t fh, uint64_t unique);
+/*
+ * The request unique recorded with writable handle @fh's slot (wfs_takeover_handle_opened()), 0
+ * when it has none. Read it while the handle lives and pass it to wfs_takeover_writer_released(),
+ * which runs after the handle is freed: the slot is removed only if it is still that open's, not a
+ * slot that a new handle at the same address (the same fh) recorded in between (its writer would
+ * be lost at the next takeover: EIO, and its version's file removed under its mappings).
+ */
+uint64_t wfs_takeover_handle_unique(uint64_t fh);
 /* Successor: the inodes whose versions being written are kept (*@ino: malloc'd, the caller frees). */
 size_t wfs_takeover_kept_inodes(uint64_t **ino);
 struct wfs_fs;

@@ -24,6 +24,7 @@ import json
 import mmap
 import multiprocessing
 import os
+import queue
 import random
 import sys
 import time
@@ -175,7 +176,19 @@ def main():
         p.start()
     if a.start_file:
         open(a.start_file, "w").close()
-    results = [q.get() for _ in procs]
+    results = []
+    while len(results) < len(procs):
+        try:
+            results.append(q.get(timeout=1))
+        except queue.Empty:
+            # A rank that a signal ended (SIGBUS from a mapping) never reports: fail, not hang.
+            dead = [p for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                for p in procs:
+                    p.kill()
+                print(json.dumps({"failures": ["rank process %d ended: exit code %d (a negative one is "
+                                               "the signal)" % (p.pid, p.exitcode) for p in dead]}))
+                return 1
     for p in procs:
         p.join()
     total = {}
