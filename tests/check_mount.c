@@ -896,7 +896,7 @@ static void *truncate_later(void *arg)
 START_TEST(truncate_beside_a_seal_and_an_open)
 {
 	size_t len = 64 * 1024, cut = 4096;
-	unsigned char *b = mu_pattern(len, 170), got[16];
+	unsigned char *b, got[16];
 	char hex[WFS_DIGEST_HEX_CHARS + 1];
 	struct truncation t = {.size = (off_t)cut, .ret = -1};
 	struct wfs_digest d;
@@ -906,6 +906,7 @@ START_TEST(truncate_beside_a_seal_and_an_open)
 
 	if (!mu_kernel_writes())
 		return; /* daemon-served: no declared digest, the seal is close(2)'s own */
+	b = mu_pattern(len, 170);
 	mu_daemon_stop();
 	snprintf(mu.delay, sizeof(mu.delay), "seal.after-digest=300,check.read=500");
 	mu_daemon_start();
