@@ -342,18 +342,26 @@ int wfs_openmode_lookup(struct wfs_fs *fs, struct wfs_attr *a, pid_t tid, struct
 	struct wfs_inode *in;
 	struct wfs_attr fresh;
 	struct timespec now;
+	bool clocked = false;
 	size_t i = 0, k;
 	int ret;
 
 	if (!tid || !S_ISREG(a->mode))
 		return 0;
-	clock_gettime(CLOCK_MONOTONIC, &now);
+	/* Every LOOKUP passes here: the clock is read only once a slot names @tid. */
 	for (k = 0; !m && k < sizeof(fs->moved.slot) / sizeof(fs->moved.slot[0]); k++)
-		for (i = 0; i < sizeof(fs->moved.slot[k].retrying) / sizeof(fs->moved.slot[k].retrying[0]); i++)
-			if (fs->moved.slot[k].retrying[i] == tid && before(&now, &fs->moved.slot[k].until)) {
+		for (i = 0; i < sizeof(fs->moved.slot[k].retrying) / sizeof(fs->moved.slot[k].retrying[0]); i++) {
+			if (fs->moved.slot[k].retrying[i] != tid)
+				continue;
+			if (!clocked) {
+				clock_gettime(CLOCK_MONOTONIC, &now);
+				clocked = true;
+			}
+			if (before(&now, &fs->moved.slot[k].until)) {
 				m = &fs->moved.slot[k];
 				break;
 			}
+		}
 	if (!m || m->ino == a->ino)
 		return 0; /* not a retry, or one that reaches the inode its name moved to */
 	in = wfs_inode_find(fs, a->ino);
