@@ -287,6 +287,13 @@ static int map_sqlite(struct wfs_catalog *c, int rc)
 		return 0;
 	case SQLITE_FULL:
 		return -ENOSPC;
+	case SQLITE_IOERR:
+		/* A full filesystem can also fail an I/O call: growing the WAL's index (catalog.db-shm,
+		 * SQLITE_IOERR_SHMSIZE: SQLite writes one byte into each new 4 KiB page of it), or a
+		 * write whose errno SQLite keeps. Both are ENOSPC, so that room_for_removal() runs. */
+		if (rc == SQLITE_IOERR_SHMSIZE || (c && c->db && sqlite3_system_errno(c->db) == ENOSPC))
+			return -ENOSPC;
+		break;
 	case SQLITE_NOMEM:
 		return -ENOMEM;
 	case SQLITE_BUSY:
@@ -302,10 +309,11 @@ static int map_sqlite(struct wfs_catalog *c, int rc)
 	case SQLITE_AUTH:
 		return -EACCES;
 	default:
-		wfs_log_once(&sqlite_error_logged, WFS_LOG_ERR, "catalog: %s (sqlite %d)",
-			     c && c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(rc), rc);
-		return -EIO;
+		break;
 	}
+	wfs_log_once(&sqlite_error_logged, WFS_LOG_ERR, "catalog: %s (sqlite %d)",
+		     c && c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(rc), rc);
+	return -EIO;
 }
 
 /*
