@@ -14,7 +14,9 @@ Workloads (each rank a process, every rank's content distinct, as tensor-paralle
 Each round runs the native directory and every mount variant (-o options given with --variant) in
 an order that rotates from round to round, after a sync and a drop of the page cache; the ratio of
 a round is native seconds / variant seconds. Prints one line per workload and variant with the median
-ratio and the rounds' ratios. Needs root (mounts, drop_caches).
+ratio and the rounds' ratios, and the FUSE requests a tensor sent in the first round, by opcode
+(weightfsctl stat --json before and after; RELEASE and FORGET, which nothing waits for, apart).
+Needs root (mounts, drop_caches).
 
   bench_plain.py --build build --work /var/tmp/wfs-plain [--rounds 5] [--ranks 4]
                  [--variant default=] [--variant all=passthrough_writes=all] [--only large,small]
@@ -24,6 +26,7 @@ ratio and the rounds' ratios. Needs root (mounts, drop_caches).
 of the medians (tests/bench/run-bench passes it; WFS_BENCH_PLAIN=0 skips this benchmark there).
 """
 import argparse
+import json
 import mmap
 import multiprocessing as mp
 import os
@@ -95,6 +98,23 @@ def side(root, ranks, tensors, stamp):
     return time.perf_counter() - t
 
 
+def requests(build, mnt):
+    """The FUSE requests the daemon of @mnt has answered since its mount, by opcode."""
+    out = subprocess.run([os.path.join(build, "weightfsctl"), "stat", "--json", mnt],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["daemon"]["since_mount"]["requests"]
+
+
+def per_tensor(before, after, n):
+    """'GETATTR 3.0, LOOKUP 2.0, ...': the requests one tensor sent, most first (RELEASE and FORGET
+    apart: the kernel sends them without waiting for the answer)."""
+    got = {op: (after.get(op, 0) - before.get(op, 0)) / n for op in after}
+    waited = sorted(((c, op) for op, c in got.items() if c >= 0.05 and op not in ("RELEASE", "FORGET")),
+                    reverse=True)
+    total = sum(c for c, _ in waited)
+    return "%.1f waited: %s" % (total, ", ".join("%s %.1f" % (op, c) for c, op in waited))
+
+
 def mount(build, store, mnt, opts):
     os.makedirs(store, exist_ok=True)
     os.makedirs(mnt, exist_ok=True)
@@ -138,12 +158,16 @@ def main():
                 continue
             ranks = ranks or a.ranks
             ratios = {name: [] for name, _ in variants}
+            sent = {}  # the first round's FUSE requests a tensor, per variant
             sides = [("native", os.path.join(a.work, "native"))] + [(n, mnts[n]) for n, _ in variants]
             for k in range(a.rounds):
                 order = sides[k % len(sides):] + sides[:k % len(sides)]
                 secs = {}
                 for j, (name, root) in enumerate(order):
+                    before = requests(build, root) if k == 0 and name != "native" else None
                     secs[name] = side(os.path.join(root, wl), ranks, tensors, k * 10 + j)
+                    if before is not None:
+                        sent[name] = per_tensor(before, requests(build, root), ranks * len(tensors))
                 for name, _ in variants:
                     ratios[name].append(secs["native"] / secs[name])
             for name, opts in variants:
@@ -151,10 +175,12 @@ def main():
                 rounds = " ".join("%.2f" % r for r in ratios[name])
                 print("%-7s %d rank(s) x %4d tensors  %-8s (-o %s)  %.2f x native  (rounds %s)"
                       % (wl, ranks, len(tensors), name, opts or "defaults", med, rounds), flush=True)
+                print("        FUSE requests a tensor: %s" % sent[name], flush=True)
                 goal = GOALS.get(wl)
-                rows.append("| %s | %d x %d | %s | **%.2f** | %s | %s |"
+                rows.append("| %s | %d x %d | %s | **%.2f** | %s | %s | %s |"
                             % (wl, ranks, len(tensors), opts or "defaults", med, rounds,
-                               "%.1f (%s)" % (goal, "met" if med >= goal else "missed") if goal else "-"))
+                               "%.1f (%s)" % (goal, "met" if med >= goal else "missed") if goal else "-",
+                               sent[name]))
     finally:
         for m in mnts.values():
             unmount(m)
@@ -164,8 +190,8 @@ def main():
             % (a.command or "tests/bench/bench_plain.py", time.strftime("%Y-%m-%d"), os.uname().nodename,
                os.uname().release, os.cpu_count() or 0),
             "median of %d rounds (higher is better; 1.0 is native speed)." % a.rounds, "",
-            "| workload | ranks x tensors | -o | median | rounds | goal |",
-            "|---|---|---|---|---|---|"] + rows)
+            "| workload | ranks x tensors | -o | median | rounds | goal | FUSE requests a tensor (round 1) |",
+            "|---|---|---|---|---|---|---|"] + rows)
         write_doc_block(a.doc, block, BEGIN, END, "bench_plain")
 
 
