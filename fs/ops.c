@@ -1344,8 +1344,19 @@ static void release_orphans(struct wfs_fs *fs)
 	struct fuse_file_info fi = {0};
 	uint64_t ino;
 
-	while (wfs_takeover_orphan_next(&fi.fh, &ino))
+	while (wfs_takeover_orphan_next(&fi.fh, &ino)) {
+		struct wfs_news news = {.moved = true}; /* names to drop from the dcache, not deleted */
+
 		release_handle(fs, ino, &fi, 0);
+		/* A CREATE whose caller was killed before the kernel had the reply leaves the negative
+		 * dentry of its LOOKUP (-o timeout): others would not see the file the dead server made
+		 * until it expires. Its names are dropped from the kernel's dcache, looked up again. */
+		wfs_lock(&fs->lock);
+		(void)wfs_catalog_names(fs->catalog, ino, wfs_news_name, &news);
+		wfs_unlock(&fs->lock);
+		news.ino = ino;
+		wfs_ops_news_post(fs, &news);
+	}
 }
 
 /*

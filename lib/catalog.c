@@ -2238,6 +2238,15 @@ static void names_tell(struct names *l, int ret, wfs_catalog_name_fn fn, void *c
 	*l = (struct names){0};
 }
 
+int wfs_catalog_names(struct wfs_catalog *c, uint64_t ino, wfs_catalog_name_fn fn, void *ctx)
+{
+	struct names l = {0};
+	int ret = names_of(c, ino, &l);
+
+	names_tell(&l, ret == -ENOMEM ? 0 : ret, fn, ctx);
+	return ret;
+}
+
 static int unlink_unsealed_once(struct wfs_catalog *c, uint64_t ino, bool empty_too, wfs_catalog_name_fn fn,
 				void *ctx)
 {

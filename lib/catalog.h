@@ -205,6 +205,12 @@ typedef void (*wfs_catalog_name_fn)(void *ctx, uint64_t parent, const char *name
 int wfs_catalog_unlink_unsealed(struct wfs_catalog *c, uint64_t ino, bool empty_too, wfs_catalog_name_fn fn,
 				void *ctx);
 /*
+ * Each name (dentry) of inode @ino to @fn as (parent ino, name), the name valid only during the call;
+ * none when it has no name (unlinked, or no such inode). A read, no transaction of its own. Returns
+ * 0, -ENOMEM (some names may have been given), or an -errno of the catalog.
+ */
+int wfs_catalog_names(struct wfs_catalog *c, uint64_t ino, wfs_catalog_name_fn fn, void *ctx);
+/*
  * Give the names of regular file @ino (all its hard links together) a new inode: same attributes
  * (ctime now) and link count, xattrs and content (the refcount of its object grows by one), a new
  * inode number. @ino keeps its row with nlink 0, for the readers that still have it open, until
