@@ -1322,6 +1322,9 @@ static void release_handle(struct wfs_fs *fs, fuse_ino_t ino, const struct fuse_
 		pthread_cond_broadcast(&fs->seal_done);
 		wfs_unlock(&fs->lock);
 	}
+	/* test-only: the handle is freed and its slot still there; a writable open meanwhile may get
+	 * the same address, hence the same fh, and record its own slot (tests/takeover/run-handles) */
+	wfs_delay("release.freed");
 	wfs_takeover_writer_released(fi->fh, unique); /* after its seal: a successor finds one or the other */
 }
 

@@ -934,6 +934,7 @@ uint64_t wfs_takeover_handle_unique(uint64_t fh)
 void wfs_takeover_writer_released(uint64_t fh, uint64_t unique)
 {
 	struct handle_slot *hs;
+	uint64_t other = 0;
 
 	if (!R || !(fh & 1))
 		return;
@@ -943,7 +944,13 @@ void wfs_takeover_writer_released(uint64_t fh, uint64_t unique)
 	hs = handle_find(fh);
 	if (hs && hs->unique == unique)
 		handle_take(fh);
+	else if (hs)
+		other = hs->unique;
 	pthread_mutex_unlock(&R->lock);
+	if (other) /* rare; tests/takeover/run-handles looks for it (WFS_DELAY release.freed) */
+		wfs_log(WFS_LOG_DEBUG, "takeover: fh %#llx released (open %llu) after open %llu got the same "
+			"fh: that writer's slot stays", (unsigned long long)fh, (unsigned long long)unique,
+			(unsigned long long)other);
 	if (atomic_load_explicit(&adopted_live, memory_order_acquire) == 0)
 		return;
 	pthread_mutex_lock(&adopted_lock);
