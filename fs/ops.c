@@ -991,6 +991,8 @@ static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	bool mode_changed = false;
 	int ret = -EAGAIN;
 
+	if (writable)
+		wfs_delay("open.writable"); /* test-only: other processes act before this open is served */
 	/* A read-only open goes on while the catalog commits (fs->lock lent, lock.h) when it can. */
 	if (writable) {
 		wfs_lock(&fs->lock);

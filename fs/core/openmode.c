@@ -376,13 +376,15 @@ int wfs_openmode_lookup(struct wfs_fs *fs, struct wfs_attr *a, pid_t tid, struct
 			*a = fresh;
 		return ret == 1 ? 0 : ret;
 	}
-	if (a->sealed && (!in || in->io.nopen == 0)) {
-		/* Nobody has it open: a reader that opens it before the retry's open comes is
-		 * daemon-served, and the retry joins it in place (moved_take()). */
-		m->retrying[i] = 0;
-		moved_note(fs, a->ino, tid);
-	}
-	return 0; /* else being written: the retry joins its writer */
+	/* Nobody has it open, or it is being written (the retry would join its writer): a reader that
+	 * opens it before the retry's open comes is daemon-served, and the retry opens it in place
+	 * (moved_take()). Without the note, a writer that closed and a reader that opened it meanwhile
+	 * made the retry's open move it, and the VFS does not retry twice: ESTALE to open(2). (A reader
+	 * that joins a passthrough writer's file keeps it: it reads that file's bytes, as the
+	 * writer's other readers do.) */
+	m->retrying[i] = 0;
+	moved_note(fs, a->ino, tid);
+	return 0;
 }
 
 /*

@@ -239,8 +239,11 @@ int wfs_openmode_move(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, p
  * name now reaches another inode that the open would move from its readers (a rename or link over
  * the name came in between), the names move now and *@a becomes the new inode: the retry opens
  * that one in place instead of being moved again, which gave open(2) and truncate(2) ESTALE
- * (rewrite_readers.py on 16 cores: 1-2 in 15 s, every one of them traced to such a rename).
- * Returns 0, or -errno of the catalog.
+ * (rewrite_readers.py on 16 cores: 1-2 in 15 s, every one of them traced to such a rename). When it
+ * reaches another inode with nothing to move (nobody has it open, or it is being written), that
+ * inode is noted for the retry: readers that open it before the retry's open are daemon-served,
+ * and the retry opens it in place (once its writer closed and a reader opened it, the retry's open
+ * moved it, ESTALE again). Returns 0, or -errno of the catalog.
  */
 int wfs_openmode_lookup(struct wfs_fs *fs, struct wfs_attr *a, pid_t tid, struct wfs_news *news);
 /*
