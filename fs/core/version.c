@@ -56,6 +56,7 @@ struct wfs_version {
 	struct timespec changed;   /* CLOCK_REALTIME */
 	bool has_base;             /* (V) started as a copy of object @base */
 	struct wfs_digest base;
+	uint64_t claim_size;       /* (V) bytes a claim put into the kernel-written file (claim_fill) */
 	bool reserved_past_eof;    /* (V) fallocate(KEEP_SIZE) beyond @size: trimmed before publishing */
 	bool kernel_writes;        /* (V) written through the kernel (passthrough) into @tmp: its size
 				    * and bytes are the file's, rehashed at the seal; atomic */
@@ -788,6 +789,23 @@ static int settle(struct wfs_version *v)
 	return 0;
 }
 
+/*
+ * (V) A kernel-written file that a claim filled (wfs_version_claim_fill()), written through the kernel
+ * since: its size is not the claimed one, or its mtime moved (taken after the fill, so the next
+ * write's is later on kernels with multigrain timestamps). Those writes never reach the daemon:
+ * without this the seal took the claimed digest and dropped them (`cat a - > b`, coreutils
+ * copy_file_range, then a write on the same descriptor: found by a new user's trial).
+ */
+static bool claimed_then_written(struct wfs_version *v)
+{
+	struct stat st;
+
+	if (!v->kernel_writes || !v->has_base || v->modified)
+		return false;
+	return v->size != v->claim_size || v->tmp.fd < 0 || fstat(v->tmp.fd, &st) != 0 ||
+	       st.st_mtim.tv_sec != v->kernel_from.tv_sec || st.st_mtim.tv_nsec != v->kernel_from.tv_nsec;
+}
+
 int wfs_version_freeze(struct wfs_version *v, struct wfs_digest *d, uint64_t *size, bool *unwritten)
 {
 	int ret;
@@ -797,6 +815,8 @@ int wfs_version_freeze(struct wfs_version *v, struct wfs_digest *d, uint64_t *si
 	refresh(v); /* the last size the kernel wrote, before lock-free readers see FROZEN */
 	__atomic_store_n(&v->frozen, true, __ATOMIC_RELEASE);
 	ret = v->error;
+	if (ret == 0 && claimed_then_written(v))
+		v->modified = true; /* before settle(), which may put a copy in the file's place */
 	if (ret == 0 && v->kernel_writes)
 		ret = settle(v);
 	if (ret == -EBUSY) {
@@ -959,7 +979,8 @@ int wfs_version_claim_fill(struct wfs_version *v, int src, uint64_t size, const 
 		set_size(v, size);
 		v->has_base = true;
 		v->base = *d;
-		v->modified = false;
+		v->claim_size = size;
+		v->modified = false; /* unless the kernel writes it after all: claimed_then_written() */
 		if (fstat(v->tmp.fd, &st) == 0)
 			v->kernel_from = st.st_mtim; /* a write from now on moves it: wfs_version_touched() */
 	} else if (v->tmp.fd >= 0 && ftruncate(v->tmp.fd, 0) < 0) {
