@@ -255,6 +255,10 @@ int wfs_ctl_resolve_store(const char *path, char *out)
 
 	if (!realpath(path, real))
 		return -errno;
+	/* A directory below a weightfs mount point is never a store (the daemon refuses a store inside
+	 * a mount): a file named catalog.db there is a user's. */
+	if (wfs_mounts_below(real, probe, out) == 0)
+		return -EMEDIUMTYPE;
 	snprintf(probe, sizeof(probe), "%s/" WFS_STORE_CATALOG, real);
 	if (access(probe, F_OK) == 0) {
 		snprintf(out, PATH_MAX, "%s", real);
