@@ -991,10 +991,9 @@ static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	bool mode_changed = false;
 	int ret = -EAGAIN;
 
-	if (writable)
-		wfs_delay("open.writable"); /* test-only: other processes act before this open is served */
 	/* A read-only open goes on while the catalog commits (fs->lock lent, lock.h) when it can. */
 	if (writable) {
+		wfs_delay("open.writable"); /* test-only: other processes act before this open is served */
 		wfs_lock(&fs->lock);
 		claimed = claim_open(fs, ino, fi, "open"); /* resent after a takeover */
 	} else if (wfs_lock_light(&fs->lock) && (ret = wfs_openmode_open_lent(fs, ino, &h, &r)) == -EAGAIN) {
