@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/fuse.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
@@ -837,19 +838,19 @@ static void holder_gone(pid_t holder, const char *mnt)
 struct holder_watch {
 	pid_t holder;
 	int pidfd;
-	const char *mnt;
+	char mnt[PATH_MAX]; /* a copy: main frees its string at exit, which the holder's may meet */
 };
 
 static void *holder_watch_main(void *arg)
 {
-	struct holder_watch w = *(struct holder_watch *)arg;
-	struct pollfd p = {.fd = w.pidfd, .events = POLLIN};
+	struct holder_watch *w = arg;
+	struct pollfd p = {.fd = w->pidfd, .events = POLLIN};
 
-	free(arg);
 	while (poll(&p, 1, -1) < 0 && errno == EINTR)
 		;
-	close(w.pidfd);
-	holder_gone(w.holder, w.mnt);
+	close(w->pidfd);
+	holder_gone(w->holder, w->mnt);
+	free(w);
 	return NULL;
 }
 
@@ -878,7 +879,8 @@ int wfs_takeover_watch_holder(const char *mountpoint)
 		close(fd);
 		return -ENOMEM;
 	}
-	*w = (struct holder_watch){.holder = holder, .pidfd = fd, .mnt = mountpoint};
+	*w = (struct holder_watch){.holder = holder, .pidfd = fd};
+	snprintf(w->mnt, sizeof(w->mnt), "%s", mountpoint);
 	ret = pthread_create(&t, NULL, holder_watch_main, w);
 	if (ret) {
 		close(fd);
