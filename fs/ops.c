@@ -419,11 +419,11 @@ static void reply_open(fuse_req_t req, const struct fuse_entry_param *e, const s
 	int ret;
 
 	wfs_delay("handle.recorded"); /* test-only: a kill lands between the handle's record and its reply */
-	wfs_takeover_handle_replying(fi->fh, fi->backing_id);
+	wfs_takeover_handle_replying(fi->fh);
 	ret = e ? fuse_reply_create(req, e, fi) : fuse_reply_open(req, fi);
 	wfs_delay("handle.answered"); /* test-only: a kill lands after the kernel has the handle */
 	if (ret == 0)
-		wfs_takeover_handle_answered(fi->fh, fi->backing_id);
+		wfs_takeover_handle_answered(fi->fh);
 }
 
 /*
@@ -1302,7 +1302,7 @@ static void release_handle(struct wfs_fs *fs, fuse_ino_t ino, const struct fuse_
 	locks_dropped(fs, ino, fi->lock_owner, fi->fh, fi->flock_release);
 	wfs_takeover_handle_released(fi->fh); /* its backing id, if a dead server's is done with */
 	if (stale(fi)) {
-		wfs_takeover_writer_released(fi->fh, unique);
+		wfs_takeover_release_done(fi->fh, unique);
 		return;
 	}
 	if (wfs_takeover_fh_writable(fi->fh))
@@ -1326,7 +1326,7 @@ static void release_handle(struct wfs_fs *fs, fuse_ino_t ino, const struct fuse_
 	/* test-only: the handle is freed and its slot still there; a writable open meanwhile may get
 	 * the same address, hence the same fh, and record its own slot (tests/takeover/run-handles) */
 	wfs_delay("release.freed");
-	wfs_takeover_writer_released(fi->fh, unique); /* after its seal: a successor finds one or the other */
+	wfs_takeover_release_done(fi->fh, unique); /* after its seal: a successor finds one or the other */
 }
 
 static void wfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

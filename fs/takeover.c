@@ -74,6 +74,8 @@ struct handle_slot {
 #define SLOT_APPEND 1u     /* opened with O_APPEND: its writes land at the version's end (fileio.c) */
 #define SLOT_UNANSWERED 2u /* its reply is not known to have reached the kernel */
 #define SLOT_REPLYING 4u   /* ... and was being written: the kernel may have it */
+#define SLOT_PASSTHROUGH 8u /* opened through passthrough (@id is cleared at a writer's release,
+			    * which a successor may adopt still: in the mode its readers share) */
 struct region {
 	uint32_t magic, layout;
 	_Atomic uint32_t epoch;
@@ -387,7 +389,7 @@ static void inherit(void)
 		return;
 	}
 	for (unsigned i = 0; i < HANDLES_CAP; i++)
-		if (R->handles[i].fh && (R->handles[i].id > 0 || (R->handles[i].fh & 1)))
+		if (R->handles[i].fh)
 			hs[nh++] = R->handles[i];
 	for (unsigned i = 0; i < IDS_CAP; i++)
 		if (R->ids[i].id > 0)
@@ -408,7 +410,7 @@ static void inherit(void)
 		*x = (struct inherited){.id = is[i].id, .dev = is[i].dev, .ino = is[i].ino};
 		for (unsigned k = 0; k < HANDLES_CAP; k++)
 			x->stale += R->handles[k].fh && R->handles[k].id == x->id;
-		/* An adopted writer (adopt_writers()) that registers this file again counts as a user. */
+		/* An adopted writer (wfs_takeover_adopt()) that registers this file again counts as a user. */
 		if (x->stale == 0 && atomic_load(&R->handles_dropped) == 0) {
 			backing_release(x->id); /* no open file of the kernel uses it: safe to let go */
 			unused++;
@@ -731,14 +733,16 @@ bool wfs_takeover_backing_keep(int id)
 void wfs_takeover_handle_opened(uint64_t fh, int id, uint64_t ino, uint64_t unique, bool append)
 {
 	struct handle_slot hs = {.fh = fh, .id = id > 0 ? id : 0, .ino = ino, .unique = unique,
-				 .flags = SLOT_UNANSWERED | (append ? SLOT_APPEND : 0)};
+				 .flags = SLOT_UNANSWERED | (append ? SLOT_APPEND : 0) |
+					  (id > 0 ? SLOT_PASSTHROUGH : 0)};
 
-	if (!R || (id <= 0 && !(fh & 1)))
+	if (!R)
 		return;
 	pthread_mutex_lock(&R->lock);
 	if (!handle_put(&hs) && atomic_fetch_add(&R->handles_dropped, 1) == 0)
-		wfs_log(WFS_LOG_WARN, "takeover: more than %u passthrough handles open: a successor may keep "
-			"backing ids registered until unmount", HANDLES_CAP / 4 * 3);
+		wfs_log(WFS_LOG_WARN, "takeover: more than %u files open: a successor may keep backing ids "
+			"registered until unmount, and refuse opens of the files it did not see open (EIO)",
+			HANDLES_CAP / 4 * 3);
 	pthread_mutex_unlock(&R->lock);
 }
 
@@ -754,15 +758,15 @@ static void handle_flags(uint64_t fh, uint32_t set, uint32_t clear)
 	pthread_mutex_unlock(&R->lock);
 }
 
-void wfs_takeover_handle_replying(uint64_t fh, int id)
+void wfs_takeover_handle_replying(uint64_t fh)
 {
-	if (R && (id > 0 || (fh & 1))) /* as wfs_takeover_handle_opened() records */
+	if (R)
 		handle_flags(fh, SLOT_REPLYING, 0);
 }
 
-void wfs_takeover_handle_answered(uint64_t fh, int id)
+void wfs_takeover_handle_answered(uint64_t fh)
 {
-	if (R && (id > 0 || (fh & 1)))
+	if (R)
 		handle_flags(fh, 0, SLOT_UNANSWERED | SLOT_REPLYING);
 }
 
@@ -774,7 +778,7 @@ void wfs_takeover_handle_released(uint64_t fh)
 		return;
 	pthread_mutex_lock(&R->lock);
 	if (fh & 1) {
-		/* A writer's entry stays until its release is done (wfs_takeover_writer_released()): a
+		/* A writer's entry stays until its release is done (wfs_takeover_release_done()): a
 		 * server killed in between leaves it, with its version, to the successor. */
 		unsigned i = home(fh, HANDLES_CAP);
 
@@ -933,22 +937,24 @@ uint64_t wfs_takeover_handle_unique(uint64_t fh)
 	return unique;
 }
 
-void wfs_takeover_writer_released(uint64_t fh, uint64_t unique)
+void wfs_takeover_release_done(uint64_t fh, uint64_t unique)
 {
 	struct handle_slot *hs;
 	uint64_t other = 0;
 
-	if (!R || !(fh & 1))
+	if (!R)
 		return;
-	pthread_mutex_lock(&R->lock);
-	/* The handle was freed before this: a new one at the same address (the same fh) may have
-	 * recorded its own slot meanwhile, which must stay (its open's request is another). */
-	hs = handle_find(fh);
-	if (hs && hs->unique == unique)
-		handle_take(fh);
-	else if (hs)
-		other = hs->unique;
-	pthread_mutex_unlock(&R->lock);
+	if (fh & 1) {
+		pthread_mutex_lock(&R->lock);
+		/* The handle was freed before this: a new one at the same address (the same fh) may
+		 * have recorded its own slot meanwhile, which must stay (its open's request is another). */
+		hs = handle_find(fh);
+		if (hs && hs->unique == unique)
+			handle_take(fh);
+		else if (hs)
+			other = hs->unique;
+		pthread_mutex_unlock(&R->lock);
+	}
 	if (other) /* rare; tests/takeover/run-handles looks for it (WFS_DELAY release.freed) */
 		wfs_log(WFS_LOG_DEBUG, "takeover: fh %#llx released (open %llu) after open %llu got the same "
 			"fh: that writer's slot stays", (unsigned long long)fh, (unsigned long long)unique,
@@ -988,7 +994,7 @@ size_t wfs_takeover_kept_inodes(uint64_t **ino)
 	return l.n;
 }
 
-/* adopt_writers(): what it found, and the inodes whose writers get EIO. */
+/* wfs_takeover_adopt(): what it found, and the inodes whose writers get EIO. */
 struct adoption {
 	struct wfs_fs *fs;
 	uint64_t lost[WFS_KEEP_RECORDS];
@@ -1135,9 +1141,56 @@ bool wfs_takeover_orphan_next(uint64_t *fh, uint64_t *ino)
 	return found;
 }
 
-int wfs_takeover_adopt_writers(struct wfs_fs *fs)
+/* R->lock held: this server's inode took dead server id @id as its backing file (one user of it). */
+static void inherited_use(int32_t id)
 {
-	uint64_t handles = 0, handles_lost = 0, sealed = 0;
+	for (size_t i = 0; i < ninh; i++)
+		if (inh[i].id == id) {
+			inh[i].users++;
+			return;
+		}
+}
+
+/*
+ * wfs_takeover_adopt(), fs->lock held, after the writers: the dead servers' read-only handles
+ * (wfs_openmode_adopt_reader()). Returns how many were adopted; *@lost: how many were not (the
+ * kernel still uses them: their reads are answered as a dead handle's, stale_read() in ops.c).
+ */
+static uint64_t adopt_readers(struct wfs_fs *fs, uint64_t *lost)
+{
+	uint64_t n = 0;
+
+	*lost = 0;
+	for (unsigned i = 0; i < HANDLES_CAP && nadopted < HANDLES_CAP; i++) {
+		struct handle_slot hs = R->handles[i];
+		struct wfs_handle *h = NULL;
+		int ret;
+
+		if (!hs.fh || (hs.fh & 1) || (hs.fh & ~FH_PTR_MASK) == fh_tag)
+			continue;
+		ret = wfs_openmode_adopt_reader(fs, hs.ino, hs.id, &h);
+		if (ret < 0) {
+			if (ret != -ENOENT) /* its name and inode went: no open can conflict with it */
+				wfs_log(WFS_LOG_WARN, "takeover: inode %llu: a reader open before the takeover "
+					"cannot be adopted (%s): opens of it may fail with EIO until it closes",
+					(unsigned long long)hs.ino, strerror(-ret));
+			(*lost)++;
+			continue;
+		}
+		if (ret == 1) {
+			pthread_mutex_lock(&R->lock);
+			inherited_use(hs.id);
+			pthread_mutex_unlock(&R->lock);
+		}
+		adopted[nadopted++] = (struct adopted){.fh = hs.fh, .h = h};
+		n++;
+	}
+	return n;
+}
+
+int wfs_takeover_adopt(struct wfs_fs *fs)
+{
+	uint64_t handles = 0, handles_lost = 0, sealed = 0, readers, readers_lost;
 	bool overflowed = wfs_keep_overflows() > 0;
 	struct adoption *a;
 	struct wfs_inode *in;
@@ -1169,11 +1222,16 @@ int wfs_takeover_adopt_writers(struct wfs_fs *fs)
 		for (size_t k = 0; k < a->nlost; k++)
 			lost |= a->lost[k] == hs.ino;
 		in = wfs_inode_find(fs, hs.ino);
+		/* A passthrough writer whose release had begun (its id cleared): the kernel let go of it,
+		 * and with no version left it has nothing to write; its RELEASE comes again. */
+		if (hs.id == 0 && (hs.flags & SLOT_PASSTHROUGH) && !(in && in->writer))
+			continue;
 		/* With versions kept nowhere (every record was in use), one without a record may be
 		 * this inode's: only a writer of a sealed file with no version is sure to be whole. */
 		if (overflowed && !(in && in->writer))
 			lost = true;
-		ret = lost ? -EIO : wfs_openmode_adopt(fs, hs.ino, hs.id > 0, hs.flags & SLOT_APPEND, &h);
+		ret = lost ? -EIO : wfs_openmode_adopt(fs, hs.ino, hs.id > 0 || (hs.flags & SLOT_PASSTHROUGH),
+							   hs.flags & SLOT_APPEND, &h);
 		if (ret) {
 			handles_lost++;
 			wfs_log(WFS_LOG_ERR, "takeover: inode %llu: a writer open before the takeover cannot be "
@@ -1185,6 +1243,7 @@ int wfs_takeover_adopt_writers(struct wfs_fs *fs)
 		wfs_upgrade_writer_opened(); /* this server's writer now: an upgrade waits for it too */
 		handles++;
 	}
+	readers = adopt_readers(fs, &readers_lost);
 	/* A version whose every writer was released (a seal the dead server had begun): sealed now. */
 	for (size_t i = 0; i < a->nvino; i++) {
 		in = wfs_inode_find(fs, a->vino[i]);
@@ -1196,12 +1255,13 @@ int wfs_takeover_adopt_writers(struct wfs_fs *fs)
 	wfs_unlock(&fs->lock);
 	atomic_store(&adopted_live, nadopted);
 	wfs_store_tmp_sweep(fs->store, adopted_name, a);
-	if (a->versions || handles || handles_lost || a->versions_lost)
+	if (a->versions || handles || handles_lost || a->versions_lost || readers || readers_lost)
 		wfs_log(WFS_LOG_INFO, "takeover: adopted %llu versions being written and %llu writers open on "
-			"them (%llu sealed at once: their writers were gone); %llu versions and %llu writers "
-			"lost (EIO)", (unsigned long long)a->versions, (unsigned long long)handles,
-			(unsigned long long)sealed, (unsigned long long)a->versions_lost,
-			(unsigned long long)handles_lost);
+			"them (%llu sealed at once: their writers were gone), and %llu readers; %llu versions "
+			"and %llu writers lost (EIO), %llu readers not adopted", (unsigned long long)a->versions,
+			(unsigned long long)handles, (unsigned long long)sealed, (unsigned long long)readers,
+			(unsigned long long)a->versions_lost, (unsigned long long)handles_lost,
+			(unsigned long long)readers_lost);
 	free(a->names);
 	free(a);
 	return 0;

@@ -186,23 +186,24 @@ bool wfs_takeover_backing_keep(int id);
  * wfs_takeover_handle_replying(), right before the reply is written, says the kernel may have it
  * from then on: a successor never releases such a handle itself. wfs_takeover_handle_released:
  * @fh was released (any epoch; for a dead server's handle, the id it used is released once
- * nothing uses it). Each takes this module's lock; the first three are no-ops for a handle the
- * table does not keep (no backing id, not writable).
+ * nothing uses it). Each takes this module's lock. Every handle is kept, daemon-served readers
+ * too: a successor must answer later opens of an inode in the mode the kernel holds it in
+ * (wfs_takeover_adopt()).
  */
 void wfs_takeover_handle_opened(uint64_t fh, int id, uint64_t ino, uint64_t unique, bool append);
-void wfs_takeover_handle_replying(uint64_t fh, int id);
-void wfs_takeover_handle_answered(uint64_t fh, int id);
+void wfs_takeover_handle_replying(uint64_t fh);
+void wfs_takeover_handle_answered(uint64_t fh);
 void wfs_takeover_handle_released(uint64_t fh);
 /*
- * Writers across a takeover (keep.h). A writable handle (@fh of wfs_takeover_handle_opened(), with
- * its inode @ino) stays in the table until its release is done: wfs_takeover_writer_released(),
- * after the core's release (a server killed in between leaves the handle, and its version, to
- * the successor, to which the kernel resends that RELEASE).
+ * After the core's release of @fh (request @unique: wfs_takeover_handle_unique()). A writable
+ * handle (@fh of wfs_takeover_handle_opened(), with its inode @ino) stays in the table until then
+ * (a server killed in between leaves the handle, and its version, to the successor, to which the
+ * kernel resends that RELEASE: keep.h); a dead server's handle this server adopted is forgotten.
  */
-void wfs_takeover_writer_released(uint64_t fh, uint64_t unique);
+void wfs_takeover_release_done(uint64_t fh, uint64_t unique);
 /*
  * The request unique recorded with writable handle @fh's slot (wfs_takeover_handle_opened()), 0
- * when it has none. Read it while the handle lives and pass it to wfs_takeover_writer_released(),
+ * when it has none. Read it while the handle lives and pass it to wfs_takeover_release_done(),
  * which runs after the handle is freed: the slot is removed only if it is still that open's, not a
  * slot that a new handle at the same address (the same fh) recorded in between (its writer would
  * be lost at the next takeover: EIO, and its version's file removed under its mappings).
@@ -215,15 +216,18 @@ struct wfs_fs;
  * Successor, once the catalog is recovered and before the INIT replay: adopt the versions the dead
  * server kept and its writable handles on them, so that their writers go on (their fh then finds
  * a handle of this server: wfs_takeover_fh_handle()); a version whose writers were all released
- * is sealed now. What cannot be adopted is logged per inode and its writers get EIO. The tmp
- * files nothing adopted are removed. Returns 0 or -ENOMEM (nothing adopted: EIO to every writer).
+ * is sealed now. What cannot be adopted is logged per inode and its writers get EIO. Then its
+ * read-only handles (wfs_openmode_adopt_reader()): without them this server would answer an open
+ * of an inode they hold through passthrough in another mode (a writer in place, a daemon-served
+ * reader), which the kernel fails with EIO, or truncate a file they map. The tmp files nothing
+ * adopted are removed. Returns 0 or -ENOMEM (nothing adopted: EIO to every writer).
  */
-int wfs_takeover_adopt_writers(struct wfs_fs *fs);
+int wfs_takeover_adopt(struct wfs_fs *fs);
 
 /*
  * Successor: a resent OPEN or CREATE (request @unique, as wfs_receive_unique() gives it) of inode
  * @ino, for which the dead server made a writable handle and never answered: the handle this
- * server adopted for it (wfs_takeover_adopt_writers()), whose dead fh goes into *@fh for the
+ * server adopted for it (wfs_takeover_adopt()), whose dead fh goes into *@fh for the
  * reply; NULL when there is none (the request then opens anew). The kernel never got that fh, so
  * answering with a second handle would leave a writer that nobody releases, and its file unsealed.
  * Thread-safe; the caller holds fs->lock (the handle's fields).

@@ -935,7 +935,7 @@ int main(int argc, char *argv[])
 	if (wfs_takeover_successor()) {
 		struct wfs_takeover_info ti;
 
-		wfs_takeover_adopt_writers(&fs); /* before any request: the resent ones find them */
+		wfs_takeover_adopt(&fs); /* before any request: the resent ones find them */
 		if (wfs_takeover_replay(fs.se) != 0)
 			takeover_refused("cannot replay the connection's INIT (the line above says why)");
 		wfs_takeover_info(&ti);

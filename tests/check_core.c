@@ -667,6 +667,64 @@ START_TEST(openmode_writer_beside_readers)
 }
 END_TEST
 
+/*
+ * A successor adopts a dead server's readers (takeover.h): their inode is decided as the kernel holds
+ * it. Passthrough readers on the dead server's backing id: read-only opens share that id (the
+ * kernel refuses any other), a writer moves the name away, the id goes back at the last release. A
+ * daemon-served reader keeps reads daemon-served. A reader whose record disagrees is refused.
+ * Unlinked under its readers, the inode is reached only through a name the kernel still holds (a
+ * move the dead server did not live to tell): ESTALE, then the retry that reaches it again waits
+ * for the readers (ETXTBSY).
+ */
+START_TEST(openmode_adopted_readers)
+{
+	struct wfs_handle *a1, *a2, *r, *w, *c;
+	struct wfs_open_reply rr, rw;
+	struct wfs_news news = {0};
+	struct wfs_attr moved;
+	uint64_t ino, ino2, gone;
+
+	wfs_lock(&fs.lock);
+	ino = sealed_file("a", "hello", 5);
+	ck_assert_int_eq(wfs_openmode_adopt_reader(&fs, ino, 77, &a1), 1); /* the inode takes id 77 */
+	ck_assert_int_eq(wfs_openmode_adopt_reader(&fs, ino, 77, &a2), 0); /* shared */
+	ck_assert_int_eq(wfs_openmode_adopt_reader(&fs, ino, 78, &c), -EBUSY);
+	ck_assert_int_eq(wfs_openmode_adopt_reader(&fs, ino, 0, &c), -EBUSY);
+	ck_assert_int_eq(open_ino(ino, false, &r, &rr, &news), 0);
+	ck_assert_int_eq(rr.backing_id, 77);
+	ck_assert_int_eq(kern.opened, 0); /* nothing registered: the dead server's file serves */
+	ck_assert_int_eq(open_ino(ino, true, &w, &rw, &news), -ESTALE);
+	ck_assert(news.moved);
+	wfs_news_release(&news);
+	ck_assert_int_eq(wfs_catalog_lookup(fs.catalog, WFS_ROOT_INO, "a", &moved), 0);
+	ck_assert_uint_ne(moved.ino, ino);
+	wfs_openmode_release(&fs, a1, 0, &news);
+	wfs_openmode_release(&fs, r, 0, &news);
+	ck_assert_int_eq(kern.closed, 0);
+	wfs_openmode_release(&fs, a2, 0, &news);
+	ck_assert_int_eq(kern.closed, 1);
+	ck_assert_int_eq(kern.last_closed, 77);
+
+	/* A daemon-served reader: later reads are daemon-served too, and a passthrough one is refused. */
+	ino2 = sealed_file("b", "hello", 5);
+	ck_assert_int_eq(wfs_openmode_adopt_reader(&fs, ino2, 0, &c), 0);
+	ck_assert_int_eq(wfs_openmode_adopt_reader(&fs, ino2, 79, &a1), -EBUSY);
+	ck_assert_int_eq(open_ino(ino2, false, &r, &rr, &news), 0);
+	ck_assert_int_eq(rr.backing_id, 0);
+	wfs_openmode_release(&fs, r, 0, &news);
+	wfs_openmode_release(&fs, c, 0, &news);
+
+	/* Unlinked (nlink 0) under an adopted passthrough reader: ESTALE once, then ETXTBSY. */
+	ck_assert_int_eq(wfs_openmode_adopt_reader(&fs, ino2, 80, &a1), 1);
+	ck_assert_int_eq(wfs_catalog_unlink(fs.catalog, WFS_ROOT_INO, "b", false, &gone), 0);
+	ck_assert_int_eq(open_ino(ino2, true, &w, &rw, &news), -ESTALE);
+	ck_assert_int_eq(open_ino(ino2, true, &w, &rw, &news), -ETXTBSY);
+	wfs_openmode_release(&fs, a1, 0, &news);
+	ck_assert_int_eq(kern.last_closed, 80);
+	wfs_unlock(&fs.lock);
+}
+END_TEST
+
 /* A name whose writer never sealed it fails opens with EIO; without passthrough reads are served. */
 START_TEST(openmode_unsealed_and_daemon_reads)
 {
@@ -1245,6 +1303,7 @@ static Suite *core_suite(void)
 	tcase_add_test(tc, openmode_passthrough_shared);
 	tcase_add_test(tc, openmode_cached_excludes_passthrough);
 	tcase_add_test(tc, openmode_writer_beside_readers);
+	tcase_add_test(tc, openmode_adopted_readers);
 	tcase_add_test(tc, openmode_unsealed_and_daemon_reads);
 	tcase_add_test(tc, openmode_write_flush_seals);
 	tcase_add_test(tc, openmode_passthrough_writer);

@@ -121,7 +121,8 @@ int wfs_openmode_release_lent(struct wfs_fs *fs, struct wfs_handle *h)
 	struct wfs_inode *in = h->inode;
 	struct wfs_iomode *io = &in->io;
 
-	if (h->writing || h->writable || !h->passthrough || io->pt_version || (in->nlookup == 0 && io->nopen == 1))
+	if (h->writing || h->writable || !h->passthrough || io->pt_version || io->pt_inherited ||
+	    (in->nlookup == 0 && io->nopen == 1))
 		return -EAGAIN;
 	wfs_openmode_release(fs, h, 0, NULL);
 	return 0;
@@ -330,6 +331,15 @@ int wfs_openmode_move(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, p
 
 	if (moved_take(fs, in->ino, tid))
 		return 0; /* the writer's retry: readers that came first are daemon-served, join them */
+	if (nlink == 0 && in->io.npassthrough > 0 && !wfs_openmode_on_version(in)) {
+		/* No name reaches it, and its readers would refuse this writer (ETXTBSY), yet the kernel
+		 * reached it through a name: one a dead server moved away without living to tell the
+		 * kernel (which resends the open to its successor), or one unlinked since the lookup.
+		 * The VFS looks the name up again; a retry that reaches this inode again (a reopen
+		 * through /proc/PID/fd) takes the pass noted here and waits for the readers. */
+		moved_note(fs, in->ino, tid);
+		return 1;
+	}
 	if (!must_move(in, nlink))
 		return 0; /* nlink 0: open but unlinked, no name to move */
 	ret = move_names(fs, in, tid, news, &fresh);
@@ -420,7 +430,7 @@ static int open_read_only_lent(struct wfs_fs *fs, struct wfs_inode *in, struct w
 	struct wfs_object *o;
 	int ret;
 
-	if (!in->sealed || in->writer || !atomic_load(&fs->passthrough) || moved_find(fs, in->ino))
+	if (!in->sealed || in->writer || io->pt_inherited || !atomic_load(&fs->passthrough) || moved_find(fs, in->ino))
 		return -EAGAIN;
 	if (io->npassthrough > 0 && !io->pt_version) {
 		o = io->pt_object; /* all passthrough opens of an inode share one backing file */
@@ -471,6 +481,14 @@ static int open_read_only(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_ha
 			     "inode %llu: never sealed (its writer failed or was killed): EIO",
 			     (unsigned long long)in->ino);
 		return -EIO;
+	}
+	if (io->npassthrough > 0 && io->pt_inherited) {
+		/* A dead server's readers hold it on the file that server registered: the kernel takes
+		 * no other backing file for it until they close (wfs_openmode_adopt_reader()). */
+		h->passthrough = true;
+		r->backing_id = io->pt_backing;
+		io->npassthrough++;
+		return 0;
 	}
 	if (io->npassthrough > 0) {
 		/* All passthrough opens of an inode share one backing file (checked by the first). */
@@ -1036,6 +1054,14 @@ void wfs_openmode_release(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, st
 	/* Writes after the last flush (a shared mapping written back at munmap), and a passthrough
 	 * writer's file, seal here; the kernel drops release errors, so they can only be logged. */
 	write_going_on(fs, h, false);
+	/* A release ends the handle's every close. An adopted one's flush went to a dead server
+	 * (takeover.h): counted as closed now, so that an open beside the seal this release makes waits
+	 * for it as after a flush, instead of joining a writer that is gone (open_pinned()). */
+	if (!h->closed) {
+		h->closed = true;
+		io->ncached_closed += !h->passthrough;
+		io->nwritable_closed += h->writable;
+	}
 	ret = wfs_closing_release(fs, h, tid, news);
 	if (ret)
 		wfs_log(WFS_LOG_ERR, "inode %llu: seal at release failed: %s", (unsigned long long)in->ino,
@@ -1043,12 +1069,12 @@ void wfs_openmode_release(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, st
 	if (h->passthrough) {
 		assert(io->npassthrough > 0);
 		if (--io->npassthrough == 0) {
-			if (io->pt_version) {
-				if (fs->kernel.backing_close)
-					fs->kernel.backing_close(fs->kernel.ctx, io->pt_backing);
+			if ((io->pt_version || io->pt_inherited) && fs->kernel.backing_close)
+				fs->kernel.backing_close(fs->kernel.ctx, io->pt_backing);
+			if (io->pt_version)
 				wfs_version_put(io->pt_version);
-			}
 			io->pt_version = NULL;
+			io->pt_inherited = false;
 			io->pt_object = NULL;
 			io->pt_backing = 0;
 			pthread_cond_broadcast(&fs->released); /* a writable open may be waiting */
@@ -1186,6 +1212,49 @@ int wfs_openmode_adopt(struct wfs_fs *fs, uint64_t ino, bool passthrough, bool a
 	count_open(fs, h);
 	*hp = h;
 	return 0;
+}
+
+int wfs_openmode_adopt_reader(struct wfs_fs *fs, uint64_t ino, int backing_id, struct wfs_handle **hp)
+{
+	struct wfs_inode *in;
+	struct wfs_handle *h;
+	struct wfs_iomode *io;
+	struct wfs_attr a;
+	bool first = false;
+	int ret;
+
+	ret = wfs_inode_get_file(fs, ino, true, &a, &in);
+	if (ret)
+		return ret;
+	io = &in->io;
+	/* The kernel keeps one mode per inode: a record that disagrees was left half-written. */
+	if (backing_id > 0 ? io->ncached > 0 || (io->npassthrough > 0 && io->pt_backing != backing_id)
+			   : io->npassthrough > 0) {
+		wfs_inode_maybe_free(fs, in);
+		return -EBUSY;
+	}
+	h = handle_new(fs, in, false);
+	if (!h) {
+		wfs_inode_maybe_free(fs, in);
+		return -ENOMEM;
+	}
+	if (backing_id > 0) {
+		if (io->npassthrough == 0) {
+			io->pt_backing = backing_id;
+			io->pt_inherited = true;
+			first = true;
+		} else if (io->pt_object) {
+			h->object = io->pt_object;
+			wfs_object_repin(h->object);
+		}
+		io->npassthrough++;
+		h->passthrough = true;
+	} else {
+		io->ncached++; /* its reads pin the inode's object (read_source()) */
+	}
+	count_open(fs, h);
+	*hp = h;
+	return first;
 }
 
 void wfs_openmode_adopted_reply(const struct wfs_fs *fs, const struct wfs_handle *h, struct wfs_open_reply *r)

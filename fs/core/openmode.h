@@ -78,6 +78,9 @@ struct wfs_iomode {
 	struct wfs_object *pt_object; /* ... owned by this object (a sealed file read), or */
 	struct wfs_version *pt_version; /* ... by openmode, on this referenced version's tmp file (a
 				       * tensor written through passthrough; released at the last close) */
+	bool pt_inherited;            /* ... or a dead server's (takeover.h): the file it registered,
+				       * which its readers still hold and this server may not be able to
+				       * name; read-only opens share it, released at the last close */
 	unsigned nwrite_going_on;     /* handles whose write(2) may go on in their next WRITE request
 				       * (wfs_handle.write_going_on) */
 	unsigned nsplit_in_flight;    /* WRITE requests of such write(2)s in the daemon now */
@@ -229,8 +232,12 @@ int wfs_openmode_release_lent(struct wfs_fs *fs, struct wfs_handle *h);
  * catalog) while readers hold it moves its names, all hard links together, to a new inode with the
  * same attributes, xattrs and content (wfs_catalog_inode_replace); the readers keep the old inode and
  * its object. Files with no name left, files already being written or with writers, and the writer's
- * own retry (noted for a second for thread @tid, the caller's) stay.
- * Returns 1 (moved: reply ESTALE, then send @news), 0 (go on in place) or -errno of the catalog.
+ * own retry (noted for a second for thread @tid, the caller's) stay. A file with no name left that
+ * passthrough readers hold is reached through a stale name (one a dead server moved without telling
+ * the kernel, or unlinked since the lookup): 1 once, so that the VFS looks the name up again, and
+ * the retry that reaches it again (a reopen through /proc/PID/fd) goes on.
+ * Returns 1 (moved, or stale: reply ESTALE, then send @news), 0 (go on in place) or -errno of the
+ * catalog.
  */
 int wfs_openmode_move(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, pid_t tid, struct wfs_news *news);
 /*
@@ -311,6 +318,22 @@ int wfs_openmode_adopt_version(struct wfs_fs *fs, const struct wfs_keep_record *
  * -ENOENT, -ENOMEM, -errno of the catalog.
  */
 int wfs_openmode_adopt(struct wfs_fs *fs, uint64_t ino, bool passthrough, bool append, struct wfs_handle **h);
+/*
+ * (L) Successor: a new handle in *@h for a read-only handle of a dead server on inode @ino, which the
+ * kernel keeps using, so that this server decides later opens of the inode as the kernel sees it
+ * (fs/fuse/iomode.c fails an open whose mode conflicts with the inode's other opens with EIO). With
+ * @backing_id > 0 the kernel reads it through passthrough on the dead server's backing file (an
+ * object's, or a version's tmp file the dead server may have sealed or removed since): the inode's
+ * read-only opens share that id while any passthrough open lasts, and its writable opens move its
+ * names away (struct wfs_iomode). With 0 it is daemon-served (its reads are answered as any
+ * handle's). Call after wfs_openmode_adopt() has adopted every writer. Returns 1 when the inode took
+ * @backing_id as its own now (the caller counts the inode as one user of that id, which
+ * fs->kernel.backing_close() gives back at its last passthrough release), 0 when it had it already
+ * (another handle of the same id, or an adopted passthrough writer's version), -EBUSY (the inode is
+ * held in another mode or on another backing file: a record left half-written by a death), -ENOENT,
+ * -ENOMEM, -errno of the catalog.
+ */
+int wfs_openmode_adopt_reader(struct wfs_fs *fs, uint64_t ino, int backing_id, struct wfs_handle **h);
 
 /*
  * (L) The open reply that gives the kernel adopted handle @h (wfs_openmode_adopt()) as if it were
