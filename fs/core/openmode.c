@@ -261,11 +261,13 @@ bool wfs_openmode_write_begin(struct wfs_fs *fs, struct wfs_handle *h, size_t le
 
 void wfs_openmode_write_end(struct wfs_fs *fs, struct wfs_handle *h, size_t len, bool counted)
 {
-	struct wfs_iomode *io = &h->inode->io;
+	struct wfs_iomode *io;
 
 	if (!counted)
-		return;
+		return; /* @h unread: the kernel's order (this WRITE's reply, then @h's RELEASE, which
+			 * frees it) is not one ThreadSanitizer sees */
 	wfs_lock(&fs->lock);
+	io = &h->inode->io;
 	assert(io->nsplit_in_flight > 0);
 	io->nsplit_in_flight--;
 	io->split_wait_until = wfs_deadline_in(200);
