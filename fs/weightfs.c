@@ -839,7 +839,7 @@ int main(int argc, char *argv[])
 		char what[PATH_MAX + 16];
 
 		/* After the fork: the pid that holds the store now, for a second mount's message. */
-		snprintf(what, sizeof(what), "mounted on %s", cmd.mountpoint);
+		snprintf(what, sizeof(what), WFS_STORE_MOUNTED_ON "%s", cmd.mountpoint);
 		wfs_store_set_owner(fs.store, what);
 	}
 	{

@@ -15,6 +15,7 @@
 
 #include "fault.h"
 #include "log.h"
+#include "mounts.h"
 #include "weightfs.h"
 
 struct wfs_store {
@@ -178,6 +179,27 @@ static void write_owner(struct wfs_store *s, const char *what)
 		return; /* only a hint for the next process that finds the store busy */
 }
 
+/*
+ * Does the process that holds the flock on STORE/lock (descriptor @fd) of the store at @path serve
+ * a mount of it: its record names a live pid and WFS_STORE_MOUNTED_ON MNT, and MNT is a weightfs mount
+ * of this store now (/proc/self/mounts)? Such an owner lets go only at an unmount. One whose mount is
+ * gone (unmounted, or detached by a lazy unmount) or whose pid is gone (a holder between two servers)
+ * is leaving, or about to record itself: worth a wait.
+ */
+static bool owner_serves_mount(const char *path, int fd)
+{
+	char what[PATH_MAX + 16], real[PATH_MAX], store[PATH_MAX];
+	const char *mnt;
+	int pid;
+
+	if (read_owner(fd, &pid, what, sizeof(what)) != 0 || (kill((pid_t)pid, 0) < 0 && errno == ESRCH))
+		return false;
+	if (strncmp(what, WFS_STORE_MOUNTED_ON, strlen(WFS_STORE_MOUNTED_ON)) != 0)
+		return false;
+	mnt = what + strlen(WFS_STORE_MOUNTED_ON);
+	return realpath(path, real) && wfs_mounts_on(mnt, store) == 0 && strcmp(store, real) == 0;
+}
+
 /* wfs_store_open(), or with @inherited_lock >= 0 wfs_store_open_inherited(). */
 static int store_open(const char *path, unsigned flags, int inherited_lock, struct wfs_store **out)
 {
@@ -246,14 +268,16 @@ static int store_open(const char *path, unsigned flags, int inherited_lock, stru
 			ret = -errno;
 			goto fail;
 		}
-		/* A daemon that was just unmounted may take a moment to exit: wait up to 5 s for it. */
+		/* A daemon that was just unmounted may take a moment to exit: wait up to 5 s for it. One
+		 * that still serves its mount keeps the store until it is unmounted: busy at once. */
 		for (int tries = 0;; tries++) {
 			if (flock(s->lock_fd, LOCK_EX | LOCK_NB) == 0)
 				break;
-			if (errno != EWOULDBLOCK || tries == 50) {
-				ret = errno == EWOULDBLOCK ? -EBUSY : -errno;
+			ret = -errno;
+			if (ret == -EWOULDBLOCK && (tries == 50 || owner_serves_mount(path, s->lock_fd)))
+				ret = -EBUSY;
+			if (ret != -EWOULDBLOCK)
 				goto fail;
-			}
 			usleep(100000);
 		}
 		{

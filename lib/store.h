@@ -56,10 +56,11 @@ enum wfs_store_flags {
 
 /*
  * Open the store at @path. Unless WFS_STORE_READONLY, takes an exclusive flock on STORE/lock (waiting
- * up to 5 s for a process that is letting go of it), records the caller's pid there, and removes
- * leftovers in STORE/tmp/. With WFS_STORE_CREATE, a missing directory (its parent must exist) is made
- * 0700 and an empty one is chmod()ed 0700 before the layout is made; a store keeps its mode. On
- * success *@out owns the store; free it with wfs_store_close().
+ * up to 5 s for a process that is letting go of it, such as a daemon just unmounted; not at all for a
+ * daemon that serves a mount of the store: WFS_STORE_MOUNTED_ON), records the caller's pid there, and
+ * removes leftovers in STORE/tmp/. With WFS_STORE_CREATE, a missing directory (its parent must
+ * exist) is made 0700 and an empty one is chmod()ed 0700 before the layout is made; a store keeps its
+ * mode. On success *@out owns the store; free it with wfs_store_close().
  * Errors: -ENOENT (no store there and no WFS_STORE_CREATE, or a missing parent), -ENOTDIR,
  * -ENOTEMPTY (WFS_STORE_CREATE on a directory that holds files but no store; WFS_STORE_INIT lays it
  * out anyway), -EBUSY (another process holds the store: wfs_store_owner() says which), -ENOMEM, or
@@ -81,9 +82,16 @@ void wfs_store_close(struct wfs_store *s);
 int wfs_store_lock_fd(const struct wfs_store *s);
 
 /*
+ * What a daemon records (wfs_store_set_owner) before its mount point, resolved: "mounted on MNT".
+ * wfs_store_open() fails at once with -EBUSY when the owner that recorded it is alive and MNT is a
+ * weightfs mount of the store in this mount namespace; it waits for any other owner (a daemon just
+ * unmounted or lazily detached, one in another mount namespace, a holder between two servers).
+ */
+#define WFS_STORE_MOUNTED_ON "mounted on "
+/*
  * Record in STORE/lock, next to the pid of the calling process (call it again after a fork), what the
- * owner does with the store: @what, one line (a daemon: its mount point), or NULL. A hint for
- * wfs_store_owner(); failures are ignored. No-op on a read-only store.
+ * owner does with the store: @what, one line (a daemon: WFS_STORE_MOUNTED_ON and its mount point), or
+ * NULL. A hint for wfs_store_owner(); failures are ignored. No-op on a read-only store.
  */
 void wfs_store_set_owner(struct wfs_store *s, const char *what);
 /*

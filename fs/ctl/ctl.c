@@ -26,6 +26,7 @@
 #include "ctl.h"
 #include "gc.h"
 #include "mounts.h"
+#include "store.h"
 #include "tensorfile.h"
 #include "weightfs.h"
 
@@ -286,6 +287,18 @@ const char *wfs_ctl_store_error(int err)
 	return err == -EMEDIUMTYPE ? "not a weightfs store (a directory with catalog.db) or the mount point "
 				     "of one"
 				   : strerror(-err);
+}
+
+const char *wfs_ctl_store_owner(const char *store, char *out, size_t out_bytes)
+{
+	char what[PATH_MAX + 16];
+	int pid;
+
+	if (wfs_store_owner(store, &pid, what, sizeof(what)) == 0)
+		snprintf(out, out_bytes, "weightfs (pid %d%s%s)", pid, *what ? ", " : "", what);
+	else
+		snprintf(out, out_bytes, "another process");
+	return out;
 }
 
 /* ---- --store -------------------------------------------------------------------------------- */

@@ -146,6 +146,13 @@ int wfs_ctl_resolve_store(const char *path, char *out);
 /* What to print for wfs_ctl_resolve_store()'s error @err: "not a weightfs store ..." or strerror. */
 const char *wfs_ctl_store_error(int err);
 /*
+ * Who holds the store at @store, for a message after wfs_store_open() (or a lib/ call that opens it)
+ * returned -EBUSY: "weightfs (pid N, mounted on MNT)" as its owner recorded it (wfs_store_owner()),
+ * "weightfs (pid N)" when it recorded no line, "another process" when it recorded nothing. Written
+ * into @out (@out_bytes bytes, NUL-terminated); returns @out.
+ */
+const char *wfs_ctl_store_owner(const char *store, char *out, size_t out_bytes);
+/*
  * The running daemon's user.weightfs.stats (JSON, fs/xattr.c) read from mount point @mnt; NULL when
  * no daemon answers there. The caller json_decref()s it.
  */

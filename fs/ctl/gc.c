@@ -76,7 +76,7 @@ int wfs_ctl_gc(int argc, char **argv)
 	};
 	const struct wfs_ctl_cmd cmd = {"gc", gc_usage, opts, 1, 1};
 	struct wfs_gc_report r;
-	char store[PATH_MAX];
+	char store[PATH_MAX], owner[PATH_MAX + 64];
 	int ret;
 
 	ret = wfs_ctl_parse(&cmd, argc, argv);
@@ -86,8 +86,9 @@ int wfs_ctl_gc(int argc, char **argv)
 	if (ret == 0)
 		ret = wfs_gc(store, retain, dry_run, &r);
 	if (ret == -EBUSY && quarantine) {
-		fprintf(stderr, "weightfsctl gc: %s: --quarantine: the store is mounted: unmount it first (its daemon "
-			"may be moving a damaged copy there)\n", argv[optind]);
+		fprintf(stderr, "weightfsctl gc: %s: --quarantine: the store is in use by %s: unmount it first "
+			"(its daemon may be moving a damaged copy there)\n", argv[optind],
+			wfs_ctl_store_owner(store, owner, sizeof(owner)));
 		return 1;
 	}
 	if (ret == -EBUSY) {
@@ -96,10 +97,17 @@ int wfs_ctl_gc(int argc, char **argv)
 	}
 	if (ret == 0 && quarantine)
 		ret = wfs_gc_quarantine(store, dry_run, &qfiles, &qbytes);
+	if (ret == -EBUSY) {
+		/* Held, and no mount of it here answers: a daemon that died, one a lazy unmount detached,
+		 * or one in another mount namespace. */
+		fprintf(stderr, "weightfsctl gc: %s: in use by %s, and no mount of it here answers (its daemon "
+			"died, or a lazy unmount detached it): unmount it first\n", argv[optind],
+			wfs_ctl_store_owner(store, owner, sizeof(owner)));
+		return 1;
+	}
 	if (ret) {
 		fprintf(stderr, "weightfsctl gc: %s: %s\n", argv[optind],
-			ret == -EBUSY ? "in use by a daemon that does not answer (it died?): unmount it first"
-			: ret == -ENOTSUP ? "mounted by a weightfs too old to collect online: unmount it first"
+			ret == -ENOTSUP ? "mounted by a weightfs too old to collect online: unmount it first"
 			: ret == -EPERM ? "mounted by another user: only that user or root may collect online"
 					: wfs_ctl_store_error(ret));
 		return 1;

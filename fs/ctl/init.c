@@ -147,9 +147,12 @@ int wfs_ctl_init(int argc, char **argv)
 			"mkdir -p %s)\n", path, mnt, mnt);
 		return 1;
 	}
+	if (ret == -EBUSY) {
+		fprintf(stderr, "weightfsctl init: %s: in use by %s\n", path, wfs_ctl_store_owner(path, mnt, sizeof(mnt)));
+		return 1;
+	}
 	if (ret) {
-		fprintf(stderr, "weightfsctl init: %s: %s\n", path,
-			ret == -EBUSY ? "in use by a weightfs process" : strerror(-ret));
+		fprintf(stderr, "weightfsctl init: %s: %s\n", path, strerror(-ret));
 		return 1;
 	}
 	printf("init: %s: a new weightfs store (mode 0700, keeps %llu bytes of objects no name uses); mount it "

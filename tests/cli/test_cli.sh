@@ -54,6 +54,15 @@ expect_json() {
 	fi
 }
 
+# timed_run CMD...: run, and its wall time in $ms (milliseconds).
+ms=0
+timed_run() {
+	local t0
+	t0=$(date +%s%N)
+	run "$@"
+	ms=$((($(date +%s%N) - t0) / 1000000))
+}
+
 # ---- a store made through a real mount -----------------------------------------------------------
 mkdir -p "$STORE" "$MNT" || exit 1
 # retain keeps released objects for the offline gc below (the daemon would delete them at once).
@@ -160,11 +169,14 @@ mkdir -p "$work/plain-dir"
 run "$CTL" stat "$work/plain-dir"
 expect "stat of a directory that is no store: exit 1" 1 "" "plain-dir: not a weightfs store"
 
-# Mounting the store a second time: refused, naming the daemon that has it and where.
+# Mounting the store a second time: refused at once (a daemon that serves a mount does not let go
+# of its store: no wait for it), naming the daemon that has it and where.
 mkdir -p "$work/mnt2"
-run "$DAEMON" "$STORE" "$work/mnt2" -o nosync
+timed_run "$DAEMON" "$STORE" "$work/mnt2" -o nosync
 expect "mount a mounted store again: exit 1, names the pid and mount point" 1 "" \
 	"in use by another weightfs process \(pid [0-9]+, mounted on $MNT\)\$"
+[ "$ms" -lt 1000 ]
+verdict "mount a mounted store again: refused in under 1 s (${ms} ms)" $? "it took $ms ms"
 pid=$(sed -nE 's/.*\(pid ([0-9]+),.*/\1/p' <<<"$err")
 [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = weightfs ] && ! mountpoint -q "$work/mnt2"
 verdict "mount a mounted store again: the pid is the daemon's, nothing mounted" $? "pid '$pid'" "stderr: $err"
@@ -238,12 +250,17 @@ expect "fsck MNT (mounted): read-only check, exit 0" 0 \
 run "$CTL" fsck --repair "$MNT"
 expect "fsck --repair MNT (mounted): exit 1, says unmount" 1 "" "^weightfsctl fsck: $STORE: mounted: unmount it"
 # Mounted, gc asks the daemon (user.weightfs.gc); a budget of 1G keeps what the offline gc below removes.
-run "$CTL" gc --retain 1G "$MNT"
+# The store is found busy at once: its daemon serves a mount (it waited 5 s for it to let go).
+timed_run "$CTL" gc --retain 1G "$MNT"
 expect "gc --retain 1G MNT (mounted): its daemon collects, exit 0" 0 \
 	"^gc: $STORE: removed 0 unreferenced objects \(0\.0 MiB\); kept [1-9][0-9]* .* \(by its daemon: mounted\)\$"
-run "$CTL" gc --quarantine "$MNT"
-expect "gc --quarantine MNT (mounted): exit 1, says unmount" 1 "" \
-	"^weightfsctl gc: .*--quarantine: the store is mounted: unmount it first"
+[ "$ms" -lt 1000 ]
+verdict "gc MNT (mounted): done in under 1 s (${ms} ms)" $? "it took $ms ms"
+timed_run "$CTL" gc --quarantine "$MNT"
+expect "gc --quarantine MNT (mounted): exit 1, names the daemon, says unmount" 1 "" \
+	"^weightfsctl gc: .*--quarantine: the store is in use by weightfs \(pid [0-9]+, mounted on $MNT\): unmount it first"
+[ "$ms" -lt 1000 ]
+verdict "gc --quarantine MNT (mounted): refused in under 1 s (${ms} ms)" $? "it took $ms ms"
 
 # ---- unmount, damage one object -------------------------------------------------------------------
 fusermount3 -u "$MNT" || fail "fusermount3 -u $MNT"
