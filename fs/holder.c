@@ -139,6 +139,7 @@ static void upgrade_asked(pid_t pid)
 		return;
 	}
 	H.asked_ns = now_ns(); /* before the signal: the server may drain before sigqueue returns */
+	wfs_takeover_note_upgrade();
 	if (sigqueue(pid, SIGUSR2, (union sigval){.sival_int = (int)wait_ms}) < 0) {
 		wfs_upgrade_answer(cfd, "refused\tcannot signal server pid %d: %s", (int)pid, strerror(errno));
 		return;
@@ -164,12 +165,25 @@ static void upgrade_served(pid_t pid)
 		return;
 	drain_ms = (double)((H.gate_ns ? H.gate_ns : H.stopped_ns) - H.asked_ns) / 1e6;
 	pause_ms = (double)(sv.since_ns - (H.gate_ns ? H.gate_ns : H.stopped_ns)) / 1e6;
-	wfs_log(WFS_LOG_INFO, "upgrade: %s is served by pid %d (%s) instead of pid %d (%s): new opens for "
-		"writing waited %.1f ms more, every request %.1f ms; %u files open for writing were closed "
-		"first, %u lost their bytes (EIO)", H.a->mountpoint, (int)pid, H.next, (int)H.old_pid,
-		cur_binary(), drain_ms + pause_ms, pause_ms, sv.writers_closed, sv.writers_lost);
-	wfs_upgrade_answer(H.client, "ok\t%d\t%d\t%.1f\t%.1f\t%u\t%u\t%s\t%s", (int)H.old_pid, (int)pid, drain_ms,
-			   pause_ms, sv.writers_closed, sv.writers_lost, cur_binary(), H.next);
+	if (sv.writers_adopted == WFS_TAKEOVER_UNTOLD) { /* a new server of an older build */
+		wfs_log(WFS_LOG_INFO, "upgrade: %s is served by pid %d (%s) instead of pid %d (%s): new opens "
+			"for writing waited %.1f ms more, every request %.1f ms; %u files open for writing were "
+			"closed first, %u were still open (the new server, of an older build, does not tell how "
+			"many it adopted: its takeover line does)", H.a->mountpoint, (int)pid, H.next,
+			(int)H.old_pid, cur_binary(), drain_ms + pause_ms, pause_ms, sv.writers_closed,
+			sv.writers_lost);
+		wfs_upgrade_answer(H.client, "ok\t%d\t%d\t%.1f\t%.1f\t%u\t%u\t%s\t%s", (int)H.old_pid, (int)pid,
+				   drain_ms, pause_ms, sv.writers_closed, sv.writers_lost, cur_binary(), H.next);
+	} else {
+		wfs_log(WFS_LOG_INFO, "upgrade: %s is served by pid %d (%s) instead of pid %d (%s): new opens "
+			"for writing waited %.1f ms more, every request %.1f ms; %u files open for writing were "
+			"closed first, %u still open were adopted by the new server, %u lost their bytes (EIO)",
+			H.a->mountpoint, (int)pid, H.next, (int)H.old_pid, cur_binary(), drain_ms + pause_ms,
+			pause_ms, sv.writers_closed, sv.writers_adopted, sv.writers_lost);
+		wfs_upgrade_answer(H.client, "ok\t%d\t%d\t%.1f\t%.1f\t%u\t%u\t%s\t%s\t%u", (int)H.old_pid,
+				   (int)pid, drain_ms, pause_ms, sv.writers_closed, sv.writers_lost, cur_binary(),
+				   H.next, sv.writers_adopted);
+	}
 	H.client = -1;
 	snprintf(H.cur, sizeof(H.cur), "%s", H.next);
 	H.state = IDLE;

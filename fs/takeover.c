@@ -89,7 +89,9 @@ struct region {
 	_Atomic int32_t serving_pid;       /* the successor answers (its replay matched); 0 after a death */
 	_Atomic uint64_t serving_ns;
 	_Atomic uint64_t gate_ns;          /* a drain for an upgrade stopped answering (0: a death) */
-	_Atomic uint32_t writers_closed, writers_lost;
+	_Atomic uint32_t writers_closed;   /* the drain's (wfs_takeover_note_drain) */
+	_Atomic uint32_t writers_lost;     /* the drain's writers still open, then the successor's
+					    * writers it could not adopt (wfs_takeover_adopt) */
 	_Atomic uint64_t upgrades;
 	uint64_t catalog_dev, catalog_ino; /* the store's catalog.db as the first server found it */
 	uint32_t init_in_len, init_out_len;
@@ -106,6 +108,9 @@ struct region {
 		uint64_t reserve[32]; /* cppcheck-suppress unusedStructMember ; room to append counters */
 	} counters;
 	struct wfs_ops_tally requests[64]; /* FUSE requests by opcode (ops.h) */
+	/* The successor's writers adopted (wfs_takeover_adopt), in the last page's tail as the
+	 * counters are: a build before it leaves it as it is and ignores it. */
+	_Atomic uint32_t writers_adopted;
 };
 _Static_assert(sizeof(struct wfs_counters) <= sizeof(uint64_t[32]), "counters outgrew their reserve");
 _Static_assert(WFS_REQ_COUNT <= 64, "opcodes outgrew their reserve");
@@ -803,12 +808,21 @@ void wfs_takeover_handle_released(uint64_t fh)
 	pthread_mutex_unlock(&R->lock);
 }
 
-void wfs_takeover_note_drain(uint64_t gate_ns, uint32_t writers_closed, uint32_t writers_lost)
+void wfs_takeover_note_upgrade(void)
+{
+	if (!R)
+		return;
+	atomic_store(&R->writers_closed, 0);
+	atomic_store(&R->writers_adopted, WFS_TAKEOVER_UNTOLD);
+	atomic_store(&R->writers_lost, 0);
+}
+
+void wfs_takeover_note_drain(uint64_t gate_ns, uint32_t writers_closed, uint32_t writers_open)
 {
 	if (!R)
 		return;
 	atomic_store(&R->writers_closed, writers_closed);
-	atomic_store(&R->writers_lost, writers_lost);
+	atomic_store(&R->writers_lost, writers_open); /* until a successor adopts them */
 	atomic_store(&R->gate_ns, gate_ns);
 	atomic_fetch_add(&R->upgrades, 1);
 }
@@ -822,6 +836,7 @@ void wfs_takeover_serving(struct wfs_takeover_serving *out)
 	out->since_ns = atomic_load(&R->serving_ns);
 	out->gate_ns = atomic_load(&R->gate_ns);
 	out->writers_closed = atomic_load(&R->writers_closed);
+	out->writers_adopted = atomic_load(&R->writers_adopted);
 	out->writers_lost = atomic_load(&R->writers_lost);
 }
 
@@ -1205,6 +1220,7 @@ int wfs_takeover_adopt(struct wfs_fs *fs)
 			free(a->names);
 		free(a);
 		wfs_log(WFS_LOG_ERR, "takeover: no memory to adopt the dead server's writers: they get EIO");
+		atomic_store(&R->writers_adopted, 0); /* writers_lost: the drain's count, all of them */
 		return -ENOMEM;
 	}
 	a->fs = fs;
@@ -1254,6 +1270,10 @@ int wfs_takeover_adopt(struct wfs_fs *fs)
 	}
 	wfs_unlock(&fs->lock);
 	atomic_store(&adopted_live, nadopted);
+	/* For the holder's report of an upgrade: its drain counted these writers as still open. */
+	atomic_store(&R->writers_adopted,
+		     handles >= WFS_TAKEOVER_UNTOLD ? WFS_TAKEOVER_UNTOLD - 1 : (uint32_t)handles);
+	atomic_store(&R->writers_lost, handles_lost > UINT32_MAX ? UINT32_MAX : (uint32_t)handles_lost);
 	wfs_store_tmp_sweep(fs->store, adopted_name, a);
 	if (a->versions || handles || handles_lost || a->versions_lost || readers || readers_lost)
 		wfs_log(WFS_LOG_INFO, "takeover: adopted %llu versions being written and %llu writers open on "

@@ -254,21 +254,35 @@ bool wfs_takeover_orphans_due(void);
 bool wfs_takeover_orphan_next(uint64_t *fh, uint64_t *ino);
 
 /*
+ * Holder: an upgrade is asked. The writer counts of the last one (or of a takeover) are cleared, so
+ * that servers of a build that does not record them leave no stale ones: writers_closed and
+ * writers_lost to 0, writers_adopted to WFS_TAKEOVER_UNTOLD.
+ */
+void wfs_takeover_note_upgrade(void);
+#define WFS_TAKEOVER_UNTOLD UINT32_MAX /* writers_adopted: the successor's build does not count them */
+/*
  * A server that drains for an upgrade (upgrade.h) records, for the holder's report: @gate_ns
  * (CLOCK_MONOTONIC) when it stopped answering requests, the writers that closed while it waited
- * and those still open when it stopped (their bytes die with it: EIO).
+ * (@writers_closed) and those still open when it stopped (@writers_open). Those are lost (EIO)
+ * unless the next server adopts them: wfs_takeover_adopt() then records how many it did and did not.
  */
-void wfs_takeover_note_drain(uint64_t gate_ns, uint32_t writers_closed, uint32_t writers_lost);
+void wfs_takeover_note_drain(uint64_t gate_ns, uint32_t writers_closed, uint32_t writers_open);
 /*
  * Holder: the pid that answers the connection now (set by a successor once its INIT replay matched
  * and the resend was asked for, which then sends SIGUSR2 to the holder; 0: none since the last
- * death), when it started answering (CLOCK_MONOTONIC ns), and what the last drain recorded.
+ * death), when it started answering (CLOCK_MONOTONIC ns), and the writer counts of the last drain
+ * and of the adoption that followed it.
  */
 struct wfs_takeover_serving {
 	pid_t pid;
 	uint64_t since_ns;
 	uint64_t gate_ns;        /* 0: the server before it did not drain (it died) */
-	uint32_t writers_closed, writers_lost;
+	uint32_t writers_closed; /* released while the drain waited for them (sealed as always) */
+	uint32_t writers_adopted; /* still open at the stop, adopted by the successor: they go on;
+				   * WFS_TAKEOVER_UNTOLD from a successor of a build before it */
+	uint32_t writers_lost;   /* still open at the stop, not adopted: their next write, fsync or
+				  * close gets EIO; with writers_adopted untold, every writer still
+				  * open at the stop (the drain's count) */
 };
 void wfs_takeover_serving(struct wfs_takeover_serving *out);
 

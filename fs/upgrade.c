@@ -94,7 +94,7 @@ static void *drain_main(void *arg)
 	struct wfs_fs *fs = arg;
 	uint64_t t0, until, gate, left = 0;
 	unsigned busy;
-	int wait_ms, lost;
+	int wait_ms, still_open;
 
 	while (sem_wait(&up.go) != 0)
 		; /* EINTR */
@@ -114,12 +114,12 @@ static void *drain_main(void *arg)
 	until = gate + (uint64_t)WFS_UPGRADE_QUIET_MS * 1000000u;
 	while ((busy = wfs_receive_busy(&left)) > 0 && now_ns() < until)
 		sleep_ms(1);
-	lost = atomic_load(&up.writers);
+	still_open = atomic_load(&up.writers);
 	settle(fs);
-	wfs_takeover_note_drain(gate, atomic_load(&up.closed), lost > 0 ? (uint32_t)lost : 0);
-	if (lost > 0)
+	wfs_takeover_note_drain(gate, atomic_load(&up.closed), still_open > 0 ? (uint32_t)still_open : 0);
+	if (still_open > 0)
 		wfs_log(WFS_LOG_INFO, "upgrade: %d files still open for writing after %d ms: the next server "
-			"adopts them (their versions are kept: fs/core/keep.h)", lost, wait_ms);
+			"adopts them (their versions are kept: fs/core/keep.h)", still_open, wait_ms);
 	if (busy)
 		wfs_log(WFS_LOG_WARN, "upgrade: %u requests still in progress after %d ms: the next server "
 			"gets them again", busy, WFS_UPGRADE_QUIET_MS);

@@ -28,10 +28,17 @@
  *
  * Protocol on the socket: the client writes one line "upgrade WAIT_MS PATH\n" (WAIT_MS: decimal,
  * up to WFS_UPGRADE_WAIT_MAX_MS); the holder answers one line and closes:
- *   "ok\tOLD_PID\tNEW_PID\tDRAIN_MS\tPAUSE_MS\tWRITERS_CLOSED\tWRITERS_LOST\tOLD_PATH\tNEW_PATH\n"
+ *   "ok\tOLD_PID\tNEW_PID\tDRAIN_MS\tPAUSE_MS\tWRITERS_CLOSED\tWRITERS_LOST\tOLD_PATH\tNEW_PATH\t
+ *    WRITERS_ADOPTED\n" (one line)
  *   "refused\tMESSAGE\n"   nothing changed, the old binary serves (again)
  * DRAIN_MS: from the request to the server's stop (new opens for writing waited that long);
  * PAUSE_MS: from the server's stop to the new one answering (every request waited that long).
+ * WRITERS_CLOSED: files open for writing closed while the drain waited (sealed as always); of those
+ * still open at the stop, WRITERS_ADOPTED the new server adopted (their writes and close go on) and
+ * WRITERS_LOST it could not (EIO; struct wfs_takeover_serving). Without WRITERS_ADOPTED (9 fields:
+ * a holder, or a new server, of a build before it), WRITERS_LOST is what the holder could tell:
+ * those not adopted, or every writer still open at the stop. A client of such a build reads the
+ * first 9 fields and ignores the 10th.
  */
 #ifndef WFS_UPGRADE_H
 #define WFS_UPGRADE_H

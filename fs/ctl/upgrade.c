@@ -29,15 +29,16 @@ static void upgrade_usage(FILE *out)
 		     "callers only wait. The mount needs a holder (weightfs's default). The server stops\n"
 		     "taking creates and opens for writing (they wait for the new one), gives the files open\n"
 		     "for writing up to --wait seconds (default %d) to be closed and sealed, finishes the\n"
-		     "requests in progress and exits; the holder starts PATH on the same connection. A file\n"
-		     "still open for writing then loses what was written through it (EIO). A PATH that\n"
+		     "requests in progress and exits; the holder starts PATH on the same connection, which\n"
+		     "adopts the files still open for writing: their writes and close go on. A PATH that\n"
 		     "cannot take over (another build whose INIT reply differs, a binary that does not run)\n"
 		     "is refused and the old binary serves again. Every upgrade is logged in\n"
 		     "STORE/weightfs.log with both pids and both binaries.\n\n"
 		     "  --binary PATH   the new weightfs binary\n"
 		     "  --wait SECONDS  how long files open for writing get to be closed (0 to 3600)\n"
 		     "  --json          machine-readable: {\"mountpoint\", \"old_pid\", \"new_pid\", \"old_binary\",\n"
-		     "                  \"new_binary\", \"drain_ms\", \"pause_ms\", \"writers_closed\", \"writers_lost\"}\n\n"
+		     "                  \"new_binary\", \"drain_ms\", \"pause_ms\", \"writers_closed\",\n"
+		     "                  \"writers_adopted\", \"writers_lost\"}\n\n"
 		     "exit status: 0 upgraded, 1 refused or failed (the old binary serves), 2 usage error,\n"
 		     "3 the mount has no holder (weightfs -o noholder, or -f without -o holder) or is not a\n"
 		     "weightfs mount\n",
@@ -112,7 +113,7 @@ int wfs_ctl_upgrade(int argc, char **argv)
 	};
 	const struct wfs_ctl_cmd cmd = {"upgrade", upgrade_usage, opts, 1, 1};
 	char mnt[PATH_MAX], store[PATH_MAX], binary[PATH_MAX], given[PATH_MAX], answer[3 * PATH_MAX];
-	char *f[9], *nl;
+	char *f[10], *nl;
 	struct pollfd p;
 	size_t n = 0;
 	int fd, ret, nf;
@@ -171,23 +172,33 @@ int wfs_ctl_upgrade(int argc, char **argv)
 		return 1;
 	}
 	*nl = '\0';
-	nf = split_tabs(answer, f, 9);
-	if (strcmp(f[0], "ok") != 0 || nf != 9) {
+	nf = split_tabs(answer, f, 10);
+	if (strcmp(f[0], "ok") != 0 || nf < 9) {
 		fprintf(stderr, "weightfsctl upgrade: %s: refused: %s\n", argv[optind], nf > 1 ? f[1] : answer);
 		return 1;
 	}
-	if (json)
-		return wfs_ctl_json_print(json_pack("{s:o, s:i, s:i, s:o, s:o, s:o, s:o, s:i, s:i}", "mountpoint",
-						    wfs_ctl_json_string(mnt), "old_pid", atoi(f[1]), "new_pid",
-						    atoi(f[2]), "old_binary", wfs_ctl_json_string(f[7]), "new_binary",
-						    wfs_ctl_json_string(f[8]), "drain_ms",
-						    wfs_ctl_json_fixed(strtod(f[3], NULL), 1), "pause_ms",
-						    wfs_ctl_json_fixed(strtod(f[4], NULL), 1), "writers_closed",
-						    atoi(f[5]), "writers_lost", atoi(f[6])),
-					  0);
+	if (json) {
+		json_t *o = json_pack("{s:o, s:i, s:i, s:o, s:o, s:o, s:o, s:i}", "mountpoint",
+				      wfs_ctl_json_string(mnt), "old_pid", atoi(f[1]), "new_pid", atoi(f[2]),
+				      "old_binary", wfs_ctl_json_string(f[7]), "new_binary", wfs_ctl_json_string(f[8]),
+				      "drain_ms", wfs_ctl_json_fixed(strtod(f[3], NULL), 1), "pause_ms",
+				      wfs_ctl_json_fixed(strtod(f[4], NULL), 1), "writers_closed", atoi(f[5]));
+
+		/* A holder or new server of an older build does not count the adopted writers: left out. */
+		if (o && nf == 10)
+			json_object_set_new(o, "writers_adopted", json_integer(atoi(f[9])));
+		if (o)
+			json_object_set_new(o, "writers_lost", json_integer(atoi(f[6])));
+		return wfs_ctl_json_print(o, 0);
+	}
 	printf("upgrade: %s: server pid %s (%s) replaced by pid %s (%s); drained in %s ms (new opens for "
-	       "writing waited), then every request paused %s ms; %s files open for writing were closed "
-	       "first, %s were still open (the new server adopts them)\n",
-	       mnt, f[1], f[7], f[2], f[8], f[3], f[4], f[5], f[6]);
+	       "writing waited), then every request paused %s ms; %s files open for writing were closed first",
+	       mnt, f[1], f[7], f[2], f[8], f[3], f[4], f[5]);
+	if (nf == 10)
+		printf(", %s still open were adopted by the new server (their writes and close go on), %s lost "
+		       "their bytes (EIO)\n", f[9], f[6]);
+	else
+		printf(", %s were still open or lost their bytes (an older build does not tell which: the new "
+		       "server's takeover line in STORE/weightfs.log says how many it adopted)\n", f[6]);
 	return 0;
 }
