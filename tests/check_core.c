@@ -1068,6 +1068,7 @@ END_TEST
 #define MINE .current = true
 #define KILLED(sig) .killed_known = true, .killed = (sig)
 #define FITS(yes) .fits_known = true, .fits = (yes)
+#define FORKED(yes) .forked_known = true, .forked = (yes)
 
 static const struct closing_row {
 	const char *what;
@@ -1079,8 +1080,12 @@ static const struct closing_row {
 	 WFS_CLOSE_ASK_KILLED},
 	{"numpy's sizing byte, opener alive", {FLUSH, .opener_known = true, .writers = 1, MINE, KILLED(0)},
 	 WFS_CLOSE_KEEP},
-	{"opener killed before its first write", {FLUSH, .opener_known = true, .writers = 1, MINE, KILLED(9)},
-	 WFS_CLOSE_ABANDON_UNLINK},
+	{"opener killed before its first write: ask for a forked child", {FLUSH, .opener_known = true,
+	 .writers = 1, MINE, KILLED(9)}, WFS_CLOSE_ASK_FORKED},
+	{"opener killed before its first write", {FLUSH, .opener_known = true, .writers = 1, MINE, KILLED(9),
+	 FORKED(false)}, WFS_CLOSE_ABANDON_UNLINK},
+	{"opener killed before data, its forked child holds the file", {FLUSH, .opener_known = true,
+	 .writers = 1, MINE, KILLED(9), FORKED(true)}, WFS_CLOSE_KEEP},
 	{"the writer's close: ask for the size", {FLUSH, .ends = true, .writers = 1, MINE, KILLED(0)},
 	 WFS_CLOSE_ASK_FITS},
 	{"the writer's close, size fits", {FLUSH, .ends = true, .writers = 1, MINE, KILLED(0), FITS(true)},
@@ -1093,7 +1098,12 @@ static const struct closing_row {
 	 WFS_CLOSE_LEAVE},
 	{"killed last writer after another finished", {FLUSH, .ends = true, .writers = 1, MINE, .finished = true,
 	 KILLED(9), FITS(true)}, WFS_CLOSE_SEAL},
-	{"killed sole writer", {FLUSH, .ends = true, .writers = 1, MINE, KILLED(15)}, WFS_CLOSE_ABANDON_UNLINK},
+	{"killed sole writer: ask for a forked child", {FLUSH, .ends = true, .writers = 1, MINE, KILLED(15)},
+	 WFS_CLOSE_ASK_FORKED},
+	{"killed sole writer", {FLUSH, .ends = true, .writers = 1, MINE, KILLED(15), FORKED(false)},
+	 WFS_CLOSE_ABANDON_UNLINK},
+	{"killed writer whose forked child writes on", {FLUSH, .ends = true, .writers = 1, MINE, KILLED(9),
+	 FORKED(true)}, WFS_CLOSE_KEEP},
 	{"a writer whose version a seal holds", {FLUSH, .ends = true, .writers = 1, MINE, .sealing = true,
 	 KILLED(0), FITS(true)}, WFS_CLOSE_LEAVE_FINISHED},
 	{"a writer whose version was replaced", {FLUSH, .ends = true, .writers = 1, KILLED(0)}, WFS_CLOSE_LEAVE},
@@ -1102,13 +1112,17 @@ static const struct closing_row {
 	{"passthrough close before data", {FLUSH, PT, .opener_known = true, .writers = 1, MINE, KILLED(0)},
 	 WFS_CLOSE_KEEP},
 	{"passthrough opener killed before data", {FLUSH, PT, .opener_known = true, .writers = 1, MINE,
-	 KILLED(9)}, WFS_CLOSE_DOOM},
+	 KILLED(9), FORKED(false)}, WFS_CLOSE_DOOM},
 	{"passthrough tensor closed, fits", {FLUSH, PT, .ends = true, .writers = 1, MINE, KILLED(0), FITS(true)},
 	 WFS_CLOSE_FINISH},
 	{"passthrough tensor closed short", {FLUSH, PT, .ends = true, .writers = 1, MINE, KILLED(0), FITS(false)},
 	 WFS_CLOSE_REFUSE},
-	{"killed declared tensor writer", {FLUSH, PT, .ends = true, .writers = 1, MINE, KILLED(9)},
-	 WFS_CLOSE_DOOM},
+	{"killed declared tensor writer: ask for a forked child", {FLUSH, PT, .ends = true, .writers = 1, MINE,
+	 KILLED(9)}, WFS_CLOSE_ASK_FORKED},
+	{"killed declared tensor writer", {FLUSH, PT, .ends = true, .writers = 1, MINE, KILLED(9),
+	 FORKED(false)}, WFS_CLOSE_DOOM},
+	{"killed passthrough writer whose forked child writes on", {FLUSH, PT, .ends = true, .writers = 1,
+	 MINE, KILLED(9), FORKED(true)}, WFS_CLOSE_KEEP},
 	{"killed tensor writer beside a finished one", {FLUSH, PT, .ends = true, .writers = 1, MINE,
 	 .finished = true, KILLED(9)}, WFS_CLOSE_KEEP},
 	{"killed tensor writer beside another", {FLUSH, PT, .ends = true, .writers = 2, MINE, KILLED(9)},

@@ -4034,6 +4034,57 @@ START_TEST(killed_before_first_write)
 END_TEST
 
 /*
+ * A writer killed after it forked: the child it forked holds the same open file description, writes
+ * on after the parent's death and closes; its bytes, the parent's before them, are the file's (as on
+ * ext4). The parent's close at its death (a FLUSH from a killed process) once dropped the version and
+ * removed the name, and the child's close got EINTR (fs/core/closing.h, the forked-child row).
+ */
+START_TEST(killed_writer_forked_child_writes_on)
+{
+	unsigned char *a = mu_pattern(100100, 53);
+	int go[2], done[2], status;
+	pid_t child;
+	char c;
+
+	ck_assert_int_eq(pipe(go), 0);
+	ck_assert_int_eq(pipe(done), 0);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		int fd = open(mu_path("forked"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		pid_t grandchild;
+
+		if (fd < 0 || write(fd, a, 100000) != 100000)
+			_exit(10);
+		grandchild = fork();
+		if (grandchild < 0)
+			_exit(11);
+		if (grandchild == 0) { /* waits for its parent's death, then writes on and closes */
+			char r = (char)(read(go[0], &c, 1) == 1 && write(fd, a + 100000, 100) == 100 &&
+					close(fd) == 0 ? 'y' : 'n');
+
+			(void)!write(done[1], &r, 1);
+			_exit(0);
+		}
+		kill(getpid(), SIGKILL);
+		_exit(12);
+	}
+	close(go[0]);
+	close(done[1]);
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	ck_assert_int_eq(write(go[1], "g", 1), 1);
+	ck_assert_int_eq(read(done[0], &c, 1), 1);
+	ck_assert_msg(c == 'y', "the forked child's write or close failed");
+	close(go[1]);
+	close(done[0]);
+	ck_assert_int_eq(mu_await_seal(mu_path("forked")), 0);
+	mu_assert_file_equals(mu_path("forked"), a, 100100);
+	free(a);
+}
+END_TEST
+
+/*
  * Two writers of one name, one killed: a writer that wrote, fsync'd and closed (close(2) returned
  * 0) keeps its bytes when the other, still open and holding its own bytes, is killed afterwards
  * (found by a new user: the killed one's end dropped them, the name showed its old content, or a
@@ -4928,6 +4979,7 @@ static Suite *mount_suite(void)
 		{"declared_digest_unchecked", declared_digest_unchecked, 60},
 		{"memmap_sizing_write_not_data", memmap_sizing_write_not_data, 30},
 		{"killed_before_first_write", killed_before_first_write, 30},
+		{"killed_writer_forked_child_writes_on", killed_writer_forked_child_writes_on, 30},
 		{"killed_writer_beside_finished_writer", killed_writer_beside_finished_writer, 30},
 		{"declared_tensor_killed_while_written", declared_tensor_killed_while_written, 30},
 	};

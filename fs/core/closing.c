@@ -13,6 +13,20 @@
 #include "version.h"
 #include "writer.h"
 
+/*
+ * A FLUSH by a killed process that would drop the version (the last writer, nobody finished): a
+ * process it forked may hold the same open file description and write on (fork_kill: 100,000
+ * bytes, then the child's 100 after the parent's death, then its close). That one's close decides.
+ */
+static enum wfs_close_action killed_unless_forked(const struct wfs_close_facts *f)
+{
+	if (!f->forked_known)
+		return WFS_CLOSE_ASK_FORKED;
+	if (f->forked)
+		return WFS_CLOSE_KEEP;
+	return f->passthrough ? WFS_CLOSE_DOOM : WFS_CLOSE_ABANDON_UNLINK;
+}
+
 enum wfs_close_action wfs_closing_decide(const struct wfs_close_facts *f)
 {
 	bool last = f->current && !f->sealing && f->writers == 1;
@@ -31,8 +45,10 @@ enum wfs_close_action wfs_closing_decide(const struct wfs_close_facts *f)
 			/* The kernel may write the file until the release, where the seal is: a close says
 			 * only whether the bytes are finished. One finished writer, or others still writing,
 			 * outweigh a killed one: the last release decides. */
+			if (f->killed && (f->writers > 1 || f->finished))
+				return WFS_CLOSE_KEEP;
 			if (f->killed)
-				return f->writers > 1 || f->finished ? WFS_CLOSE_KEEP : WFS_CLOSE_DOOM;
+				return killed_unless_forked(f);
 			if (!f->fits_known)
 				return WFS_CLOSE_ASK_FITS;
 			return f->fits ? WFS_CLOSE_FINISH : WFS_CLOSE_REFUSE;
@@ -40,7 +56,7 @@ enum wfs_close_action wfs_closing_decide(const struct wfs_close_facts *f)
 		if (!last) /* what it wrote is kept whatever becomes of the others (ext4 keeps it too) */
 			return f->killed || !f->current ? WFS_CLOSE_LEAVE : WFS_CLOSE_LEAVE_FINISHED;
 		if (f->killed && !f->finished)
-			return WFS_CLOSE_ABANDON_UNLINK;
+			return killed_unless_forked(f);
 		if (!f->fits_known)
 			return WFS_CLOSE_ASK_FITS;
 		return f->fits ? WFS_CLOSE_SEAL : WFS_CLOSE_REFUSE;
@@ -60,6 +76,7 @@ const char *wfs_closing_action_name(enum wfs_close_action a)
 {
 	static const char *const names[] = {
 		[WFS_CLOSE_ASK_KILLED] = "ask-killed", [WFS_CLOSE_ASK_FITS] = "ask-fits",
+		[WFS_CLOSE_ASK_FORKED] = "ask-forked",
 		[WFS_CLOSE_KEEP] = "keep", [WFS_CLOSE_FINISH] = "finish", [WFS_CLOSE_DOOM] = "doom",
 		[WFS_CLOSE_REFUSE] = "refuse", [WFS_CLOSE_LEAVE] = "leave",
 		[WFS_CLOSE_LEAVE_FINISHED] = "leave-finished", [WFS_CLOSE_SEAL] = "seal",
@@ -99,6 +116,7 @@ static int act(struct wfs_fs *fs, struct wfs_handle *h, struct wfs_version *v, c
 	switch (a) {
 	case WFS_CLOSE_ASK_KILLED:
 	case WFS_CLOSE_ASK_FITS:
+	case WFS_CLOSE_ASK_FORKED:
 	case WFS_CLOSE_KEEP:
 		return 0;
 	case WFS_CLOSE_FINISH:
@@ -196,7 +214,33 @@ static int decide_and_act(struct wfs_fs *fs, struct wfs_handle *h, struct wfs_cl
 	int ret;
 
 	wfs_version_get(v);
-	while ((a = wfs_closing_decide(f)) == WFS_CLOSE_ASK_KILLED || a == WFS_CLOSE_ASK_FITS) {
+	while ((a = wfs_closing_decide(f)) == WFS_CLOSE_ASK_KILLED || a == WFS_CLOSE_ASK_FITS ||
+	       a == WFS_CLOSE_ASK_FORKED) {
+		if (a == WFS_CLOSE_ASK_FORKED) {
+			/* Without fs->lock, as for the killed question below: a walk of /proc. */
+			struct wfs_close_facts asked = *f;
+			uint64_t ino = h->inode->ino;
+			bool forked;
+
+			wfs_unlock(&fs->lock);
+			forked = wfs_writer_forked_holder(proc_tid, ino, fs->opt.mountpoint);
+			wfs_lock(&fs->lock);
+			if (h->writing != v) {
+				wfs_version_put(v);
+				return 0;
+			}
+			*f = facts_of(h, false);
+			f->ends = asked.ends;
+			f->killed = asked.killed;
+			f->killed_known = true;
+			f->forked = forked;
+			f->forked_known = true;
+			if (forked)
+				wfs_log(WFS_LOG_INFO, "inode %llu: its writer was killed by signal %d; a process it "
+					"forked holds its descriptor still: that one's close decides", (unsigned long long)ino,
+					f->killed);
+			continue;
+		}
 		if (a == WFS_CLOSE_ASK_FITS) {
 			f->fits = wfs_seal_fits(fs, h->inode->ino, wfs_version_size(v), NULL, NULL, 0,
 						"seal refused") == 0;

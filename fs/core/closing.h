@@ -15,6 +15,8 @@
  *   ─────────────────────────────────────              ──────────────────────────────
  *   not the end of the writing ....... KEEP, unless    not the last writer .............. LEAVE
  *     its opener is killed before data: as below
+ *   killed, and a process it forked holds the
+ *     descriptor still ................. KEEP (its close decides)
  *   passthrough: killed .............. DOOM (release   the size a close refused ......... ABANDON
  *                drops), or KEEP beside others           killed, nobody finished ......... ABANDON_UNLINK
  *                size does not fit ... REFUSE           otherwise ........................ SEAL
@@ -54,11 +56,16 @@ struct wfs_close_facts {
 	int killed;        /* the signal killing the closing (at release: the last writing) process, 0 */
 	bool fits_known;   /* @fits is filled in */
 	bool fits;         /* the version's size makes the declared dtype and shape, or none is declared */
+	bool forked_known; /* FLUSH: @forked is filled in */
+	bool forked;       /* FLUSH: a live process that the killed one forked holds a writable descriptor
+			    * of the file (writer.h, wfs_writer_forked_holder()): the same open file
+			    * description, written on after this close */
 };
 
 enum wfs_close_action {
 	WFS_CLOSE_ASK_KILLED,   /* fill in @killed (writer.h: a /proc read) and decide again */
 	WFS_CLOSE_ASK_FITS,     /* fill in @fits (wfs_seal_fits(), which logs a refusal) and decide again */
+	WFS_CLOSE_ASK_FORKED,   /* fill in @forked (writer.h: a /proc walk) and decide again */
 	WFS_CLOSE_KEEP,         /* nothing changes: the handle still writes the version */
 	WFS_CLOSE_FINISH,       /* passthrough: its writing ended well; the release seals */
 	WFS_CLOSE_DOOM,         /* passthrough writer killed: the seal at the release fails, drops it */

@@ -3,8 +3,10 @@
  * Whose close is a writer's end: what the daemon reads of a closing process (/proc) to decide
  * whether a flush seals a version. No FUSE here: callers pass the kernel's thread ids.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,4 +148,144 @@ bool wfs_writer_flush_ends(struct wfs_version *v, pid_t writer_tid, pid_t flushe
 	a = wfs_writer_tgid(flusher_tid);
 	b = wfs_writer_tgid(writer_tid);
 	return !a || !b || a == b; /* unknown: seal, as close(2) promises */
+}
+
+/*
+ * The mount ids (/proc/self/mountinfo field 1) of every mount of the filesystem mounted on
+ * @mountpoint (the same MAJ:MIN, field 3: bind mounts too), into @ids (@max at most). Returns how
+ * many, 0 when @mountpoint is not found. Paths in mountinfo escape space, tab, newline and backslash
+ * as octal (\040): compared as written, so such a mount point is not found.
+ */
+static size_t mount_ids(const char *mountpoint, int *ids, size_t max)
+{
+	char *line = NULL, dev[32] = "", point[4096];
+	size_t cap = 0, n = 0;
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	int id;
+
+	if (!f)
+		return 0;
+	for (int pass = 0; pass < 2; pass++) {
+		rewind(f);
+		while (getline(&line, &cap, f) > 0) {
+			char majmin[32];
+
+			if (sscanf(line, "%d %*d %31s %*s %4095s", &id, majmin, point) != 3)
+				continue;
+			if (pass == 0 && strcmp(point, mountpoint) == 0)
+				snprintf(dev, sizeof(dev), "%s", majmin); /* the last: the mount on top */
+			else if (pass == 1 && dev[0] && strcmp(majmin, dev) == 0 && n < max)
+				ids[n++] = id;
+		}
+	}
+	free(line);
+	fclose(f);
+	return n;
+}
+
+/* Does process @pid hold a descriptor open for writing of inode @ino on a mount in @ids? */
+static bool holds_writable(pid_t pid, uint64_t ino, const int *ids, size_t nids)
+{
+	char path[64], buf[512];
+	struct dirent *e;
+	bool found = false;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/fdinfo", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return false;
+	while (!found && (e = readdir(d)) != NULL) {
+		unsigned long long fino = 0;
+		unsigned flags = 0;
+		const char *p;
+		int mnt = -1;
+		char file[64 + 256];
+
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		snprintf(file, sizeof(file), "fdinfo/%s", e->d_name);
+		if (read_proc(pid, file, buf, sizeof(buf)) < 0)
+			continue;
+		if ((p = strstr(buf, "flags:")) != NULL)
+			flags = (unsigned)strtoul(p + 6, NULL, 8);
+		if ((p = strstr(buf, "mnt_id:")) != NULL)
+			mnt = (int)strtol(p + 7, NULL, 10);
+		if ((p = strstr(buf, "\nino:")) != NULL)
+			fino = strtoull(p + 5, NULL, 10);
+		if (fino != ino || (flags & O_ACCMODE) == O_RDONLY)
+			continue;
+		for (size_t i = 0; i < nids && !found; i++)
+			found = ids[i] == mnt;
+	}
+	closedir(d);
+	return found;
+}
+
+struct proc {
+	pid_t pid, ppid;
+	bool mine; /* @tgid or one of its descendants */
+};
+
+static int by_pid(const void *a, const void *b)
+{
+	pid_t x = ((const struct proc *)a)->pid, y = ((const struct proc *)b)->pid;
+
+	return (x > y) - (x < y);
+}
+
+bool wfs_writer_forked_holder(pid_t tid, uint64_t ino, const char *mountpoint)
+{
+	struct proc *ps = NULL;
+	size_t n = 0, cap = 0, nids;
+	pid_t tgid = wfs_writer_tgid(tid);
+	bool grew = true, found = false;
+	int ids[64];
+	struct dirent *e;
+	DIR *d;
+
+	if (!tgid || !mountpoint || (nids = mount_ids(mountpoint, ids, 64)) == 0)
+		return false;
+	d = opendir("/proc");
+	if (!d)
+		return false;
+	while ((e = readdir(d)) != NULL) {
+		char buf[1024], *p;
+		pid_t pid = (pid_t)strtol(e->d_name, NULL, 10);
+
+		if (pid <= 0 || read_proc(pid, "stat", buf, sizeof(buf)) < 0)
+			continue;
+		p = strrchr(buf, ')'); /* then " STATE PPID ..." */
+		if (!p)
+			continue;
+		if (n == cap) {
+			struct proc *more = reallocarray(ps, cap ? cap * 2 : 256, sizeof(*ps));
+
+			if (!more)
+				break; /* no memory: decided on the processes listed so far */
+			ps = more;
+			cap = cap ? cap * 2 : 256;
+		}
+		ps[n++] = (struct proc){.pid = pid, .ppid = (pid_t)strtol(p + 4, NULL, 10), .mine = pid == tgid};
+	}
+	closedir(d);
+	/* Descendants of @tgid: marked generation by generation (a child's child, and so on). */
+	if (n)
+		qsort(ps, n, sizeof(*ps), by_pid);
+	while (grew) {
+		grew = false;
+		for (size_t i = 0; i < n; i++) {
+			struct proc key = {.pid = ps[i].ppid}, *parent;
+
+			if (ps[i].mine)
+				continue;
+			parent = bsearch(&key, ps, n, sizeof(*ps), by_pid);
+			if (parent && parent->mine)
+				ps[i].mine = grew = true;
+		}
+	}
+	for (size_t i = 0; i < n && !found; i++)
+		found = ps[i].mine && ps[i].pid != tgid && holds_writable(ps[i].pid, ino, ids, nids);
+	free(ps);
+	return found;
 }

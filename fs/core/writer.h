@@ -18,6 +18,7 @@
 #define WFS_CORE_WRITER_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct wfs_version;
@@ -47,5 +48,16 @@ bool wfs_writer_flush_ends(struct wfs_version *v, pid_t writer_tid, pid_t flushe
  * is the opener, two more for another thread. Takes @v's lock.
  */
 int wfs_writer_killed_before_data(struct wfs_version *v, pid_t opener_tid, pid_t flusher_tid);
+/*
+ * Does a live process that the process of thread @tid forked (a child, or a child's child) hold a
+ * descriptor open for writing of inode @ino of the weightfs mounted on @mountpoint (any of its
+ * mounts: bind mounts too)? Such a child inherited the killed process's open file description, goes
+ * on writing through it, and its close, not the killed process's, ends the writing (ext4 keeps
+ * what it writes). Reads /proc/self/mountinfo, every /proc/PID/stat (parents) and the descendants'
+ * /proc/PID/fdinfo (its flags, mnt_id and ino lines): milliseconds, asked only at a killed
+ * process's close. false when @tid is gone, or on any error. A descriptor passed to an unrelated
+ * process (SCM_RIGHTS) is not seen.
+ */
+bool wfs_writer_forked_holder(pid_t tid, uint64_t ino, const char *mountpoint);
 
 #endif
