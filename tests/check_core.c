@@ -425,6 +425,67 @@ START_TEST(seal_rewrite_copies_base)
 }
 END_TEST
 
+/*
+ * A truncate (an O_TRUNC open) of a file whose rewrite is copying its sealed bytes waits for the copy
+ * without fs->lock: it waited on the version's lock while holding fs->lock, and every other request
+ * waited as long as the copy took (WFS_DELAY version.copy stands for a large file's copy).
+ */
+struct copy_arg {
+	struct wfs_inode *in;
+	bool truncate;
+	struct wfs_version *v;
+};
+
+static void *start_writer(void *p)
+{
+	struct copy_arg *a = p;
+	int err;
+
+	wfs_lock(&fs.lock);
+	a->v = wfs_seal_writer(&fs, a->in, a->truncate, &err);
+	wfs_unlock(&fs.lock);
+	return NULL;
+}
+
+START_TEST(seal_copy_leaves_fs_lock)
+{
+	unsigned char buf[3000];
+	struct copy_arg copy = {0}, trunc = {0};
+	struct timespec t0, t1;
+	pthread_t a, b;
+	double waited_ms;
+
+	setenv("WFS_DELAY", "version.copy=600", 1);
+	tu_fill(buf, sizeof(buf), 6);
+	wfs_lock(&fs.lock);
+	copy.in = trunc.in = new_file("c");
+	ck_assert_int_eq(seal_bytes(copy.in, buf, sizeof(buf)), 0);
+	wfs_inode_pin(copy.in);
+	wfs_unlock(&fs.lock);
+	trunc.truncate = true;
+	ck_assert_int_eq(pthread_create(&a, NULL, start_writer, &copy), 0); /* copies for 600 ms */
+	usleep(100 * 1000);
+	ck_assert_int_eq(pthread_create(&b, NULL, start_writer, &trunc), 0); /* the O_TRUNC open */
+	usleep(100 * 1000);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	wfs_lock(&fs.lock); /* any other request */
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	wfs_unlock(&fs.lock);
+	waited_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	ck_assert_int_eq(pthread_join(a, NULL), 0);
+	ck_assert_int_eq(pthread_join(b, NULL), 0);
+	ck_assert_msg(waited_ms < 150, "fs->lock waited %.0f ms for a copy", waited_ms);
+	ck_assert_ptr_nonnull(copy.v);
+	ck_assert_ptr_eq(trunc.v, copy.v); /* the truncate joined the copied version ... */
+	ck_assert_uint_eq(wfs_version_size(trunc.v), 0); /* ... after the copy, and emptied it */
+	wfs_lock(&fs.lock);
+	wfs_version_put(copy.v);
+	wfs_version_put(trunc.v);
+	wfs_inode_unpin(&fs, copy.in);
+	wfs_unlock(&fs.lock);
+}
+END_TEST
+
 /* With dtype and shape set, a size that does not fit is refused where close(2) hears it, sealed
  * (and logged) at release, where nobody would. */
 START_TEST(seal_holds_size_to_dtype_shape)
@@ -1302,6 +1363,7 @@ static Suite *core_suite(void)
 	tcase_add_checked_fixture(tc, core_setup, core_teardown);
 	tcase_add_test(tc, seal_publishes_then_dedups);
 	tcase_add_test(tc, seal_rewrite_copies_base);
+	tcase_add_test(tc, seal_copy_leaves_fs_lock);
 	tcase_add_test(tc, seal_holds_size_to_dtype_shape);
 	tcase_add_test(tc, seal_last_writer_seals);
 	tcase_add_test(tc, seal_failed_new_name_removed);

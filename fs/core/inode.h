@@ -40,6 +40,11 @@ struct wfs_inode {
 	unsigned pins;
 	struct wfs_iomode io;        /* (L) open handles and how they are served (openmode.c) */
 	struct wfs_version *writer;  /* (L) version being written, or NULL (seal.c; holds a reference) */
+	/* (L) @writer is being filled with the sealed bytes it starts from (a rewrite's copy,
+	 * wfs_seal_writer(), fs->lock dropped and the version's lock held): callers that would change
+	 * it under fs->lock (a truncate) wait on fs->seal_done instead of on its lock, which held
+	 * every other request waiting for fs->lock as long as the copy took. */
+	bool writer_filling;
 	/* (L) The kernel may hold attributes of @writer that its seal will change (a ctime): set when
 	 * the version starts and when attributes are told while it is written (an entry or a GETATTR
 	 * reply), cleared by each write(2) the daemon serves (the kernel drops its size and times after

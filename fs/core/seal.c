@@ -52,6 +52,10 @@ struct wfs_version *wfs_seal_writer(struct wfs_fs *fs, struct wfs_inode *in, boo
 		}
 		if (!v)
 			break;
+		if (in->writer_filling) {
+			wfs_lock_wait(&fs->seal_done, &fs->lock);
+			continue;
+		}
 		if (!wfs_version_frozen(v)) {
 			wfs_version_get(v);
 			if (truncate) {
@@ -85,7 +89,10 @@ struct wfs_version *wfs_seal_writer(struct wfs_fs *fs, struct wfs_inode *in, boo
 		return v;
 
 	/* A copy of the sealed bytes: other users of @in wait on the version lock, not on fs->lock. */
+	in->writer_filling = true;
 	ret = wfs_version_copy_base(v, &in->digest, &fs->lock);
+	in->writer_filling = false;
+	pthread_cond_broadcast(&fs->seal_done);
 	if (ret) {
 		*err = ret;
 		assert(in->writer == v); /* a frozen version is replaced only by its seal or discard */

@@ -249,6 +249,7 @@ int wfs_version_copy_base(struct wfs_version *v, const struct wfs_digest *base, 
 	v->base = *base;
 	v->in_order = false;
 	wfs_unlock(outer);
+	wfs_delay("version.copy"); /* test-only: a large file's copy */
 	copied = v->keep >= 0 ? wfs_store_tmp_create_named(v->store, &v->tmp) : wfs_store_tmp_create(v->store, &v->tmp);
 	if (copied == 0)
 		copied = copy_object(v->store, &v->base, v->tmp.fd);
