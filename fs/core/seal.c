@@ -88,7 +88,8 @@ struct wfs_version *wfs_seal_writer(struct wfs_fs *fs, struct wfs_inode *in, boo
 	if (truncate || !in->sealed)
 		return v;
 
-	/* A copy of the sealed bytes: other users of @in wait on the version lock, not on fs->lock. */
+	/* A copy of the sealed bytes: other users of @in wait for it without fs->lock (writer_filling,
+	 * the loop above; readers on the version lock). */
 	in->writer_filling = true;
 	ret = wfs_version_copy_base(v, &in->digest, &fs->lock);
 	in->writer_filling = false;

@@ -62,7 +62,8 @@ void wfs_version_put(struct wfs_version *v);
  * Fill the new, empty version @v with a copy of object @base (its sealed bytes, for a rewrite):
  * copy_file_range or a reflink, data extents only (a sparse object costs what it holds). Called with
  * @outer held (fs->lock); takes @v's lock, drops @outer while copying, then retakes @outer, so that
- * other users of the inode wait on the version lock, not on fs->lock. On failure @v is DONE (users
+ * other users of the inode wait for the copy (on the version lock, or for a caller under fs->lock,
+ * on struct wfs_inode's writer_filling), not on fs->lock. On failure @v is DONE (users
  * that found it meanwhile get -EAGAIN). Returns 0, or -EIO (the object is missing or shorter than
  * its size said), -ENOSPC, -ENOMEM or another -errno of the store.
  */
