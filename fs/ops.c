@@ -1269,6 +1269,7 @@ static void wfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	WFS_OPS_COUNT(FLUSH);
 	struct wfs_fs *fs = wfs_ops_fs(req);
+	struct wfs_adopted_writer closed;
 	struct wfs_news news = {0};
 	int ret;
 
@@ -1279,9 +1280,11 @@ static void wfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	wfs_lock(&fs->lock);
 	ret = wfs_openmode_flush(fs, handle_of(fi), tid_of(req), &news);
+	closed = wfs_openmode_closed_state(handle_of(fi));
 	wfs_unlock(&fs->lock);
 	/* Before the reply: once a killed writer's exit is seen, its name is gone from the kernel. */
 	wfs_ops_news_send(fs, &news);
+	wfs_takeover_handle_flushed(fi->fh, &closed); /* before the reply, as its open's record */
 	fuse_reply_err(req, -ret);
 }
 

@@ -76,6 +76,9 @@ struct handle_slot {
 #define SLOT_REPLYING 4u   /* ... and was being written: the kernel may have it */
 #define SLOT_PASSTHROUGH 8u /* opened through passthrough (@id is cleared at a writer's release,
 			    * which a successor may adopt still: in the mode its readers share) */
+#define SLOT_CLOSED 16u    /* a writer: a close(2) of it was answered (wfs_takeover_handle_flushed) */
+#define SLOT_FINISHED 32u  /* ... which said its bytes are done */
+#define SLOT_ENDED 64u     /* ... which ended its writing */
 struct region {
 	uint32_t magic, layout;
 	_Atomic uint32_t epoch;
@@ -769,6 +772,13 @@ void wfs_takeover_handle_replying(uint64_t fh)
 		handle_flags(fh, SLOT_REPLYING, 0);
 }
 
+void wfs_takeover_handle_flushed(uint64_t fh, const struct wfs_adopted_writer *w)
+{
+	if (R && (fh & 1))
+		handle_flags(fh, (w->closed ? SLOT_CLOSED : 0) | (w->finished ? SLOT_FINISHED : 0) |
+				 (w->ended ? SLOT_ENDED : 0), 0);
+}
+
 void wfs_takeover_handle_answered(uint64_t fh)
 {
 	if (R)
@@ -1229,6 +1239,7 @@ int wfs_takeover_adopt(struct wfs_fs *fs)
 	wfs_keep_each(adopt_version, a);
 	for (unsigned i = 0; i < HANDLES_CAP; i++) {
 		struct handle_slot hs = R->handles[i];
+		struct wfs_adopted_writer w;
 		struct wfs_handle *h = NULL;
 		bool lost = false;
 		int ret;
@@ -1246,8 +1257,14 @@ int wfs_takeover_adopt(struct wfs_fs *fs)
 		 * this inode's: only a writer of a sealed file with no version is sure to be whole. */
 		if (overflowed && !(in && in->writer))
 			lost = true;
-		ret = lost ? -EIO : wfs_openmode_adopt(fs, hs.ino, hs.id > 0 || (hs.flags & SLOT_PASSTHROUGH),
-							   hs.flags & SLOT_APPEND, &h);
+		w = (struct wfs_adopted_writer){
+			.passthrough = hs.id > 0 || (hs.flags & SLOT_PASSTHROUGH),
+			.append = hs.flags & SLOT_APPEND,
+			.closed = hs.flags & SLOT_CLOSED,
+			.finished = hs.flags & SLOT_FINISHED,
+			.ended = hs.flags & SLOT_ENDED,
+		};
+		ret = lost ? -EIO : wfs_openmode_adopt(fs, hs.ino, &w, &h);
 		if (ret) {
 			handles_lost++;
 			wfs_log(WFS_LOG_ERR, "takeover: inode %llu: a writer open before the takeover cannot be "

@@ -193,6 +193,13 @@ bool wfs_takeover_backing_keep(int id);
 void wfs_takeover_handle_opened(uint64_t fh, int id, uint64_t ino, uint64_t unique, bool append);
 void wfs_takeover_handle_replying(uint64_t fh);
 void wfs_takeover_handle_answered(uint64_t fh);
+struct wfs_adopted_writer;
+/*
+ * A close(2) of writable handle @fh was answered, and left it in state @w (closed, finished, ended:
+ * wfs_openmode_closed_state()): recorded before the FLUSH's reply, so that a successor that adopts
+ * the handle counts it closed (openmode.h, wfs_openmode_adopt()). A no-op for a reader's fh.
+ */
+void wfs_takeover_handle_flushed(uint64_t fh, const struct wfs_adopted_writer *w);
 void wfs_takeover_handle_released(uint64_t fh);
 /*
  * After the core's release of @fh (request @unique: wfs_takeover_handle_unique()). A writable

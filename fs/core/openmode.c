@@ -1019,6 +1019,15 @@ ssize_t wfs_openmode_read(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, vo
 	return n;
 }
 
+struct wfs_adopted_writer wfs_openmode_closed_state(const struct wfs_handle *h)
+{
+	return (struct wfs_adopted_writer){
+		.closed = h->closed,
+		.finished = h->writing && wfs_version_finished(h->writing),
+		.ended = h->ended,
+	};
+}
+
 int wfs_openmode_flush(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struct wfs_news *news)
 {
 	bool writing = h->writing != NULL;
@@ -1164,8 +1173,9 @@ int wfs_openmode_adopt_version(struct wfs_fs *fs, const struct wfs_keep_record *
 	return 0;
 }
 
-int wfs_openmode_adopt(struct wfs_fs *fs, uint64_t ino, bool passthrough, bool append, struct wfs_handle **hp)
+int wfs_openmode_adopt(struct wfs_fs *fs, uint64_t ino, const struct wfs_adopted_writer *w, struct wfs_handle **hp)
 {
+	bool passthrough = w->passthrough;
 	struct wfs_inode *in;
 	struct wfs_handle *h;
 	struct wfs_iomode *io;
@@ -1187,7 +1197,7 @@ int wfs_openmode_adopt(struct wfs_fs *fs, uint64_t ino, bool passthrough, bool a
 	h = handle_new(fs, in, true);
 	if (!h)
 		return -ENOMEM;
-	h->append = append;
+	h->append = w->append;
 	if (passthrough) {
 		if (io->npassthrough == 0) {
 			/* The kernel has this file under the dead server's backing id: registering it
@@ -1209,9 +1219,21 @@ int wfs_openmode_adopt(struct wfs_fs *fs, uint64_t ino, bool passthrough, bool a
 	} else {
 		io->ncached++;
 	}
-	if (in->writer)
+	if (in->writer && !w->ended) {
 		wfs_seal_join(h, in->writer); /* sealed at its close or release, as before the takeover */
+		if (w->finished)
+			wfs_version_finish(in->writer);
+	}
 	count_open(fs, h);
+	if (w->closed) {
+		h->closed = true;
+		io->nwritable_closed++;
+		io->ncached_closed += !h->passthrough;
+	}
+	if (w->ended) {
+		h->ended = true;
+		io->nwritable_ended++;
+	}
 	*hp = h;
 	return 0;
 }

@@ -196,6 +196,9 @@ void wfs_openmode_read_done(struct wfs_fs *fs, int fd, off_t off, size_t len);
  * POSIX locks asked before its open (filelock.h, wfs_filelock_flush_wanted()).
  */
 int wfs_openmode_flush(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struct wfs_news *news);
+/* (L) After a flush of writable handle @h: what a successor that adopts it must know (its closed,
+ * finished and ended fields of struct wfs_adopted_writer; the others are not set). */
+struct wfs_adopted_writer wfs_openmode_closed_state(const struct wfs_handle *h);
 /*
  * A write(2) of more than WFS_WRITE_MAX bytes (or of about as many from a buffer not page-aligned)
  * reaches a daemon-served handle as several WRITE requests, sent one after another while the kernel holds the inode lock. That lock keeps each write(2) whole
@@ -307,17 +310,26 @@ struct wfs_keep_record;
  * already), -ENOENT (no such file any more), or wfs_version_adopt()'s errors.
  */
 int wfs_openmode_adopt_version(struct wfs_fs *fs, const struct wfs_keep_record *r);
+/* What a dead server's table says of one of its writable handles (takeover.h), for its adoption. */
+struct wfs_adopted_writer {
+	bool passthrough; /* the kernel writes the version's file itself */
+	bool append;      /* opened with O_APPEND (h->append) */
+	bool closed;      /* a close(2) of it was answered (h->closed) */
+	bool finished;    /* ... and said its bytes are done (a passthrough FINISH: closing.h) */
+	bool ended;       /* ... and ended its writing (h->ended: sealed, or left to other writers) */
+};
 /*
- * (L) Successor: a new handle in *@h for a writable handle of a dead server on inode @ino, which the
+ * (L) Successor: a new handle in *@h for writable handle @w of a dead server on inode @ino, which the
  * kernel keeps using; it writes the inode's adopted version (a writer of it, sealed at its close or
- * release as the dead server would have), or, when none, starts a new one at its next write.
- * @passthrough: the kernel writes the version's file itself (the dead server's backing id, which
- * the handle takes over). @append: opened with O_APPEND (h->append). Returns 0, -EIO (the inode
+ * release as the dead server would have), or, when none, starts a new one at its next write. A
+ * passthrough one takes over the dead server's backing id. One that was closed counts so (an open
+ * that comes before its RELEASE waits for the seal that release makes, as after a live close,
+ * instead of joining the version and truncating it under its readers). Returns 0, -EIO (the inode
  * was being written and no version was adopted, or a passthrough writer's version was not written
  * through the kernel: never adopted, so that nothing seals a part of what its writer sent),
  * -ENOENT, -ENOMEM, -errno of the catalog.
  */
-int wfs_openmode_adopt(struct wfs_fs *fs, uint64_t ino, bool passthrough, bool append, struct wfs_handle **h);
+int wfs_openmode_adopt(struct wfs_fs *fs, uint64_t ino, const struct wfs_adopted_writer *w, struct wfs_handle **h);
 /*
  * (L) Successor: a new handle in *@h for a read-only handle of a dead server on inode @ino, which the
  * kernel keeps using, so that this server decides later opens of the inode as the kernel sees it
