@@ -29,6 +29,7 @@ int wfs_fs_init(struct wfs_fs *fs)
 	wfs_map_init(&fs->objects);
 	wfs_map_init(&fs->checks);
 	fs->handles = NULL;
+	fs->handle_recycled = NULL;
 	fs->objects_deferred = NULL;
 	fs->counters = &fs->own_counters;
 	return -ret;

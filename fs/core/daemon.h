@@ -143,6 +143,8 @@ struct wfs_fs {
 	struct wfs_map checks;        /* (L) checks done this run by digest (check.c) */
 	struct wfs_handle *handles;   /* (L) open handles (openmode.c): the kernel sends no release for
 				       * those still open at unmount; freed at exit */
+	struct wfs_handle *handle_recycled; /* (L) test-only: the last freed handle, kept for the next
+				       * one made (WFS_FAULT=handle.recycle, openmode.c) */
 	struct wfs_moved_ring moved;  /* (L) inodes a name just moved to for a writer (openmode.c) */
 	struct wfs_filelocks filelocks; /* flock and POSIX locks (filelock.h; its own mutex, after fs->lock) */
 	unsigned claims_waiting;      /* (L) claims waiting for another file's writer (claim.c) */

@@ -29,8 +29,14 @@ static atomic_bool warned_txtbsy, warned_unsealed;
 /* A handle for an open of @in, on fs->handles until handle_free(). */
 static struct wfs_handle *handle_new(struct wfs_fs *fs, struct wfs_inode *in, bool writable)
 {
-	struct wfs_handle *h = calloc(1, sizeof(*h));
+	struct wfs_handle *h = fs->handle_recycled;
 
+	if (h) { /* test-only, handle_free() */
+		fs->handle_recycled = NULL;
+		memset(h, 0, sizeof(*h));
+	} else {
+		h = calloc(1, sizeof(*h));
+	}
 	if (h) {
 		h->inode = in;
 		h->writable = writable;
@@ -52,6 +58,14 @@ static void handle_free(struct wfs_fs *fs, struct wfs_handle *h)
 		fs->handles = h->next;
 	if (h->next)
 		h->next->prev = h->prev;
+	/* Test-only, WFS_FAULT=handle.recycle=EIO:0 (any errno): the next handle made gets this one's
+	 * address, hence its fh, as malloc may hand it out (tests/takeover/run-handles' "reused" case
+	 * needs that on any allocator and any number of CPUs). */
+	if (wfs_fault("handle.recycle")) {
+		free(fs->handle_recycled);
+		fs->handle_recycled = h;
+		return;
+	}
 	free(h);
 }
 
@@ -84,6 +98,8 @@ void wfs_handles_release(struct wfs_fs *fs)
 			wfs_version_put(h->writing);
 		free(h);
 	}
+	free(fs->handle_recycled);
+	fs->handle_recycled = NULL;
 }
 
 /*
