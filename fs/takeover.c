@@ -31,14 +31,15 @@
 #include "takeover.h"
 
 #define REGION_MAGIC 0x57465354u /* "WFST" */
-#define REGION_LAYOUT 5u /* 3: writable handles and the versions they write (keep.h); 4: the
+#define REGION_LAYOUT 6u /* 3: writable handles and the versions they write (keep.h); 4: the
 			  * catalog's redo log; 5: a handle's flags (O_APPEND, not yet answered) and the
-			  * request it answers */
+			  * request it answers; 6: as many backing ids as handles */
 #define REDO_BYTES ((size_t)4 << 20) /* the catalog's redo log (wfs_catalog_redo): a batch of 1,024
 				      * creates takes about 1 MiB; only the pages written cost memory */
 #define INIT_MAX 512               /* bytes of INIT request or reply kept (both are ~100) */
-#define IDS_CAP 4096u              /* backing ids registered at once (one per object in use) */
-#define HANDLES_CAP 65536u         /* passthrough handles open at once */
+#define HANDLES_CAP 65536u         /* handles open at once (3/4 of it: linear probing) */
+#define IDS_CAP HANDLES_CAP        /* backing ids registered at once (one per file open through
+				    * passthrough: as many as handles; 3/4 of it, as handles) */
 #define FH_EPOCH_SHIFT 48
 #define FH_PTR_MASK ((1ull << 47) - 1)
 
@@ -120,8 +121,11 @@ _Static_assert(WFS_REQ_COUNT <= 64, "opcodes outgrew their reserve");
 _Static_assert((offsetof(struct region, counters) + 4095) / 4096 == (sizeof(struct region) + 4095) / 4096,
 	       "the counters must fit the region's last page: another memfd size refuses takeovers between builds");
 
-/* An id a dead server registered, kept until nothing uses it (this server's private list). */
+/* An id a dead server registered, kept until nothing uses it: this server's private tables, by id
+ * and by file, under R->lock (map.h; the entries are malloc'd here, the maps own none). */
 struct inherited {
+	struct wfs_map_node by_id;   /* key: @id */
+	struct wfs_map_node by_file; /* key: file_key(@dev, @ino) */
 	int32_t id;
 	uint64_t dev, ino;
 	uint64_t stale;  /* handles of dead servers that use it */
@@ -132,16 +136,44 @@ static struct region *R;
 static int region_fd = -1;
 static _Atomic int32_t holder_lost; /* the holder that died under this server, or 0 */
 
-/* Handles of dead servers this one adopted (fh → its own handle), looked up only for a dead
- * server's fh; written before the session starts and at their release, under adopted_lock. */
+/* Handles of dead servers this one adopted, by the dead server's fh (the map's key) → this server's
+ * handle; looked up only for a dead server's fh. Added before the session starts, removed at their
+ * release, under adopted_lock; entries are malloc'd here (map.h: the map owns none). */
 struct adopted {
-	uint64_t fh;
+	struct wfs_map_node node; /* first: a node is its entry */
 	void *h;
 };
-static struct adopted *adopted;
-static size_t nadopted;
-static atomic_size_t adopted_live;
+static struct wfs_map adopted;
+static atomic_size_t adopted_live; /* adopted.count, read without the lock */
 static pthread_mutex_t adopted_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* adopted_lock held: the entry for the dead server's @fh, or NULL. */
+static struct adopted *adopted_find(uint64_t fh)
+{
+	return (struct adopted *)wfs_map_first(&adopted, fh);
+}
+
+/* Before the session starts: a new entry for @fh (its h NULL), or NULL (no memory: not adopted). */
+static struct adopted *adopted_add(uint64_t fh)
+{
+	struct adopted *e = calloc(1, sizeof(*e));
+
+	if (e) {
+		e->node.key = fh;
+		if (wfs_map_insert(&adopted, &e->node) < 0) {
+			free(e);
+			e = NULL;
+		}
+	}
+	return e;
+}
+
+/* adopted_lock held, or before the session starts: remove and free @e. */
+static void adopted_drop(struct adopted *e)
+{
+	wfs_map_remove(&adopted, &e->node);
+	free(e);
+}
 
 /*
  * Handles of dead servers whose open or create reply is not known to have reached the kernel
@@ -176,8 +208,10 @@ static size_t memfd_bytes(void)
 static uint64_t fh_tag = 1ull << FH_EPOCH_SHIFT; /* this server's epoch, in place */
 static bool successor;
 static int dev_fd = -1;
-static struct inherited *inh; /* under R->lock */
-static atomic_size_t ninh; /* written under R->lock; read without it by the fast path (no inherited ids) */
+static struct wfs_map inh_by_id, inh_by_file; /* struct inherited, under R->lock */
+static atomic_size_t ninh; /* their count: written under R->lock; read without it by the fast path */
+static unsigned ids_used, handles_used; /* R->lock: the tables' entries (id_put(), handle_put()) */
+static bool ids_full_told; /* R->lock */
 atomic_bool wfs_takeover_watching;
 static enum { REPLAY_NONE, REPLAY_WAITING, REPLAY_SWALLOWED, REPLAY_DIFFERS } replay;
 
@@ -284,8 +318,12 @@ static bool handle_put(const struct handle_slot *hs)
 {
 	unsigned i = home(hs->fh, HANDLES_CAP);
 
-	for (unsigned n = 0; n < HANDLES_CAP / 4 * 3; n++, i = (i + 1) & (HANDLES_CAP - 1)) {
+	/* At most 3/4 full: every probe (handle_find(), handle_take()) meets an empty slot and ends. */
+	for (unsigned n = 0; n < HANDLES_CAP; n++, i = (i + 1) & (HANDLES_CAP - 1)) {
+		if (R->handles[i].fh == 0 && handles_used >= HANDLES_CAP / 4 * 3)
+			return false;
 		if (R->handles[i].fh == hs->fh || R->handles[i].fh == 0) {
+			handles_used += R->handles[i].fh == 0;
 			/* Everything before the fh: a server killed in between left no entry. */
 			R->handles[i].id = hs->id;
 			R->handles[i].flags = hs->flags;
@@ -310,6 +348,7 @@ static int handle_take(uint64_t fh)
 	}
 	id = R->handles[i].id;
 	R->handles[i].fh = 0;
+	handles_used--;
 	for (j = (i + 1) & (HANDLES_CAP - 1); R->handles[j].fh; j = (j + 1) & (HANDLES_CAP - 1)) {
 		unsigned k = home(R->handles[j].fh, HANDLES_CAP);
 
@@ -332,18 +371,24 @@ static struct handle_slot *handle_find(uint64_t fh)
 	return NULL;
 }
 
-static void id_put(int32_t id, uint64_t dev, uint64_t ino)
+/* R->lock held. Fills at most 3/4 of the table (as handle_put()), so that every probe, id_drop()'s
+ * included, meets an empty slot and ends. False when full: a successor will not know @id. */
+static bool id_put(int32_t id, uint64_t dev, uint64_t ino)
 {
 	unsigned i = home((uint64_t)id, IDS_CAP);
 
+	if (ids_used >= IDS_CAP / 4 * 3)
+		return false;
 	for (unsigned n = 0; n < IDS_CAP; n++, i = (i + 1) & (IDS_CAP - 1)) {
 		if (R->ids[i].id == id || R->ids[i].id == 0) {
+			ids_used += R->ids[i].id == 0;
 			R->ids[i].dev = dev;
 			R->ids[i].ino = ino;
 			R->ids[i].id = id;
-			return;
+			return true;
 		}
 	}
+	return false;
 }
 
 static void id_drop(int32_t id)
@@ -356,6 +401,7 @@ static void id_drop(int32_t id)
 		i = (i + 1) & (IDS_CAP - 1);
 	}
 	R->ids[i].id = 0;
+	ids_used--;
 	for (j = (i + 1) & (IDS_CAP - 1); R->ids[j].id; j = (j + 1) & (IDS_CAP - 1)) {
 		unsigned k = home((uint64_t)R->ids[j].id, IDS_CAP);
 
@@ -376,6 +422,61 @@ static void backing_release(int id)
 			strerror(errno));
 }
 
+#define INHERITED_OF(node, member) \
+	((struct inherited *)(void *)((char *)(node) - offsetof(struct inherited, member)))
+
+static uint64_t file_key(uint64_t dev, uint64_t ino)
+{
+	return ino ^ (dev * 0x9E3779B97F4A7C15ull);
+}
+
+/* R->lock held: the inherited entry of @id, or NULL. */
+static struct inherited *inherited_find(int32_t id)
+{
+	struct wfs_map_node *n = wfs_map_first(&inh_by_id, (uint64_t)id);
+
+	return n ? INHERITED_OF(n, by_id) : NULL;
+}
+
+/* R->lock held: the inherited entry of the file @dev:@ino, or NULL. */
+static struct inherited *inherited_of_file(uint64_t dev, uint64_t ino)
+{
+	uint64_t key = file_key(dev, ino);
+
+	for (struct wfs_map_node *n = wfs_map_first(&inh_by_file, key); n; n = wfs_map_next(n, key)) {
+		struct inherited *x = INHERITED_OF(n, by_file);
+
+		if (x->dev == dev && x->ino == ino)
+			return x;
+	}
+	return NULL;
+}
+
+/* R->lock held (or before any thread starts): add @x to both maps. 0 or -ENOMEM. */
+static int inherited_add(struct inherited *x)
+{
+	x->by_id.key = (uint64_t)x->id;
+	x->by_file.key = file_key(x->dev, x->ino);
+	if (wfs_map_insert(&inh_by_id, &x->by_id) < 0)
+		return -ENOMEM;
+	if (wfs_map_insert(&inh_by_file, &x->by_file) < 0) {
+		wfs_map_remove(&inh_by_id, &x->by_id);
+		return -ENOMEM;
+	}
+	atomic_store(&ninh, inh_by_id.count);
+	return 0;
+}
+
+/* R->lock held: forget @x (its id is the caller's to release) and free it. */
+static void inherited_forget(struct inherited *x)
+{
+	id_drop(x->id);
+	wfs_map_remove(&inh_by_id, &x->by_id);
+	wfs_map_remove(&inh_by_file, &x->by_file);
+	atomic_store(&ninh, inh_by_id.count);
+	free(x);
+}
+
 /*
  * Successor: rebuild both tables from what the dead server left (entries may be duplicated or
  * out of place if it died during an update) and list the ids it registered, with the handles of
@@ -385,8 +486,10 @@ static void inherit(void)
 {
 	struct handle_slot *hs = malloc(sizeof(R->handles));
 	struct id_slot *is = malloc(sizeof(R->ids));
-	size_t nh = 0, ni = 0, unused = 0;
+	size_t nh = 0, ni = 0, unused = 0, lost = 0;
+	bool dropped = atomic_load(&R->handles_dropped) > 0;
 
+	ids_used = handles_used = 0;
 	if (!hs || !is) {
 		free(hs);
 		free(is);
@@ -406,32 +509,44 @@ static void inherit(void)
 	memset(R->ids, 0, sizeof(R->ids));
 	for (size_t i = 0; i < nh; i++)
 		handle_put(&hs[i]); /* a duplicate fh overwrites itself */
-	inh = calloc(ni ? ni : 1, sizeof(*inh));
-	for (size_t i = 0; inh && i < ni; i++) {
-		struct inherited *x = &inh[ninh];
-		bool dup = false;
+	for (size_t i = 0; i < ni; i++) {
+		struct inherited *x;
 
-		for (size_t k = 0; k < ninh; k++)
-			dup |= inh[k].id == is[i].id;
-		if (dup)
-			continue;
-		*x = (struct inherited){.id = is[i].id, .dev = is[i].dev, .ino = is[i].ino};
-		for (unsigned k = 0; k < HANDLES_CAP; k++)
-			x->stale += R->handles[k].fh && R->handles[k].id == x->id;
-		/* An adopted writer (wfs_takeover_adopt()) that registers this file again counts as a user. */
-		if (x->stale == 0 && atomic_load(&R->handles_dropped) == 0) {
-			backing_release(x->id); /* no open file of the kernel uses it: safe to let go */
-			unused++;
+		if (inherited_find(is[i].id))
+			continue; /* a duplicate */
+		x = calloc(1, sizeof(*x));
+		if (x)
+			*x = (struct inherited){.id = is[i].id, .dev = is[i].dev, .ino = is[i].ino};
+		if (!x || inherited_add(x) < 0) {
+			free(x);
+			lost++;
 			continue;
 		}
 		id_put(x->id, x->dev, x->ino);
-		ninh++;
 	}
-	if (!inh && ni)
+	for (unsigned k = 0; k < HANDLES_CAP; k++) { /* each id's users among the dead servers' handles */
+		struct inherited *x = R->handles[k].fh && R->handles[k].id > 0 ? inherited_find(R->handles[k].id)
+									       : NULL;
+
+		if (x)
+			x->stale++;
+	}
+	for (size_t i = 0; i < ni; i++) {
+		struct inherited *x = inherited_find(is[i].id);
+
+		/* An adopted writer (wfs_takeover_adopt()) that registers this file again counts as a
+		 * user. With handle entries left out, an id may be used by one of those: kept. */
+		if (x && x->stale == 0 && !dropped) {
+			backing_release(x->id); /* no open file of the kernel uses it: safe to let go */
+			inherited_forget(x);
+			unused++;
+		}
+	}
+	if (lost)
 		wfs_log(WFS_LOG_WARN, "takeover: no memory to inherit %zu backing ids: they stay registered "
-			"until unmount", ni);
+			"until unmount", lost);
 	wfs_log(WFS_LOG_INFO, "takeover: inherited %zu passthrough backing ids still used by %zu open "
-		"files, released %zu unused ones", ninh, nh, unused);
+		"files, released %zu unused ones", (size_t)ninh, nh, unused);
 	free(hs);
 	free(is);
 }
@@ -495,16 +610,15 @@ uint64_t wfs_takeover_fh(const void *h, bool writable)
 void *wfs_takeover_fh_handle(uint64_t fh)
 {
 	if ((fh & ~FH_PTR_MASK) != fh_tag || fh == 0) {
+		struct adopted *e;
 		void *h = NULL;
 
 		if (atomic_load_explicit(&adopted_live, memory_order_acquire) == 0)
 			return NULL;
 		pthread_mutex_lock(&adopted_lock);
-		for (size_t i = 0; i < nadopted; i++)
-			if (adopted[i].fh == fh) {
-				h = adopted[i].h;
-				break;
-			}
+		e = adopted_find(fh);
+		if (e)
+			h = e->h;
 		pthread_mutex_unlock(&adopted_lock);
 		return h;
 	}
@@ -677,18 +791,18 @@ uint64_t wfs_takeover_ino_floor(void)
 
 int wfs_takeover_backing_inherited(int fd)
 {
+	struct inherited *x;
 	struct stat st;
 	int id = 0;
 
 	if (!R || ninh == 0 || fstat(fd, &st) < 0)
 		return 0;
 	pthread_mutex_lock(&R->lock);
-	for (size_t i = 0; i < ninh; i++)
-		if (inh[i].dev == (uint64_t)st.st_dev && inh[i].ino == (uint64_t)st.st_ino) {
-			inh[i].users++;
-			id = inh[i].id;
-			break;
-		}
+	x = inherited_of_file((uint64_t)st.st_dev, (uint64_t)st.st_ino);
+	if (x) {
+		x->users++;
+		id = x->id;
+	}
 	pthread_mutex_unlock(&R->lock);
 	return id;
 }
@@ -700,39 +814,43 @@ void wfs_takeover_backing_opened(int id, int fd)
 	if (!R || fstat(fd, &st) < 0)
 		return;
 	pthread_mutex_lock(&R->lock);
-	id_put(id, (uint64_t)st.st_dev, (uint64_t)st.st_ino);
+	if (!id_put(id, (uint64_t)st.st_dev, (uint64_t)st.st_ino) && !ids_full_told) {
+		ids_full_told = true;
+		wfs_log(WFS_LOG_WARN, "takeover: more than %u files open through passthrough: a successor "
+			"will not know the backing ids of the others (they stay registered until unmount)",
+			IDS_CAP / 4 * 3);
+	}
 	pthread_mutex_unlock(&R->lock);
 }
 
-/* R->lock held: forget inherited entry @i, and release its id when nothing uses it. */
-static void inherited_settle(size_t i)
+/* R->lock held: forget inherited entry @x, and release its id, when nothing uses it. */
+static void inherited_settle(struct inherited *x)
 {
-	if (inh[i].stale || inh[i].users)
+	if (x->stale || x->users)
 		return;
-	backing_release(inh[i].id);
-	id_drop(inh[i].id);
-	inh[i] = inh[--ninh];
+	backing_release(x->id);
+	inherited_forget(x);
 }
 
 bool wfs_takeover_backing_keep(int id)
 {
+	struct inherited *x;
+
 	if (!R)
 		return false;
 	pthread_mutex_lock(&R->lock);
-	for (size_t i = 0; i < ninh; i++)
-		if (inh[i].id == id) {
-			bool keep;
+	x = inherited_find(id);
+	if (x) {
+		bool keep;
 
-			if (inh[i].users)
-				inh[i].users--;
-			keep = inh[i].stale > 0 || inh[i].users > 0;
-			if (!keep) {
-				id_drop(id);
-				inh[i] = inh[--ninh]; /* the caller releases it */
-			}
-			pthread_mutex_unlock(&R->lock);
-			return keep;
-		}
+		if (x->users)
+			x->users--;
+		keep = x->stale > 0 || x->users > 0;
+		if (!keep)
+			inherited_forget(x); /* the caller releases it */
+		pthread_mutex_unlock(&R->lock);
+		return keep;
+	}
 	id_drop(id);
 	pthread_mutex_unlock(&R->lock);
 	return false;
@@ -807,13 +925,13 @@ void wfs_takeover_handle_released(uint64_t fh)
 		id = handle_take(fh);
 	}
 	if (id > 0 && (fh & ~FH_PTR_MASK) != fh_tag) {
-		for (size_t i = 0; i < ninh; i++)
-			if (inh[i].id == id) {
-				if (inh[i].stale)
-					inh[i].stale--;
-				inherited_settle(i);
-				break;
-			}
+		struct inherited *x = inherited_find(id);
+
+		if (x) {
+			if (x->stale)
+				x->stale--;
+			inherited_settle(x);
+		}
 	}
 	pthread_mutex_unlock(&R->lock);
 }
@@ -965,6 +1083,7 @@ uint64_t wfs_takeover_handle_unique(uint64_t fh)
 void wfs_takeover_release_done(uint64_t fh, uint64_t unique)
 {
 	struct handle_slot *hs;
+	struct adopted *e;
 	uint64_t other = 0;
 
 	if (!R)
@@ -987,12 +1106,11 @@ void wfs_takeover_release_done(uint64_t fh, uint64_t unique)
 	if (atomic_load_explicit(&adopted_live, memory_order_acquire) == 0)
 		return;
 	pthread_mutex_lock(&adopted_lock);
-	for (size_t i = 0; i < nadopted; i++)
-		if (adopted[i].fh == fh) {
-			adopted[i] = adopted[--nadopted];
-			atomic_store(&adopted_live, nadopted);
-			break;
-		}
+	e = adopted_find(fh);
+	if (e) {
+		adopted_drop(e);
+		atomic_store(&adopted_live, adopted.count);
+	}
 	pthread_mutex_unlock(&adopted_lock);
 }
 
@@ -1102,6 +1220,7 @@ static void list_unanswered(void)
 
 void *wfs_takeover_claim(uint64_t unique, uint64_t ino, uint64_t *fh)
 {
+	struct adopted *e;
 	void *h = NULL;
 
 	if (atomic_load_explicit(&unanswered_live, memory_order_acquire) == 0)
@@ -1112,9 +1231,8 @@ void *wfs_takeover_claim(uint64_t unique, uint64_t ino, uint64_t *fh)
 
 		if (u->claimed || u->unique != unique || u->ino != ino || !(u->fh & 1))
 			continue;
-		for (size_t k = 0; k < nadopted && !h; k++)
-			if (adopted[k].fh == u->fh)
-				h = adopted[k].h;
+		e = adopted_find(u->fh);
+		h = e ? e->h : NULL;
 		if (h) { /* one not adopted (its writer gets EIO) is no answer: a later server's may be */
 			u->claimed = true;
 			*fh = u->fh;
@@ -1169,11 +1287,10 @@ bool wfs_takeover_orphan_next(uint64_t *fh, uint64_t *ino)
 /* R->lock held: this server's inode took dead server id @id as its backing file (one user of it). */
 static void inherited_use(int32_t id)
 {
-	for (size_t i = 0; i < ninh; i++)
-		if (inh[i].id == id) {
-			inh[i].users++;
-			return;
-		}
+	struct inherited *x = inherited_find(id);
+
+	if (x)
+		x->users++;
 }
 
 /*
@@ -1186,15 +1303,19 @@ static uint64_t adopt_readers(struct wfs_fs *fs, uint64_t *lost)
 	uint64_t n = 0;
 
 	*lost = 0;
-	for (unsigned i = 0; i < HANDLES_CAP && nadopted < HANDLES_CAP; i++) {
+	for (unsigned i = 0; i < HANDLES_CAP; i++) {
 		struct handle_slot hs = R->handles[i];
 		struct wfs_handle *h = NULL;
+		struct adopted *e;
 		int ret;
 
 		if (!hs.fh || (hs.fh & 1) || (hs.fh & ~FH_PTR_MASK) == fh_tag)
 			continue;
-		ret = wfs_openmode_adopt_reader(fs, hs.ino, hs.id, &h);
+		e = adopted_add(hs.fh);
+		ret = e ? wfs_openmode_adopt_reader(fs, hs.ino, hs.id, &h) : -ENOMEM;
 		if (ret < 0) {
+			if (e)
+				adopted_drop(e);
 			if (ret != -ENOENT) /* its name and inode went: no open can conflict with it */
 				wfs_log(WFS_LOG_WARN, "takeover: inode %llu: a reader open before the takeover "
 					"cannot be adopted (%s): opens of it may fail with EIO until it closes",
@@ -1207,7 +1328,7 @@ static uint64_t adopt_readers(struct wfs_fs *fs, uint64_t *lost)
 			inherited_use(hs.id);
 			pthread_mutex_unlock(&R->lock);
 		}
-		adopted[nadopted++] = (struct adopted){.fh = hs.fh, .h = h};
+		e->h = h;
 		n++;
 	}
 	return n;
@@ -1225,7 +1346,7 @@ int wfs_takeover_adopt(struct wfs_fs *fs)
 	a = calloc(1, sizeof(*a));
 	if (a)
 		a->names = calloc(WFS_KEEP_RECORDS, sizeof(*a->names));
-	if (!a || !a->names || !(adopted = calloc(HANDLES_CAP, sizeof(*adopted)))) {
+	if (!a || !a->names) {
 		if (a)
 			free(a->names);
 		free(a);
@@ -1241,6 +1362,7 @@ int wfs_takeover_adopt(struct wfs_fs *fs)
 		struct handle_slot hs = R->handles[i];
 		struct wfs_adopted_writer w;
 		struct wfs_handle *h = NULL;
+		struct adopted *e;
 		bool lost = false;
 		int ret;
 
@@ -1264,15 +1386,18 @@ int wfs_takeover_adopt(struct wfs_fs *fs)
 			.finished = hs.flags & SLOT_FINISHED,
 			.ended = hs.flags & SLOT_ENDED,
 		};
-		ret = lost ? -EIO : wfs_openmode_adopt(fs, hs.ino, &w, &h);
+		e = lost ? NULL : adopted_add(hs.fh);
+		ret = lost ? -EIO : e ? wfs_openmode_adopt(fs, hs.ino, &w, &h) : -ENOMEM;
 		if (ret) {
+			if (e)
+				adopted_drop(e);
 			handles_lost++;
 			wfs_log(WFS_LOG_ERR, "takeover: inode %llu: a writer open before the takeover cannot be "
 				"adopted (%s): its next write, fsync or close gets EIO", (unsigned long long)hs.ino,
 				strerror(-ret));
 			continue;
 		}
-		adopted[nadopted++] = (struct adopted){.fh = hs.fh, .h = h};
+		e->h = h;
 		wfs_upgrade_writer_opened(); /* this server's writer now: an upgrade waits for it too */
 		handles++;
 	}
@@ -1286,7 +1411,7 @@ int wfs_takeover_adopt(struct wfs_fs *fs)
 		}
 	}
 	wfs_unlock(&fs->lock);
-	atomic_store(&adopted_live, nadopted);
+	atomic_store(&adopted_live, adopted.count);
 	/* For the holder's report of an upgrade: its drain counted these writers as still open. */
 	atomic_store(&R->writers_adopted,
 		     handles >= WFS_TAKEOVER_UNTOLD ? WFS_TAKEOVER_UNTOLD - 1 : (uint32_t)handles);
