@@ -68,6 +68,8 @@ struct wfs_commit {
 	pthread_t thread;
 	pthread_cond_t due;  /* a batch has its first change, or the committer is to stop */
 	bool started, stop;
+	bool idle;           /* the committer waits on @due without a timeout: only then is it
+			      * woken for new work (commit.c's cue()); always to stop */
 	int *closing;             /* descriptors of removed objects, closed outside fs->lock */
 	size_t nclosing, closing_cap;
 	uint64_t counted, synced; /* seals committed with their objects unsynced since the mount, and
