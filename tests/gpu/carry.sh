@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # Put into BUILD/carry what tests/gpu/device-run.sh needs on the GPU test machine, which has no
 # package registry: the shared libraries the build links against (except glibc's and CUDA's, which
-# are there) in BUILD/carry/lib, xxhsum and fusermount3 in BUILD/carry/bin, and pytest with the
-# pure-Python modules it imports in BUILD/carry/python (for tests/python/test_gpu.py where the
-# machine's python3 has no pytest; they are this machine's Python 3.11 modules).
+# are there) in BUILD/carry/lib; xxhsum, fusermount3, getfattr and setfattr in BUILD/carry/bin; and
+# pytest with the pure-Python modules it imports in BUILD/carry/python (for tests/python/test_gpu.py
+# where the machine's python3 has no pytest; they are this machine's Python 3.11 modules).
 #   usage: tests/gpu/carry.sh [BUILD_DIR]      (then carry BUILD_DIR to the device machine)
 set -euo pipefail
 B=${1:-build}
@@ -18,7 +18,9 @@ done | sort -u | while read -r lib; do
 	*) cp -L "$lib" "$B/carry/lib/" ;;
 	esac
 done
-cp -L "$(command -v xxhsum)" "$(command -v fusermount3)" "$B/carry/bin/"
+# getfattr/setfattr: the takeover scripts ask a file's digest with them (attr, libc only).
+cp -L "$(command -v xxhsum)" "$(command -v fusermount3)" "$(command -v getfattr)" "$(command -v setfattr)" \
+	"$B/carry/bin/"
 py=
 for cand in ${WFS_PYTHON:-} python3 /usr/bin/python3; do
 	if command -v "$cand" >/dev/null && "$cand" -c 'import pytest' 2>/dev/null; then
@@ -34,4 +36,4 @@ for mod in pytest _pytest pluggy iniconfig packaging attr attrs py py.py excepti
 	[ -e "$site/$mod" ] && cp -rL "$site/$mod" "$B/carry/python/"
 done
 find "$B/carry/python" -name __pycache__ -prune -exec rm -rf {} +
-echo "carry.sh: $(find "$B/carry/lib" -type f | wc -l) libraries, xxhsum and fusermount3, pytest in $B/carry"
+echo "carry.sh: $(find "$B/carry/lib" -type f | wc -l) libraries, xxhsum, fusermount3, getfattr and setfattr, pytest in $B/carry"
