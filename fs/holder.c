@@ -77,6 +77,20 @@ static const char *cur_binary(void)
 }
 
 /*
+ * Is the kernel's connection still up? A server exits with status 0 once the kernel ended the
+ * session (an unmount: its read of /dev/fuse said ENODEV, after the kernel aborted the connection),
+ * and /dev/fuse then polls POLLERR. One that exits 0 on a live connection did not see an unmount:
+ * a binary that is no server (an upgrade to /bin/true), or a server whose unmount left the mount
+ * lazily detached with files still open. Waits up to WFS_HOLDER_ENDED_MS for the abort.
+ */
+static bool connection_alive(void)
+{
+	struct pollfd p = {.fd = H.a->devfd, .events = 0};
+
+	return poll(&p, 1, WFS_HOLDER_ENDED_MS) == 0;
+}
+
+/*
  * Fork a server running @binary ("" or NULL: this image, a plain fork); a successor of server @dead
  * (0 for the first), which ended as @why says, logs the death with both pids. In a child of this
  * image: the signal mask as before, and wfs_takeover_server_start(); returns 0. A child of another
@@ -89,7 +103,13 @@ static pid_t fork_server(const char *binary, pid_t dead, const char *why)
 	if (pid < 0)
 		return -errno;
 	if (pid == 0) {
-		sigprocmask(SIG_SETMASK, &H.old, NULL);
+		sigset_t mask = H.old;
+
+		/* SIGUSR2 (an upgrade's drain) stays blocked until the server can take it:
+		 * wfs_upgrade_server_start() unblocks it once its handler is in; one that came
+		 * earlier waits, instead of killing a server still starting. */
+		sigaddset(&mask, SIGUSR2);
+		sigprocmask(SIG_SETMASK, &mask, NULL);
 		if (H.sfd >= 0)
 			close(H.sfd);
 		if (H.lfd >= 0)
@@ -300,7 +320,11 @@ int wfs_holder_run(const struct wfs_holder_args *a)
 		if (waitpid(pid, &status, WNOHANG) != pid)
 			continue;
 		describe_end(status, why, sizeof(why));
-		if ((WIFEXITED(status) && WEXITSTATUS(status) == 0) || stopping) {
+		if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && !stopping && connection_alive()) {
+			wfs_log(WFS_LOG_WARN, "holder: server pid %d exited with status 0, and the kernel's "
+				"connection of %s is still up: not an unmount, a death", (int)pid, a->mountpoint);
+			snprintf(why, sizeof(why), "exited with status 0 on a live connection");
+		} else if ((WIFEXITED(status) && WEXITSTATUS(status) == 0) || stopping) {
 			wfs_log(WFS_LOG_INFO, "holder: server pid %d %s; the holder ends too", (int)pid, why);
 			holder_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
 		}

@@ -7,8 +7,10 @@
  * keeps its descriptor and the store's lock (both inherited by every server it forks), forks the
  * server, and waits. It reads no request and touches no file: it is on no data path. When a server
  * ends:
- *   - exit status 0 (an unmount, or a stop it asked for by SIGTERM, SIGINT or SIGHUP): the holder
- *     exits 0 too;
+ *   - exit status 0 (an unmount, or a stop it asked for by SIGTERM, SIGINT or SIGHUP), once the
+ *     kernel's connection is gone (/dev/fuse polls POLLERR within WFS_HOLDER_ENDED_MS): the holder
+ *     exits 0 too. Status 0 on a live connection (an upgrade to a binary that is no server, a
+ *     server that left a lazily detached mount with files open) is a death, as below;
  *   - killed by a signal (kill -9, the OOM killer, an assertion's SIGABRT, a segfault) or any other
  *     status: the holder logs the death (pid, signal or status) and forks a successor at once,
  *     which takes the connection over (takeover.h) and logs its own pid, the dead one's and the
@@ -34,6 +36,8 @@
 				 * that dies at once on what it inherits (a resent request) loops at most
 				 * this often, about 50 ms each; a test kills 20 in 10 s */
 #define WFS_HOLDER_SHORT_S 10   /* a server that dies this soon after its start counts as short-lived */
+#define WFS_HOLDER_ENDED_MS 1000 /* how long a server's exit 0 waits for the connection's end: the
+				  * kernel aborts it before the server reads ENODEV, so at once */
 
 /* What the holder keeps (strings and argv by reference, for the process's life). */
 struct wfs_holder_args {

@@ -602,6 +602,11 @@ bool wfs_takeover_successor(void)
 	return successor;
 }
 
+bool wfs_takeover_init_answered(void)
+{
+	return R && atomic_load(&R->init_state) == 2;
+}
+
 uint64_t wfs_takeover_fh(const void *h, bool writable)
 {
 	return ((uint64_t)(uintptr_t)h & FH_PTR_MASK) | fh_tag | (writable ? 1u : 0u);

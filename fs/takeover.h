@@ -113,6 +113,9 @@ bool wfs_takeover_server_died(uint64_t died_ns);
 void wfs_takeover_server_start(int devfd);
 /* Is this server a successor (another served the connection before it)? */
 bool wfs_takeover_successor(void);
+/* Under a holder: has the kernel's INIT got its reply (saved in the region, so a successor can take
+ * the mount over)? False without a holder. */
+bool wfs_takeover_init_answered(void);
 
 /*
  * Successor, after receive.c's custom io is installed and before the session loop: replay the saved

@@ -98,6 +98,10 @@ static void *drain_main(void *arg)
 
 	while (sem_wait(&up.go) != 0)
 		; /* EINTR */
+	/* Asked while this server was starting: no next server can take the mount over before the
+	 * kernel's INIT is answered (the holder would give up), so the drain begins after it. */
+	while (!wfs_takeover_init_answered())
+		sleep_ms(2);
 	t0 = now_ns();
 	wait_ms = atomic_load(&up.wait_ms);
 	atomic_store(&up.draining, true);
@@ -135,6 +139,7 @@ int wfs_upgrade_server_start(struct wfs_fs *fs)
 {
 	struct wfs_receive_stats rs;
 	struct sigaction sa = {0};
+	sigset_t unblock;
 	pthread_t t;
 	int ret;
 
@@ -156,6 +161,11 @@ int wfs_upgrade_server_start(struct wfs_fs *fs)
 	sigemptyset(&sa.sa_mask);
 	if (sigaction(SIGUSR2, &sa, NULL) < 0)
 		return -errno;
+	/* Blocked since the holder forked this server (holder.c): a drain asked while it started
+	 * comes now. */
+	sigemptyset(&unblock);
+	sigaddset(&unblock, SIGUSR2);
+	pthread_sigmask(SIG_UNBLOCK, &unblock, NULL);
 	return 0;
 }
 

@@ -60,7 +60,9 @@ struct wfs_fs;
 
 /*
  * Under a holder: handle SIGUSR2 (an async-signal-safe handler that wakes a drain thread started
- * here) as step 2 above. Call once the receive path is installed, before the session loop. Returns
+ * here) as step 2 above, and unblock it (the holder forks each server with SIGUSR2 blocked, so
+ * that one sent while the server starts waits for this). Call from the thread that sets up the
+ * session, once the receive path is installed, before the session loop. Returns
  * 0, -ENOTSUP without the daemon's receive path (it cannot leave requests unanswered: logged, an
  * upgrade then times out and the server keeps serving), or -errno of pthread_create or sigaction.
  */

@@ -929,6 +929,7 @@ int main(int argc, char *argv[])
 			wfs_log(WFS_LOG_WARN, "holder: cannot watch the holder (%s): its death would go unlogged",
 				strerror(-w));
 	}
+	wfs_delay("server.start"); /* test-only: a server slow to start (tests/takeover/run-upgrade) */
 	if (wfs_takeover_on() && wfs_upgrade_server_start(&fs) != 0)
 		wfs_log(WFS_LOG_WARN, "upgrade: this server cannot drain for an upgrade: weightfsctl upgrade of "
 			"%s times out and leaves it serving", cmd.mountpoint);
