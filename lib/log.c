@@ -242,3 +242,38 @@ void wfs_log_once(atomic_bool *once, enum wfs_log_level level, const char *fmt, 
 	vlog(level, fmt, ap);
 	va_end(ap);
 }
+
+void wfs_log_limited(struct wfs_log_limit *l, enum wfs_log_level level, const char *fmt, ...)
+{
+	unsigned long left = 0;
+	struct timespec now;
+	char msg[900];
+	bool write;
+	va_list ap;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	pthread_mutex_lock(&l->lock);
+	if (l->window_s == INT64_MIN || (int64_t)now.tv_sec - l->window_s >= WFS_LOG_BURST_S) {
+		l->window_s = (int64_t)now.tv_sec;
+		l->lines = 0;
+	}
+	write = l->lines < WFS_LOG_BURST;
+	if (write) {
+		l->lines++;
+		left = l->left_out;
+		l->left_out = 0;
+	} else {
+		l->left_out++;
+	}
+	pthread_mutex_unlock(&l->lock);
+	if (!write)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (left)
+		wfs_log(level, "%s (%lu more like it left out before this line: at most %d every %d s)", msg,
+			left, WFS_LOG_BURST, WFS_LOG_BURST_S);
+	else
+		wfs_log(level, "%s", msg);
+}

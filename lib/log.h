@@ -4,12 +4,13 @@
  *
  * Messages go to stderr (and to syslog when wfs_log_init() asked for it), one line each, prefixed with
  * the program name. wfs_log_once() keys a message on a caller-provided flag so a failure class is
- * reported once per process, not once per request.
+ * reported once per process, not once per request; wfs_log_limited() lets a burst of one through.
  * Thread-safe.
  */
 #ifndef WFS_LOG_H
 #define WFS_LOG_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -56,6 +57,25 @@ void wfs_log_crash_handlers(void);
 void wfs_log(enum wfs_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Log only the first time *@once is found clear; sets it. */
 void wfs_log_once(atomic_bool *once, enum wfs_log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/*
+ * A burst limit for one kind of message (one static struct per call site): at most WFS_LOG_BURST
+ * lines in each WFS_LOG_BURST_S seconds; the rest are counted, and the next line written says how
+ * many were left out. For messages a workload can repeat thousands of times a second — a seal
+ * failing on a full store, whose log file lives on that same full disk (4,799 lines in a few
+ * seconds in a trial, the last one cut mid-word).
+ */
+#define WFS_LOG_BURST 10
+#define WFS_LOG_BURST_S 10
+struct wfs_log_limit {
+	pthread_mutex_t lock;   /* WFS_LOG_LIMIT_INIT */
+	int64_t window_s;       /* CLOCK_MONOTONIC second the window began */
+	unsigned lines;         /* written in it */
+	unsigned long left_out; /* not written since the last line */
+};
+#define WFS_LOG_LIMIT_INIT {.lock = PTHREAD_MUTEX_INITIALIZER, .window_s = INT64_MIN}
+void wfs_log_limited(struct wfs_log_limit *l, enum wfs_log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 #endif

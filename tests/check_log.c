@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Check suite for lib/log: the UTC time the fatal-signal handler writes without gmtime(3) (golden
- * dates, then gmtime_r(3) as the reference over a sweep), and the line a fatal signal leaves in the
- * log file.
+ * dates, then gmtime_r(3) as the reference over a sweep), the line a fatal signal leaves in the
+ * log file, and a burst limit's lines.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -117,6 +117,60 @@ START_TEST(test_fatal_line)
 }
 END_TEST
 
+/* The lines of the log file at @path holding @needle. */
+static int count_lines(const char *path, const char *needle)
+{
+	char line[1024];
+	int n = 0;
+	FILE *f = fopen(path, "r");
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, needle) != NULL;
+	fclose(f);
+	return n;
+}
+
+/* wfs_log_limited(): a burst of WFS_LOG_BURST lines, the rest counted and told by the next line
+ * written once the window is over. */
+START_TEST(test_limited_burst)
+{
+	struct wfs_log_limit l = WFS_LOG_LIMIT_INIT;
+	char path[600], want[128];
+	pid_t pid;
+	int st;
+
+	snprintf(path, sizeof(path), "%s/log", tu_test_dir);
+	pid = fork(); /* the log's file and stderr are the process's: a child's own */
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
+		if (null >= 0)
+			dup2(null, STDERR_FILENO);
+		wfs_log_init("check_log", false, WFS_LOG_INFO);
+		if (wfs_log_open_file(path) != 0)
+			_exit(2);
+		for (int i = 0; i < WFS_LOG_BURST + 25; i++)
+			wfs_log_limited(&l, WFS_LOG_WARN, "seal failed %d", i);
+		l.window_s -= WFS_LOG_BURST_S; /* the window is over */
+		wfs_log_limited(&l, WFS_LOG_WARN, "seal failed last");
+		wfs_log_limited(&l, WFS_LOG_WARN, "seal failed after");
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+	ck_assert_int_eq(count_lines(path, "seal failed"), WFS_LOG_BURST + 2);
+	ck_assert_int_eq(count_lines(path, "seal failed 9"), 1);
+	ck_assert_int_eq(count_lines(path, "seal failed 10"), 0);
+	snprintf(want, sizeof(want), "seal failed last (25 more like it left out before this line: at most "
+		 "%d every %d s)", WFS_LOG_BURST, WFS_LOG_BURST_S);
+	ck_assert_int_eq(count_lines(path, want), 1);
+	ck_assert_int_eq(count_lines(path, "after (left out"), 0);
+	ck_assert_int_eq(count_lines(path, "left out"), 1);
+}
+END_TEST
+
 static Suite *log_suite(void)
 {
 	Suite *s = suite_create("log");
@@ -128,6 +182,7 @@ static Suite *log_suite(void)
 	tc = tcase_create("fatal");
 	tcase_add_checked_fixture(tc, tu_test_dir_setup, tu_test_dir_teardown);
 	tcase_add_test(tc, test_fatal_line);
+	tcase_add_test(tc, test_limited_burst);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -122,13 +122,20 @@ void wfs_seal_join(struct wfs_handle *h, struct wfs_version *v)
 
 static void log_seal_error(struct wfs_inode *in, int err, bool reported)
 {
-	wfs_log(err == -ENOSPC || err == -EDQUOT ? WFS_LOG_WARN : WFS_LOG_ERR,
-		"inode %llu (find MNT -inum %llu): seal failed: %s; %s", (unsigned long long)in->ino,
-		(unsigned long long)in->ino, strerror(-err),
-		in->sealed ? "the name keeps its previous content"
-		: reported || err == -ENOSPC ? "the new name is removed"
-			   : "at its release, after close(2) returned: the new name reads EIO until it is written "
-			     "again (weightfsctl stat counts it in unsealed_files)");
+	/* A full store fails every seal a trainer's loop makes, thousands a second, and the log file
+	 * is on that full disk: a burst of lines, then a count (log.h). */
+	static struct wfs_log_limit full = WFS_LOG_LIMIT_INIT;
+	const char *what = in->sealed ? "the name keeps its previous content"
+			   : reported || err == -ENOSPC ? "the new name is removed"
+			   : "at its release, after close(2) returned: the new name reads EIO until it is "
+			     "written again (weightfsctl stat counts it in unsealed_files)";
+
+	if (err == -ENOSPC || err == -EDQUOT)
+		wfs_log_limited(&full, WFS_LOG_WARN, "inode %llu (find MNT -inum %llu): seal failed: %s; %s",
+				(unsigned long long)in->ino, (unsigned long long)in->ino, strerror(-err), what);
+	else
+		wfs_log(WFS_LOG_ERR, "inode %llu (find MNT -inum %llu): seal failed: %s; %s",
+			(unsigned long long)in->ino, (unsigned long long)in->ino, strerror(-err), what);
 }
 
 int wfs_seal_store_filled(struct wfs_fs *fs)
