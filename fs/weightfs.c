@@ -66,6 +66,8 @@ static const struct fuse_opt option_spec[] = {
 	FUSE_OPT_KEY("sync", KEY_CHOICE),
 	FUSE_OPT_KEY("sync=", KEY_CHOICE),
 	FUSE_OPT_KEY("nosync", KEY_CHOICE),
+	FUSE_OPT_KEY("holder", KEY_CHOICE),
+	FUSE_OPT_KEY("noholder", KEY_CHOICE),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -127,8 +129,8 @@ static void usage(const char *prog)
 	       "    -d                       debug output (implies -f)\n"
 	       "    -h, --help               this help, then libfuse's own options\n"
 	       "    -V, --version            version\n"
-	       "passthrough, passthrough_writes, verify, dedup_verify and sync|nosync take one choice\n"
-	       "each: conflicting ones in one option set (sync,nosync) are refused.\n"
+	       "passthrough, passthrough_writes, verify, dedup_verify, sync|nosync and holder|noholder\n"
+	       "take one choice each: conflicting ones in one option set (sync,nosync) are refused.\n"
 	       "\n"
 	       "Unmount with: fusermount3 -u MOUNTPOINT\n\n",
 	       prog);
@@ -175,16 +177,21 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 			{"dedup_verify", "dedup_verify=bytes"}, {"dedup_verify", "dedup_verify=digest"},
 			{"sync", "sync=group"},              {"sync", "sync=close"},
 			{"sync", "sync=none"},
+			{"holder", "holder=on"},             {"holder", "holder=off"},
 		};
 		static const char *chosen[sizeof(valid) / sizeof(valid[0])]; /* by the group's first entry */
 		static const char *typed[sizeof(valid) / sizeof(valid[0])]; /* as given, for the message */
 		const char *given = arg;
 		size_t n;
 
-		if (strcmp(arg, "sync") == 0) /* the short names of two choices */
+		if (strcmp(arg, "sync") == 0) /* the short names of four choices */
 			arg = "sync=close";
 		else if (strcmp(arg, "nosync") == 0)
 			arg = "sync=none";
+		else if (strcmp(arg, "holder") == 0)
+			arg = "holder=on";
+		else if (strcmp(arg, "noholder") == 0)
+			arg = "holder=off";
 		n = strcspn(arg, "=") + 1;
 
 		for (size_t i = 0; i < sizeof(valid) / sizeof(valid[0]); i++) {
