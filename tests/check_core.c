@@ -499,8 +499,8 @@ START_TEST(seal_holds_size_to_dtype_shape)
 	ck_assert_int_eq(wfs_catalog_xattr_set(fs.catalog, in->ino, WFS_XATTR_SHAPE, "[4]", 3, 0), 0);
 	ck_assert_int_eq(seal_bytes(in, bytes, sizeof(bytes)), -EINVAL);
 	ck_assert(!in->sealed && !in->writer); /* the version was dropped */
-	ck_assert_int_eq(wfs_seal_fits(&fs, in->ino, 16, NULL, NULL, 0, "test"), 0);
-	ck_assert_int_eq(wfs_seal_fits(&fs, in->ino, 16, WFS_XATTR_SHAPE, "[5]", 3, "test"), -EINVAL);
+	ck_assert_int_eq(wfs_seal_fits(&fs, in->ino, 16, NULL, NULL, 0, true, "test"), 0);
+	ck_assert_int_eq(wfs_seal_fits(&fs, in->ino, 16, WFS_XATTR_SHAPE, "[5]", 3, false, "test"), -EINVAL);
 	ck_assert_int_eq(wfs_seal_check_xattr(&fs, in->ino, WFS_XATTR_DTYPE, "F33", 3), -EINVAL);
 	ck_assert_int_eq(wfs_seal_check_xattr(&fs, in->ino, WFS_XATTR_SHAPE, "[4,", 3), -EINVAL);
 	{

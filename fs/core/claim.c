@@ -96,7 +96,7 @@ int wfs_claim_inode(struct wfs_fs *fs, struct wfs_inode *in, const struct wfs_di
 		       * must not land between this check and the commit */
 		ret = claim_target_empty(fs, in, true, &frozen);
 	if (ret == 0)
-		ret = wfs_seal_fits(fs, in->ino, (uint64_t)st.st_size, NULL, NULL, 0, "claim refused");
+		ret = wfs_seal_fits(fs, in->ino, (uint64_t)st.st_size, NULL, NULL, 0, false, "claim refused");
 	if (ret == 0 && frozen && wfs_version_kernel_written(in->writer)) {
 		/* The kernel reads and writes the version's file (passthrough): the bytes go there. */
 		struct wfs_version *v = in->writer;

@@ -242,7 +242,7 @@ static int decide_and_act(struct wfs_fs *fs, struct wfs_handle *h, struct wfs_cl
 			continue;
 		}
 		if (a == WFS_CLOSE_ASK_FITS) {
-			f->fits = wfs_seal_fits(fs, h->inode->ino, wfs_version_size(v), NULL, NULL, 0,
+			f->fits = wfs_seal_fits(fs, h->inode->ino, wfs_version_size(v), NULL, NULL, 0, true,
 						"seal refused") == 0;
 			f->fits_known = true;
 			continue;

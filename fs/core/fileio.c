@@ -138,7 +138,7 @@ int wfs_fileio_fallocate(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, int
 			if (!in->writer && (ret = wfs_catalog_getattr(fs->catalog, in->ino, &a)) == 0)
 				size = a.size;
 			if (ret == 0 && (uint64_t)off + (uint64_t)len > size)
-				ret = wfs_seal_fits(fs, in->ino, (uint64_t)off + (uint64_t)len, NULL, NULL, 0,
+				ret = wfs_seal_fits(fs, in->ino, (uint64_t)off + (uint64_t)len, NULL, NULL, 0, false,
 						    "fallocate refused");
 		}
 		v = ret ? NULL : wfs_seal_writer(fs, in, false, &ret);
@@ -276,7 +276,7 @@ static int set_size(struct wfs_fs *fs, struct wfs_inode *in, struct wfs_handle *
 	 * hears a refusal (a mapping filled after close): hold the size to dtype/shape now. Empty is
 	 * the state before the bytes are written, as for a new file. */
 	if (h && size != 0) {
-		ret = wfs_seal_fits(fs, in->ino, size, NULL, NULL, 0, "ftruncate refused");
+		ret = wfs_seal_fits(fs, in->ino, size, NULL, NULL, 0, false, "ftruncate refused");
 		if (ret)
 			return ret;
 	}

@@ -247,7 +247,7 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	 * before anything is published. At release nobody hears the error: refusing would lose the
 	 * bytes, so they are sealed and the mismatch is logged. Empty and never written is the state
 	 * before the bytes (a file created, its xattrs set, closed by a client that writes it next). */
-	if (ret == 0 && !unwritten && wfs_seal_fits(fs, in->ino, size, NULL, NULL, 0,
+	if (ret == 0 && !unwritten && wfs_seal_fits(fs, in->ino, size, NULL, NULL, 0, true,
 					reported ? "seal refused" : "sealed at release all the same") &&
 	    reported)
 		ret = -EINVAL;
@@ -525,7 +525,7 @@ int wfs_seal_declared_size(struct wfs_fs *fs, uint64_t ino, uint64_t *bytes)
 }
 
 int wfs_seal_fits(struct wfs_fs *fs, uint64_t ino, uint64_t size, const char *name, const char *value,
-		  size_t len, const char *what)
+		  size_t len, bool written, const char *what)
 {
 	struct declared t;
 	uint64_t bytes;
@@ -537,12 +537,12 @@ int wfs_seal_fits(struct wfs_fs *fs, uint64_t ino, uint64_t size, const char *na
 	if (ret == 0 && bytes == size)
 		return 0;
 	/* A file shorter than its declaration at a close: most often the writer's own error (ENOSPC from
-	 * a write(2), which it heard), not the shape. (With @name, a new declaration is what is wrong.) */
+	 * a write(2), which it heard), not the shape. */
 	wfs_log(WFS_LOG_WARN, "inode %llu (find MNT -inum %llu): %s: shape %.*s x %.*s (%d bytes) "
 		"does not make the file's %llu bytes%s", (unsigned long long)ino, (unsigned long long)ino, what,
 		(int)(t.shape_len < 96 ? t.shape_len : 96), t.shape, (int)t.dtype_len, t.dtype, t.bytes,
 		(unsigned long long)size,
-		!name && ret == 0 && size < bytes ? " (cut short: a write that failed, ENOSPC for one, a writer that "
+		written && ret == 0 && size < bytes ? " (cut short: a write that failed, ENOSPC for one, a writer that "
 					   "stopped early, or other bytes written over the tensor)" : "");
 	return -EINVAL;
 }
@@ -568,6 +568,6 @@ int wfs_seal_check_xattr(struct wfs_fs *fs, uint64_t ino, const char *name, cons
 	 * tar (mknod, attributes, then the bytes) and a digest claim fill only after this. */
 	if (ret || !a.sealed || !S_ISREG(a.mode) || a.size == 0)
 		return ret;
-	return wfs_seal_fits(fs, ino, a.size, name, value, len,
+	return wfs_seal_fits(fs, ino, a.size, name, value, len, false,
 			     is_dtype ? WFS_XATTR_DTYPE " refused" : WFS_XATTR_SHAPE " refused");
 }

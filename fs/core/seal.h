@@ -129,10 +129,12 @@ bool wfs_seal_writing(struct wfs_fs *fs, uint64_t ino);
  * 0 when they do, when the two are not both set, or when @size is 0 (every declaration admits an
  * empty file: the tensor before its bytes are written, or one emptied by `: > f` or truncate -s 0);
  * -EINVAL (logged, naming the inode and @what, e.g. "seal refused") when elements × dtype bytes !=
- * @size.
+ * @size. @written: @size is what a writer wrote (a close, a seal), so a size short of the
+ * declaration is logged with its usual causes (a write that failed, a writer that stopped early);
+ * false for a size asked for (truncate, fallocate), a claim's file or a new declaration.
  */
 int wfs_seal_fits(struct wfs_fs *fs, uint64_t ino, uint64_t size, const char *name, const char *value,
-		  size_t len, const char *what);
+		  size_t len, bool written, const char *what);
 /*
  * The bytes inode @ino's dtype and shape attributes declare (elements × dtype bytes), into *@bytes.
  * Returns 0, or -ENODATA when the two are not both set and valid.
