@@ -310,16 +310,23 @@ static inline unsigned char *mu_pattern(size_t len, uint32_t seed)
 	return buf;
 }
 
-static inline void mu_assert_file_equals(const char *p, const unsigned char *want, size_t len)
+/* Does the file at @p hold @len bytes equal to @want? A failure names the first byte that differs
+ * and the caller's line (the assertion's own line is this helper's). */
+#define mu_assert_file_equals(p, want, len) mu_assert_file_equals_at((p), (want), (len), __LINE__)
+static inline void mu_assert_file_equals_at(const char *p, const unsigned char *want, size_t len, int line)
 {
 	int fd = open(p, O_RDONLY);
 	unsigned char *got = malloc(len + 1);
+	size_t at = 0;
 	ssize_t n;
 
-	ck_assert_msg(fd >= 0, "open %s: %s", p, strerror(errno));
+	ck_assert_msg(fd >= 0, "open %s (line %d): %s", p, line, strerror(errno));
 	n = pread(fd, got, len + 1, 0);
-	ck_assert_int_eq(n, (ssize_t)len);
-	ck_assert_msg(memcmp(got, want, len) == 0, "%s: bytes differ", p);
+	ck_assert_msg(n == (ssize_t)len, "%s (line %d): %zd bytes read, want %zu", p, line, n, len);
+	while (at < len && got[at] == want[at])
+		at++;
+	ck_assert_msg(at == len, "%s (line %d): bytes differ from byte %zu on (0x%02x, want 0x%02x)", p, line, at,
+		      at < len ? got[at] : 0, at < len ? want[at] : 0);
 	close(fd);
 	free(got);
 }
