@@ -393,8 +393,8 @@ static void set_open_reply(struct fuse_file_info *fi, struct wfs_handle *h, cons
 
 /*
  * st_blocks of @a (@in its entry, or NULL): the disk its data take, as on ext4, so that du counts a
- * sparse file's data and not its holes: its object file's allocation (wfs_inode_object_blocks()),
- * or its version's (wfs_version_blocks()) while it is written; @size rounded up for anything else,
+ * sparse file's data and not its holes: its object file's allocation (wfs_inode_object_blocks());
+ * @size rounded up for anything else (a file being written: wfs_version_stat()),
  * or when the object cannot be stat'ed (missing: its reads say EIO). Each name counts its object
  * whole, shared or not. fs->lock held (light holds too).
  */
@@ -402,8 +402,6 @@ static blkcnt_t file_blocks(struct wfs_fs *fs, const struct wfs_attr *a, struct 
 {
 	int64_t blocks;
 
-	if (in && in->writer && !wfs_version_refused(in->writer))
-		return (blkcnt_t)wfs_version_blocks(in->writer);
 	if (S_ISREG(a->mode) && a->sealed && (blocks = wfs_inode_object_blocks(fs, in, &a->digest)) >= 0)
 		return (blkcnt_t)blocks;
 	return (blkcnt_t)(((uint64_t)size + 511) / 512);
@@ -452,8 +450,8 @@ static bool claim_open(struct wfs_fs *fs, uint64_t ino, struct fuse_file_info *f
 	return true;
 }
 
-/* stat(2) view of @a; a file being written shows the size written so far and the mtime its seal
- * will give it (the last write's, wfs_version_mtime()). fs->lock held. */
+/* stat(2) view of @a; a file being written shows the size and blocks written so far and the times
+ * its seal will give it (the last write's, wfs_version_stat()). fs->lock held. */
 static void attr_to_stat(struct wfs_fs *fs, const struct wfs_attr *a, struct wfs_inode *in, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
@@ -469,15 +467,10 @@ static void attr_to_stat(struct wfs_fs *fs, const struct wfs_attr *a, struct wfs
 	st->st_ctim = a->ctime;
 	/* A version whose close refused its size (seal.h) is not what the name holds: until another
 	 * descriptor changes it, or its release drops it, stat shows the name's content. */
-	if (in && in->writer && !wfs_version_refused(in->writer)) {
-		struct timespec t;
-
-		st->st_size = (off_t)wfs_version_size(in->writer);
-		if (wfs_version_mtime(in->writer, &t))
-			st->st_mtim = t; /* what the seal will give it (version.h) */
-		wfs_version_ctime(in->writer, &st->st_ctim); /* likewise */
-	}
-	st->st_blocks = file_blocks(fs, a, in, st->st_size);
+	if (in && in->writer && !wfs_version_refused(in->writer))
+		wfs_version_stat(in->writer, st); /* what the seal will give it (version.h) */
+	else
+		st->st_blocks = file_blocks(fs, a, in, st->st_size);
 	st->st_blksize = BLKSIZE;
 	if (in && in->writer)
 		wfs_inode_tell(in, st); /* the seal may change what the kernel caches now (inode.h) */

@@ -300,9 +300,14 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 		ret = wfs_commit_now(fs);
 	if (ret == 0) {
 		/* cp -a and tar set the times on the open file before closing it: keep them. */
-		if (!wfs_version_mtime(v, &mtime))
+		struct stat vs = {0};
+		unsigned have = wfs_version_stat(v, &vs);
+
+		mtime = vs.st_mtim;
+		if (!(have & WFS_VERSION_MTIME))
 			clock_gettime(CLOCK_REALTIME, &mtime);
-		bool have_changed = wfs_version_ctime(v, &changed);
+		changed = vs.st_ctim;
+		bool have_changed = have & WFS_VERSION_CTIME;
 		/* Made durable below without fs->lock (the WAL's fdatasync). */
 		/* Published on its writer's word: the catalog says so until it is checked, so that a
 		 * restart checks it too, whatever -o verify says (check.h). */

@@ -582,25 +582,34 @@ out:
 	return ret;
 }
 
+/*
+ * One fstat(2) of the file the kernel writes @v through, into @st: false when the kernel writes
+ * none of @v, or the fstat failed (the daemon's record stands). Without the version lock: a seal
+ * holds it while it hashes, and callers hold fs->lock.
+ */
+static bool kernel_stat(struct wfs_version *v, struct stat *st)
+{
+	return __atomic_load_n(&v->kernel_writes, __ATOMIC_ACQUIRE) && v->size_fd >= 0 && fstat(v->size_fd, st) == 0;
+}
+
+static bool mtime_of(struct wfs_version *v, const struct stat *kst, struct timespec *mtime);
+
+/* wfs_version_size() with @kst, kernel_stat()'s answer or NULL. Once FROZEN, refresh() took the
+ * kernel's last size. */
+static uint64_t size_of(struct wfs_version *v, const struct stat *kst)
+{
+	if (kst && !__atomic_load_n(&v->frozen, __ATOMIC_ACQUIRE))
+		return (uint64_t)kst->st_size;
+	return __atomic_load_n(&v->size, __ATOMIC_ACQUIRE);
+}
+
 uint64_t wfs_version_size(struct wfs_version *v)
 {
 	struct stat st;
 
-	/* Without the lock: a seal holds it while it hashes, and callers hold fs->lock. */
-	if (!__atomic_load_n(&v->frozen, __ATOMIC_ACQUIRE) && __atomic_load_n(&v->kernel_writes, __ATOMIC_ACQUIRE) &&
-	    v->size_fd >= 0 && fstat(v->size_fd, &st) == 0)
-		return (uint64_t)st.st_size;
-	return __atomic_load_n(&v->size, __ATOMIC_ACQUIRE);
-}
-
-uint64_t wfs_version_blocks(struct wfs_version *v)
-{
-	struct stat st;
-
-	if (!__atomic_load_n(&v->frozen, __ATOMIC_ACQUIRE) && __atomic_load_n(&v->kernel_writes, __ATOMIC_ACQUIRE) &&
-	    v->size_fd >= 0 && fstat(v->size_fd, &st) == 0)
-		return (uint64_t)st.st_blocks;
-	return (wfs_version_size(v) + 4095) / 4096 * 8; /* as a file system of 4 KiB blocks holds it */
+	if (__atomic_load_n(&v->frozen, __ATOMIC_ACQUIRE))
+		return size_of(v, NULL);
+	return size_of(v, kernel_stat(v, &st) ? &st : NULL);
 }
 
 /* Digest of the version's bytes (version lock held). Returns 0 or -errno. */
@@ -1024,7 +1033,7 @@ bool wfs_version_touched(struct wfs_version *v)
 	struct stat st;
 
 	if (!__atomic_load_n(&v->kernel_writes, __ATOMIC_ACQUIRE))
-		return wfs_version_mtime(v, &ignored);
+		return mtime_of(v, NULL, &ignored);
 	pthread_mutex_lock(&v->note_lock);
 	if (v->mtime_set || v->changed_set) {
 		pthread_mutex_unlock(&v->note_lock);
@@ -1045,9 +1054,9 @@ bool wfs_version_same_as_base(struct wfs_version *v, const struct wfs_digest *d)
 	return same;
 }
 
-bool wfs_version_mtime(struct wfs_version *v, struct timespec *mtime)
+/* The mtime wfs_version_stat() gives, with @kst as there: false when it has none. */
+static bool mtime_of(struct wfs_version *v, const struct stat *kst, struct timespec *mtime)
 {
-	struct stat st;
 	bool set, changed;
 
 	pthread_mutex_lock(&v->note_lock);
@@ -1060,9 +1069,8 @@ bool wfs_version_mtime(struct wfs_version *v, struct timespec *mtime)
 	pthread_mutex_unlock(&v->note_lock);
 	if (set)
 		return true;
-	/* Written through the kernel (passthrough): the file's mtime is the time of its last write. */
-	if (__atomic_load_n(&v->kernel_writes, __ATOMIC_ACQUIRE) && v->size_fd >= 0 && fstat(v->size_fd, &st) == 0) {
-		*mtime = st.st_mtim;
+	if (kst) { /* written through the kernel (passthrough): its file's mtime is its last write's */
+		*mtime = kst->st_mtim;
 		return true;
 	}
 	return changed;
@@ -1073,10 +1081,10 @@ static bool ts_before(const struct timespec *a, const struct timespec *b)
 	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
 }
 
-bool wfs_version_ctime(struct wfs_version *v, struct timespec *ctime)
+/* Raise *@ctime to the ctime wfs_version_stat() gives, with @kst as there: false when it has none. */
+static bool ctime_of(struct wfs_version *v, const struct stat *kst, struct timespec *ctime)
 {
 	struct timespec t[3];
-	struct stat st;
 	int n = 0;
 
 	pthread_mutex_lock(&v->note_lock);
@@ -1085,12 +1093,30 @@ bool wfs_version_ctime(struct wfs_version *v, struct timespec *ctime)
 	if (v->set_at_set)
 		t[n++] = v->set_at;
 	pthread_mutex_unlock(&v->note_lock);
-	if (__atomic_load_n(&v->kernel_writes, __ATOMIC_ACQUIRE) && v->size_fd >= 0 && fstat(v->size_fd, &st) == 0)
-		t[n++] = st.st_mtim; /* the kernel's last write (or its file's creation) */
+	if (kst)
+		t[n++] = kst->st_mtim; /* the kernel's last write (or its file's creation) */
 	for (int i = 0; i < n; i++)
 		if (ts_before(ctime, &t[i]))
 			*ctime = t[i];
 	return n > 0;
+}
+
+unsigned wfs_version_stat(struct wfs_version *v, struct stat *st)
+{
+	struct stat kernel;
+	const struct stat *kst = kernel_stat(v, &kernel) ? &kernel : NULL;
+	unsigned have = 0;
+
+	st->st_size = (off_t)size_of(v, kst);
+	if (kst && !__atomic_load_n(&v->frozen, __ATOMIC_ACQUIRE))
+		st->st_blocks = kst->st_blocks;
+	else
+		st->st_blocks = (blkcnt_t)(((uint64_t)st->st_size + 4095) / 4096 * 8); /* 4 KiB blocks */
+	if (mtime_of(v, kst, &st->st_mtim))
+		have |= WFS_VERSION_MTIME;
+	if (ctime_of(v, kst, &st->st_ctim))
+		have |= WFS_VERSION_CTIME;
+	return have;
 }
 
 bool wfs_version_frozen(struct wfs_version *v)

@@ -38,6 +38,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -101,31 +102,32 @@ int wfs_version_truncate(struct wfs_version *v, uint64_t size);
 int wfs_version_fallocate(struct wfs_version *v, int mode, uint64_t off, uint64_t len);
 /* The size in bytes. */
 uint64_t wfs_version_size(struct wfs_version *v);
-/*
- * The disk @v takes, in 512-byte blocks (st_blocks): its tmp file's allocation where the kernel
- * writes it (holes are not counted), else its size rounded up to 4 KiB (what most object files of
- * a dense file take: the seal tells the kernel again when its object's differ, inode.h). Without
- * the version lock, as wfs_version_size().
- */
-uint64_t wfs_version_blocks(struct wfs_version *v);
 /* utimes(2) after the last write: the seal keeps @mtime instead of the time of the seal. */
 void wfs_version_set_mtime(struct wfs_version *v, const struct timespec *mtime);
+/* Which times wfs_version_stat() gave (none: the seal takes its own time for it). */
+enum {
+	WFS_VERSION_MTIME = 1 << 0,
+	WFS_VERSION_CTIME = 1 << 1,
+};
 /*
- * The mtime the seal gives @v's content, and a stat while it is written: the one set by
- * wfs_version_set_mtime() and not moved by a write since; else the time of the last write,
- * truncate or growth (the daemon's, or the mtime of the file the kernel writes through
- * passthrough); false when none of these happened (the seal then takes its own time).
+ * What stat(2) shows of @v while it is written, and what its seal records, with at most one
+ * fstat(2) of the file the kernel writes it through (passthrough). Sets in @st:
+ *   - st_size: wfs_version_size();
+ *   - st_blocks (512-byte blocks): the kernel-written file's allocation (holes are not counted),
+ *     else the size rounded up to 4 KiB (what most object files of a dense file take: the seal
+ *     tells the kernel again when its object's differ, inode.h);
+ *   - st_mtim, the mtime the seal gives @v's content: the one set by wfs_version_set_mtime() and
+ *     not moved by a write since; else the time of the last write, truncate or growth (the
+ *     daemon's, or the kernel-written file's mtime). Left as it was when none of these happened;
+ *   - st_ctim, the time of @v's last change, the ctime its seal gives the name: the latest of its
+ *     last write, truncate or growth through the daemon, its last utimes(2) (the call's own time,
+ *     as ext4's ctime) and the kernel-written file's mtime. Raised to it only where it is later
+ *     (a rename's ctime on the name stays); left as it was when none of these happened.
+ * Returns which of the times it had (WFS_VERSION_MTIME, WFS_VERSION_CTIME). Other fields are
+ * untouched. Never fails: without the kernel's file, the daemon's record. Any lock but the
+ * version's note lock may be held; without the version lock, as wfs_version_size().
  */
-bool wfs_version_mtime(struct wfs_version *v, struct timespec *mtime);
-/*
- * The time of @v's last change, the ctime its seal gives the name and a stat shows while it is
- * written: the latest of its last write, truncate or growth through the daemon, its last utimes(2)
- * (the call's own time, as ext4's ctime) and the mtime of the file the kernel writes through
- * passthrough. Raises *@ctime to it where it is later (the name's ctime from a rename stays).
- * false when none of these happened (the seal then takes its own time). Any lock but the
- * version's note lock may be held.
- */
-bool wfs_version_ctime(struct wfs_version *v, struct timespec *ctime);
+unsigned wfs_version_stat(struct wfs_version *v, struct stat *st);
 /*
  * Did anything change @v's bytes or times since it started: a write, truncate or growth through the
  * daemon, a utimes(2), or (written through the kernel) its file's mtime moved? A version that a
