@@ -247,13 +247,19 @@ int wfs_digest_fd(int fd, struct wfs_digest *out, uint64_t *bytes)
 	struct wfs_hasher h;
 	char *buf, *zeros = NULL;
 	off_t off = 0, data_end = 0; /* [off, data_end): known data; beyond: ask SEEK_DATA */
-	bool holes = true;           /* the filesystem answers SEEK_DATA/SEEK_HOLE */
-	off_t pos = lseek(fd, 0, SEEK_CUR); /* SEEK_DATA moves the offset: the caller's is put back */
+	bool holes;                  /* may hold holes, and the filesystem answers SEEK_DATA/SEEK_HOLE */
+	off_t pos = -1;              /* SEEK_DATA moves the offset: the caller's is put back */
 	struct stat st;
 	int ret;
 
 	if (fstat(fd, &st) < 0)
 		return -errno;
+	/* A file with as many blocks as bytes has no hole worth a seek (a hole it has beside blocks
+	 * past its end reads, and hashes, as zeros all the same): a small tensor's seal costs no
+	 * lseek(2). */
+	holes = (uint64_t)st.st_blocks * 512 < (uint64_t)st.st_size;
+	if (holes)
+		pos = lseek(fd, 0, SEEK_CUR);
 	buf = malloc(DIGEST_READ_BYTES);
 	if (!buf)
 		return -ENOMEM;
