@@ -1101,6 +1101,26 @@ static bool ctime_of(struct wfs_version *v, const struct stat *kst, struct times
 	return n > 0;
 }
 
+/*
+ * The allocation of the tmp file the daemon writes @v into, in 512-byte blocks: a truncate(2) or a
+ * write past the end leaves holes that take nothing, as on ext4. false when @v lives in memory, or
+ * its lock is busy (a seal hashing, which callers under fs->lock must not wait for).
+ */
+static bool tmp_blocks(struct wfs_version *v, blkcnt_t *blocks)
+{
+	struct stat st;
+	bool ok = false;
+
+	if (pthread_mutex_trylock(&v->lock) != 0)
+		return false;
+	if (v->tmp.fd >= 0 && fstat(v->tmp.fd, &st) == 0) {
+		*blocks = st.st_blocks;
+		ok = true;
+	}
+	pthread_mutex_unlock(&v->lock);
+	return ok;
+}
+
 unsigned wfs_version_stat(struct wfs_version *v, struct stat *st)
 {
 	struct stat kernel;
@@ -1110,7 +1130,7 @@ unsigned wfs_version_stat(struct wfs_version *v, struct stat *st)
 	st->st_size = (off_t)size_of(v, kst);
 	if (kst && !__atomic_load_n(&v->frozen, __ATOMIC_ACQUIRE))
 		st->st_blocks = kst->st_blocks;
-	else
+	else if (kst || !tmp_blocks(v, &st->st_blocks))
 		st->st_blocks = (blkcnt_t)(((uint64_t)st->st_size + 4095) / 4096 * 8); /* 4 KiB blocks */
 	if (mtime_of(v, kst, &st->st_mtim))
 		have |= WFS_VERSION_MTIME;

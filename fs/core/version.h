@@ -113,9 +113,10 @@ enum {
  * What stat(2) shows of @v while it is written, and what its seal records, with at most one
  * fstat(2) of the file the kernel writes it through (passthrough). Sets in @st:
  *   - st_size: wfs_version_size();
- *   - st_blocks (512-byte blocks): the kernel-written file's allocation (holes are not counted),
- *     else the size rounded up to 4 KiB (what most object files of a dense file take: the seal
- *     tells the kernel again when its object's differ, inode.h);
+ *   - st_blocks (512-byte blocks): the allocation of the file it is written into, by the kernel
+ *     or the daemon (holes are not counted: a truncate(2) to 5 GiB takes none, as on ext4); else
+ *     (in memory, or a seal hashing it) the size rounded up to 4 KiB (what most object files of
+ *     a dense file take: the seal tells the kernel again when its object's differ, inode.h);
  *   - st_mtim, the mtime the seal gives @v's content: the one set by wfs_version_set_mtime() and
  *     not moved by a write since; else the time of the last write, truncate or growth (the
  *     daemon's, or the kernel-written file's mtime). Left as it was when none of these happened;
