@@ -8,6 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include "commit.h"
 #include "daemon.h"
 #include "fault.h"
@@ -54,6 +56,8 @@ int wfs_commit_now(struct wfs_fs *fs)
 
 void wfs_commit_close_later(struct wfs_fs *fs, int fd)
 {
+	struct stat st;
+
 	if (fs->commit.started && fs->commit.nclosing == fs->commit.closing_cap) {
 		size_t cap = fs->commit.closing_cap ? 2 * fs->commit.closing_cap : 16;
 		int *more = realloc(fs->commit.closing, cap * sizeof(*more));
@@ -68,6 +72,8 @@ void wfs_commit_close_later(struct wfs_fs *fs, int fd)
 		return;
 	}
 	fs->commit.closing[fs->commit.nclosing++] = fd;
+	if (fstat(fd, &st) == 0)
+		fs->commit.closing_bytes += (uint64_t)st.st_blocks * 512;
 	cue(&fs->commit);
 }
 
@@ -84,6 +90,8 @@ static void close_removed(struct wfs_fs *fs)
 
 	if (!n)
 		return;
+	uint64_t bytes = fs->commit.closing_bytes;
+
 	fs->commit.closing = NULL;
 	fs->commit.nclosing = fs->commit.closing_cap = 0;
 	wfs_unlock(&fs->lock);
@@ -91,6 +99,7 @@ static void close_removed(struct wfs_fs *fs)
 		close(fds[i]);
 	free(fds);
 	wfs_lock(&fs->lock);
+	fs->commit.closing_bytes -= bytes; /* freed (closes queued meanwhile added theirs) */
 }
 
 bool wfs_commit_sync_at_close(struct wfs_fs *fs, uint64_t size, bool asked)

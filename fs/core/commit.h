@@ -72,6 +72,7 @@ struct wfs_commit {
 			      * woken for new work (commit.c's cue()); always to stop */
 	int *closing;             /* descriptors of removed objects, closed outside fs->lock */
 	size_t nclosing, closing_cap;
+	uint64_t closing_bytes;   /* what their closes will free (their allocations), until closed */
 	uint64_t counted, synced; /* seals committed with their objects unsynced since the mount, and
 				   * how many of the first ones a group sync covered (syncs may overlap:
 				   * each covers those it saw); wfs_commit_waiting() is the difference */
@@ -123,7 +124,9 @@ int wfs_commit_backup(struct wfs_fs *fs);
  * (L) Close @fd (wfs_store_object_unlink_open: a removed object) on the committer thread, without
  * fs->lock: that close frees the file's space, a filesystem's work that grows with the file (its
  * extents; discards where the store is mounted with discard). Closed at once when no committer
- * runs, or when the list cannot grow.
+ * runs, or when the list cannot grow. Until it is closed, its allocation counts in
+ * fs->commit.closing_bytes: space the store has, as far as a decision to keep or remove another
+ * object goes (object.c: a burst of rm's on a full store would otherwise all read it full).
  */
 void wfs_commit_close_later(struct wfs_fs *fs, int fd);
 /*

@@ -189,13 +189,16 @@ void wfs_object_log_collected(const struct wfs_fs *fs, const struct wfs_gc_repor
 		(unsigned long long)gc->bytes_kept);
 }
 
-/* Bytes free on the store's filesystem, root's reserve included (the daemon writes as root), or
- * UINT64_MAX when statvfs(2) fails (nothing is removed for a number not known). */
+/* Bytes free on the store's filesystem, root's reserve included (the daemon writes as root), with
+ * what removed objects' queued closes will free (commit.h), or UINT64_MAX when statvfs(2) fails
+ * (nothing is removed for a number not known). fs->lock held. */
 static uint64_t store_free(struct wfs_fs *fs)
 {
 	struct statvfs sv;
 
-	return wfs_store_statfs(fs->store, &sv) == 0 ? (uint64_t)sv.f_bfree * sv.f_frsize : UINT64_MAX;
+	if (wfs_store_statfs(fs->store, &sv) != 0)
+		return UINT64_MAX;
+	return (uint64_t)sv.f_bfree * sv.f_frsize + fs->commit.closing_bytes;
 }
 
 uint64_t wfs_object_make_room(struct wfs_fs *fs, uint64_t bytes)
