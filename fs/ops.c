@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/capability.h>
 #include <linux/fuse.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -507,11 +509,34 @@ static void reply_entry_or_err(fuse_req_t req, int ret, const struct fuse_entry_
 		fuse_reply_entry(req, e);
 }
 
+/*
+ * May this process hand the kernel backing files? FUSE_DEV_IOC_BACKING_OPEN asks for CAP_SYS_ADMIN
+ * (the kernel's fs/fuse/passthrough.c); without it every passthrough open fails. Unknown (capget
+ * failed) counts as yes, and so does the capability in a user namespace only, which the kernel
+ * refuses: the first open finds out (object.c) and the daemon serves from then on.
+ */
+static bool may_passthrough(void)
+{
+	struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+	struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
+
+	if (wfs_fault("init.cap-sys-admin")) /* test-only: a daemon without the capability */
+		return false;
+	if (syscall(SYS_capget, &hdr, data) != 0)
+		return true;
+	return (data[CAP_TO_INDEX(CAP_SYS_ADMIN)].effective & CAP_TO_MASK(CAP_SYS_ADMIN)) != 0;
+}
+
 static void wfs_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct wfs_fs *fs = userdata;
 
-	if (fs->opt.passthrough != 0 && fuse_set_feature_flag(conn, FUSE_CAP_PASSTHROUGH))
+	/* Not asked for without the capability: user.weightfs.stats and weightfsctl stat then say
+	 * "off" from the mount on, not after the first open failed. */
+	if (fs->opt.passthrough != 0 && !may_passthrough())
+		wfs_log(WFS_LOG_WARN, "kernel FUSE passthrough needs CAP_SYS_ADMIN (mount as root): the daemon "
+			"serves reads and writes");
+	else if (fs->opt.passthrough != 0 && fuse_set_feature_flag(conn, FUSE_CAP_PASSTHROUGH))
 		atomic_store(&fs->passthrough, true);
 	else if (fs->opt.passthrough != 0)
 		wfs_log(WFS_LOG_WARN, "kernel FUSE passthrough unavailable: the daemon serves reads");

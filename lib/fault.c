@@ -28,7 +28,7 @@ static int parse_errno(const char *s)
 		const char *name;
 		int err;
 	} names[] = {{"EIO", EIO}, {"ENOSPC", ENOSPC}, {"EDQUOT", EDQUOT}, {"ENOMEM", ENOMEM},
-		     {"EROFS", EROFS}, {"EMFILE", EMFILE}, {"EACCES", EACCES}};
+		     {"EROFS", EROFS}, {"EMFILE", EMFILE}, {"EACCES", EACCES}, {"EPERM", EPERM}};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (strcmp(s, names[i].name) == 0)

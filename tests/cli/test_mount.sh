@@ -616,6 +616,24 @@ else
 	fail "dead mount: cleared, mounted again" "$(mounted "$M")"
 fi
 
+# ---- a daemon without CAP_SYS_ADMIN: passthrough off from the mount on ----------------------------------
+# The kernel hands backing files only to CAP_SYS_ADMIN (a user's own mount through fusermount3): stat
+# said "on" until the first open failed. A test point stands in for the missing capability.
+S=$work/store-nocap M=$work/mnt-nocap
+mkdir -p "$M"
+if WFS_FAULT=init.cap-sys-admin=EPERM:0 "$B/weightfs" "$S" "$M" -o nosync; then
+	pt=$("$B/weightfsctl" stat "$M" | sed -n 's/^passthrough: *//p')
+	[[ $pt == off* ]]
+	verdict "no CAP_SYS_ADMIN: weightfsctl stat says passthrough off before any open" $? "passthrough: $pt"
+	grep -q "passthrough needs CAP_SYS_ADMIN" "$S/weightfs.log"
+	verdict "no CAP_SYS_ADMIN: the log says why" $? "$(tail -n 3 "$S/weightfs.log")"
+	printf 'served' >"$M/f" && [ "$(cat "$M/f")" = served ] && ! grep -q "passthrough open failed" "$S/weightfs.log"
+	verdict "no CAP_SYS_ADMIN: the daemon serves writes and reads, no open tries passthrough" $?
+	expect_umount "no CAP_SYS_ADMIN" "$M"
+else
+	fail "no CAP_SYS_ADMIN: mount"
+fi
+
 # ---- a store is private to the mounting user ----------------------------------------------------------
 # $work (mktemp, 0700) is opened for traversal so that only the store's own modes keep others out.
 S=$work/store-private M=$work/mnt-private
