@@ -33,7 +33,7 @@
 #include "upgrade.h"
 #include "weightfs.h"
 
-enum { KEY_HELP, KEY_VERSION, KEY_CHOICE };
+enum { KEY_HELP, KEY_VERSION, KEY_CHOICE, KEY_ACCESS };
 
 #define OPT(t, p, v) {t, offsetof(struct wfs_options, p), v}
 static const struct fuse_opt option_spec[] = {
@@ -68,6 +68,8 @@ static const struct fuse_opt option_spec[] = {
 	FUSE_OPT_KEY("nosync", KEY_CHOICE),
 	FUSE_OPT_KEY("holder", KEY_CHOICE),
 	FUSE_OPT_KEY("noholder", KEY_CHOICE),
+	FUSE_OPT_KEY("allow_other", KEY_ACCESS),
+	FUSE_OPT_KEY("allow_root", KEY_ACCESS),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -162,6 +164,20 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	case KEY_VERSION:
 		opt->show_version = 1;
 		return 0;
+	case KEY_ACCESS: {
+		/* libfuse's, passed on; with both, allow_root won silently (only root and the owner got
+		 * in), where fusermount3 refuses the pair. */
+		static char *access;
+
+		if (access && strcmp(access, arg) != 0) {
+			fprintf(stderr, "weightfs: -o %s,%s: conflicting choices for who may use the mount; give "
+				"one\n", access, arg);
+			return -1;
+		}
+		free(access);
+		access = strdup(arg);
+		return 1;
+	}
 	case KEY_CHOICE: {
 		/* Each choice with its group: one choice per group in an option set (a later one must not
 		 * silently win over an earlier one, as in -o sync,nosync). */
