@@ -31,7 +31,8 @@
 
 struct file {
 	char *path;
-	char *rel;       /* path below the argument it was found under (for --offload) */
+	char *rel;       /* --offload writes it to OUTDIR/rel: a file given directly, its last
+			    component; one found under a directory argument, its path below it */
 	uint64_t bytes;
 	uint64_t at;     /* offset in the staging area */
 };
@@ -102,6 +103,75 @@ nomem:
 	return -1;
 }
 
+/*
+ * Order of destination names, byte by byte except that '/' comes before every other byte: the names
+ * below "a/" then follow "a" at once (before "a.x"), so a name that another needs as a directory is
+ * next to it.
+ */
+static int rel_cmp(const void *pa, const void *pb)
+{
+	const unsigned char *x = (const unsigned char *)(*(const struct file *const *)pa)->rel;
+	const unsigned char *y = (const unsigned char *)(*(const struct file *const *)pb)->rel;
+	int cx, cy;
+
+	while (*x && *x == *y)
+		x++, y++;
+	cx = *x == '/' ? 1 : *x ? *x + 1 : 0;
+	cy = *y == '/' ? 1 : *y ? *y + 1 : 0;
+	return (cx > cy) - (cx < cy);
+}
+
+/*
+ * --offload: refuse inputs whose destinations clash, before anything is staged or written. Two
+ * inputs with one destination name (M/rank0/w and M/rank1/w given directly, or the same-named files
+ * of directories M/rank0 and M/rank1) would be written into one file at once, by two workers: one
+ * file, of mixed bytes, for two reported as offloaded. A destination that another needs as a
+ * directory would fail half-way. Prints one line (the first clash, how many in all). Returns the
+ * exit status: 0 (no clash), 2 (a clash: a usage error) or 1 (out of memory).
+ */
+static int check_destinations(const char *outdir)
+{
+	const struct file **by = malloc((nfiles ? nfiles : 1) * sizeof(*by));
+	const struct file *a = NULL, *b = NULL;
+	size_t clashes = 0;
+	bool as_dir = false;
+
+	if (!by) {
+		fprintf(stderr, "weightfsctl stage: out of memory\n");
+		return 1;
+	}
+	for (size_t i = 0; i < nfiles; i++)
+		by[i] = &files[i];
+	qsort(by, nfiles, sizeof(*by), rel_cmp);
+	for (size_t i = 1; i < nfiles; i++) {
+		const char *p = by[i - 1]->rel, *q = by[i]->rel;
+		size_t n = strlen(p);
+		bool same = strcmp(p, q) == 0, below = !same && strncmp(p, q, n) == 0 && q[n] == '/';
+
+		if (!same && !below)
+			continue;
+		if (!clashes++) {
+			a = by[i - 1];
+			b = by[i];
+			as_dir = below;
+		}
+	}
+	free(by);
+	if (!clashes)
+		return 0;
+	if (as_dir)
+		fprintf(stderr, "weightfsctl stage: --offload %s: %s would be written to %s/%s, which %s needs as a "
+			"directory", outdir, a->path, outdir, a->rel, b->path);
+	else
+		fprintf(stderr, "weightfsctl stage: --offload %s: %s and %s would both be written to %s/%s",
+			outdir, a->path, b->path, outdir, a->rel);
+	if (clashes > 1)
+		fprintf(stderr, " (%zu clashes in all)", clashes);
+	fprintf(stderr, "; nothing staged or written (a file given directly keeps its name, one found under a "
+		"directory its path below it: offload such inputs to separate directories)\n");
+	return 2;
+}
+
 static double gbps(uint64_t bytes, double s)
 {
 	return s > 0 ? (double)bytes / s / 1e9 : 0;
@@ -137,7 +207,11 @@ static void usage(FILE *out)
 		"                      (default: the GPU's node; env WFS_STAGE_NUMA_NODE)\n"
 		"      --host          stage into host memory instead of a GPU (no CUDA needed)\n"
 		"      --verify        compare the staged (and offloaded) bytes with the files\n"
-		"      --offload DIR   then write the staged bytes back out under DIR (device to file)\n"
+		"      --offload DIR   then write the staged bytes back out under DIR (device to file): a\n"
+		"                      file given as PATH to DIR/NAME, NAME its last component; a file\n"
+		"                      found under a directory PATH to DIR/REL, REL its path below PATH.\n"
+		"                      Inputs that would share a destination are refused before anything\n"
+		"                      is staged (exit 2)\n"
 		"      --fsync         with --offload: fsync every file before closing it\n"
 		"      --bench         measure pinned cudaMemcpy peak, the naive path (pageable mmap of the\n"
 		"                      file, cudaMemcpy) and the helper in one run; print the ratios\n"
@@ -146,7 +220,8 @@ static void usage(FILE *out)
 		"  -r, --repeat N      with --bench: passes of each method, interleaved (default 5); medians\n"
 		"  -h, --help          this text\n"
 		"Progress is shown on a terminal (not with --bench).\n"
-		"Exit status: 0 done, 1 a file or the GPU failed, 2 usage error.\n");
+		"Exit status: 0 done, 1 a file or the GPU failed, 2 usage error (clashing --offload\n"
+		"destinations included).\n");
 }
 
 /* The staging area: device memory, or host memory with --host. */
@@ -676,6 +751,13 @@ int wfs_ctl_stage(int argc, char **argv)
 	for (int i = optind; i < argc; i++)
 		if (collect(argv[i]) < 0)
 			goto out;
+	if (outdir) {
+		c = check_destinations(outdir);
+		if (c) {
+			rc = c;
+			goto out;
+		}
+	}
 	for (size_t i = 0; i < nfiles; i++) {
 		files[i].at = total;
 		total += (files[i].bytes + ALIGN_DEV - 1) / ALIGN_DEV * ALIGN_DEV;

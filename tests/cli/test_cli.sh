@@ -403,6 +403,33 @@ expect "weightfsctl stage with no CUDA runtime: exit 1, names what it looked for
 run env WFS_CUDART="$work/no-such-libcudart.so" "$CTL" stage --host "$work/one.bin"
 expect "weightfsctl stage --host with no CUDA runtime: exit 0" 0 "^staged 1 files, 6 bytes"
 
+# ---- stage --offload: where each input goes; inputs that would share a destination ---------------
+# A file given directly goes to DIR/its name, one found under a directory argument to DIR/its path
+# below it. rank0/w and rank1/w (given directly, or found under rank0 and rank1) both went to DIR/w:
+# exit 0, "offloaded 2 files", one file left, of mixed bytes (two workers wrote it at once).
+SD=$work/stage-src
+mkdir -p "$SD/rank0/sub" "$SD/rank1" "$SD/top"
+head -c 9649640 /dev/urandom >"$SD/rank0/w" && head -c 3904052 /dev/urandom >"$SD/rank1/w" &&
+	printf s >"$SD/rank0/sub/s" && printf t >"$SD/top/sub"
+run "$CTL" stage --host --offload "$work/off1" "$SD/rank0/w" "$SD/rank1/w"
+expect "stage --offload, two files of one name given directly: exit 2, names both" 2 "" \
+	"^weightfsctl stage: --offload $work/off1: $SD/rank0/w and $SD/rank1/w would both be written to $work/off1/w; nothing staged or written"
+run "$CTL" stage --host --offload "$work/off2" "$SD/rank0" "$SD/rank1/"
+expect "stage --offload, directories with same-named files: exit 2, names both" 2 "" \
+	"^weightfsctl stage: --offload $work/off2: $SD/rank0/w and $SD/rank1/w would both be written to $work/off2/w; nothing staged or written"
+run "$CTL" stage --host --offload "$work/off3" "$SD/top/sub" "$SD/rank0"
+expect "stage --offload, a file where another input needs a directory: exit 2, names both" 2 "" \
+	"^weightfsctl stage: --offload $work/off3: $SD/top/sub would be written to $work/off3/sub, which $SD/rank0/sub/s needs as a directory; "
+[ ! -e "$work/off1" ] && [ ! -e "$work/off2" ] && [ ! -e "$work/off3" ]
+verdict "stage --offload refused: nothing written" $? "$(ls -lR "$work"/off? 2>&1)"
+run "$CTL" stage --host --verify --offload "$work/off4" "$SD" "$SD/rank1/w"
+expect "stage --offload of a directory and a file: exit 0, every file offloaded" 0 "^offloaded 5 files, 17457746 bytes"
+cmp -s "$SD/rank0/w" "$work/off4/rank0/w" && cmp -s "$SD/rank1/w" "$work/off4/rank1/w" &&
+	cmp -s "$SD/rank1/w" "$work/off4/w" && [ "$(cat "$work/off4/rank0/sub/s" "$work/off4/top/sub")" = st ] &&
+	[ "$(find "$work/off4" -type f | wc -l)" = 5 ]
+verdict "stage --offload: a directory's files under their path below it, a file under its name" $? \
+	"$(ls -lR "$work/off4" 2>&1)"
+
 # ---- the mount(8) helper ------------------------------------------------------------------------
 # mount(8) and fstab hand it their own options too; they must not reach weightfs.
 HELPER=$(cd "$(dirname "$0")/../.." && pwd)/mount-helpers/mount.fuse.weightfs
