@@ -949,6 +949,42 @@ void wfs_stage_free(struct wfs_stager *st)
 	free(st);
 }
 
+static int item_path_cmp(const void *pa, const void *pb)
+{
+	return strcmp((*(const struct wfs_stage_item *const *)pa)->path,
+		      (*(const struct wfs_stage_item *const *)pb)->path);
+}
+
+/*
+ * Does an offload item of @items share its path with another item? Its workers would write the
+ * file while another item's write or read it (mixed bytes, a short read), and a failed item's
+ * unlink could take the other's finished file. Compares the strings only: the caller keeps one file
+ * under two spellings apart. Returns 0, -EINVAL (shared) or -ENOMEM.
+ */
+static int offload_paths_shared(const struct wfs_stage_item *items, size_t n)
+{
+	const struct wfs_stage_item **by;
+	bool offload = false;
+	int r = 0;
+
+	for (size_t i = 0; i < n && !offload; i++)
+		offload = items[i].flags & WFS_STAGE_OFFLOAD;
+	if (!offload || n < 2)
+		return 0;
+	by = malloc(n * sizeof(*by));
+	if (!by)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		by[i] = &items[i];
+	qsort(by, n, sizeof(*by), item_path_cmp);
+	/* In a run of equal paths an offload item is next to another of the run. */
+	for (size_t i = 1; i < n && !r; i++)
+		if (((by[i - 1]->flags | by[i]->flags) & WFS_STAGE_OFFLOAD) && !strcmp(by[i - 1]->path, by[i]->path))
+			r = -EINVAL;
+	free(by);
+	return r;
+}
+
 int wfs_stage_submit(struct wfs_stager *st, const struct wfs_stage_item *items, size_t n,
 		     struct wfs_stage_batch **out)
 {
@@ -971,6 +1007,9 @@ int wfs_stage_submit(struct wfs_stager *st, const struct wfs_stage_item *items, 
 		if (w->offset > UINT64_MAX - w->bytes || w->offset + w->bytes > (uint64_t)INT64_MAX)
 			return -EOVERFLOW;
 	}
+	r = offload_paths_shared(items, n);
+	if (r < 0)
+		return r;
 	b = calloc(1, sizeof(*b));
 	if (!b)
 		return -ENOMEM;

@@ -158,8 +158,10 @@ void wfs_stage_free(struct wfs_stager *st);
  * comes first. On success *@out owns the batch: wait for it with wfs_stage_wait() and free it with
  * wfs_stage_batch_free(). @n may be 0.
  * Errors (nothing is queued): -EINVAL (NULL path, NULL mem with bytes > 0, offload with offset != 0,
- * EXACT on an offload, a digest on a backload or one that is not 32 hex digits), -EOVERFLOW (offset +
- * bytes overflows), -ENOMEM.
+ * EXACT on an offload, a digest on a backload or one that is not 32 hex digits, an offload whose path
+ * string another item of the batch also gives: two writers, or a writer and a reader, of one file at
+ * once), -EOVERFLOW (offset + bytes overflows), -ENOMEM. One file under two spellings (a/b, a//b, a
+ * link), or in two batches in flight at once, is not detected: the caller keeps those apart.
  * Per-item errors (missing file, short file, EIO, ...) come back through wfs_stage_wait() and
  * wfs_stage_result(), never from here.
  */

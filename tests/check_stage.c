@@ -267,6 +267,67 @@ START_TEST(test_submit_invalid)
 }
 END_TEST
 
+/*
+ * An offload item whose path another item of the batch gives is refused, nothing queued: two
+ * workers wrote one file at once (weightfsctl stage --offload of rank0/w and rank1/w, a user trial:
+ * one file of mixed bytes, both items successful). Two reads of one file stay allowed.
+ */
+START_TEST(test_submit_shared_path)
+{
+	struct wfs_stager *st = host_stager(NBUF, BUF_BYTES, 2);
+	size_t n = 3 * BUF_BYTES + 5, got = 0;
+	unsigned char *a = malloc(n), *c = malloc(n), *src = write_file("src", n, 11), *back;
+	struct wfs_stage_batch *b = NULL;
+	char out[512], in[512], other[512];
+
+	ck_assert_ptr_nonnull(a);
+	ck_assert_ptr_nonnull(c);
+	tu_fill(a, n, 12);
+	tpath(out, sizeof(out), "out");
+	tpath(in, sizeof(in), "src");
+	tpath(other, sizeof(other), "other");
+	{
+		struct wfs_stage_item two_writers[] = {
+			{ out, 0, n, a, WFS_STAGE_OFFLOAD, NULL },
+			{ other, 0, n, a, WFS_STAGE_OFFLOAD, NULL },
+			{ out, 0, 5, c, WFS_STAGE_OFFLOAD, NULL },
+		};
+		struct wfs_stage_item writer_reader[] = {
+			{ in, 0, n, c, 0, NULL },
+			{ in, 0, n, a, WFS_STAGE_OFFLOAD, NULL },
+		};
+		struct wfs_stage_item two_readers[] = {
+			{ in, 0, n, a, WFS_STAGE_EXACT, NULL },
+			{ in, 0, n, c, 0, NULL },
+			{ out, 0, n, src, WFS_STAGE_OFFLOAD | WFS_STAGE_FSYNC, NULL },
+		};
+
+		ck_assert_int_eq(wfs_stage_submit(st, two_writers, 3, &b), -EINVAL);
+		ck_assert_int_eq(wfs_stage_submit(st, writer_reader, 2, &b), -EINVAL);
+		ck_assert_int_eq(access(out, F_OK), -1);
+		ck_assert_int_eq(access(other, F_OK), -1);
+		back = read_file(in, &got);
+		ck_assert_uint_eq(got, n);
+		ck_assert_mem_eq(back, src, n);
+		free(back);
+
+		ck_assert_int_eq(wfs_stage_submit(st, two_readers, 3, &b), 0);
+		ck_assert_int_eq(wfs_stage_wait(b), 0);
+		wfs_stage_batch_free(b);
+	}
+	ck_assert_mem_eq(a, src, n);
+	ck_assert_mem_eq(c, src, n);
+	back = read_file(out, &got);
+	ck_assert_uint_eq(got, n);
+	ck_assert_mem_eq(back, src, n);
+	free(back);
+	wfs_stage_free(st);
+	free(a);
+	free(c);
+	free(src);
+}
+END_TEST
+
 /* Two batches from two threads, waited for out of order. */
 struct conc_arg {
 	struct wfs_stager *st;
@@ -734,6 +795,7 @@ static Suite *stage_suite(void)
 	ADD("load_range", test_load_range);
 	ADD("batch_errors", test_batch_errors);
 	ADD("submit_invalid", test_submit_invalid);
+	ADD("submit_shared_path", test_submit_shared_path);
 	ADD("concurrent_batches", test_concurrent_batches);
 	tc = tcase_create("offload_roundtrip");
 	tcase_add_checked_fixture(tc, setup_tmp, teardown_tmp);
