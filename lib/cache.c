@@ -314,8 +314,18 @@ static int add_file(struct walk *w, const char *path, const struct stat *st)
 	return 0;
 }
 
-/* Walk @path (a PATH_MAX buffer, restored on return). */
-static int walk(struct walk *w, char *path)
+/* walk()'s answer for an entry whose lstat() its directory's mode refuses (EACCES). */
+#define WALK_NO_SEARCH 1
+
+/*
+ * Walk @path (a PATH_MAX buffer, restored on return); @top for the path given. Below it, a directory
+ * the caller may not list (opendir: EACCES, another user's 0700 directory on an allow_other mount)
+ * or search (lstat of its entries: EACCES) is skipped whole and counted once in unreadable_dirs, as
+ * unreadable files are: what it holds is this caller's neither to measure nor to drop. Returns 0,
+ * WALK_NO_SEARCH (@path's own lstat refused: its directory counts it, or the top reports it), or a
+ * negative errno with w->err set.
+ */
+static int walk(struct walk *w, char *path, bool top)
 {
 	size_t len = strlen(path);
 	struct dirent *e;
@@ -325,6 +335,8 @@ static int walk(struct walk *w, char *path)
 
 	if (lstat(path, &st) < 0) {
 		ret = -errno;
+		if (ret == -EACCES && !top)
+			return WALK_NO_SEARCH;
 		snprintf(w->err, w->errlen, "%s: %s", path, strerror(-ret));
 		return ret;
 	}
@@ -335,6 +347,10 @@ static int walk(struct walk *w, char *path)
 	d = opendir(path);
 	if (!d) {
 		ret = -errno;
+		if (ret == -EACCES && !top) {
+			w->g->pub.unreadable_dirs++;
+			return 0;
+		}
 		snprintf(w->err, w->errlen, "%s: %s", path, strerror(-ret));
 		return ret;
 	}
@@ -347,10 +363,19 @@ static int walk(struct walk *w, char *path)
 			break;
 		}
 		snprintf(path + len, PATH_MAX - len, "/%s", e->d_name);
-		ret = walk(w, path);
+		ret = walk(w, path, false);
 		path[len] = '\0';
 	}
 	closedir(d);
+	if (ret == WALK_NO_SEARCH) {
+		/* Listed but not searchable: its first entry's lstat said so, so nothing was added. */
+		if (top) {
+			snprintf(w->err, w->errlen, "%s: %s", path, strerror(EACCES));
+			return -EACCES;
+		}
+		w->g->pub.unreadable_dirs++;
+		ret = 0;
+	}
 	return ret;
 }
 
@@ -392,7 +417,7 @@ int wfs_cache_set_add(struct wfs_cache_set *set, const char *path, char *err, si
 	w.g = g;
 	w.store = store;
 	w.names = !mount_passthrough(mnt);
-	ret = walk(&w, real);
+	ret = walk(&w, real, true);
 	if (ret) {
 		/* Undo: close what this walk opened and forget its hash entries. */
 		for (size_t i = nobjs; i < set->nobjs; i++)

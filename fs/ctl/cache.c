@@ -26,6 +26,7 @@ static void cache_usage(FILE *out)
 		"PATH is a file or directory (a rank's tree) on a weightfs mount. Its pages are the page cache\n"
 		"of its object files (passthrough), shared by every name with the same content, so this acts\n"
 		"on the objects in the store (root or the mounting user: the store is private to its owner).\n"
+		"Files and directories below PATH that you cannot read are skipped and counted.\n"
 		"  drop    free the page cache of every object below PATH (posix_fadvise DONTNEED); pages a\n"
 		"          process has mapped stay (the kernel never drops mapped pages); the other names of a\n"
 		"          shared object lose their cached copy too (there is only one).\n"
@@ -115,6 +116,8 @@ static void print_residency(const char *label, const struct wfs_cache_group *g, 
 		printf(" (%llu unsealed files skipped)", (unsigned long long)g->unsealed);
 	if (g && g->unreadable)
 		printf(" (%llu files you cannot read skipped)", (unsigned long long)g->unreadable);
+	if (g && g->unreadable_dirs)
+		printf(" (%llu directories you cannot read skipped)", (unsigned long long)g->unreadable_dirs);
 	printf("\n");
 }
 
@@ -144,6 +147,7 @@ static int do_status(struct wfs_cache_set *set, bool json)
 			json_object_set_new(o, "files", json_integer((json_int_t)g->files));
 			json_object_set_new(o, "unsealed_files", json_integer((json_int_t)g->unsealed));
 			json_object_set_new(o, "unreadable_files", json_integer((json_int_t)g->unreadable));
+			json_object_set_new(o, "unreadable_dirs", json_integer((json_int_t)g->unreadable_dirs));
 			json_object_set_new(o, "objects", json_integer((json_int_t)g->objects));
 			json_array_append_new(arr, o);
 		} else {
@@ -172,21 +176,41 @@ static int do_status(struct wfs_cache_set *set, bool json)
 	return ret ? 1 : 0;
 }
 
-/* Files skipped over all groups because the caller cannot read them. */
-static uint64_t unreadable_files(struct wfs_cache_set *set)
-{
-	uint64_t n = 0;
+/* Files and directories skipped over all groups because the caller cannot read them. */
+struct unreadable {
+	uint64_t files, dirs;
+};
 
-	for (size_t i = 0; i < wfs_cache_set_groups(set); i++)
-		n += wfs_cache_set_group(set, i)->unreadable;
-	return n;
+static struct unreadable unreadable_of(struct wfs_cache_set *set)
+{
+	struct unreadable u = { 0, 0 };
+
+	for (size_t i = 0; i < wfs_cache_set_groups(set); i++) {
+		u.files += wfs_cache_set_group(set, i)->unreadable;
+		u.dirs += wfs_cache_set_group(set, i)->unreadable_dirs;
+	}
+	return u;
+}
+
+/* "; N files you cannot read skipped; M directories ..." (each part only when not 0) into @buf. */
+static void skipped_note(char *buf, size_t len, struct unreadable u)
+{
+	int n = 0;
+
+	buf[0] = '\0';
+	if (u.files)
+		n = snprintf(buf, len, "; %llu files you cannot read skipped", (unsigned long long)u.files);
+	if (u.dirs && n >= 0 && (size_t)n < len)
+		snprintf(buf + n, len - (size_t)n, "; %llu directories you cannot read skipped",
+			 (unsigned long long)u.dirs);
 }
 
 static int do_drop(struct wfs_cache_set *set, bool json)
 {
-	uint64_t before = 0, after = 0, unreadable = unreadable_files(set);
+	struct unreadable unreadable = unreadable_of(set);
+	uint64_t before = 0, after = 0;
 	double t0 = wfs_ctl_now(), dt;
-	char a[32], b[32], skipped[64] = "";
+	char a[32], b[32], skipped[128];
 	int ret = wfs_cache_drop(set, &before, &after);
 
 	dt = wfs_ctl_now() - t0;
@@ -197,17 +221,15 @@ static int do_drop(struct wfs_cache_set *set, bool json)
 	if (json) {
 		bool known = after != WFS_CACHE_UNKNOWN;
 
-		return wfs_ctl_json_print(json_pack("{s:I, s:o, s:o, s:o, s:I}", "objects",
+		return wfs_ctl_json_print(json_pack("{s:I, s:o, s:o, s:o, s:I, s:I}", "objects",
 						    (json_int_t)wfs_cache_set_objects(set), "resident_bytes_before",
 						    known ? json_integer((json_int_t)before) : json_null(),
 						    "resident_bytes_after", known ? json_integer((json_int_t)after) : json_null(),
 						    "seconds", wfs_ctl_json_fixed(dt, 3), "unreadable_files",
-						    (json_int_t)unreadable),
+						    (json_int_t)unreadable.files, "unreadable_dirs", (json_int_t)unreadable.dirs),
 					  0);
 	}
-	if (unreadable)
-		snprintf(skipped, sizeof(skipped), "; %llu files you cannot read skipped",
-			 (unsigned long long)unreadable);
+	skipped_note(skipped, sizeof(skipped), unreadable);
 	if (after == WFS_CACHE_UNKNOWN) {
 		printf("drop: %zu objects dropped (%.3f s); how much was resident cannot be measured as this user "
 		       "(the kernel shows another user's files as all resident: ask as the mounting user)%s\n",
@@ -225,11 +247,12 @@ static int do_drop(struct wfs_cache_set *set, bool json)
 static int do_load(struct wfs_cache_set *set, int node, enum wfs_cache_policy policy, unsigned threads,
 		   bool json)
 {
+	struct unreadable unreadable = unreadable_of(set);
 	struct wfs_cache_load *l = NULL;
 	struct wfs_ctl_progress progress;
 	double t0 = wfs_ctl_now(), dt;
 	uint64_t done = 0, total = 0;
-	char msg[256], a[32];
+	char msg[256], a[32], skipped[128];
 	int ret;
 
 	ret = wfs_cache_load_start(set, node, policy, threads, &l);
@@ -260,18 +283,22 @@ static int do_load(struct wfs_cache_set *set, int node, enum wfs_cache_policy po
 		return 1;
 	}
 	if (json)
-		return wfs_ctl_json_print(json_pack("{s:I, s:I, s:o, s:i, s:s}", "objects",
+		return wfs_ctl_json_print(json_pack("{s:I, s:I, s:o, s:i, s:s, s:I, s:I}", "objects",
 						    (json_int_t)wfs_cache_set_objects(set), "bytes", (json_int_t)done,
 						    "seconds", wfs_ctl_json_fixed(dt, 3), "numa_node", node, "policy",
-						    node < 0 ? "none" : policy == WFS_CACHE_BIND ? "bind" : "preferred"),
+						    node < 0 ? "none" : policy == WFS_CACHE_BIND ? "bind" : "preferred",
+						    "unreadable_files", (json_int_t)unreadable.files, "unreadable_dirs",
+						    (json_int_t)unreadable.dirs),
 					  0);
 	human(a, sizeof(a), done);
+	skipped_note(skipped, sizeof(skipped), unreadable);
 	printf("load: %zu objects, %s read in %.2f s (%.0f MiB/s)", wfs_cache_set_objects(set), a, dt,
 	       dt > 0 ? (double)done / 1048576.0 / dt : 0.0);
 	if (node >= 0)
-		printf(", pages allocated on NUMA node %d (%s)\n", node, policy == WFS_CACHE_BIND ? "bind" : "preferred");
+		printf(", pages allocated on NUMA node %d (%s)%s\n", node, policy == WFS_CACHE_BIND ? "bind" : "preferred",
+		       skipped);
 	else
-		printf(", unbound\n");
+		printf(", unbound%s\n", skipped);
 	return 0;
 }
 

@@ -152,6 +152,36 @@ if id nobody >/dev/null 2>&1; then
 	rc=$?
 	expect "another user, drop: a file it cannot read is skipped and counted" 0 "1 files you cannot read skipped"
 	rm -f "$MNT/rank0/private"
+	# A directory below the walked one that the caller cannot list (another user's 0700 directory on
+	# an allow_other mount) or search (0744): skipped and counted, as such a file is; it stopped
+	# status, drop and load (exit 1, "...: Permission denied"). The caller is root without
+	# CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH: the store's owner, as the mounting user is, so its
+	# status measures.
+	if command -v setpriv >/dev/null; then
+		as_owner=(setpriv --bounding-set "-dac_override,-dac_read_search" -- "$CTL")
+		mkdir "$MNT/rank0/theirs" && printf p >"$MNT/rank0/theirs/p" && chown -R nobody "$MNT/rank0/theirs"
+		for mode in 700 744; do
+			chmod "$mode" "$MNT/rank0/theirs"
+			run "${as_owner[@]}" cache status "$MNT/rank0" --json
+			expect "a directory the caller cannot read ($mode): status --json skips and counts it" 0 \
+				'"files":2,"unsealed_files":0,"unreadable_files":0,"unreadable_dirs":1,'
+			run "${as_owner[@]}" cache status "$MNT/rank0"
+			expect "a directory the caller cannot read ($mode): status says so" 0 \
+				"\(1 directories you cannot read skipped\)\$"
+			run "${as_owner[@]}" cache drop "$MNT/rank0"
+			expect "a directory the caller cannot read ($mode): drop skips and counts it" 0 \
+				"; 1 directories you cannot read skipped\$"
+			run "${as_owner[@]}" cache load "$MNT/rank0" --json
+			expect "a directory the caller cannot read ($mode): load skips and counts it" 0 \
+				'"unreadable_dirs": ?1[,}]'
+		done
+		run "${as_owner[@]}" cache status "$MNT/rank0/theirs"
+		expect "a PATH the caller cannot read: one line naming it, exit 1" 1 "" \
+			"^weightfsctl cache status: $MNT/rank0/theirs: Permission denied\$"
+		rm -rf "$MNT/rank0/theirs"
+	else
+		skip "a directory the caller cannot read: no setpriv"
+	fi
 	out=$(runuser -u nobody -- "$work/ctl" stat "$MNT" 2>&1)
 	rc=$?
 	expect "another user, stat MNT: the daemon's totals (the store is private)" 0 \

@@ -42,7 +42,8 @@ class _Residency(ctypes.Structure):
 class _Group(ctypes.Structure):
     # Mirrors struct wfs_cache_group.
     _fields_ = [("path", ctypes.c_char_p), ("files", ctypes.c_uint64), ("unsealed", ctypes.c_uint64),
-                ("objects", ctypes.c_uint64), ("unreadable", ctypes.c_uint64)]
+                ("objects", ctypes.c_uint64), ("unreadable", ctypes.c_uint64),
+                ("unreadable_dirs", ctypes.c_uint64)]
 
 
 def _lib() -> ctypes.CDLL:
@@ -101,7 +102,8 @@ def _residency_dict(r: _Residency) -> Dict[str, Any]:
 def residency(paths: Union[PathLike, Iterable[PathLike]]) -> Dict[str, Any]:
     """Resident page cache of paths (files or directories on a weightfs mount). Returns
     {"paths": [{"path", "files", "unsealed_files" (being written: skipped), "unreadable_files" (this
-    user cannot read them: skipped), "objects", "bytes", "resident_bytes", "node_resident_bytes":
+    user cannot read them: skipped), "unreadable_dirs" (directories this user cannot list or search:
+    skipped with what they hold), "objects", "bytes", "resident_bytes", "node_resident_bytes":
     {node: bytes}, ...} per path], "total": {... over distinct objects: shared content counts once}}.
     Raises OSError (PermissionError when the store is not readable by this user, or when its objects
     cannot be measured by this user: the kernel reports another user's files as all resident)."""
@@ -117,7 +119,8 @@ def residency(paths: Union[PathLike, Iterable[PathLike]]) -> Dict[str, Any]:
                                       "reports another user's files as all resident)", g.path.decode())
             d = _residency_dict(r)
             d.update(path=g.path.decode(), files=int(g.files), unsealed_files=int(g.unsealed),
-                     unreadable_files=int(g.unreadable), objects=int(g.objects))
+                     unreadable_files=int(g.unreadable), unreadable_dirs=int(g.unreadable_dirs),
+                     objects=int(g.objects))
             out.append(d)
         s._lib.wfs_cache_status(s._p, _SIZE_MAX, True, ctypes.byref(r))
         total = _residency_dict(r)
