@@ -68,7 +68,8 @@ static void init_usage(FILE *out)
 		     "Make a new, empty weightfs store in directory STORE (created when missing; its parent\n"
 		     "must exist): objects/, tmp/ and catalog.db, with STORE made 0700 so that only you (and\n"
 		     "root) read it directly; others read through a mount, under each file's mode. STORE may\n"
-		     "hold other files (left as they are): this is the way to make a store there, which\n"
+		     "hold other files (left as they are, but out of other users' reach: a line says when\n"
+		     "STORE's mode changed, from what to what): this is the way to make a store there, which\n"
 		     "weightfs refuses to do by itself. A store already there is left as it is (exit 0).\n"
 		     "Then mount it: weightfs STORE MOUNTPOINT.\n\n"
 		     "  --retain SIZE every mount of the store keeps up to SIZE bytes (K, M, G, T, P suffixes)\n"
@@ -89,6 +90,8 @@ int wfs_ctl_init(int argc, char **argv)
 	struct wfs_store *s = NULL;
 	const char *path;
 	struct stat st;
+	bool existed = false, had_files = false; /* STORE was a directory before init; it held entries */
+	mode_t before = 0;                        /* then its permission bits */
 	int ret;
 
 	ret = wfs_ctl_parse(&cmd, argc, argv);
@@ -112,7 +115,11 @@ int wfs_ctl_init(int argc, char **argv)
 		return 1;
 	}
 	snprintf(db, sizeof(db), "%s/" WFS_STORE_CATALOG, path);
-	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode) && access(db, F_OK) == 0) {
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		existed = true;
+		before = st.st_mode & 07777;
+	}
+	if (existed && access(db, F_OK) == 0) {
 		/* An init run again with what it was run with: done. Another budget is a change, which
 		 * init does not make to a store it finds. */
 		if (retain != UINT64_MAX && (wfs_catalog_open(db, WFS_CATALOG_READONLY, 0, 0, &c) ||
@@ -134,6 +141,7 @@ int wfs_ctl_init(int argc, char **argv)
 			path);
 		return 1;
 	}
+	had_files = existed && dir_has_entries(path);
 	umask(077); /* catalog.db and what else is made here: for the store's owner only */
 	ret = wfs_store_open(path, WFS_STORE_INIT, &s);
 	if (ret == 0)
@@ -158,5 +166,10 @@ int wfs_ctl_init(int argc, char **argv)
 	printf("init: %s: a new weightfs store (mode 0700, keeps %llu bytes of objects no name uses); mount it "
 	       "with: weightfs %s MOUNTPOINT\n", path, retain == UINT64_MAX ? 0ull : (unsigned long long)retain,
 	       path);
+	/* The store is made 0700 (lib/store.h): say so where that took other users' access away. */
+	if (existed && stat(path, &st) == 0 && (st.st_mode & 07777) != before)
+		printf("init: %s: mode changed from %04o to %04o%s\n", path, (unsigned)before,
+		       (unsigned)(st.st_mode & 07777),
+		       had_files ? ": other users can no longer reach the files that were there" : "");
 	return 0;
 }

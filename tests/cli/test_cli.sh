@@ -763,8 +763,12 @@ expect "weightfs on a non-empty directory that is no store: exit 1, names weight
 got=$(cd "$NS" && ls -A)
 [ "$got" = notes.txt ] && ! mountpoint -q "$NM"
 verdict "refused STORE: left exactly as it was, nothing mounted" $? "STORE holds: $got"
+chmod 755 "$NS"
 run "$CTL" init "$NS"
 expect "weightfsctl init on a directory with files: exit 0" 0 "^init: $NS: a new weightfs store"
+# The other users' access to those files goes with the 0700: said once, not silently.
+expect "weightfsctl init on a directory with files: says its mode changed, from what to what" 0 \
+	"^init: $NS: mode changed from 0755 to 0700: other users can no longer reach the files that were there\$"
 if [ -f "$NS/catalog.db" ] && [ -d "$NS/objects" ] && [ "$(cat "$NS/notes.txt")" = 'my notes' ] &&
 	[ "$(stat -c %a "$NS")" = 700 ]; then
 	ok "weightfsctl init: catalog.db and objects/ laid out, STORE 0700, its files kept"
@@ -773,6 +777,11 @@ else
 fi
 run "$CTL" init "$NS"
 expect "weightfsctl init on a store: exit 0, left as it is" 0 "already a weightfs store; left as it is"
+! grep -q "mode changed" <<<"$out"
+verdict "weightfsctl init on a store: no mode change to tell" $? "stdout: $out"
+run "$CTL" init "$work/fresh-store"
+[ "$rc" = 0 ] && ! grep -q "mode changed" <<<"$out" && [ "$(stat -c %a "$work/fresh-store")" = 700 ]
+verdict "weightfsctl init of a new directory: made 0700, no mode change to tell" $? "rc $rc; stdout: $out"
 if "$DAEMON" "$NS" "$NM" -o nosync && printf 'w' >"$NM/w" && [ "$(cat "$NM/w")" = w ]; then
 	ok "a store made by weightfsctl init mounts"
 else
