@@ -221,9 +221,10 @@ static uint64_t disk_usage(int dir_fd)
 static void stat_usage(FILE *out)
 {
 	fprintf(out, "usage: weightfsctl stat [--json|--prometheus] STORE|MOUNTPOINT|MOUNTPOINT/DIR\n\n"
-		     "Print the names, directories, logical bytes (the sum of file sizes, what ls and du\n"
-		     "of the mount show), objects, physical bytes (object bytes; disk usage of\n"
-		     "STORE/objects as du reports it) and the dedup ratio (logical / object bytes).\n"
+		     "Print the names, directories, logical bytes (the sum of file sizes, what ls -l of the\n"
+		     "mount shows; du shows allocated blocks instead: each name's object, holes left out),\n"
+		     "objects, physical bytes (the sum of object sizes, each content once; on disk: du of\n"
+		     "STORE/objects) and the dedup ratio (logical / physical bytes).\n"
 		     "Reads the catalog only: safe next to a running daemon. Given a MOUNTPOINT, it also\n"
 		     "shows what the daemon serving it knows (the mount root's user.weightfs.stats\n"
 		     "attribute): objects verified this run, passthrough on/off, claims, bytes written.\n"

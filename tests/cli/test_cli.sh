@@ -372,6 +372,12 @@ for sub in stat fsck gc stage; do
 	run "$CTL" "$sub" --help
 	expect "weightfsctl $sub --help: exit 0" 0 "^usage: weightfsctl $sub"
 done
+# Logical bytes are the sizes ls -l shows; du counts allocated blocks (holes left out), as
+# weightfsctl(8) and docs/semantics.md say (--help said "what ls and du of the mount show").
+run "$CTL" stat --help
+[ "$rc" = 0 ] && grep -q "logical bytes (the sum of file sizes, what ls -l of the" <<<"$out" &&
+	grep -q "du shows allocated blocks instead" <<<"$out" && ! grep -q "what ls and du" <<<"$out"
+verdict "weightfsctl stat --help: logical bytes are what ls -l shows, not du" $? "stdout: $out"
 
 # ---- one version: VERSION, for both binaries, the man pages and the Python package -----------------
 version=$(cat "$(dirname "$0")/../../VERSION")
