@@ -698,6 +698,8 @@ int main(int argc, char *argv[])
 		goto out;
 	}
 	if (check_fuse_options(&args, &fs)) {
+		/* libfuse's line names the option but not this program nor where the options are. */
+		fprintf(stderr, "weightfs: options refused; nothing mounted (weightfs --help lists them)\n");
 		ret = 2;
 		goto out;
 	}

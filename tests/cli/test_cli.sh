@@ -748,6 +748,10 @@ if "$DAEMON" "$RS" "$RM" -o nosync,retain=1G; then
 		run "$DAEMON" "$RS" "$RM" -o "$o"
 		expect "weightfs -o $o: exit 2, says why" 2 "" "$o"
 	done
+	run "$DAEMON" "$RS" "$RM" -o nosync,no_such_option # libfuse's: it names the option, weightfs the help
+	expect "weightfs -o no_such_option: exit 2, names the option" 2 "" "no_such_option"
+	expect "weightfs -o no_such_option: says where the options are" 2 "" \
+		"^weightfs: options refused; nothing mounted \(weightfs --help lists them\)$"
 	after=$(find "$RS/objects" -type f | wc -l)
 	if [ "$before" -eq 1 ] && [ "$after" -eq 1 ] && ! mountpoint -q "$RM"; then
 		ok "refused options: the retained object is still there, nothing mounted"
