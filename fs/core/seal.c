@@ -174,7 +174,7 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	struct wfs_object *o = NULL;
 	struct wfs_attr old, after;
 	struct wfs_digest d;
-	struct timespec mtime, changed = { 0, 0 };
+	struct timespec mtime, changed;
 	bool existed = false, unwritten, unchanged, kernel, told, durable = false, asked, alone, stored = false;
 	bool publishing = false, trusted = false, linked, filled = false;
 	struct stat linked_st;
