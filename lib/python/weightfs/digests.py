@@ -17,7 +17,7 @@ from typing import Any
 from . import _libweightfs
 from ._types import PathLike
 from .errors import _err
-from .memory import _contiguous_array, _gpu_chunks, _HostBytes, _is_torch_tensor, _torch_host
+from .memory import _contiguous_array, _gpu_chunks, _HostBytes, _is_torch_tensor, _tensor_values, _torch_host
 
 __all__ = ["digest", "digest_file"]
 
@@ -78,18 +78,19 @@ def digest(data: Any) -> str:
     holding those bytes, and what `getfattr -n user.weightfs.digest` prints on weightfs.
 
     data: bytes, bytearray, memoryview, mmap, array.array, a numpy array (any dtype), or a torch
-    tensor (CPU or CUDA, any dtype). The bytes are the C-contiguous storage in native byte order
-    (numel x element size): a non-contiguous torch tensor or numpy array is hashed as its
-    .contiguous() / ascontiguousarray() copy (one temporary copy), a CUDA tensor through a bounded host
+    tensor (CPU or CUDA, any dtype). The bytes are the values in C order and native byte order
+    (numel x element size): a non-contiguous torch tensor or numpy array, a conjugate or negative
+    torch view and a numpy array of the other byte order are hashed as such a copy (one temporary
+    copy; memory.py), a CUDA tensor through a bounded host
     buffer (64 MiB per device, pinned when CUDA allows). Host memory is hashed in place, without a copy,
     with the GIL released.
 
-    Raises TypeError for an object without bytes (a numpy array of Python objects included), OSError
+    Raises TypeError for an object without bytes (a numpy array of Python objects, a quantized
+    tensor), OSError
     when libweightfs.so cannot be loaded."""
     if _is_torch_tensor(data):
         if data.device.type == "cuda":
-            t = data.detach()
-            return _gpu_digest(t if t.is_contiguous() else t.contiguous())
+            return _gpu_digest(_tensor_values(data))
         if data.device.type != "cpu":
             raise ValueError(f"digest: tensor on {data.device} (only CPU and CUDA tensors)")
         t, address, nbytes = _torch_host(data)

@@ -61,12 +61,30 @@ def _is_torch_tensor(x):
     return torch is not None and isinstance(x, torch.Tensor)
 
 
-def _torch_host(t):
-    """(contiguous detached tensor, address, nbytes) for a CPU tensor; the tensor keeps the memory.
-    A non-contiguous tensor is copied once (.contiguous())."""
+def _tensor_values(t):
+    """t (CPU or CUDA) as a detached contiguous tensor whose storage holds the values it reads as.
+
+    torch keeps a conjugate or negative view (x.conj() of a complex tensor, x._neg_view()) as a bit
+    on the tensor over the unchanged storage: that storage is resolved into a copy, or its bytes
+    would be the values before the conjugation or negation. A non-contiguous tensor is copied once
+    (.contiguous()). Raises TypeError for a quantized tensor: its bytes are integers whose scale and
+    zero point a tensor file has no place for."""
     t = t.detach()
-    if not t.is_contiguous():
-        t = t.contiguous()
+    if t.is_quantized:
+        raise TypeError(f"a quantized tensor ({t.dtype}) is its integers and a scale and zero point that "
+                        "a tensor file cannot hold: offload t.dequantize(), or t.int_repr() and the "
+                        "quantization parameters apart")
+    if getattr(t, "is_conj", None) and t.is_conj():
+        t = t.resolve_conj()
+    if getattr(t, "is_neg", None) and t.is_neg():
+        t = t.resolve_neg()
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _torch_host(t):
+    """(tensor, address, nbytes) for a CPU tensor: _tensor_values(t) and its bytes; the tensor
+    keeps the memory."""
+    t = _tensor_values(t)
     return t, (t.data_ptr() if t.numel() else 0), t.numel() * t.element_size()
 
 
@@ -78,14 +96,21 @@ def _address_view(address, nbytes):
 
 
 def _contiguous_array(data):
-    """numpy arrays that are not C-contiguous -> a contiguous copy; anything else as given.
+    """numpy arrays that are not C-contiguous, or not in native byte order (dtype '>i4' on this
+    little-endian machine), -> a contiguous native-order copy; anything else as given. A tensor
+    file's bytes are native (little-endian) values, as its dtype attribute (I32) says.
 
     Raises TypeError for a numpy array whose dtype holds Python objects (dtype=object, or a structured
     dtype with such a field): its bytes are the objects' addresses in this process, not data."""
     if type(data).__module__.startswith("numpy") and hasattr(data, "flags"):
-        if getattr(getattr(data, "dtype", None), "hasobject", False):
+        dtype = getattr(data, "dtype", None)
+        if getattr(dtype, "hasobject", False):
             raise TypeError(f"numpy array of dtype {data.dtype} holds Python objects, whose bytes are "
                             "their addresses in this process, not tensor data")
+        if dtype is not None and not dtype.isnative:
+            import numpy
+
+            return numpy.ascontiguousarray(data.astype(dtype.newbyteorder("=")))
         if not data.flags["C_CONTIGUOUS"]:
             import numpy
 

@@ -23,7 +23,7 @@ from .claims import _dev_of, _try_claim
 from .digests import _digest_address, _DigestThread, _gpu_digest
 from .dtypes import dtype_name, shape_text
 from .errors import _reraise, _warn_once
-from .memory import _address_view, _contiguous_array, _gpu_chunks, _HostBytes, _is_torch_tensor, _torch_host
+from .memory import _address_view, _contiguous_array, _gpu_chunks, _HostBytes, _is_torch_tensor, _tensor_values, _torch_host
 from .mountinfo import _is_weightfs
 from .names import DIGEST_XATTR, DTYPE_XATTR, PASSTHROUGH_WRITE_MIN, SHAPE_XATTR, TMP_PREFIX
 from .stage import _have_cuda
@@ -194,12 +194,10 @@ def _write_all(fd, view, path):
 def _describe(obj):
     """(kind, keeper, dtype name or None, shape) where kind is 'cpu', 'cuda' or 'buffer'."""
     if _is_torch_tensor(obj):
-        t = obj.detach()
-        if t.device.type == "cuda":
-            return "cuda", (t if t.is_contiguous() else t.contiguous()), dtype_name(t.dtype), tuple(t.shape)
-        if t.device.type != "cpu":
-            raise ValueError(f"offload: tensor on {t.device} (only CPU and CUDA tensors)")
-        return "cpu", (t if t.is_contiguous() else t.contiguous()), dtype_name(t.dtype), tuple(t.shape)
+        if obj.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"offload: tensor on {obj.device} (only CPU and CUDA tensors)")
+        t = _tensor_values(obj)
+        return t.device.type, t, dtype_name(t.dtype), tuple(t.shape)
     if type(obj).__module__.startswith("numpy") and hasattr(obj, "dtype") and hasattr(obj, "shape"):
         a = _contiguous_array(obj)
         return "buffer", a, dtype_name(a.dtype), tuple(a.shape)
@@ -216,8 +214,10 @@ def offload(data: Any, path: PathLike, *, claim: bool = True, xattrs: bool = Tru
             stager: Optional["Stager"] = None, _digest: Optional[str] = None) -> OffloadResult:
     """Write a tensor's bytes as a new sealed file at path: hash on the host, claim, write on a miss.
 
-    data: a torch tensor on the CPU or a CUDA device (any dtype; non-contiguous ones are copied once
-    with .contiguous()), a numpy array (non-C-contiguous ones copied once), or any C-contiguous buffer
+    data: a torch tensor on the CPU or a CUDA device (any dtype but quantized ones, TypeError;
+    non-contiguous ones, and conjugate or negative views, are copied once into the values they read
+    as), a numpy array (non-C-contiguous ones, and those not in native byte order, copied once), or
+    any C-contiguous buffer
     (bytes, memoryview, mmap; dtype U8, shape [nbytes]). path: the final name; its directory is
     created. The file is built under a temporary name in the same directory (.wfs-tmp-PID-N-HASH),
     sealed, given its xattrs and renamed over path, so readers of path see the old file or the new one,

@@ -199,6 +199,9 @@ def _check_tensor(tensor, what):
         raise ValueError(f"{what}: tensor is on {tensor.device}, not a CUDA device")
     if not tensor.is_contiguous():
         raise ValueError(f"{what}: tensor is not contiguous")
+    if (getattr(tensor, "is_conj", None) and tensor.is_conj()) or (getattr(tensor, "is_neg", None) and tensor.is_neg()):
+        raise ValueError(f"{what}: tensor is a conjugate or negative view, whose storage holds other values "
+                         "than it reads as: resolve_conj() / resolve_neg() it first")
     # Work queued on the tensor (on torch's streams) must finish before our streams touch it.
     torch.cuda.current_stream(tensor.device).synchronize()
     return tensor.numel() * tensor.element_size()
