@@ -288,6 +288,30 @@ def test_offload_load_scalar_empty_tensor_non_contiguous_tensor_numpy(mnt):
     assert weightfs.load(f"{d}/bytes", dtype="U8", shape=[3]).tolist() == [1, 2, 3]
 
 
+def test_offload_values_of_conjugate_negative_views_and_big_endian_arrays(mnt):
+    """offload: conjugate and negative views and big-endian arrays are stored as the values they read
+    as (a user trial got [1, 2, 3] back for a negative view of it, and byte-swapped integers)"""
+    d = os.path.join(mnt, "pkg", "rank0")
+    n = torch.tensor([1.0, 2.0, 3.0])._neg_view()
+    assert n.is_neg()
+    weightfs.offload(n, f"{d}/neg")
+    assert weightfs.load(f"{d}/neg").tolist() == [-1.0, -2.0, -3.0]
+    assert weightfs.digest(n) == weightfs.digest(torch.tensor([-1.0, -2.0, -3.0]))
+    c = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64).conj()
+    assert c.is_conj()
+    weightfs.offload(c, f"{d}/conj")
+    assert weightfs.load(f"{d}/conj").tolist() == [1 - 2j, 3 + 4j]
+    be = np.arange(4, dtype=">i4")
+    weightfs.offload(be, f"{d}/be")
+    assert os.getxattr(f"{d}/be", "user.weightfs.dtype") == b"I32"
+    assert weightfs.load(f"{d}/be", numpy=True).tolist() == [0, 1, 2, 3]
+    assert weightfs.digest(be) == weightfs.digest(np.arange(4, dtype="<i4"))
+    q = torch.quantize_per_tensor(torch.tensor([1.0, 2.0]), 0.1, 0, torch.quint8)
+    with pytest.raises(TypeError, match="quantized"):
+        weightfs.offload(q, f"{d}/quantized")
+    assert not os.path.exists(f"{d}/quantized")
+
+
 def test_offload_no_temporary_file_left_in_the_directory(mnt):
     """offload: no temporary file left in the directory"""
     left = [f for f in os.listdir(os.path.join(mnt, "pkg", "rank0")) if f.startswith(".wfs-tmp-")]
@@ -660,6 +684,39 @@ def sealed(path, hx):
         time.sleep(0.005)
 
 
+def test_frozenoffload_the_same_bytes_as_another_shape_are_not_skipped(mnt):
+    """FrozenOffload: the same bytes offloaded again as another shape or dtype get that shape and
+    dtype (a skip by digest alone kept the stale pair)"""
+    fo = weightfs.FrozenOffload(os.path.join(mnt, "frozen-reshape"), 0)
+    fo.offload({"w": torch.zeros(4, 8)})
+    path = fo.path("w")
+    s = fo.offload({"w": torch.zeros(8, 4)})
+    assert s.skipped == 0 and s.written_bytes == 0, s[1:]  # claimed: no bytes moved
+    assert os.getxattr(path, "user.weightfs.shape") == b"[8,4]"
+    s = fo.offload({"w": torch.zeros(4, 16, dtype=torch.float16)})
+    assert s.skipped == 0, s[1:]
+    assert os.getxattr(path, "user.weightfs.dtype") == b"F16"
+    assert os.getxattr(path, "user.weightfs.shape") == b"[4,16]"
+    assert fo.offload({"w": torch.zeros(4, 16, dtype=torch.float16)}).skipped == 1
+
+
+def test_frozenoffload_damaged_bytes_for_the_remount_phase(mnt, store):
+    """FrozenOffload: a model offloaded, then its first object damaged on the disk (the remount phase
+    offloads it again with free=True)"""
+    for seed in (77, 78):  # one for the skips of the remount phase, one for its claims
+        m = model(seed=seed)
+        fo = weightfs.FrozenOffload(os.path.join(mnt, f"frozen-bitrot-{seed}"), 0)
+        assert fo.offload(m).tensors == 4  # the LayerNorm's ones and zeros: claimed, as before
+        hx = os.getxattr(fo.path("0.weight"), "user.weightfs.digest").decode()  # this seed's own
+        obj = os.path.join(store, "objects", hx[:2], hx[2:])
+        os.chmod(obj, 0o644)
+        with open(obj, "r+b") as f:  # bit rot: one byte flipped in place, what no check has seen yet
+            b = f.read(1)
+            f.seek(0)
+            f.write(bytes([b[0] ^ 0xFF]))
+        os.chmod(obj, 0o444)
+
+
 def test_claim_files_requests_of_256_lines_make_the_new_names(mnt, plain):
     """claim_files: requests of 256 lines make the new names; existing, unknown and malformed ones passed over"""
     d = os.path.join(mnt, "claims")
@@ -921,3 +978,21 @@ def test_remount_frozenoffload_restart_skips_all_fresh_names_claim(mnt, store, f
     before = {k: tuple(v) for k, v in first_state["objects"].items()}
     now = wfstest.objects(store)
     assert now == before, f"objects changed: {len(before)} -> {len(now)}"
+
+
+@pytest.mark.phase("remount")
+def test_remount_frozenoffload_free_writes_damaged_bytes_again_before_it_frees(mnt):
+    """remount: offload(free=True) of tensors whose stored bytes rotted unseen writes them again
+    before it frees them, skipped or claimed (a user trial: restore() then failed with EIO, and the
+    weights were gone from the process)"""
+    for seed, rank in ((77, 0), (78, 1)):  # rank0: its files exist (skips); rank1: new (claims)
+        m = model(seed=seed)
+        want = {n: raw(p) for n, p in m.named_parameters()}
+        fo = weightfs.FrozenOffload(os.path.join(mnt, f"frozen-bitrot-{seed}"), rank)
+        s = fo.offload(m, free=True)
+        assert s.written == 1 and s.skipped + s.claimed == 3, (rank, s[1:])
+        assert (s.skipped if rank == 0 else s.claimed) == 3, (rank, s[1:])
+        assert fo.restore(m) == 4, rank
+        for n, p in m.named_parameters():
+            assert raw(p) == want[n], (rank, n)
+        assert fo.verify() == [], rank

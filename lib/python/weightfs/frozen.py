@@ -37,11 +37,11 @@ from .names import PASSTHROUGH_WRITE_MIN
 from ._types import PathLike
 from .claims import _claims_refused, claim_files
 from .digests import digest, digest_file
-from .dtypes import _torch_dtype, dtype_name
+from .dtypes import _torch_dtype, dtype_name, shape_text
 from .errors import WeightfsError
 from .loading import load
 from .mountinfo import fs_type
-from .names import DIGEST_XATTR
+from .names import DIGEST_XATTR, DTYPE_XATTR, SHAPE_XATTR
 from .offloading import OffloadResult, offload, remove_stale_tmp
 
 __all__ = ["ENV_DIR", "FrozenOffload", "MANIFEST", "OffloadSummary", "fs_type"]
@@ -112,6 +112,25 @@ def _frozen_params(params):
             raise TypeError(f"FrozenOffload.offload: parameter {name!r}: {type(t).__name__} is not a "
                             "tensor (torch.Tensor)")
     return items
+
+
+def _labels_match(path, dname, shape):
+    """Do the dtype and shape attributes of the file at path say dname and shape? The same bytes
+    offloaded again as another shape or dtype (zeros(4, 8), then zeros(8, 4)) are not skipped: the
+    file is made again (a claim: no bytes move) with the new pair, not kept with the stale one. True
+    for a dtype without a safetensors name (no attributes are set) and where the filesystem has no
+    user xattrs; false for a file without them."""
+    if dname is None:
+        return True
+    try:
+        return (os.getxattr(path, DTYPE_XATTR).decode("ascii", "replace") == dname and
+                os.getxattr(path, SHAPE_XATTR).decode("ascii", "replace") == shape_text(shape))
+    except OSError as e:
+        if e.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+            return True
+        if e.errno == errno.ENODATA:
+            return False
+        raise
 
 
 class FrozenOffload:
@@ -232,7 +251,9 @@ class FrozenOffload:
         yet (a restart into a new directory) are first claimed together, hundreds per request
         (weightfs.claim_files); only the rest go one by one. With free=True each offloaded tensor's .data is
         replaced by an empty tensor of its dtype and device (its memory is released once nothing else
-        refers to it); restore() brings it back. The manifest is rewritten at the end (and also when an
+        refers to it); restore() brings it back. Before it lets a skipped or claimed tensor go, it opens
+        the file once, which on weightfs checks the stored bytes if they were not checked since the
+        mount (a read of the object); damaged ones are written again from the tensor. The manifest is rewritten at the end (and also when an
         error stops the call, for what was done).
 
         On weightfs a tensor written through passthrough is sealed on the digest computed before it
@@ -251,9 +272,14 @@ class FrozenOffload:
             for name, t in items:
                 f = facts.get(name)
                 if f is not None and f.file in claimed:
-                    results.append(self._claimed(name, f))
+                    r = self._claimed(name, f)
                 else:
-                    results.append(self._offload_one(name, t, claim, f.digest if f else None))
+                    r = self._offload_one(name, t, claim, f.digest if f else None)
+                if free and (r.claimed or r.skipped) and not self._stored_bytes_good(r.path):
+                    # Damaged on disk, found at this first open since the mount: written again,
+                    # which heals the name, before the tensor's only other copy goes.
+                    r = self._offload_one(name, t, False, r.digest)
+                results.append(r)
                 if free:
                     t.data = t.data.new_empty(0)
         finally:
@@ -267,6 +293,21 @@ class FrozenOffload:
             skipped=sum(1 for r in results if r.skipped),
             written_bytes=sum(r.written_bytes for r in results),
             seconds=time.perf_counter() - t0)
+
+    def _stored_bytes_good(self, path):
+        """Does the file at path open? A skip or a claim reads no bytes; on weightfs the first open of
+        an object since the mount checks them against its digest (-o verify=open, the default) and
+        fails with EIO when they are damaged (bit rot under an object not yet checked). Asked only
+        before free=True lets the tensor go. Other errors of the open are raised."""
+        if not self._weightfs:
+            return True  # a plain directory: no digest to check the file against
+        try:
+            os.close(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        except OSError as e:
+            if e.errno != errno.EIO:
+                raise
+            return False
+        return True
 
     def _claim_new(self, items):
         """Claim in batches the parameters of items [(name, tensor)] whose files are not in the
@@ -324,7 +365,7 @@ class FrozenOffload:
         nbytes = t.numel() * t.element_size()
         d = d or digest(t)
         dname = dtype_name(t.dtype)
-        if self._existing_digest(path, entry, nbytes) == d:
+        if self._existing_digest(path, entry, nbytes) == d and _labels_match(path, dname, t.shape):
             r = OffloadResult(path, d, nbytes, False, True)
         else:
             # A name the batch claim asked for and did not get is claimed again, on the file about
