@@ -42,7 +42,8 @@ def claim_files(directory: PathLike, entries: Iterable[Tuple[str, str, Optional[
     for names meant to be new in directory; any iterable, consumed once: a generator that computes
     the digests as it goes overlaps that work with weightfs making the previous request's files
     (each request is sent from a second thread while the next one is built). Sends
-    user.weightfs.claims on the directory (lines of "DIGEST\tDTYPE\tSHAPE\tNAME", at most 256
+    user.weightfs.claims on the directory (lines of four fields separated by one tab each, not
+    spaces: DIGEST, DTYPE, SHAPE, NAME; at most 256
     lines and under 64 KiB per request): weightfs makes each name that does not exist yet and whose
     content is stored intact as a sealed file (mode 0644, the caller's), with user.weightfs.dtype
     and .shape, and passes over the rest. Returns the set of names made: those of entries that were
