@@ -700,6 +700,21 @@ def test_frozenoffload_the_same_bytes_as_another_shape_are_not_skipped(mnt):
     assert fo.offload({"w": torch.zeros(4, 16, dtype=torch.float16)}).skipped == 1
 
 
+def test_frozenoffload_rank_and_load_shape_arguments_are_checked(mnt):
+    """FrozenOffload's rank is an int >= 0 ("0" made rank0/, -1 rank-1/); load's shape is not a
+    string ("1024" was the shape [1, 0, 2, 4])"""
+    root = os.path.join(mnt, "frozen-args")
+    for bad, exc in (("0", TypeError), (1.0, TypeError), (-1, ValueError), (True, ValueError)):
+        with pytest.raises(exc):
+            weightfs.FrozenOffload(root, bad)
+    assert weightfs.FrozenOffload(root, np.int64(2)).dir == os.path.join(root, "rank2")
+    assert not os.path.exists(os.path.join(root, "rank-1"))
+    p = os.path.join(root, "t")
+    weightfs.offload(torch.zeros(1024, dtype=torch.uint8), p)
+    with pytest.raises(TypeError, match="shape"):
+        weightfs.load(p, shape="1024")
+
+
 def test_frozenoffload_damaged_bytes_for_the_remount_phase(mnt, store):
     """FrozenOffload: a model offloaded, then its first object damaged on the disk (the remount phase
     offloads it again with free=True)"""

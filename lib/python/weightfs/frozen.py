@@ -28,6 +28,7 @@ Not thread-safe: one FrozenOffload per rank process (ranks never share a directo
 import errno
 import hashlib
 import json
+import operator
 import os
 import time
 from typing import Any, List, NamedTuple, Optional, Tuple
@@ -143,7 +144,8 @@ class FrozenOffload:
 
     Raises OSError when the directory cannot be created, WeightfsError(EINVAL) for a manifest that
     does not parse (it is never silently replaced: remove it to start over), ValueError when root is
-    None and SKYRL_FROZEN_OFFLOAD_DIR is not set."""
+    None and SKYRL_FROZEN_OFFLOAD_DIR is not set or rank is negative or a bool, TypeError when rank is
+    not an int."""
 
     def __init__(self, root: Optional[PathLike], rank: int, *, fsync: bool = False) -> None:
         if root is None:
@@ -151,7 +153,12 @@ class FrozenOffload:
             if not root:
                 raise ValueError(f"FrozenOffload: no root given and ${ENV_DIR} is not set")
         self.root = os.path.abspath(os.fspath(root))
-        self.rank = int(rank)
+        try:  # an int, numpy's included; not "0" (which made rank0/ all the same), 1.0 or True
+            self.rank = operator.index(rank)
+        except TypeError:
+            raise TypeError(f"FrozenOffload: rank must be an int, not {type(rank).__name__} {rank!r}") from None
+        if isinstance(rank, bool) or self.rank < 0:
+            raise ValueError(f"FrozenOffload: rank must be an int >= 0, not {rank!r}")
         self.dir = os.path.join(self.root, f"rank{self.rank}")
         self.manifest_path = os.path.join(self.dir, MANIFEST)
         self.fsync = bool(fsync)

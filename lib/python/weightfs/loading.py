@@ -62,9 +62,12 @@ def load(path: PathLike, dtype: Any = None, shape: Optional[Sequence[int]] = Non
     Returns a torch.Tensor (or numpy.memmap; an empty file gives an empty array).
 
     Raises OSError (ENOENT, EACCES, EIO, ...) naming path; WeightfsError(EMSGSIZE) when the file's
-    size is not elements x element size ("...: size mismatch: ..."); ValueError for a dtype torch or
+    size is not elements x element size ("...: size mismatch: ..."); TypeError for a shape given as
+    a string; ValueError for a dtype torch or
     numpy cannot represent (BF16 with numpy=True); ImportError when torch (or numpy) is missing."""
     path = os.fspath(path)
+    if isinstance(shape, (str, bytes)):  # "1024" would be the shape [1, 0, 2, 4]
+        raise TypeError(f"load: shape must be a sequence of ints, not {type(shape).__name__} {shape!r}")
     st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):
         # A directory on weightfs has st_size 0: without this an empty tensor would come back.
