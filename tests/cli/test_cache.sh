@@ -92,10 +92,15 @@ expect "drop: rank0's name dropped rank1's copy too (one object, one cache)" 0 '
 # ---- load: on node 0, then status per node --------------------------------------------------------
 run "$CTL" cache load "$MNT/rank0" "$MNT/rank1" --numa-node 0 --json
 expect "load --numa-node 0: read $N MiB once (distinct objects)" 0 "\"bytes\": $((NB + 5)),.*\"numa_node\": 0, \"policy\": \"preferred\""
-run "$CTL" cache status "$MNT" --json
-res=$(total_resident)
-# Reclaim may take a page back between the load and the status on a busy machine (CI saw one 4 KiB
-# page of 256 MiB gone), so the amount needs 99%; the placement check is exact.
+# Reclaim may take pages back between the load and the status on a busy machine (CI saw one 4 KiB
+# page of 256 MiB gone, a rehearsal 6 MiB with 23 GB free): the amount needs 99%, in one of three
+# load + status rounds; the placement check is exact in each.
+for try in 1 2 3; do
+	[ "$try" -eq 1 ] || run "$CTL" cache load "$MNT/rank0" "$MNT/rank1" --numa-node 0 --json
+	run "$CTL" cache status "$MNT" --json
+	res=$(total_resident)
+	[ "$rc" -eq 0 ] && [ "${res:-0}" -ge $((NB * 99 / 100)) ] && break
+done
 if [ "$rc" -eq 0 ] && [ "${res:-0}" -ge $((NB * 99 / 100)) ] && grep -q "\"node_resident_bytes\":{\"0\":$res}" <<<"$out"; then
 	ok "status: after load, every resident byte is on node 0 (move_pages)"
 else
