@@ -167,15 +167,15 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	case KEY_ACCESS: {
 		/* libfuse's, passed on; with both, allow_root won silently (only root and the owner got
 		 * in), where fusermount3 refuses the pair. */
-		static char *access;
+		static char *chosen_access; /* the first of the pair given */
 
-		if (access && strcmp(access, arg) != 0) {
+		if (chosen_access && strcmp(chosen_access, arg) != 0) {
 			fprintf(stderr, "weightfs: -o %s,%s: conflicting choices for who may use the mount; give "
-				"one\n", access, arg);
+				"one\n", chosen_access, arg);
 			return -1;
 		}
-		free(access);
-		access = strdup(arg);
+		free(chosen_access);
+		chosen_access = strdup(arg);
 		return 1;
 	}
 	case KEY_CHOICE: {
