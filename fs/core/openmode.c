@@ -349,12 +349,14 @@ int wfs_openmode_move(struct wfs_fs *fs, struct wfs_inode *in, uint32_t nlink, p
 
 	if (moved_take(fs, in->ino, tid))
 		return 0; /* the writer's retry: readers that came first are daemon-served, join them */
-	if (nlink == 0 && in->io.npassthrough > 0 && !wfs_openmode_on_version(in)) {
-		/* No name reaches it, and its readers would refuse this writer (ETXTBSY), yet the kernel
-		 * reached it through a name: one a dead server moved away without living to tell the
-		 * kernel (which resends the open to its successor), or one unlinked since the lookup.
-		 * The VFS looks the name up again; a retry that reaches this inode again (a reopen
-		 * through /proc/PID/fd) takes the pass noted here and waits for the readers. */
+	if (nlink == 0 && in->io.nopen > in->io.nwritable && !wfs_openmode_on_version(in)) {
+		/* No name reaches it, yet the kernel reached it through a name, beside its readers: one a
+		 * dead server moved away without living to tell the kernel (which resends the open to
+		 * its successor), or one unlinked since the lookup. Joined, this writer would refuse
+		 * passthrough readers (ETXTBSY) or truncate the bytes of daemon-served ones under their
+		 * mappings (tests/takeover/run-readers: a kill between a move and its news). The VFS
+		 * looks the name up again; a retry that reaches this inode again (a reopen through
+		 * /proc/PID/fd) takes the pass noted here and waits for the readers, or joins them. */
 		moved_note(fs, in->ino, tid);
 		return 1;
 	}
