@@ -1011,6 +1011,7 @@ static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 	/* A read-only open goes on while the catalog commits (fs->lock lent, lock.h) when it can. */
 	if (writable) {
+		wfs_receive_hand_over(); /* it may copy the file's bytes into a new version (receive.h) */
 		wfs_delay("open.writable"); /* test-only: other processes act before this open is served */
 		wfs_lock(&fs->lock);
 		claimed = claim_open(fs, ino, fi, "open"); /* resent after a takeover */
@@ -1303,6 +1304,8 @@ static void wfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	wfs_lock(&fs->lock);
+	if (wfs_openmode_flush_seals_data(handle_of(fi)))
+		wfs_receive_hand_over(); /* requests go on beside the seal (receive.h) */
 	ret = wfs_openmode_flush(fs, handle_of(fi), tid_of(req), &news);
 	closed = wfs_openmode_closed_state(handle_of(fi));
 	wfs_unlock(&fs->lock);

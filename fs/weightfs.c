@@ -793,6 +793,7 @@ int main(int argc, char *argv[])
 	if (!fs.se)
 		goto out;
 	fs.kernel = wfs_ops_kernel(fs.se); /* passthrough backing files, on the session's device */
+	fs.lock.long_hook = wfs_receive_hand_over; /* a request thread that waits leads no more */
 	if (fuse_set_signal_handlers(fs.se) != 0)
 		goto out_session;
 	if (upgrade_server) {

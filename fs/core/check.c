@@ -175,6 +175,7 @@ static int verify(struct wfs_fs *fs, struct wfs_object *o, bool force, pid_t for
 	if (!c)
 		return -ENOMEM;
 	c->checking = true;
+	wfs_lock_long_work(&fs->lock);
 	wfs_unlock(&fs->lock);
 	wfs_delay("check.read"); /* test-only: a large object, read from a busy disk */
 	ret = check_bytes(fs, d, &st, for_tid ? wfs_cache_node_of_task(for_tid) : -1);

@@ -61,6 +61,8 @@ static void hold_end(struct wfs_lock *l, const char *site, int line)
 /* (mutex held) Wait until the lock is not lent. */
 static void wait_returned(struct wfs_lock *l)
 {
+	if (l->lent)
+		wfs_lock_long_work(l);
 	while (l->lent)
 		pthread_cond_wait(&l->returned, &l->mutex);
 }
@@ -126,6 +128,7 @@ void wfs_unlock_at(struct wfs_lock *l, const char *site, int line)
 void wfs_lock_wait_at(pthread_cond_t *c, struct wfs_lock *l, const char *site, int line)
 {
 	assert(!l->light);
+	wfs_lock_long_work(l);
 	hold_end(l, site, line);
 	pthread_cond_wait(c, &l->mutex);
 	wait_returned(l);
@@ -138,6 +141,7 @@ int wfs_lock_timedwait_at(pthread_cond_t *c, struct wfs_lock *l, const struct ti
 	int ret;
 
 	assert(!l->light);
+	wfs_lock_long_work(l);
 	hold_end(l, site, line);
 	ret = pthread_cond_timedwait(c, &l->mutex, deadline);
 	wait_returned(l);

@@ -23,6 +23,12 @@
  * do work that the lender cannot be in the middle of, and must not wait (the read-only open and
  * release of a sealed file through passthrough, openmode.h: in-memory state and the kernel's
  * backing files, no catalog). A light acquisition that finds the lock not lent is an ordinary hold.
+ *
+ * Long work. A thread about to sleep on a condition with the lock (wfs_lock_wait, _timedwait, an
+ * ordinary acquisition that waits for a lender), or about to work long on something the lock guards
+ * (wfs_lock_long_work: hash or copy a file's bytes), runs the lock's long hook first. The daemon sets it to wfs_receive_hand_over() (fs/receive.h): a
+ * request thread that leads the reading of /dev/fuse passes that on, so that the requests behind it
+ * do not wait for it. Unit tests leave it NULL.
  */
 #ifndef WFS_CORE_LOCK_H
 #define WFS_CORE_LOCK_H
@@ -56,6 +62,8 @@ struct wfs_lock {
 	struct timespec lent_since;
 	uint64_t lends, lent_max_ns, lent_ns; /* lends since wfs_lock_init(), the longest, in all */
 	uint64_t light_holds;   /* light holds that found the lock lent */
+	/* Set before any thread other than the initialising one uses the lock; NULL: none. */
+	void (*long_hook)(void);
 };
 
 /* Returns 0 or -errno of pthread_mutex_init or pthread_cond_init. */
@@ -86,6 +94,12 @@ void wfs_lock_reclaim_at(struct wfs_lock *l, const char *site, int line);
  */
 #define wfs_lock_ordinary(l) wfs_lock_ordinary_at((l), __func__, __LINE__)
 void wfs_lock_ordinary_at(struct wfs_lock *l, const char *site, int line);
+/* The caller is about to work long (hash or copy a file's bytes) for what @l guards: run its hook. */
+static inline void wfs_lock_long_work(const struct wfs_lock *l)
+{
+	if (l->long_hook)
+		l->long_hook();
+}
 /* Is @l lent out? (mutex held: true only for a light holder, which must then not touch the lender's state) */
 static inline bool wfs_lock_is_lent(const struct wfs_lock *l)
 {

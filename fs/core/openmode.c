@@ -1065,6 +1065,11 @@ int wfs_openmode_flush(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, struc
 	return ret;
 }
 
+bool wfs_openmode_flush_seals_data(const struct wfs_handle *h)
+{
+	return h->writable && !h->passthrough;
+}
+
 bool wfs_openmode_release_seals_data(struct wfs_handle *h)
 {
 	return h->writing && (h->passthrough || wfs_version_size(h->writing) > 0);

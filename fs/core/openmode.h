@@ -224,6 +224,9 @@ void wfs_openmode_release(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, st
  * passthrough, or a version of one byte or more left after the last flush? An empty file's seal
  * (created and closed) is not that. fs->lock held. */
 bool wfs_openmode_release_seals_data(struct wfs_handle *h);
+/* Could a flush of @h seal bytes: a daemon-served writer (the kernel's passthrough writers seal at
+ * their release)? fs->lock held. */
+bool wfs_openmode_flush_seals_data(const struct wfs_handle *h);
 /*
  * The RELEASE of @h under a light hold of a lent fs->lock (lock.h): done (0) when @h is a read-only
  * passthrough handle on an object and its inode stays in memory (a last unpin of the object waits
