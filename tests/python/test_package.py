@@ -597,6 +597,22 @@ def test_errors_a_failing_rename_removes_the_temporary_file_and_keeps(mnt):
     assert not [f for f in os.listdir(d) if f.startswith(".wfs-tmp-")]
 
 
+def test_errors_a_name_too_long_or_a_directory_in_the_way_before_any_byte(mnt):
+    """errors: a name longer than NAME_MAX and a directory in the way are refused before a
+    temporary file is made (they used to fail at the rename, after all the bytes were written)"""
+    d = os.path.join(mnt, "pkg", "target-checks")
+    os.makedirs(os.path.join(d, "a-dir"), exist_ok=True)
+    t = make("target", torch.float32, (256, 64))
+    with mock.patch.object(woff, "_create", side_effect=AssertionError("bytes written")):
+        for name, code in (("n" * 256, errno.ENAMETOOLONG), ("a-dir", errno.EISDIR)):
+            with pytest.raises(OSError) as ei:
+                weightfs.offload(t, os.path.join(d, name))
+            assert ei.value.errno == code, (name[:8], ei.value)
+    assert sorted(os.listdir(d)) == ["a-dir"]
+    weightfs.offload(t, os.path.join(d, "n" * 255))  # the longest name fits
+    assert raw(weightfs.load(os.path.join(d, "n" * 255))) == raw(t)
+
+
 def test_a_tensor_mapped_by_torch_from_file_shared_eq_true_and_numpy(mnt):
     """a tensor mapped by torch.from_file(shared=True) and numpy.memmap opens O_RDWR (no ETXTBSY)"""
     # torch's shared mapping opens the file read-write: a passthrough writer of the declared
@@ -647,6 +663,30 @@ def test_frozenoffload_frozen_params_only_free_eq_true_restore_maps(mnt):
     assert m[0].weight.dtype == torch.bfloat16 and m[0].weight.shape == (32, 64)
     assert raw(fo.load("0.weight")) == want["0.weight"]
     assert fo.verify() == []
+
+
+@pytest.mark.parametrize("where", ["mnt", "plain"])
+def test_frozenoffload_restore_refuses_a_file_written_over_since(where, request):
+    """FrozenOffload.restore: a file that another process wrote over since the offload (same size,
+    other bytes) is refused with EIO naming it, on weightfs and on a plain directory; a missing one
+    with ENOENT; the parameters before it are restored"""
+    root = os.path.join(request.getfixturevalue(where), "frozen-restore")
+    m = model(1)
+    want = {n: raw(p) for n, p in m.named_parameters()}
+    fo = weightfs.FrozenOffload(root, 0)
+    fo.offload(m, free=True)
+    path = fo.path("1.weight")
+    with open(path, "r+b") as f:  # what a stale job keyed on the same name would do
+        f.write(b"\x01\x02\x03\x04")
+    with pytest.raises(weightfs.WeightfsError) as ei:
+        fo.restore(m)
+    assert ei.value.errno == errno.EIO and "1.weight" in str(ei.value), ei.value
+    assert m[1].weight.numel() == 0  # not given the other bytes
+    assert raw(m[0].weight) == want["0.weight"]  # restored before it
+    os.unlink(path)
+    with pytest.raises(weightfs.WeightfsError) as ei:
+        fo.restore(m)
+    assert ei.value.errno == errno.ENOENT, ei.value
 
 
 def test_frozenoffload_restart_skips_existing_files_another_rank(mnt, store):

@@ -414,12 +414,18 @@ class FrozenOffload:
     def restore(self, module: Any) -> int:
         """Give back every parameter of module that is in the manifest and was freed (numel 0 where
         the manifest has more): CUDA parameters get a new tensor filled by backload, CPU parameters
-        are pointed at the mapped file (load). Returns the number restored. Raises as load/backload."""
+        are pointed at the mapped file (load). Before it uses a file it checks that the file still
+        holds the manifest's digest, as offload()'s skip does (user.weightfs.digest on weightfs, the
+        recorded stat identity or a hash elsewhere): bytes that another process wrote over the name
+        since the offload are refused, not given to the model. Returns the number restored. Raises
+        WeightfsError(EIO) for such a file (and ENOENT for a missing one), else as load/backload;
+        the parameters before it are restored."""
         n = 0
         for name, p in module.named_parameters():
             e = self.entries.get(name)
             if e is None or p.numel() != 0 or list(p.shape) == e["shape"]:
                 continue
+            self._check_stored(name, e)
             if e["bytes"] == 0:
                 p.data = p.data.new_empty(e["shape"])
             elif p.device.type == "cuda":
@@ -428,6 +434,17 @@ class FrozenOffload:
                 p.data = self.load(name)
             n += 1
         return n
+
+    def _check_stored(self, name, e):
+        """Raise unless parameter name's file holds what manifest entry e recorded."""
+        path = self.path(name)
+        if not os.path.lexists(path):
+            raise WeightfsError(errno.ENOENT, f"parameter {name!r}: its file is gone", path)
+        d = self._existing_digest(path, e, e["bytes"])
+        if d != e["digest"]:
+            got = f"digest {d}" if d else "another size, or content found damaged"
+            raise WeightfsError(errno.EIO, f"parameter {name!r}: the file holds {got}, not the manifest's "
+                                f"{e['digest']}: written over since it was offloaded", path)
 
     def evict(self) -> Any:
         """Free the host page cache of this rank's files (weightfs.evict of the rank directory): after

@@ -15,6 +15,7 @@ import hashlib
 import itertools
 import os
 import re
+import stat
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Set
 
@@ -274,6 +275,24 @@ def offload(data: Any, path: PathLike, *, claim: bool = True, xattrs: bool = Tru
             host.close()
 
 
+def _check_target(path, d):
+    """Raise before any byte moves what the final rename would: ENAMETOOLONG for a name longer than
+    the directory takes, EISDIR for a directory in the way (a symlink is replaced, as rename does)."""
+    base = os.fsencode(os.path.basename(path))
+    try:
+        name_max = os.pathconf(d, "PC_NAME_MAX")
+    except OSError:
+        name_max = 255  # the directory is made below; NAME_MAX of Linux filesystems
+    if len(base) > name_max:
+        raise OSError(errno.ENAMETOOLONG, f"offload: the name {os.path.basename(path)!r} is longer "
+                      f"than the {name_max} bytes a file name may have here", path)
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            raise IsADirectoryError(errno.EISDIR, f"offload: {path} is a directory", path)
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+
+
 def _offload_bytes(kind, keep, name, shape, path, claim, xattrs, fsync, stager, hexdigest, nbytes,
                    address):
     """offload() once the bytes are located: hexdigest None means hash host memory at address
@@ -285,6 +304,7 @@ def _offload_bytes(kind, keep, name, shape, path, claim, xattrs, fsync, stager, 
     if path.endswith(os.sep) or os.path.basename(path) in (".", ".."):
         raise IsADirectoryError(errno.EISDIR, f"offload: {path} names a directory, not a file", path)
     d = os.path.dirname(os.path.abspath(path))
+    _check_target(path, d)
     tmp = _tmp_name(os.path.join(d, os.path.basename(path)))
     claimed = False
     sealed_later = False  # written through passthrough: weightfs seals it at the release
