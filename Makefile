@@ -97,11 +97,12 @@ $(B)/weightfsctl: $(CTL_OBJS) $(B)/libweightfs.a
 $(B)/libweightfs.so: $(LIB_OBJS)
 	$(CC) $(LDFLAGS) -shared -o $@ $^ $(LIB_LIBS) $(NUMA_LIBS) -lm
 
-# Man pages: docs/*.8 with @VERSION@ replaced.
+# Man pages: docs/*.8 with the version in the .TH footer ("weightfs" -> "weightfs VERSION"); the
+# sources name no version, so `man -l docs/weightfs.8` reads well too.
 MANS := $(patsubst docs/%,$(B)/man/%,$(wildcard docs/*.8))
 $(B)/man/%.8: docs/%.8 VERSION
 	@mkdir -p $(@D)
-	sed 's/@VERSION@/$(VERSION)/g' $< > $@
+	sed '1s/^\(\.TH .*\) "weightfs" /\1 "weightfs $(VERSION)" /' $< > $@
 
 PROGS := $(B)/weightfs $(B)/weightfsctl $(B)/libweightfs.so
 

@@ -753,6 +753,14 @@ def test_frozenoffload_rank_and_load_shape_arguments_are_checked(mnt):
     weightfs.offload(torch.zeros(1024, dtype=torch.uint8), p)
     with pytest.raises(TypeError, match="shape"):
         weightfs.load(p, shape="1024")
+    # a dtype of the other byte order is refused, not read as native (it came back float32)
+    other = ">f4" if sys.byteorder == "little" else "<f4"
+    for numpy_ in (True, False):
+        with pytest.raises(ValueError, match="byte order"):
+            weightfs.load(p, dtype=other, numpy=numpy_)
+        with pytest.raises(ValueError, match="byte order"):
+            weightfs.load(p, dtype=np.dtype(other), numpy=numpy_)
+    assert weightfs.load(p, dtype="=f4", shape=(256,), numpy=True).shape == (256,)
 
 
 def test_frozenoffload_damaged_bytes_for_the_remount_phase(mnt, store):

@@ -9,6 +9,7 @@ load() returns a tensor (or numpy.memmap) that owns its own private read-only ma
 import errno
 import os
 import stat
+import sys
 from typing import Any, Optional, Sequence, Tuple
 
 from . import direct as _direct
@@ -46,6 +47,17 @@ def tensor_info(path: PathLike) -> Tuple[Optional[str], Optional[Tuple[int, ...]
     return (name.upper() if name else None), shape
 
 
+def _foreign_byte_order(dtype):
+    """Is dtype a numpy dtype (or spelling, '>f4') whose byte order is not this machine's?"""
+    if type(dtype).__module__ == "torch" or (isinstance(dtype, str) and dtype.upper() in _dtype_bytes()):
+        return False
+    try:
+        import numpy
+        return not numpy.dtype(dtype).isnative
+    except (ImportError, TypeError):
+        return False
+
+
 def load(path: PathLike, dtype: Any = None, shape: Optional[Sequence[int]] = None, *,
          numpy: bool = False) -> Any:
     """Map the file at path as a read-only CPU tensor: torch.from_file(path, shared=False) viewed as
@@ -63,8 +75,8 @@ def load(path: PathLike, dtype: Any = None, shape: Optional[Sequence[int]] = Non
 
     Raises OSError (ENOENT, EACCES, EIO, ...) naming path; WeightfsError(EMSGSIZE) when the file's
     size is not elements x element size ("...: size mismatch: ..."); TypeError for a shape given as
-    a string; ValueError for a dtype torch or
-    numpy cannot represent (BF16 with numpy=True); ImportError when torch (or numpy) is missing."""
+    a string; ValueError for a dtype torch or numpy cannot represent (BF16 with numpy=True) and for
+    a numpy dtype of the other byte order ('>f4' here: files hold native bytes); ImportError when torch (or numpy) is missing."""
     path = os.fspath(path)
     if isinstance(shape, (str, bytes)):  # "1024" would be the shape [1, 0, 2, 4]
         raise TypeError(f"load: shape must be a sequence of ints, not {type(shape).__name__} {shape!r}")
@@ -78,6 +90,10 @@ def load(path: PathLike, dtype: Any = None, shape: Optional[Sequence[int]] = Non
     name = dtype_name(dtype) if dtype is not None else (xname or "U8")
     if name is None:
         raise ValueError(f"load: {dtype!r} has no safetensors name")
+    if dtype is not None and _foreign_byte_order(dtype):
+        raise ValueError(f"load: {dtype!r} is not in this machine's byte order: tensor files hold "
+                         f"{sys.byteorder}-endian {name} (offload converts); load {name} and "
+                         f"byteswap() if another order is wanted")
     table = _dtype_bytes()
     if name not in table:
         raise ValueError(f"load: {path}: unknown dtype {name}")
