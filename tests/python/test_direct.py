@@ -330,9 +330,13 @@ def grow(m, same4, direct):
 
 def test_footprint_4_names_x_64_mib_through_the_direct_path_cache_one_copy(m, same4, note):
     """footprint: 4 names x 64 MiB through the direct path cache one copy"""
-    g = grow(m, same4, True)
-    note(f"direct: Cached +{g / MIB:.1f} MiB for 4 x 64 MiB")
-    assert g < 1.6 * SAME_BYTES, g
+    # Cached is the whole machine's: another process reading files meanwhile only adds to it, so
+    # the least of up to three tries is the measure (one try failed beside a busy neighbour).
+    tries = []
+    while len(tries) < 3 and (not tries or min(tries) >= 1.6 * SAME_BYTES):
+        tries.append(grow(m, same4, True))
+    note("direct: Cached +" + ", ".join(f"{g / MIB:.1f}" for g in tries) + " MiB for 4 x 64 MiB")
+    assert min(tries) < 1.6 * SAME_BYTES, tries
 
 
 def test_footprint_the_mounted_files_without_passthrough_about_four_copies(m, same4, note, mount_opts):
