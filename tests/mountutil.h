@@ -22,7 +22,7 @@
  * a small tmpfs, for ENOSPC.
  *
  * mu_teardown() stops the daemon (unmount, up to 5 s for it to exit, then SIGKILL), lazily detaches
- * a mount whose daemon died and a tmpfs store, and removes DIR. It asserts nothing, neither the
+ * a mount whose daemon died and a tmpfs or ext4 store, and removes DIR. It asserts nothing, neither the
  * daemon's exit status nor its log: a test checks what it needs before it returns.
  *
  * Names are prefixed mu_ (macros MU_) so they never collide with a suite's own statics or with
@@ -212,7 +212,7 @@ static inline void mu_teardown(void)
 
 	mu_daemon_stop();
 	umount2(mu.mnt, MNT_DETACH);   /* a mount whose daemon died */
-	umount2(mu.store, MNT_DETACH); /* tmpfs stores */
+	umount2(mu.store, MNT_DETACH); /* tmpfs and ext4 stores */
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", mu.dir);
 	if (system(cmd) != 0)
 		fprintf(stderr, "cannot remove %s\n", mu.dir);
@@ -232,6 +232,25 @@ static inline void mu_tmpfs_store(const char *size)
 	ck_assert_int_eq(mkdir(mu.store, 0700), 0);
 	snprintf(opts, sizeof(opts), "size=%s", size);
 	ck_assert_msg(mount("tmpfs", mu.store, "tmpfs", 0, opts) == 0, "mount tmpfs: %s", strerror(errno));
+	mu_daemon_start();
+}
+
+/*
+ * Restart the daemon on a fresh store on an ext4 filesystem of @size (truncate(1)'s size, e.g.
+ * "160M") in a loop-mounted image file under the test's directory: ext4 keeps blocks that even root
+ * cannot write (its reserved clusters, up to 4,096; f_bfree counts them, f_bavail does not), so a
+ * write fails with ENOSPC while statfs(2) still shows free blocks, which a tmpfs never does.
+ * mu_teardown() unmounts it (the image goes with the directory). Needs mkfs.ext4 and loop devices.
+ */
+static inline void mu_ext4_store(const char *size)
+{
+	char cmd[4 * sizeof(mu.store) + 3 * sizeof(mu.dir) + 200];
+
+	mu_daemon_stop();
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && mkdir -m 0700 '%s' && truncate -s %s '%s/store.img' && "
+		 "mkfs.ext4 -q -F '%s/store.img' && mount -o loop '%s/store.img' '%s' && chmod 0700 '%s'",
+		 mu.store, mu.store, size, mu.dir, mu.dir, mu.dir, mu.store, mu.store);
+	ck_assert_msg(system(cmd) == 0, "an ext4 store of %s (mkfs.ext4, mount -o loop) could not be made", size);
 	mu_daemon_start();
 }
 

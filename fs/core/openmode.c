@@ -576,17 +576,17 @@ static void count_open(struct wfs_fs *fs, struct wfs_handle *h)
 }
 
 /*
- * Room for an undeclared file written through the kernel (WFS_PASSTHROUGH_WRITE_ROOM free, root's
- * reserve included)? On a fuller store the daemon serves it: its bytes can still dedup onto stored
- * content without room for a copy, and it sees a write fail (the kernel's ENOSPC reaches only the
- * writer: seal.h).
+ * Room for an undeclared file written through the kernel (WFS_PASSTHROUGH_WRITE_ROOM available,
+ * root's reserve left out, as in wfs_seal_store_full())? On a fuller store the daemon serves it: its
+ * bytes can still dedup onto stored content without room for a copy, and it sees a write fail (the
+ * kernel's ENOSPC reaches only the writer: seal.h).
  */
 static bool store_has_room(struct wfs_fs *fs)
 {
 	struct statvfs sv;
 
 	return wfs_store_statfs(fs->store, &sv) == 0 &&
-	       (uint64_t)sv.f_bfree * sv.f_frsize >= WFS_PASSTHROUGH_WRITE_ROOM;
+	       (uint64_t)sv.f_bavail * sv.f_frsize >= WFS_PASSTHROUGH_WRITE_ROOM;
 }
 
 /*

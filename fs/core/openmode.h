@@ -58,7 +58,8 @@ struct wfs_inode;
 /* Bytes of the largest WRITE request (the INIT reply's max_write, wfs_init()). */
 #define WFS_WRITE_MAX ((size_t)1 << 20)
 
-/* Free bytes a store needs for a create or O_TRUNC open to be written through the kernel (openmode.c). */
+/* Free bytes (f_bavail) a store needs for a create or O_TRUNC open to be written through the kernel
+ * (openmode.c). */
 #define WFS_PASSTHROUGH_WRITE_ROOM ((uint64_t)64 << 20)
 struct wfs_news;
 struct wfs_object;

@@ -161,11 +161,18 @@ int wfs_seal_store_filled(struct wfs_fs *fs)
 	return n;
 }
 
+/*
+ * f_bavail, not f_bfree: the kernel's writes can fail while f_bfree still counts blocks, ext4's
+ * reserved clusters (up to 4,096 that not even root may write; f_bfree includes them, f_bavail leaves
+ * them out with root's reserve). A new operator's 300 MiB ext4 store failed root's writes with f_bfree
+ * at 5 MiB: a f_bfree test never found it full, and the cut-short file was sealed. Counting root's
+ * reserve as used may fail a writer that fitted in it: its close(2) says ENOSPC, and nothing is lost.
+ */
 bool wfs_seal_store_full(struct wfs_fs *fs)
 {
 	struct statvfs sv;
 
-	return wfs_store_statfs(fs->store, &sv) == 0 && (uint64_t)sv.f_bfree * sv.f_frsize < WFS_SEAL_FULL_BYTES;
+	return wfs_store_statfs(fs->store, &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < WFS_SEAL_FULL_BYTES;
 }
 
 int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)

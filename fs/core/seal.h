@@ -45,7 +45,8 @@ struct wfs_version;
  * name of lib/dtype.c; 32 dimensions of 20 digits with commas and brackets. */
 #define WFS_SEAL_DTYPE_MAX 63
 #define WFS_SEAL_SHAPE_MAX 1023
-/* Free bytes under which a store counts as full at the seal of bytes the kernel wrote (seal.c). */
+/* Free bytes (f_bavail) under which a store counts as full at the seal of bytes the kernel wrote
+ * (seal.c, wfs_seal_store_full()). */
 #define WFS_SEAL_FULL_BYTES (1 << 20)
 
 /*
