@@ -33,9 +33,12 @@
 #include "upgrade.h"
 #include "weightfs.h"
 
-enum { KEY_HELP, KEY_VERSION, KEY_CHOICE, KEY_ACCESS };
+enum { KEY_HELP, KEY_VERSION, KEY_CHOICE, KEY_ACCESS, KEY_REFUSED };
 
 #define OPT(t, p, v) {t, offsetof(struct wfs_options, p), v}
+/* -o timeout's largest value (seconds): a day; the kernel's caches of names and attributes are
+ * dropped by the daemon when they change, so a longer one buys nothing. */
+#define WFS_TIMEOUT_MAX_S 86400
 static const struct fuse_opt option_spec[] = {
 	OPT("passthrough=auto", passthrough, -1),
 	OPT("passthrough=off", passthrough, 0),
@@ -70,6 +73,7 @@ static const struct fuse_opt option_spec[] = {
 	FUSE_OPT_KEY("noholder", KEY_CHOICE),
 	FUSE_OPT_KEY("allow_other", KEY_ACCESS),
 	FUSE_OPT_KEY("allow_root", KEY_ACCESS),
+	FUSE_OPT_KEY("auto_unmount", KEY_REFUSED),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -116,7 +120,8 @@ static void usage(const char *prog)
 	       "                             writer called fsync(2) when close(2) returns. close (or\n"
 	       "                             sync): so is every file of 64 MiB or more. none (or\n"
 	       "                             nosync): no syncs (scratch stores). Default group\n"
-	       "    -o timeout=SECONDS       kernel cache timeout for names and attributes (default 10)\n"
+	       "    -o timeout=SECONDS       kernel cache timeout for names and attributes (default 10,\n"
+	       "                             at most 86400)\n"
 	       "    -o spin=US               after each request, a request thread polls for the next one\n"
 	       "                             this long before it sleeps, so the requests of a create or\n"
 	       "                             an unlink need no wake-ups; 0: sleep at once (no CPU spent\n"
@@ -132,9 +137,12 @@ static void usage(const char *prog)
 	       "    -h, --help               this help, then libfuse's own options\n"
 	       "    -V, --version            version\n"
 	       "passthrough, passthrough_writes, verify, dedup_verify, sync|nosync and holder|noholder\n"
-	       "take one choice each: conflicting ones in one option set (sync,nosync) are refused.\n"
+	       "take one choice each: conflicting ones in one option set (sync,nosync) are refused,\n"
+	       "and so is passthrough=off with passthrough_writes=all or tensors.\n"
 	       "\n"
-	       "Unmount with: fusermount3 -u MOUNTPOINT\n\n",
+	       "Unmount with: fusermount3 -u MOUNTPOINT\n"
+	       "libfuse's options follow; of them, auto_unmount is refused (a holder keeps the mount\n"
+	       "through a server's death).\n\n",
 	       prog);
 }
 
@@ -164,6 +172,13 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	case KEY_VERSION:
 		opt->show_version = 1;
 		return 0;
+	case KEY_REFUSED:
+		/* libfuse's, and listed by its --help: it would spawn fusermount3 to unmount when this
+		 * process dies, which the holder exists to prevent (and Debian's fusermount3 refuses
+		 * libfuse 3.17's flag for it, so the mount went on without it). */
+		fprintf(stderr, "weightfs: -o %s is not supported: a holder (-o holder, the default in the "
+			"background) keeps the mount through a server's death; unmount with fusermount3 -u\n", arg);
+		return -1;
 	case KEY_ACCESS: {
 		/* libfuse's, passed on; with both, allow_root won silently (only root and the owner got
 		 * in), where fusermount3 refuses the pair. */
@@ -225,6 +240,22 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 			chosen[g] = valid[i].arg;
 			free((char *)typed[g]);
 			typed[g] = strdup(given); /* fuse_opt frees the option string it split */
+			/* Writes through passthrough need passthrough: asked for both ways, neither wins. */
+			for (size_t pt = 0, pw = 0; pt < sizeof(valid) / sizeof(valid[0]); pt++) {
+				while (pw < sizeof(valid) / sizeof(valid[0]) &&
+				       strcmp(valid[pw].group, "passthrough_writes") != 0)
+					pw++;
+				if (strcmp(valid[pt].group, "passthrough") != 0 || !chosen[pt] || !chosen[pw])
+					continue;
+				if (strcmp(chosen[pt], "passthrough=off") == 0 &&
+				    (strcmp(chosen[pw], "passthrough_writes=all") == 0 ||
+				     strcmp(chosen[pw], "passthrough_writes=tensors") == 0)) {
+					fprintf(stderr, "weightfs: -o %s,%s: writes through passthrough need "
+						"passthrough; give one\n", typed[g == pt ? pw : pt], given);
+					return -1;
+				}
+				break;
+			}
 			return 0; /* set by its own template */
 		}
 		fprintf(stderr, "weightfs: -o %s: expected", arg);
@@ -674,8 +705,9 @@ int main(int argc, char *argv[])
 		goto out;
 	}
 	fs.opt.readahead = fs.opt.readahead_text ? (int64_t)readahead : -1;
-	if (fs.opt.timeout < 0) {
-		fprintf(stderr, "weightfs: -o timeout=%g: must be 0 or more seconds\n", fs.opt.timeout);
+	if (!(fs.opt.timeout >= 0 && fs.opt.timeout <= WFS_TIMEOUT_MAX_S)) { /* NaN too */
+		fprintf(stderr, "weightfs: -o timeout=%.17g: expected 0 to %d seconds\n", fs.opt.timeout,
+			WFS_TIMEOUT_MAX_S);
 		ret = 2;
 		goto out;
 	}

@@ -744,7 +744,8 @@ if "$DAEMON" "$RS" "$RM" -o nosync,retain=1G; then
 	for o in retian=1G passthrough=maybe verify=always dedup_verify=yes passthrough=on sync,nosync \
 		spin=20000 spin=-1 spin=5us \
 		passthrough=auto,passthrough=off verify=open,verify=none dedup_verify=bytes,dedup_verify=digest holder,noholder \
-		allow_other,allow_root; do
+		allow_other,allow_root auto_unmount passthrough=off,passthrough_writes=all \
+		passthrough_writes=tensors,passthrough=off timeout=99999999999 timeout=nan timeout=-1; do
 		run "$DAEMON" "$RS" "$RM" -o "$o"
 		expect "weightfs -o $o: exit 2, says why" 2 "" "$o"
 	done
