@@ -501,6 +501,35 @@ static int retention_budget(struct wfs_fs *fs)
 	return ret;
 }
 
+/* Does @store hold a catalog without the objects/ directory beside it (removed by hand)? */
+static bool objects_missing(const char *store)
+{
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/" WFS_STORE_CATALOG, store);
+	if (access(path, F_OK) < 0)
+		return false;
+	snprintf(path, sizeof(path), "%s/" WFS_STORE_OBJECTS, store);
+	return access(path, F_OK) < 0 && errno == ENOENT;
+}
+
+/*
+ * objects/ was missing and the store's open made an empty one: the catalog's contents are gone.
+ * Served all the same (their names read EIO until written again, and nothing else is lost), but
+ * said at once, in the log and on stderr (found by a new operator: such a store mounted without a
+ * word).
+ */
+static void objects_gone_note(struct wfs_fs *fs)
+{
+	struct wfs_catalog_stats st;
+
+	if (wfs_catalog_stats(fs->catalog, &st) != 0 || st.objects + st.unreferenced_objects == 0)
+		return;
+	wfs_log(WFS_LOG_ERR, "%s/objects was missing (made again, empty): the %llu contents the catalog lists "
+		"are gone; their names fail with EIO until written again (weightfsctl fsck %s lists them)",
+		fs->opt.store, (unsigned long long)(st.objects + st.unreferenced_objects), fs->opt.store);
+}
+
 static int open_catalog(struct wfs_fs *fs, bool recover)
 {
 	char path[PATH_MAX];
@@ -629,6 +658,7 @@ int main(int argc, char *argv[])
 	struct fuse_loop_config *loop = NULL;
 	bool mounted = false; /* fuse_session_mount() succeeded: a clean end is logged */
 	bool made = false;    /* this run made the store: undone when the mount fails (wfs_store_unmake) */
+	bool objects_gone = false; /* STORE/objects was missing, the catalog there (objects_gone_note) */
 	struct wfs_fs fs = {0};
 	struct wfs_upgrade_inherited inherited = {0};
 	char fsname[2 * PATH_MAX + 64];
@@ -754,6 +784,7 @@ int main(int argc, char *argv[])
 					ret);
 	} else {
 		made = access(fs.opt.store, F_OK) < 0 && errno == ENOENT; /* undone if the mount fails */
+		objects_gone = !made && objects_missing(fs.opt.store);
 		ret = wfs_store_open(fs.opt.store, WFS_STORE_CREATE | (fs.opt.sync ? 0 : WFS_STORE_NOSYNC),
 				     &fs.store);
 	}
@@ -801,6 +832,8 @@ int main(int argc, char *argv[])
 		ret = 1;
 		goto out;
 	}
+	if (objects_gone)
+		objects_gone_note(&fs);
 	wfs_catalog_close(fs.catalog);
 	fs.catalog = NULL;
 

@@ -217,6 +217,17 @@ verdict "a mount that fails removes the store it made" $? "rc $rc; $(ls -la "$wo
 WFS_FAULT=mount=EACCES run "$DAEMON" "$work/kept" "$work/mnt2" -o nosync
 [ -e "$work/kept/catalog.db" ] && [ -e "$work/kept/other-file" ]
 verdict "a mount that fails keeps a store that was there" $? "$(ls -la "$work/kept" 2>&1)"
+# objects/ removed by hand: the store mounts (nothing more is lost), and says so at once (it said
+# nothing before; found by a new operator); the name reads EIO.
+"$CTL" init "$work/gone" >/dev/null && "$DAEMON" "$work/gone" "$work/mnt2" -o nosync &&
+	echo content >"$work/mnt2/f" && fusermount3 -u "$work/mnt2" && flock -w 10 "$work/gone/lock" true
+rm -rf "$work/gone/objects"
+run "$DAEMON" "$work/gone" "$work/mnt2" -o nosync
+expect "a store whose objects/ was removed: mounts, says the contents are gone" 0 "" \
+	"objects was missing \(made again, empty\): the 1 contents the catalog lists are gone"
+! cat "$work/mnt2/f" 2>/dev/null
+verdict "a store whose objects/ was removed: its name reads EIO" $?
+fusermount3 -u "$work/mnt2" && flock -w 10 "$work/gone/lock" true
 # A mount point inside the store would hide its objects/ (fsck then saw strays and missing objects).
 run "$DAEMON" "$STORE" "$STORE/objects" -o nosync
 expect "a mount point inside the store: exit 1, says so" 1 "" \
