@@ -538,9 +538,13 @@ static int open_catalog(struct wfs_fs *fs, bool recover)
 
 	snprintf(path, sizeof(path), "%s/" WFS_STORE_CATALOG, fs->opt.store);
 	if (recover && access(path, F_OK) < 0 && errno == ENOENT && has_objects(fs->opt.store)) {
+		char backup[PATH_MAX + 8];
+
+		snprintf(backup, sizeof(backup), "%s.backup", path);
 		fprintf(stderr, "weightfs: %s is missing but %s/objects holds objects: refusing to start an "
-			"empty namespace over them (restore catalog.db, or move objects/ away)\n", path,
-			fs->opt.store);
+			"empty namespace over them (restore catalog.db, or move objects/ away%s)\n", path,
+			fs->opt.store, access(backup, F_OK) == 0 ? "; catalog.db.backup, which the last unmount "
+			"kept, is beside it" : "");
 		return -ENOENT;
 	}
 	ret = wfs_catalog_open(path, WFS_CATALOG_CREATE, getuid(), getgid(), &fs->catalog);
