@@ -8,8 +8,10 @@
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -32,7 +34,8 @@ static void upgrade_usage(FILE *out)
 		     "requests in progress and exits; the holder starts PATH on the same connection, which\n"
 		     "adopts the files still open for writing: their writes and close go on. A PATH that\n"
 		     "cannot take over (another build whose INIT reply differs, a binary that does not run)\n"
-		     "is refused and the old binary serves again. Every upgrade is logged in\n"
+		     "is refused and the old binary serves again; one whose --version does not say weightfs\n"
+		     "within 5 s is refused before anything changes. Every upgrade is logged in\n"
 		     "STORE/weightfs.log with both pids and both binaries.\n\n"
 		     "  --binary PATH   the new weightfs binary\n"
 		     "  --wait SECONDS  how long files open for writing get to be closed (0 to 3600)\n"
@@ -43,6 +46,46 @@ static void upgrade_usage(FILE *out)
 		     "3 the mount has no holder (weightfs -o noholder, or -f without -o holder) or is not a\n"
 		     "weightfs mount\n",
 		WFS_UPGRADE_WAIT_MS / 1000);
+}
+
+/*
+ * Is @binary a weightfs daemon: does `BINARY --version` print "weightfs " within 5 s and exit 0?
+ * Asked before the holder is: a server drains for an upgrade and waits up to 30 s for its successor
+ * to take over, so a wrong --binary (a script that hangs, another program) stalled every caller of
+ * the mount for 30 s before the refusal (found by a new operator). Puts what it printed (its first
+ * line, or why not) into @said. Returns true for a weightfs binary.
+ */
+static bool is_weightfs(const char *binary, char *said, size_t len)
+{
+	char cmd[PATH_MAX + 64], line[256] = "";
+	const char *q;
+	size_t n = 0;
+	FILE *p;
+	int st;
+
+	/* timeout(1) bounds a binary that hangs; the path goes in single quotes (each ' escaped). */
+	n = (size_t)snprintf(cmd, sizeof(cmd), "exec timeout -k 1 5 '");
+	for (q = binary; *q && n + 8 < sizeof(cmd); q++)
+		n += (size_t)snprintf(cmd + n, sizeof(cmd) - n, *q == '\'' ? "'\\''" : "%c", *q);
+	snprintf(cmd + n, sizeof(cmd) - n, "' --version 2>&1 </dev/null");
+	p = popen(cmd, "r");
+	if (!p) {
+		snprintf(said, len, "cannot run it: %s", strerror(errno));
+		return false;
+	}
+	if (!fgets(line, sizeof(line), p))
+		line[0] = '\0';
+	while (fgetc(p) != EOF)
+		;
+	st = pclose(p);
+	line[strcspn(line, "\n")] = '\0';
+	if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		snprintf(said, len, "its --version %s%s%s", WIFEXITED(st) && WEXITSTATUS(st) == 124 ?
+			 "did not answer within 5 s" : "failed", line[0] ? ": " : "", line);
+		return false;
+	}
+	snprintf(said, len, "its --version says \"%s\"", line);
+	return strncmp(line, "weightfs ", 9) == 0;
 }
 
 /* The weightfs binary next to this program, into @out (PATH_MAX bytes). */
@@ -138,11 +181,20 @@ int wfs_ctl_upgrade(int argc, char **argv)
 			"weightfsctl", strerror(-ret));
 		return 1;
 	}
+	{
+		char said[320];
+
+		if (!is_weightfs(binary, said, sizeof(said))) {
+			fprintf(stderr, "weightfsctl upgrade: %s is not a weightfs daemon (%s); nothing changed\n",
+				binary, said);
+			return 1;
+		}
+	}
 	fd = holder_connect(store);
 	if (fd == -ENOENT || fd == -ECONNREFUSED) {
 		fprintf(stderr, "weightfsctl upgrade: %s: no holder (nothing listens on %s/" WFS_UPGRADE_SOCKET
-			"): the mount was made without -o holder, and only a remount with it can be upgraded in "
-			"place\n", argv[optind], store);
+			"): the mount was made without -o holder, or its holder died; only a remount with one "
+			"can be upgraded in place\n", argv[optind], store);
 		return EXIT_NO_HOLDER;
 	}
 	if (fd < 0) {
