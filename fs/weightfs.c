@@ -1060,6 +1060,7 @@ int main(int argc, char *argv[])
 	wfs_mapped_stop(&fs); /* their seals, before the last commit */
 	wfs_check_stop(&fs);
 	wfs_commit_stop(&fs);
+	wfs_catalog_rescue(fs.catalog); /* a catalog.db removed by hand while mounted: written again */
 	wfs_commit_backup(&fs); /* the names as the unmount leaves them, for fsck --repair */
 	if (ret > 0)
 		wfs_log(WFS_LOG_INFO, "signal %d (%s): unmounting %s", ret, strsignal(ret), cmd.mountpoint);

@@ -264,6 +264,9 @@ struct wfs_catalog {
 	uint64_t page_size;  /* the database's page size, bytes (a WAL frame: 24 + this) */
 	int wal_rw;        /* read-write descriptor of the WAL, for its headroom; -1 until needed */
 	char *path;        /* catalog.db */
+	dev_t st_dev;      /* the database file as opened (wfs_catalog_rescue), st_ino 0 when unknown */
+	ino_t st_ino;
+	bool rescued;      /* written again at @path: the WAL and shm files there are the removed one's */
 	pthread_mutex_t checkpoint_lock; /* checkpoint_db: wfs_catalog_checkpoint() may run anywhere */
 	sqlite3 *checkpoint_db; /* a connection of its own for checkpoints; NULL until needed */
 	uint64_t pending;  /* calls in the open batch, not committed yet */
@@ -1305,20 +1308,24 @@ static int migrate_schema(struct wfs_catalog *c, const char *path, int64_t *vers
 	return 0;
 }
 
-/* Copy database @from into a new file @to (removed first) with SQLite's backup API, in rollback
- * journal mode, and sync it with @durable. Returns 0 or -errno. */
-static int copy_database(const char *from, const char *to, bool durable)
+/* Copy database @from (a path; or, with @from NULL, connection @src's) into a new file @to (removed
+ * first) with SQLite's backup API, in rollback journal mode, and sync it with @durable. Returns 0 or
+ * -errno. */
+static int copy_database(const char *from, sqlite3 *src, const char *to, bool durable)
 {
-	sqlite3 *src = NULL, *dst = NULL;
+	sqlite3 *own = NULL, *dst = NULL;
 	sqlite3_backup *b;
-	int rc, ret = 0, fd;
+	int rc = SQLITE_OK, ret = 0, fd;
 
 	unlink(to);
-	rc = sqlite3_open_v2(from, &src, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_busy_timeout(src, 5000);
-		rc = sqlite3_open_v2(to, &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+	if (from) {
+		rc = sqlite3_open_v2(from, &own, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+		src = own;
+		if (rc == SQLITE_OK)
+			sqlite3_busy_timeout(src, 5000);
 	}
+	if (rc == SQLITE_OK)
+		rc = sqlite3_open_v2(to, &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
 	if (rc == SQLITE_OK) {
 		b = sqlite3_backup_init(dst, "main", src, "main");
 		if (!b) {
@@ -1334,13 +1341,13 @@ static int copy_database(const char *from, const char *to, bool durable)
 	if (rc == SQLITE_OK)
 		rc = sqlite3_exec(dst, "PRAGMA journal_mode=DELETE", NULL, NULL, NULL);
 	if (rc != SQLITE_OK) {
-		wfs_log(WFS_LOG_ERR, "catalog backup %s -> %s: %s", from, to,
+		wfs_log(WFS_LOG_ERR, "catalog backup %s -> %s: %s", from ? from : "(open catalog)", to,
 			dst && sqlite3_errcode(dst) != SQLITE_OK ? sqlite3_errmsg(dst)
 			: src ? sqlite3_errmsg(src) : sqlite3_errstr(rc));
 		ret = map_sqlite(NULL, rc == SQLITE_ERROR ? SQLITE_IOERR : rc);
 	}
 	sqlite3_close(dst); /* a WAL the copy opened is checkpointed and removed here */
-	sqlite3_close(src);
+	sqlite3_close(own);
 	if (ret == 0 && durable) {
 		fd = open(to, O_RDONLY | O_CLOEXEC);
 		if (fd < 0 || fsync(fd) < 0)
@@ -1381,7 +1388,7 @@ int wfs_catalog_backup(struct wfs_catalog *c, const char *dest, bool durable)
 
 	if (snprintf(tmp, sizeof(tmp), "%s.tmp", dest) >= (int)sizeof(tmp))
 		return -ENAMETOOLONG;
-	ret = copy_database(c->path, tmp, durable);
+	ret = copy_database(c->path, NULL, tmp, durable);
 	if (ret == 0) {
 		char why[256];
 		int check = wfs_catalog_diagnose(tmp, why, sizeof(why));
@@ -1401,6 +1408,33 @@ int wfs_catalog_backup(struct wfs_catalog *c, const char *dest, bool durable)
 	if (ret == 0 && durable)
 		ret = sync_parent(dest);
 	return ret;
+}
+
+int wfs_catalog_rescue(struct wfs_catalog *c)
+{
+	char tmp[PATH_MAX];
+	struct stat st;
+	int ret;
+
+	if (c->readonly || c->st_ino == 0 || c->rescued)
+		return 0;
+	if (stat(c->path, &st) == 0 && st.st_dev == c->st_dev && st.st_ino == c->st_ino)
+		return 0;
+	if (snprintf(tmp, sizeof(tmp), "%s.rescue", c->path) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	ret = copy_database(NULL, c->db, tmp, true);
+	if (ret == 0 && rename(tmp, c->path) < 0) {
+		ret = -errno;
+		unlink(tmp);
+	}
+	if (ret == 0)
+		ret = sync_parent(c->path);
+	if (ret == 0)
+		c->rescued = true;
+	wfs_log(ret ? WFS_LOG_ERR : WFS_LOG_WARN, "catalog %s was removed or replaced while in use: %s%s", c->path,
+		ret ? "writing the names it held there again failed: " : "the names it held are written there again",
+		ret ? strerror(-ret) : "");
+	return ret ? ret : 1;
 }
 
 int wfs_catalog_restore(const char *backup, const char *path, char *aside)
@@ -1423,7 +1457,7 @@ int wfs_catalog_restore(const char *backup, const char *path, char *aside)
 		if (rename(from, to) < 0 && errno != ENOENT)
 			return -errno;
 	}
-	ret = copy_database(backup, path, true);
+	ret = copy_database(backup, NULL, path, true);
 	if (ret == 0)
 		ret = sync_parent(path);
 	return ret;
@@ -1510,6 +1544,14 @@ int wfs_catalog_open(const char *path, unsigned flags, uint32_t root_uid, uint32
 	}
 	sqlite3_busy_timeout(c->db, 5000);
 	sqlite3_extended_result_codes(c->db, 1);
+	{
+		struct stat st;
+
+		if (stat(path, &st) == 0) {
+			c->st_dev = st.st_dev;
+			c->st_ino = st.st_ino;
+		}
+	}
 	sqlite3_update_hook(c->db, update_hook, c); /* the kept directory rows, and the watch */
 	sqlite3_rollback_hook(c->db, rollback_hook, c);
 	if (!readonly) {
@@ -1584,10 +1626,19 @@ void wfs_catalog_close(struct wfs_catalog *c)
 		wfs_log(WFS_LOG_ERR, "catalog: the last changes could not be committed at close");
 	sqlite3_close(c->checkpoint_db); /* first: the handle's close is the last, which ends the WAL */
 	pthread_mutex_destroy(&c->checkpoint_lock);
-	free(c->path);
 	for (int i = 0; i < ST_COUNT; i++)
 		sqlite3_finalize(c->stmt[i]);
 	sqlite3_close(c->db);
+	if (c->rescued) {
+		/* Left by another connection to the removed file, they would be replayed into the new
+		 * one when it is next opened in WAL mode. */
+		char shm[PATH_MAX];
+
+		unlink(c->wal_path);
+		if (snprintf(shm, sizeof(shm), "%s-shm", c->path) < (int)sizeof(shm))
+			unlink(shm);
+	}
+	free(c->path);
 	if (c->reserve_fd >= 0)
 		close(c->reserve_fd);
 	if (c->wal_fd >= 0)

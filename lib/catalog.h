@@ -91,6 +91,14 @@ void wfs_catalog_close(struct wfs_catalog *c);
  */
 int wfs_catalog_backup(struct wfs_catalog *c, const char *dest, bool durable);
 /*
+ * The database file at @c's path is not the one @c has open (removed or replaced while in use, by
+ * hand): write what @c has committed (the open batch is not) to the path again, from @c's own
+ * connection (SQLite's backup API, rollback journal mode, synced), and log it. Call with no other
+ * use of @c, before wfs_catalog_close() (which then checkpoints into the removed file and deletes the
+ * WAL, the removed file's). Returns 0 (the file is @c's), 1 (written again), or -errno (logged).
+ */
+int wfs_catalog_rescue(struct wfs_catalog *c);
+/*
  * Replace the catalog at @path (damaged: no handle may be open on it) with the backup @backup.
  * @backup is checked first (wfs_catalog_diagnose). Then @path, @path-wal and @path-shm are renamed
  * aside, kept for inspection, as "@path.damaged-<unix seconds>" (with the same suffixes; that name

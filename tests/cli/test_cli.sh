@@ -228,6 +228,19 @@ expect "a store whose objects/ was removed: mounts, says the contents are gone" 
 ! cat "$work/mnt2/f" 2>/dev/null
 verdict "a store whose objects/ was removed: its name reads EIO" $?
 fusermount3 -u "$work/mnt2" && flock -w 10 "$work/gone/lock" true
+# catalog.db removed by hand while mounted: the daemon's open catalog holds the names, and the
+# unmount writes them there again (every name was lost before; found by a new operator).
+"$CTL" init "$work/rmcat" >/dev/null && "$DAEMON" "$work/rmcat" "$work/mnt2" -o nosync &&
+	mkdir "$work/mnt2/d" && echo one >"$work/mnt2/d/f1" && rm "$work/rmcat/catalog.db" &&
+	echo two >"$work/mnt2/f2" && fusermount3 -u "$work/mnt2" && flock -w 10 "$work/rmcat/lock" true
+grep -q "catalog $work/rmcat/catalog.db was removed or replaced while in use: the names it held are written there again" \
+	"$work/rmcat/weightfs.log" && "$DAEMON" "$work/rmcat" "$work/mnt2" -o nosync &&
+	[ "$(cat "$work/mnt2/d/f1" "$work/mnt2/f2")" = "$(printf 'one\ntwo')" ]
+verdict "catalog.db removed while mounted: the unmount writes the names there again" $? \
+	"$(tail -n 3 "$work/rmcat/weightfs.log")"
+fusermount3 -u "$work/mnt2" && flock -w 10 "$work/rmcat/lock" true
+run "$CTL" fsck "$work/rmcat"
+expect "catalog.db removed while mounted: fsck finds nothing after" 0
 # A mount point inside the store would hide its objects/ (fsck then saw strays and missing objects).
 run "$DAEMON" "$STORE" "$STORE/objects" -o nosync
 expect "a mount point inside the store: exit 1, says so" 1 "" \
