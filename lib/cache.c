@@ -249,6 +249,10 @@ static int add_file(struct walk *w, const char *path, const struct stat *st)
 			w->g->pub.unreadable++; /* another user's file: not this caller's to measure or drop */
 			return 0;
 		}
+		if (n < 0 && errno == EIO) {
+			w->g->pub.damaged++; /* its content failed its check: no object to act on */
+			return 0;
+		}
 		if (n < 0 && errno != ENODATA) {
 			int ret = -errno;
 

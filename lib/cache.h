@@ -61,6 +61,8 @@ struct wfs_cache_group {
 	uint64_t unreadable_dirs; /* directories below it the caller may not list or search (EACCES on
 				     opendir, or on lstat of their entries): skipped with all they hold,
 				     which no other count includes */
+	uint64_t damaged;  /* files whose digest reads EIO (their object is quarantined or missing: the
+			      name fails until written again): skipped */
 };
 
 /* A new, empty set into *@out. Returns 0 or -ENOMEM. Free it with wfs_cache_set_free(). */
@@ -71,7 +73,7 @@ void wfs_cache_set_free(struct wfs_cache_set *set);
  * Add @path (a file or directory on a fuse.weightfs mount; directories are walked, symlinks not
  * followed) as a new group, and open every object below it not in the set yet. Files and directories
  * below @path that the caller cannot read are skipped and counted (the group's unreadable and
- * unreadable_dirs), not errors. On failure nothing is added and @err (@errlen bytes) names the path
+ * unreadable_dirs), and so are damaged files (EIO on their digest: the group's damaged), not errors. On failure nothing is added and @err (@errlen bytes) names the path
  * and the reason. Returns 0, or:
  * -ENOENT and other -errno of lstat/opendir/getxattr (-EACCES: @path is a directory the caller
  * cannot list or search); -EMEDIUMTYPE (not on a weightfs mount);

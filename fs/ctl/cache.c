@@ -26,7 +26,8 @@ static void cache_usage(FILE *out)
 		"PATH is a file or directory (a rank's tree) on a weightfs mount. Its pages are the page cache\n"
 		"of its object files (passthrough), shared by every name with the same content, so this acts\n"
 		"on the objects in the store (root or the mounting user: the store is private to its owner).\n"
-		"Files and directories below PATH that you cannot read are skipped and counted.\n"
+		"Files and directories below PATH that you cannot read are skipped and counted, and so are\n"
+		"damaged files (they read EIO until written again; exit status 1): the rest is acted on.\n"
 		"  drop    free the page cache of every object below PATH (posix_fadvise DONTNEED); pages a\n"
 		"          process has mapped stay (the kernel never drops mapped pages); the other names of a\n"
 		"          shared object lose their cached copy too (there is only one).\n"
@@ -118,7 +119,61 @@ static void print_residency(const char *label, const struct wfs_cache_group *g, 
 		printf(" (%llu files you cannot read skipped)", (unsigned long long)g->unreadable);
 	if (g && g->unreadable_dirs)
 		printf(" (%llu directories you cannot read skipped)", (unsigned long long)g->unreadable_dirs);
+	if (g && g->damaged)
+		printf(" (%llu damaged files skipped)", (unsigned long long)g->damaged);
 	printf("\n");
+}
+
+/*
+ * Files and directories skipped over all groups: those the caller cannot read (not its to act on),
+ * and damaged files (their digest reads EIO: no object to act on, the work is partial).
+ */
+struct skipped {
+	uint64_t files, dirs, damaged;
+};
+
+static struct skipped skipped_of(const struct wfs_cache_set *set)
+{
+	struct skipped u = { 0, 0, 0 };
+
+	for (size_t i = 0; i < wfs_cache_set_groups(set); i++) {
+		u.files += wfs_cache_set_group(set, i)->unreadable;
+		u.dirs += wfs_cache_set_group(set, i)->unreadable_dirs;
+		u.damaged += wfs_cache_set_group(set, i)->damaged;
+	}
+	return u;
+}
+
+/* "; N files you cannot read skipped; M directories ...; K damaged ..." (parts not 0) into @buf. */
+static void skipped_note(char *buf, size_t len, struct skipped u)
+{
+	size_t n = 0;
+
+	buf[0] = '\0';
+	if (u.files)
+		n += (size_t)snprintf(buf + n, len - n, "; %llu files you cannot read skipped",
+				      (unsigned long long)u.files);
+	if (u.dirs && n < len)
+		n += (size_t)snprintf(buf + n, len - n, "; %llu directories you cannot read skipped",
+				      (unsigned long long)u.dirs);
+	if (u.damaged && n < len)
+		snprintf(buf + n, len - n, "; %llu damaged files skipped", (unsigned long long)u.damaged);
+}
+
+/*
+ * The end of a command that acted on the rest: with damaged files skipped, one line on stderr that
+ * says what they are and what heals them, and exit status 1 (the work is partial, as stat's is).
+ * Returns the exit status: @ret when no file was damaged.
+ */
+static int damaged_end(const char *verb, uint64_t damaged, int ret)
+{
+	if (!damaged)
+		return ret;
+	fprintf(stderr,
+		"weightfsctl cache %s: %llu damaged files skipped (they read EIO: their content failed its "
+		"check; write them again; weightfsctl fsck names them), the rest done\n",
+		verb, (unsigned long long)damaged);
+	return 1;
 }
 
 static int do_status(struct wfs_cache_set *set, bool json)
@@ -148,6 +203,7 @@ static int do_status(struct wfs_cache_set *set, bool json)
 			json_object_set_new(o, "unsealed_files", json_integer((json_int_t)g->unsealed));
 			json_object_set_new(o, "unreadable_files", json_integer((json_int_t)g->unreadable));
 			json_object_set_new(o, "unreadable_dirs", json_integer((json_int_t)g->unreadable_dirs));
+			json_object_set_new(o, "damaged_files", json_integer((json_int_t)g->damaged));
 			json_object_set_new(o, "objects", json_integer((json_int_t)g->objects));
 			json_array_append_new(arr, o);
 		} else {
@@ -173,41 +229,12 @@ static int do_status(struct wfs_cache_set *set, bool json)
 	if (ret)
 		fprintf(stderr, "weightfsctl cache status: some objects could not be measured: %s\n",
 			strerror(-ret));
-	return ret ? 1 : 0;
-}
-
-/* Files and directories skipped over all groups because the caller cannot read them. */
-struct unreadable {
-	uint64_t files, dirs;
-};
-
-static struct unreadable unreadable_of(struct wfs_cache_set *set)
-{
-	struct unreadable u = { 0, 0 };
-
-	for (size_t i = 0; i < wfs_cache_set_groups(set); i++) {
-		u.files += wfs_cache_set_group(set, i)->unreadable;
-		u.dirs += wfs_cache_set_group(set, i)->unreadable_dirs;
-	}
-	return u;
-}
-
-/* "; N files you cannot read skipped; M directories ..." (each part only when not 0) into @buf. */
-static void skipped_note(char *buf, size_t len, struct unreadable u)
-{
-	int n = 0;
-
-	buf[0] = '\0';
-	if (u.files)
-		n = snprintf(buf, len, "; %llu files you cannot read skipped", (unsigned long long)u.files);
-	if (u.dirs && n >= 0 && (size_t)n < len)
-		snprintf(buf + n, len - (size_t)n, "; %llu directories you cannot read skipped",
-			 (unsigned long long)u.dirs);
+	return damaged_end("status", skipped_of(set).damaged, ret ? 1 : 0);
 }
 
 static int do_drop(struct wfs_cache_set *set, bool json)
 {
-	struct unreadable unreadable = unreadable_of(set);
+	struct skipped skipped_n = skipped_of(set);
 	uint64_t before = 0, after = 0;
 	double t0 = wfs_ctl_now(), dt;
 	char a[32], b[32], skipped[128];
@@ -221,33 +248,38 @@ static int do_drop(struct wfs_cache_set *set, bool json)
 	if (json) {
 		bool known = after != WFS_CACHE_UNKNOWN;
 
-		return wfs_ctl_json_print(json_pack("{s:I, s:o, s:o, s:o, s:I, s:I}", "objects",
-						    (json_int_t)wfs_cache_set_objects(set), "resident_bytes_before",
-						    known ? json_integer((json_int_t)before) : json_null(),
-						    "resident_bytes_after", known ? json_integer((json_int_t)after) : json_null(),
-						    "seconds", wfs_ctl_json_fixed(dt, 3), "unreadable_files",
-						    (json_int_t)unreadable.files, "unreadable_dirs", (json_int_t)unreadable.dirs),
-					  0);
+		return damaged_end("drop",
+				   skipped_n.damaged,
+				   wfs_ctl_json_print(json_pack("{s:I, s:o, s:o, s:o, s:I, s:I, s:I}", "objects",
+								(json_int_t)wfs_cache_set_objects(set), "resident_bytes_before",
+								known ? json_integer((json_int_t)before) : json_null(),
+								"resident_bytes_after",
+								known ? json_integer((json_int_t)after) : json_null(), "seconds",
+								wfs_ctl_json_fixed(dt, 3), "unreadable_files",
+								(json_int_t)skipped_n.files, "unreadable_dirs",
+								(json_int_t)skipped_n.dirs, "damaged_files",
+								(json_int_t)skipped_n.damaged),
+						      0));
 	}
-	skipped_note(skipped, sizeof(skipped), unreadable);
+	skipped_note(skipped, sizeof(skipped), skipped_n);
 	if (after == WFS_CACHE_UNKNOWN) {
 		printf("drop: %zu objects dropped (%.3f s); how much was resident cannot be measured as this user "
 		       "(the kernel shows another user's files as all resident: ask as the mounting user)%s\n",
 		       wfs_cache_set_objects(set), dt, skipped);
-		return 0;
+		return damaged_end("drop", skipped_n.damaged, 0);
 	}
 	human(a, sizeof(a), before);
 	human(b, sizeof(b), after);
 	printf("drop: %zu objects: %s resident before, %s after (%.3f s)%s%s\n", wfs_cache_set_objects(set), a,
 	       b, dt, after ? "; what stays is mapped by some process (the kernel does not drop mapped pages)"
 			    : "", skipped);
-	return 0;
+	return damaged_end("drop", skipped_n.damaged, 0);
 }
 
 static int do_load(struct wfs_cache_set *set, int node, enum wfs_cache_policy policy, unsigned threads,
 		   bool json)
 {
-	struct unreadable unreadable = unreadable_of(set);
+	struct skipped skipped_n = skipped_of(set);
 	struct wfs_cache_load *l = NULL;
 	struct wfs_ctl_progress progress;
 	double t0 = wfs_ctl_now(), dt;
@@ -283,15 +315,20 @@ static int do_load(struct wfs_cache_set *set, int node, enum wfs_cache_policy po
 		return 1;
 	}
 	if (json)
-		return wfs_ctl_json_print(json_pack("{s:I, s:I, s:o, s:i, s:s, s:I, s:I}", "objects",
-						    (json_int_t)wfs_cache_set_objects(set), "bytes", (json_int_t)done,
-						    "seconds", wfs_ctl_json_fixed(dt, 3), "numa_node", node, "policy",
-						    node < 0 ? "none" : policy == WFS_CACHE_BIND ? "bind" : "preferred",
-						    "unreadable_files", (json_int_t)unreadable.files, "unreadable_dirs",
-						    (json_int_t)unreadable.dirs),
-					  0);
+		return damaged_end("load", skipped_n.damaged,
+				   wfs_ctl_json_print(json_pack("{s:I, s:I, s:o, s:i, s:s, s:I, s:I, s:I}", "objects",
+								(json_int_t)wfs_cache_set_objects(set), "bytes",
+								(json_int_t)done, "seconds", wfs_ctl_json_fixed(dt, 3),
+								"numa_node", node, "policy",
+								node < 0 ? "none"
+								: policy == WFS_CACHE_BIND ? "bind"
+											   : "preferred",
+								"unreadable_files", (json_int_t)skipped_n.files,
+								"unreadable_dirs", (json_int_t)skipped_n.dirs,
+								"damaged_files", (json_int_t)skipped_n.damaged),
+						      0));
 	human(a, sizeof(a), done);
-	skipped_note(skipped, sizeof(skipped), unreadable);
+	skipped_note(skipped, sizeof(skipped), skipped_n);
 	printf("load: %zu objects, %s read in %.2f s (%.0f MiB/s)", wfs_cache_set_objects(set), a, dt,
 	       dt > 0 ? (double)done / 1048576.0 / dt : 0.0);
 	if (node >= 0)
@@ -299,7 +336,7 @@ static int do_load(struct wfs_cache_set *set, int node, enum wfs_cache_policy po
 		       skipped);
 	else
 		printf(", unbound%s\n", skipped);
-	return 0;
+	return damaged_end("load", skipped_n.damaged, 0);
 }
 
 int wfs_ctl_cache(int argc, char **argv)

@@ -271,5 +271,27 @@ else
 fi
 printf '%s\n' "$out" | sed 's/^/       /'
 
+# ---- a damaged file below PATH: skipped and counted, the rest acted on ---------------------------
+# Its name reads EIO (the object failed its check and is quarantined), so its digest does too: that
+# stopped status, drop and load for the whole tree ("cannot read its digest", nothing done).
+mkdir "$MNT/rank2"
+head -c 100000 /dev/urandom >"$MNT/rank2/bad" && head -c 100000 /dev/urandom >"$MNT/rank2/good"
+hex=$(getfattr --only-values -n user.weightfs.digest "$MNT/rank2/bad" 2>/dev/null)
+printf '\377' | dd of="$STORE/objects/${hex:0:2}/${hex:2}" bs=1 seek=10 conv=notrunc 2>/dev/null
+setfattr -n user.weightfs.recheck -v "$hex" "$MNT" 2>/dev/null # quarantined at once, as fsck does
+if cat "$MNT/rank2/bad" >/dev/null 2>&1; then
+	fail "damaged file: reading it after its object was corrupted and rechecked should fail with EIO"
+fi
+run "$CTL" cache drop "$MNT/rank2"
+run "$CTL" cache load "$MNT/rank2"
+expect "damaged file: load skips and counts it, loads the rest, exit 1" 1 \
+	"^load: 1 objects, .*; 1 damaged files skipped\$" "1 damaged files skipped \(they read EIO"
+run "$CTL" cache status "$MNT/rank2" --json
+expect "damaged file: status --json counts it, measures the rest, exit 1" 1 \
+	'"files":2,.*"damaged_files":1,"objects":1[,}]'
+run "$CTL" cache drop "$MNT/rank2" --json
+expect "damaged file: drop acts on the rest, exit 1" 1 '"objects": 1, .*"damaged_files": 1'
+rm -rf "$MNT/rank2"
+
 if wfs_umount "$MNT"; then ok "unmount: daemon exited 0"; else fail "unmount"; fi
 summary

@@ -43,7 +43,7 @@ class _Group(ctypes.Structure):
     # Mirrors struct wfs_cache_group.
     _fields_ = [("path", ctypes.c_char_p), ("files", ctypes.c_uint64), ("unsealed", ctypes.c_uint64),
                 ("objects", ctypes.c_uint64), ("unreadable", ctypes.c_uint64),
-                ("unreadable_dirs", ctypes.c_uint64)]
+                ("unreadable_dirs", ctypes.c_uint64), ("damaged", ctypes.c_uint64)]
 
 
 def _lib() -> ctypes.CDLL:
@@ -103,7 +103,8 @@ def residency(paths: Union[PathLike, Iterable[PathLike]]) -> Dict[str, Any]:
     """Resident page cache of paths (files or directories on a weightfs mount). Returns
     {"paths": [{"path", "files", "unsealed_files" (being written: skipped), "unreadable_files" (this
     user cannot read them: skipped), "unreadable_dirs" (directories this user cannot list or search:
-    skipped with what they hold), "objects", "bytes", "resident_bytes", "node_resident_bytes":
+    skipped with what they hold), "damaged_files" (they read EIO: their content failed its check,
+    write them again: skipped), "objects", "bytes", "resident_bytes", "node_resident_bytes":
     {node: bytes}, ...} per path], "total": {... over distinct objects: shared content counts once}}.
     Raises OSError (PermissionError when the store is not readable by this user, or when its objects
     cannot be measured by this user: the kernel reports another user's files as all resident)."""
@@ -120,6 +121,7 @@ def residency(paths: Union[PathLike, Iterable[PathLike]]) -> Dict[str, Any]:
             d = _residency_dict(r)
             d.update(path=g.path.decode(), files=int(g.files), unsealed_files=int(g.unsealed),
                      unreadable_files=int(g.unreadable), unreadable_dirs=int(g.unreadable_dirs),
+                     damaged_files=int(g.damaged),
                      objects=int(g.objects))
             out.append(d)
         s._lib.wfs_cache_status(s._p, _SIZE_MAX, True, ctypes.byref(r))
