@@ -113,24 +113,31 @@ static void names_free(struct name_list *l)
 /*
  * A finding about object @d, with the names that use it (none when the catalog is damaged). With
  * @names_fail, the detail says how many names fail because of it (names, not files: hard links
- * count).
+ * count). @quarantined: repair moved the object to quarantine/, which repairs the finding only when
+ * no name uses it; names that do still fail (only writing their content again heals them), so the
+ * finding is left, as the next check finds it.
  */
 static void finding_object(struct fsck *f, enum wfs_fsck_kind kind, const struct wfs_digest *d, const char *what,
-			   const char *detail, bool names_fail, bool repaired)
+			   const char *detail, bool names_fail, bool quarantined)
 {
 	static struct name_list names; /* large: not on the stack; fsck is one thread */
+	const char *moved = quarantined ? "; moved to quarantine/" : "";
+	bool repaired = quarantined;
 	char text[400];
 
+	if (quarantined)
+		f->report->quarantined_now++;
 	if (f->catalog && !f->report->catalog_damaged) {
 		wfs_catalog_object_paths(f->catalog, d, add_name, &names); /* an error: the names so far */
 		if (names_fail && names.total)
-			snprintf(text, sizeof(text), "%s; %llu names fail with EIO until the content is written again",
-				 detail, (unsigned long long)names.total);
+			snprintf(text, sizeof(text), "%s%s; %llu names fail with EIO until the content is written again",
+				 detail, moved, (unsigned long long)names.total);
 		else if (names_fail)
-			snprintf(text, sizeof(text), "%s; no name uses it", detail);
+			snprintf(text, sizeof(text), "%s%s; no name uses it", detail, moved);
 		else
-			snprintf(text, sizeof(text), "%s", detail);
+			snprintf(text, sizeof(text), "%s%s", detail, moved);
 		detail = text;
+		repaired = quarantined && names.total == 0;
 	}
 	finding_names(f, kind, what, detail, &names, repaired);
 	names_free(&names);

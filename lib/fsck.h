@@ -5,7 +5,8 @@
  *
  * What is checked, and what repair does:
  *   corrupt      an object whose bytes do not hash to its name → moved to STORE/quarantine, catalog
- *                state quarantined (its names fail with EIO until the content is written again)
+ *                state quarantined (its names fail with EIO until the content is written again:
+ *                repaired only when no name uses it, else left, as the next check finds it missing)
  *   missing      a catalog object with no file → names that use it fail with EIO; repair forgets
  *                the row when no name uses it
  *   orphan       an object file the catalog does not list → removed
@@ -94,7 +95,9 @@ struct wfs_fsck_report {
 	uint64_t objects_checked;       /* object files read and hashed */
 	uint64_t bytes_checked;
 	uint64_t found[WFS_FSCK_KINDS]; /* findings per kind */
-	uint64_t repaired[WFS_FSCK_KINDS];
+	uint64_t repaired[WFS_FSCK_KINDS]; /* of those, fixed: the next check finds them no more */
+	uint64_t quarantined_now;       /* corrupt objects repair moved to STORE/quarantine (repaired
+					   or not: their names may still fail) */
 	struct wfs_catalog_check catalog;
 };
 
@@ -106,7 +109,10 @@ struct wfs_fsck_report {
  */
 int wfs_fsck(const char *path, const struct wfs_fsck_options *opt, struct wfs_fsck_report *report);
 
-/* Problems found that are still there (quarantined objects are informational). */
+/*
+ * Problems found that are still there, as a check right after would count them (quarantined objects
+ * and unsealed files are informational).
+ */
 uint64_t wfs_fsck_unrepaired(const struct wfs_fsck_report *report);
 
 #endif

@@ -517,8 +517,9 @@ START_TEST(test_corrupt_truncated)
 }
 END_TEST
 
-/* Repair quarantines a corrupt object; a second check lists it as quarantined, and its names as
- * missing (not repairable: only writing the content again heals them). */
+/* Repair quarantines a corrupt object, but its names still fail: the finding is not repaired and
+ * is left (an honest exit status), the same as what a second check finds: the object listed as
+ * quarantined, and its names as missing (only writing the content again heals them). */
 START_TEST(test_corrupt_repair_quarantines)
 {
 	struct wfs_digest d, ok;
@@ -539,11 +540,14 @@ START_TEST(test_corrupt_repair_quarantines)
 	fsck_ok(&x, true);
 	f = one_of(&x, WFS_FSCK_CORRUPT);
 	ck_assert_str_eq(f->what, hex);
-	ck_assert(f->repaired);
+	ck_assert(!f->repaired);
+	ck_assert_msg(strstr(f->detail, "moved to quarantine/") && strstr(f->detail, "1 names fail with EIO"), "%s",
+		      f->detail);
 	f = one_of(&x, WFS_FSCK_QUARANTINED);
 	ck_assert_str_eq(f->what, qwhat);
 	ck_assert_msg(total_found(&x) == 2, "want corrupt + quarantined only:%s", dump(&x));
-	ck_assert_uint_eq(wfs_fsck_unrepaired(&x.r), 0);
+	ck_assert_uint_eq(wfs_fsck_unrepaired(&x.r), 1);
+	ck_assert_uint_eq(x.r.quarantined_now, 1);
 
 	/* The damaged bytes wait in STORE/quarantine/<hex>; objects/ no longer has them. */
 	object_path(path, sizeof(path), &d);
@@ -578,6 +582,49 @@ START_TEST(test_corrupt_repair_quarantines)
 	ck_assert(object_row(&d, &row));
 	ck_assert_int_eq(row.state, WFS_OBJECT_QUARANTINED);
 	ck_assert(exists(path));
+}
+END_TEST
+
+/* A corrupt object no name uses: quarantining it fixes all there is (no name fails). */
+START_TEST(test_corrupt_unused_repaired)
+{
+	struct wfs_digest d;
+	char hex[WFS_DIGEST_HEX_CHARS + 1];
+	struct fsck_run x;
+
+	put_file(ROOT, "w", 8000, 15, &d);
+	release(ROOT, "w", &d);
+	close_store_catalog();
+	flip_byte(&d, 0);
+	hex_of(&d, hex);
+	fsck_ok(&x, true);
+	ck_assert(one_of(&x, WFS_FSCK_CORRUPT)->repaired);
+	ck_assert_uint_eq(wfs_fsck_unrepaired(&x.r), 0);
+}
+END_TEST
+
+/* A corrupt and a truncated object, both named: repair moves both aside, and says both are left,
+ * as the next check does (it said "2 repaired, 0 left" and exit 0, and the next check 2 left). */
+START_TEST(test_corrupt_repair_left_as_next_check)
+{
+	struct wfs_digest a, b;
+	char path[800];
+	struct fsck_run x;
+	uint64_t left;
+
+	put_file(ROOT, "a", 8000, 16, &a);
+	put_file(ROOT, "b", 8000, 17, &b);
+	close_store_catalog();
+	flip_byte(&a, 10);
+	object_path(path, sizeof(path), &b);
+	ck_assert_int_eq(truncate(path, 50), 0);
+	fsck_ok(&x, true);
+	ck_assert_uint_eq(x.r.found[WFS_FSCK_CORRUPT], 2);
+	ck_assert_uint_eq(x.r.repaired[WFS_FSCK_CORRUPT], 0);
+	left = wfs_fsck_unrepaired(&x.r);
+	ck_assert_uint_eq(left, 2);
+	fsck_ok(&x, false);
+	ck_assert_uint_eq(wfs_fsck_unrepaired(&x.r), left);
 }
 END_TEST
 
@@ -1610,7 +1657,10 @@ static Suite *fsck_suite(void)
 	tc = tcase(s, "corrupt");
 	tcase_add_test(tc, test_corrupt_flipped_byte);
 	tcase_add_test(tc, test_corrupt_truncated);
-	tcase_add_test(tcase(s, "quarantined"), test_corrupt_repair_quarantines);
+	tc = tcase(s, "quarantined");
+	tcase_add_test(tc, test_corrupt_repair_quarantines);
+	tcase_add_test(tc, test_corrupt_unused_repaired);
+	tcase_add_test(tc, test_corrupt_repair_left_as_next_check);
 	tc = tcase(s, "missing");
 	tcase_add_test(tc, test_missing_used);
 	tcase_add_test(tc, test_missing_unused_forgotten);

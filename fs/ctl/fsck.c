@@ -67,6 +67,27 @@ static void on_progress(void *ctx, uint64_t bytes_done, uint64_t bytes_total, ui
 			      bytes_total ? 100.0 * (double)bytes_done / (double)bytes_total : 100.0);
 }
 
+/*
+ * What is left and why, after the summary: objects whose names fail (corrupt, missing, quarantined:
+ * only writing their content again heals them, repair cannot) and the rest (see the findings).
+ */
+static void print_left(const struct wfs_fsck_report *r, uint64_t left)
+{
+	uint64_t content = r->found[WFS_FSCK_CORRUPT] - r->repaired[WFS_FSCK_CORRUPT] + r->found[WFS_FSCK_MISSING] -
+			   r->repaired[WFS_FSCK_MISSING];
+
+	if (r->quarantined_now)
+		printf("fsck: %llu damaged objects moved to quarantine/ now\n", (unsigned long long)r->quarantined_now);
+	if (content)
+		printf("fsck: left: %llu objects whose names fail with EIO (damaged or missing content, listed "
+		       "above with their names): only writing the content again heals them; --repair cannot\n",
+		       (unsigned long long)content);
+	if (left > content)
+		printf("fsck: left: %llu other problems (see the findings above)%s\n",
+		       (unsigned long long)(left - content),
+		       r->online ? "; --repair needs the store unmounted" : "");
+}
+
 static void fsck_usage(FILE *out)
 {
 	fprintf(out,
@@ -87,7 +108,8 @@ static void fsck_usage(FILE *out)
 		"With the store mounted the check is read-only (an online scrub). Progress is shown on a\n"
 		"terminal.\n\n"
 		"exit status: 0 no problem (or all repaired), 1 problems remain or the check failed,\n"
-		"2 usage error\n");
+		"2 usage error. A name whose content is damaged or missing is a problem that remains\n"
+		"after --repair (which moves damaged objects aside) until the content is written again.\n");
 }
 
 int wfs_ctl_fsck(int argc, char **argv)
@@ -143,6 +165,7 @@ int wfs_ctl_fsck(int argc, char **argv)
 		json_object_set_new(out, "catalog_damaged", json_boolean(r.catalog_damaged));
 		json_object_set_new(out, "objects_checked", json_integer((json_int_t)r.objects_checked));
 		json_object_set_new(out, "bytes_checked", json_integer((json_int_t)r.bytes_checked));
+		json_object_set_new(out, "quarantined_now", json_integer((json_int_t)r.quarantined_now));
 		json_object_set_new(out, "problems_left", json_integer((json_int_t)left));
 		wfs_ctl_json_print(out, 0);
 	} else {
@@ -167,6 +190,7 @@ int wfs_ctl_fsck(int argc, char **argv)
 			printf("; %llu unsealed (being written, or failed after close)",
 			       (unsigned long long)r.found[WFS_FSCK_UNSEALED]);
 		printf("\n");
+		print_left(&r, left);
 	}
 	return left ? 1 : 0;
 }

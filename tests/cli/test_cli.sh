@@ -307,7 +307,14 @@ expect "fsck STORE (damaged): exit 1, names the digest" 1 "^corrupt +$hex: "
 expect "fsck STORE (damaged): summary" 1 "^fsck: $STORE: [0-9]+ objects .* checked; 1 problems, 0 repaired, 1 left\$"
 
 run "$CTL" fsck --repair "$STORE"
-expect "fsck --repair STORE: quarantines, exit 0" 0 "^corrupt +$hex: .*\[repaired\]\$"
+# Its names still fail: not repaired, left, exit 1, as the next check says (it said "1 repaired,
+# 0 left" and exit 0, so `fsck --repair && mount` mounted names that fail with EIO).
+expect "fsck --repair STORE: quarantines, names still fail: exit 1" 1 \
+	"^corrupt +$hex: .*; moved to quarantine/; 1 names fail with EIO until the content is written again\$"
+expect "fsck --repair STORE: summary honest, says what is left and why" 1 \
+	"^fsck: $STORE: [0-9]+ objects .* checked; 1 problems, 0 repaired, 1 left; 1 in quarantine\$"
+expect "fsck --repair STORE: only writing the content again heals it" 1 \
+	"^fsck: left: 1 objects whose names fail with EIO .*only writing the content again heals them"
 if [ -f "$STORE/quarantine/$hex" ] && [ ! -e "$obj" ]; then
 	ok "fsck --repair: object moved to quarantine/$hex"
 else
