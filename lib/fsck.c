@@ -61,7 +61,8 @@ struct name_list {
 struct fsck {
 	const struct wfs_fsck_options *opt;
 	struct wfs_fsck_report *report;
-	struct wfs_store *store;     /* read-write when offline, else read-only */
+	const char *path;            /* STORE */
+	struct wfs_store *store;     /* read-write when offline, else read-only; NULL: objects/ is lost */
 	struct wfs_catalog *catalog;
 	int dir_fd;                  /* STORE */
 	struct wfs_object_row *rows; /* catalog objects, digest order */
@@ -207,7 +208,7 @@ static int list_entry(void *ctx, const struct wfs_store_entry *e)
 /* List objects/ into f->files, sorted by digest. */
 static int list_objects(struct fsck *f)
 {
-	int ret = wfs_store_walk(f->store, list_entry, f);
+	int ret = f->store ? wfs_store_walk(f->store, list_entry, f) : 0; /* objects/ lost: none */
 
 	if (ret == 0 && f->nfiles)
 		qsort(f->files, f->nfiles, sizeof(*f->files), digest_cmp);
@@ -334,11 +335,17 @@ static void damage_text(const char *db, int err, char *out, size_t size)
 	int ret = wfs_catalog_diagnose(db, why, sizeof(why));
 
 	if (ret == -ENOENT)
-		snprintf(out, size, "missing, while objects/ holds objects");
+		snprintf(out, size, "missing");
 	else if (ret == 1)
 		snprintf(out, size, "damaged (SQLite: %s)", why);
 	else
 		snprintf(out, size, "damaged (%s)", err ? strerror(-err) : "SQLite integrity check failed");
+}
+
+/* No file at @db (the catalog's path): missing, not damaged. */
+static bool catalog_missing(const char *db)
+{
+	return access(db, F_OK) < 0 && errno == ENOENT;
 }
 
 /* The backup's path into @backup (PATH_MAX bytes) and its time into @when ("" without one). */
@@ -347,7 +354,7 @@ static bool backup_of(struct fsck *f, char *backup, char *when, size_t when_byte
 	struct stat st;
 	struct tm tm;
 
-	snprintf(backup, PATH_MAX, "%s/" WFS_STORE_CATALOG_BACKUP, wfs_store_path(f->store));
+	snprintf(backup, PATH_MAX, "%s/" WFS_STORE_CATALOG_BACKUP, f->path);
 	when[0] = '\0';
 	if (stat(backup, &st) < 0)
 		return false;
@@ -367,7 +374,11 @@ static void catalog_damaged(struct fsck *f, const char *db, int err)
 		return;
 	f->report->catalog_damaged = true;
 	damage_text(db, err, damage, sizeof(damage));
-	if (backup_of(f, backup, when, sizeof(when)) && !f->opt->repair)
+	if (backup_of(f, backup, when, sizeof(when)) && !f->opt->repair && catalog_missing(db))
+		snprintf(detail, sizeof(detail), "%s: %s; weightfsctl fsck --repair restores it from "
+			 WFS_STORE_CATALOG_BACKUP " (of %s; docs/integrity.md, A damaged catalog)", damage,
+			 CATALOG_DAMAGED, when);
+	else if (when[0] && !f->opt->repair)
 		snprintf(detail, sizeof(detail), "%s: %s; weightfsctl fsck --repair rebuilds them from "
 			 WFS_STORE_CATALOG_BACKUP " (of %s; docs/integrity.md, A damaged catalog)", damage,
 			 CATALOG_DAMAGED, when);
@@ -411,6 +422,7 @@ static int open_catalog(struct fsck *f, const char *db, int *err)
 static int rebuild(struct fsck *f, const char *db, const char *damage)
 {
 	char backup[PATH_MAX], aside[PATH_MAX], when[32], detail[900];
+	bool missing = catalog_missing(db);
 	const char *base;
 	int ret;
 
@@ -423,10 +435,11 @@ static int rebuild(struct fsck *f, const char *db, const char *damage)
 	if (ret)
 		return ret;
 	base = strrchr(aside, '/') ? strrchr(aside, '/') + 1 : aside;
-	snprintf(detail, sizeof(detail), "%s: rebuilt from " WFS_STORE_CATALOG_BACKUP " of %s: names made, "
+	snprintf(detail, sizeof(detail), "%s: %s from " WFS_STORE_CATALOG_BACKUP " of %s: names made, "
 		 "renamed or removed after it are as they were then (objects written since are kept "
-		 "unreferenced, names of objects removed since are missing); the damaged files are kept as %.64s*",
-		 damage, when, base);
+		 "unreferenced, names of objects removed since are missing)%s%.64s%s",
+		 damage, missing ? "restored" : "rebuilt", when, missing ? "" : "; the damaged files are kept as ",
+		 missing ? "" : base, missing ? "" : "*");
 	finding(f, WFS_FSCK_CATALOG, WFS_STORE_CATALOG, detail, true);
 	f->restored = true;
 	return 0;
@@ -478,7 +491,8 @@ static bool quarantined_copy(struct fsck *f, const char *name, struct wfs_digest
 		snprintf(detail, size, "damaged copy (its bytes did not match their digest)");
 	else if (!row)
 		snprintf(detail, size, "damaged copy of an object the catalog no longer lists");
-	else if ((*names_fail = row->state == WFS_OBJECT_QUARANTINED || !wfs_store_object_exists(f->store, d)))
+	else if ((*names_fail = row->state == WFS_OBJECT_QUARANTINED || !f->store ||
+				!wfs_store_object_exists(f->store, d)))
 		snprintf(detail, size, "damaged copy");
 	else
 		snprintf(detail, size, "damaged copy; the content was written again since: its names read "
@@ -679,16 +693,41 @@ static int store_locked(const char *path)
 	return ret;
 }
 
+/*
+ * @path is a store that lost its objects/ directory (wfs_store_open: -ENOENT): its catalog, or the
+ * backup of one, is there.
+ */
+static bool objects_lost(const char *path)
+{
+	char p[PATH_MAX];
+
+	snprintf(p, sizeof(p), "%s/" WFS_STORE_OBJECTS, path);
+	if (access(p, F_OK) == 0 || errno != ENOENT)
+		return false;
+	snprintf(p, sizeof(p), "%s/" WFS_STORE_CATALOG, path);
+	if (access(p, F_OK) == 0)
+		return true;
+	snprintf(p, sizeof(p), "%s/" WFS_STORE_CATALOG_BACKUP, path);
+	return access(p, F_OK) == 0;
+}
+
 int wfs_fsck(const char *path, const struct wfs_fsck_options *opt, struct wfs_fsck_report *report)
 {
-	struct fsck f = {.opt = opt, .report = report, .dir_fd = -1};
+	struct wfs_fsck_options check_only = *opt;
+	struct fsck f = {.opt = opt, .report = report, .path = path, .dir_fd = -1};
 	char db[PATH_MAX];
 	int ret, err;
 
 	memset(report, 0, sizeof(*report));
 	ret = wfs_store_open(path, WFS_STORE_READONLY, &f.store); /* is it a store at all? */
-	if (ret)
+	if (ret == -ENOENT && objects_lost(path)) {
+		/* Every object is gone: report what that breaks, change nothing (what to repair with?). */
+		report->objects_lost = true;
+		check_only.repair = false;
+		f.opt = opt = &check_only;
+	} else if (ret) {
 		return ret;
+	}
 	ret = store_locked(path);
 	if (ret < 0)
 		goto out;
@@ -697,7 +736,7 @@ int wfs_fsck(const char *path, const struct wfs_fsck_options *opt, struct wfs_fs
 		ret = -EBUSY;
 		goto out;
 	}
-	if (!report->online)
+	if (!report->online && f.store)
 		report->unclean = wfs_store_unclean(f.store, &report->unclean_pid, report->unclean_what,
 						    sizeof(report->unclean_what));
 	f.dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -708,7 +747,7 @@ int wfs_fsck(const char *path, const struct wfs_fsck_options *opt, struct wfs_fs
 	/* Offline, tmp/ holds only leftovers; opening the store read-write (for repair) removes them. */
 	if (!report->online)
 		check_dir(&f, WFS_STORE_TMP, WFS_FSCK_TMP);
-	if (opt->repair) {
+	if (opt->repair && f.store) {
 		wfs_store_close(f.store);
 		f.store = NULL;
 		ret = wfs_store_open(path, 0, &f.store);
@@ -730,6 +769,11 @@ int wfs_fsck(const char *path, const struct wfs_fsck_options *opt, struct wfs_fs
 		catalog_damaged(&f, db, err);
 	else
 		check_catalog(&f);
+	if (report->objects_lost)
+		finding(&f, WFS_FSCK_MISSING, WFS_STORE_OBJECTS "/",
+			"the objects directory is missing: every object the catalog lists is missing and every "
+			"name with content fails with EIO (each listed below); fsck --repair changes nothing: "
+			"restore objects/ from a backup of your own, or write the names again", false);
 	check_unclean(&f);
 	ret = list_objects(&f);
 	if (ret)

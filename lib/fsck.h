@@ -38,6 +38,9 @@
  * (written after the backup) is adopted as an unreferenced object (wfs_catalog_object_adopt), not
  * removed.
  *
+ * A store without its objects/ directory (the catalog, or its backup, still there) is checked, not
+ * repaired: one missing finding for objects/ and one per object the catalog lists, with its names.
+ *
  * Offline (no daemon holds the store) everything can be checked and repaired. Online (a daemon
  * has it mounted) the check is read-only and may be rate-limited so it stays out of the trainer's
  * way; repair needs the store unmounted (-EBUSY).
@@ -92,6 +95,8 @@ struct wfs_fsck_report {
 	int unclean_pid;                /* ... its pid, and what it recorded ("mounted on MNT") */
 	char unclean_what[256];
 	bool catalog_damaged;           /* the names could not be read or trusted */
+	bool objects_lost;              /* STORE/objects/ is missing: every object with it (one missing
+					   finding, "objects/", then one per object); nothing repaired */
 	uint64_t objects_checked;       /* object files read and hashed */
 	uint64_t bytes_checked;
 	uint64_t found[WFS_FSCK_KINDS]; /* findings per kind */

@@ -251,7 +251,7 @@ static void settle(const char *store)
 
 int wfs_ctl_resolve_store(const char *path, char *out)
 {
-	char real[PATH_MAX], probe[PATH_MAX + 16];
+	char real[PATH_MAX], probe[PATH_MAX + 32];
 	int ret;
 
 	if (!realpath(path, real))
@@ -261,6 +261,10 @@ int wfs_ctl_resolve_store(const char *path, char *out)
 	if (wfs_mounts_below(real, probe, out) == 0)
 		return -EMEDIUMTYPE;
 	snprintf(probe, sizeof(probe), "%s/" WFS_STORE_CATALOG, real);
+	if (access(probe, F_OK) < 0 && errno == ENOENT) {
+		/* A store that lost its catalog is still one: fsck --repair restores it from the backup. */
+		snprintf(probe, sizeof(probe), "%s/" WFS_STORE_CATALOG_BACKUP, real);
+	}
 	if (access(probe, F_OK) == 0) {
 		snprintf(out, PATH_MAX, "%s", real);
 	} else if (errno == EACCES) {

@@ -135,7 +135,8 @@ int wfs_ctl_json_print(json_t *v, size_t flags);
 /* ---- the store behind a path ---------------------------------------------------------------- */
 
 /*
- * The store directory for @path: @path itself when it holds a catalog, or the store behind the
+ * The store directory for @path: @path itself when it holds a catalog (or only its backup, as after
+ * losing catalog.db: wfs_ctl_catalog_error() tells), or the store behind the
  * weightfs mount at @path (the daemon mounts with fsname=STORE). Writes an absolute path into @out
  * (PATH_MAX bytes). When the store is mounted, its daemon is first asked (fsync of the mount point)
  * to commit its batch of changes, so that catalog.db shows all of them. Returns 0, -EMEDIUMTYPE

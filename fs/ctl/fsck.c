@@ -74,7 +74,7 @@ static void on_progress(void *ctx, uint64_t bytes_done, uint64_t bytes_total, ui
 static void print_left(const struct wfs_fsck_report *r, uint64_t left)
 {
 	uint64_t content = r->found[WFS_FSCK_CORRUPT] - r->repaired[WFS_FSCK_CORRUPT] + r->found[WFS_FSCK_MISSING] -
-			   r->repaired[WFS_FSCK_MISSING];
+			   r->repaired[WFS_FSCK_MISSING] - (r->objects_lost ? 1 : 0); /* objects/: no object */
 
 	if (r->quarantined_now)
 		printf("fsck: %llu damaged objects moved to quarantine/ now\n", (unsigned long long)r->quarantined_now);
@@ -163,6 +163,7 @@ int wfs_ctl_fsck(int argc, char **argv)
 		json_object_set_new(out, "online", json_boolean(r.online));
 		json_object_set_new(out, "state", json_string(r.online ? "mounted" : r.unclean ? "unclean" : "clean"));
 		json_object_set_new(out, "catalog_damaged", json_boolean(r.catalog_damaged));
+		json_object_set_new(out, "objects_lost", json_boolean(r.objects_lost));
 		json_object_set_new(out, "objects_checked", json_integer((json_int_t)r.objects_checked));
 		json_object_set_new(out, "bytes_checked", json_integer((json_int_t)r.bytes_checked));
 		json_object_set_new(out, "quarantined_now", json_integer((json_int_t)r.quarantined_now));
@@ -172,7 +173,7 @@ int wfs_ctl_fsck(int argc, char **argv)
 		uint64_t found = 0, fixed = 0;
 
 		/* The store's state: an unclean one is a finding of its own, above. */
-		if (!r.online && !r.unclean)
+		if (!r.online && !r.unclean && !r.objects_lost)
 			printf("%-11s %s: closed by its last owner\n", "clean", "lock");
 		for (int k = 0; k < WFS_FSCK_KINDS; k++) {
 			if (k == WFS_FSCK_QUARANTINED || k == WFS_FSCK_UNSEALED)

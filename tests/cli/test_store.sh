@@ -385,5 +385,29 @@ else
 	fail "mount $S7 after the rebuild"
 fi
 
+# ---- 7. a lost catalog.db, a lost objects/ ------------------------------------------------------------
+# catalog.db gone, its backup there: fsck said "not a weightfs store" (exit 1), repair the same.
+S8=$work/store8 S9=$work/store9
+cp -a "$S7" "$S8" && cp -a "$S7" "$S9"
+rm -f "$S8"/catalog.db "$S8"/catalog.db-wal "$S8"/catalog.db-shm
+run "$CTL" fsck "$S8"
+expect "fsck, catalog.db missing: says so and that --repair restores it from the backup" 1 \
+	"^catalog +catalog\.db: missing: .*; weightfsctl fsck --repair restores it from catalog\.db\.backup \(of "
+run "$CTL" fsck --repair "$S8"
+expect "fsck --repair, catalog.db missing: restored from catalog.db.backup" 0 \
+	"^catalog +catalog\.db: missing: restored from catalog\.db\.backup of [0-9-]+ [0-9:]+: .*\[repaired\]\$"
+run "$CTL" fsck "$S8"
+expect "fsck after the restore: 0 problems" 0 "0 problems, 0 repaired, 0 left"
+# objects/ gone: fsck printed only "...: No such file or directory" (exit 1).
+rm -rf "$S9/objects"
+run "$CTL" fsck "$S9"
+expect "fsck, objects/ missing: one finding for objects/" 1 "^missing +objects/: the objects directory is missing"
+expect "fsck, objects/ missing: every object the catalog lists, with its names" 1 \
+	"^missing +[0-9a-f]{32}: object file missing; 1 names fail with EIO"
+expect "fsck, objects/ missing: the names that fail" 1 "^ +/rank0/a\$"
+run "$CTL" fsck --repair "$S9"
+expect "fsck --repair, objects/ missing: changes nothing, exit 1" 1 "fsck --repair changes nothing"
+verdict "fsck --repair, objects/ missing: no objects/ made" "$([ ! -e "$S9/objects" ]; echo $?)"
+
 echo "store: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
