@@ -1245,7 +1245,13 @@ static int get_schema_version(struct wfs_catalog *c, int64_t *version)
 	rc = sqlite3_step(s);
 	*version = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
 	sqlite3_finalize(s);
-	return rc == SQLITE_ROW ? 0 : -ENOENT;
+	/* No row: not made yet. A failed step (a damaged page) is damage, not "no catalog": -EIO, not
+	 * logged, for the caller to tell (wfs_catalog_diagnose says how it is damaged). */
+	if (rc == SQLITE_ROW || rc == SQLITE_DONE)
+		return rc == SQLITE_ROW ? 0 : -ENOENT;
+	if ((rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB || rc == SQLITE_ERROR)
+		return -EIO;
+	return map_sqlite(c, rc);
 }
 
 static int create_schema(struct wfs_catalog *c, uint32_t uid, uint32_t gid)

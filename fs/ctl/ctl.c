@@ -293,6 +293,34 @@ const char *wfs_ctl_store_error(int err)
 				   : strerror(-err);
 }
 
+const char *wfs_ctl_catalog_error(const char *store, int err, char *out, size_t out_bytes)
+{
+	char db[PATH_MAX + 32], backup[PATH_MAX + 32], why[256];
+	bool has_backup;
+
+	snprintf(db, sizeof(db), "%s/" WFS_STORE_CATALOG, store);
+	snprintf(backup, sizeof(backup), "%s/" WFS_STORE_CATALOG_BACKUP, store);
+	has_backup = access(backup, F_OK) == 0;
+	if (access(db, F_OK) < 0 && errno == ENOENT) {
+		if (has_backup)
+			snprintf(out, out_bytes, WFS_STORE_CATALOG " is missing: weightfsctl fsck --repair %s restores "
+				 "it from " WFS_STORE_CATALOG_BACKUP " (with the store unmounted)", store);
+		else
+			snprintf(out, out_bytes, WFS_STORE_CATALOG " is missing, and no " WFS_STORE_CATALOG_BACKUP
+				 " is beside it: weightfsctl fsck %s says what is left", store);
+		return out;
+	}
+	if (err != -EIO || wfs_catalog_diagnose(db, why, sizeof(why)) != 1)
+		return NULL;
+	if (has_backup)
+		snprintf(out, out_bytes, "the catalog is damaged (SQLite: %s): weightfsctl fsck --repair %s "
+			 "rebuilds it from " WFS_STORE_CATALOG_BACKUP " (with the store unmounted)", why, store);
+	else
+		snprintf(out, out_bytes, "the catalog is damaged (SQLite: %s), and no " WFS_STORE_CATALOG_BACKUP
+			 " is beside it: weightfsctl fsck %s says what to do", why, store);
+	return out;
+}
+
 const char *wfs_ctl_store_owner(const char *store, char *out, size_t out_bytes)
 {
 	char what[PATH_MAX + 16];

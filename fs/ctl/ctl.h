@@ -147,6 +147,14 @@ int wfs_ctl_resolve_store(const char *path, char *out);
 /* What to print for wfs_ctl_resolve_store()'s error @err: "not a weightfs store ..." or strerror. */
 const char *wfs_ctl_store_error(int err);
 /*
+ * What is wrong with the catalog of store @store, after a command that reads it failed with @err
+ * (-errno): "catalog.db is missing" or "the catalog is damaged (SQLite: ...)", each with what to
+ * run (fsck --repair restores or rebuilds it from catalog.db.backup, or fsck says what to do), written
+ * into @out (@out_bytes bytes). Returns @out, or NULL when the catalog is there and intact (the error
+ * is another: print strerror). Reads the catalog read-only (wfs_catalog_diagnose) only after -EIO.
+ */
+const char *wfs_ctl_catalog_error(const char *store, int err, char *out, size_t out_bytes);
+/*
  * Who holds the store at @store, for a message after wfs_store_open() (or a lib/ call that opens it)
  * returned -EBUSY: "weightfs (pid N, mounted on MNT)" as its owner recorded it (wfs_store_owner()),
  * "weightfs (pid N)" when it recorded no line, "another process" when it recorded nothing. Written

@@ -76,7 +76,7 @@ int wfs_ctl_gc(int argc, char **argv)
 	};
 	const struct wfs_ctl_cmd cmd = {"gc", gc_usage, opts, 1, 1};
 	struct wfs_gc_report r;
-	char store[PATH_MAX], owner[PATH_MAX + 64];
+	char store[PATH_MAX] = "", owner[PATH_MAX + 64], why[PATH_MAX + 512];
 	int ret;
 
 	ret = wfs_ctl_parse(&cmd, argc, argv);
@@ -103,6 +103,10 @@ int wfs_ctl_gc(int argc, char **argv)
 		fprintf(stderr, "weightfsctl gc: %s: in use by %s, and no mount of it here answers (its daemon "
 			"died, or a lazy unmount detached it): unmount it first\n", argv[optind],
 			wfs_ctl_store_owner(store, owner, sizeof(owner)));
+		return 1;
+	}
+	if (ret && *store && wfs_ctl_catalog_error(store, ret, why, sizeof(why))) {
+		fprintf(stderr, "weightfsctl gc: %s: %s\n", store, why);
 		return 1;
 	}
 	if (ret) {

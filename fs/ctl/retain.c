@@ -40,7 +40,7 @@ int wfs_ctl_retain(int argc, char **argv)
 		WFS_CTL_OPT_END,
 	};
 	const struct wfs_ctl_cmd cmd = {"retain", retain_usage, opts, 1, 2};
-	char store[PATH_MAX], db[PATH_MAX + 16], what[PATH_MAX];
+	char store[PATH_MAX], db[PATH_MAX + 16], what[PATH_MAX], why[PATH_MAX + 512];
 	struct wfs_catalog *c = NULL;
 	uint64_t bytes = 0, was = 0;
 	bool set;
@@ -75,6 +75,10 @@ int wfs_ctl_retain(int argc, char **argv)
 	if (ret == 0 && set && was != bytes)
 		ret = wfs_catalog_retain_set(c, bytes);
 	wfs_catalog_close(c);
+	if (ret && wfs_ctl_catalog_error(store, ret, why, sizeof(why))) {
+		fprintf(stderr, "weightfsctl retain: %s: %s\n", store, why);
+		return 1;
+	}
 	if (ret) {
 		fprintf(stderr, "weightfsctl retain: %s: %s the retention budget: %s\n", store,
 			set ? "cannot record" : "cannot read", strerror(-ret));

@@ -566,7 +566,7 @@ static bool quarantine_on_disk(const char *store, uint64_t *files, uint64_t *byt
 
 int wfs_ctl_stat(int argc, char **argv)
 {
-	bool json = false, prometheus = false, from_daemon = false;
+	bool json = false, prometheus = false, from_daemon = false, catalog_lost = false;
 	const struct wfs_ctl_opt opts[] = {
 		WFS_CTL_OPT_FLAG("json", 'j', &json),
 		WFS_CTL_OPT_FLAG("prometheus", 0, &prometheus),
@@ -576,7 +576,7 @@ int wfs_ctl_stat(int argc, char **argv)
 	struct wfs_catalog_stats st;
 	struct wfs_catalog *c = NULL;
 	json_t *daemon;
-	char store[PATH_MAX], db[PATH_MAX + 16];
+	char store[PATH_MAX], db[PATH_MAX + 16], why[PATH_MAX + 512];
 	uint64_t du = 0, retain = 0, qfiles = 0, qbytes = 0;
 	double ratio;
 	int ret, fd;
@@ -622,8 +622,16 @@ int wfs_ctl_stat(int argc, char **argv)
 				"(it died): the catalog's totals only; unmount it: fusermount3 -u %s\n",
 				store, mnt, mnt);
 	}
+	if (ret && ret != -EACCES && wfs_ctl_catalog_error(store, ret, why, sizeof(why))) {
+		/* Missing or damaged: say so, whatever a daemon still serving it can tell. */
+		fprintf(stderr, "weightfsctl stat: %s: %s\n", store, why);
+		if (!daemon)
+			return 1;
+		catalog_lost = true;
+	}
 	if (ret && daemon) {
-		/* Another user of a mount: the store is private, but the daemon tells its totals. */
+		/* Another user of a mount: the store is private, but the daemon tells its totals (as it
+		 * does for a catalog removed under it). */
 		from_daemon = true;
 		st = (struct wfs_catalog_stats){
 			.names = json_u64(daemon, "names"), .directories = json_u64(daemon, "directories"),
@@ -655,10 +663,10 @@ int wfs_ctl_stat(int argc, char **argv)
 	if (prometheus) {
 		ret = stat_prometheus(store, &st, from_daemon ? WFS_CACHE_UNKNOWN : du, qfiles, qbytes, retain, daemon);
 		json_decref(daemon);
-		return ret;
+		return ret ? ret : catalog_lost;
 	}
 	if (json)
-		return wfs_ctl_json_print(
+		return catalog_lost | wfs_ctl_json_print(
 			json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, "
 				  "s:o?}",
 				  "store", wfs_ctl_json_string(store), "names", (json_int_t)st.names,
@@ -674,7 +682,8 @@ int wfs_ctl_stat(int argc, char **argv)
 				  "dedup_ratio", wfs_ctl_json_fixed(ratio, 4), "daemon", daemon),
 			0);
 	printf("store:              %s%s\n", store,
-	       from_daemon ? " (private to the mounting user: totals from the daemon, disk use unknown)" : "");
+	       catalog_lost ? " (" WFS_STORE_CATALOG " missing: totals from the daemon, disk use unknown)"
+	       : from_daemon ? " (private to the mounting user: totals from the daemon, disk use unknown)" : "");
 	printf("names:              %llu\n", (unsigned long long)st.names);
 	printf("directories:        %llu\n", (unsigned long long)st.directories);
 	if (st.special_files)
@@ -702,6 +711,6 @@ int wfs_ctl_stat(int argc, char **argv)
 	if (daemon)
 		print_daemon_stats(daemon);
 	json_decref(daemon);
-	return 0;
+	return catalog_lost ? 1 : 0;
 }
 

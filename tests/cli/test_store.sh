@@ -336,6 +336,12 @@ expect "fsck, a damaged catalog: exit 1, says damaged and what to do" 1 \
 	"^catalog +catalog\.db: damaged \(SQLite: .*\): the names cannot be read or trusted .*; weightfsctl fsck --repair rebuilds them from catalog\.db\.backup \(of [0-9-]+ [0-9:]+;"
 run "$CTL" fsck --json "$S4"
 expect_json "fsck --json, a damaged catalog: catalog_damaged" catalog_damaged True
+# stat, gc and retain said "cannot read catalog: No such file or directory" there.
+for cmd in stat gc retain; do
+	run "$CTL" "$cmd" "$S4"
+	expect "$cmd, a damaged catalog: says damaged and points to fsck --repair" 1 "" \
+		"^weightfsctl $cmd: $S4: the catalog is damaged \(SQLite: .*\): weightfsctl fsck --repair $S4 rebuilds it from catalog\.db\.backup"
+done
 
 # ---- 6. a damaged catalog is rebuilt from its backup --------------------------------------------------
 # The store keeps what no name uses (retain): b's object, removed after the backup, is still there.
@@ -408,6 +414,23 @@ expect "fsck, objects/ missing: the names that fail" 1 "^ +/rank0/a\$"
 run "$CTL" fsck --repair "$S9"
 expect "fsck --repair, objects/ missing: changes nothing, exit 1" 1 "fsck --repair changes nothing"
 verdict "fsck --repair, objects/ missing: no objects/ made" "$([ ! -e "$S9/objects" ]; echo $?)"
+
+# A live mount whose catalog.db was removed: stat said "private to the mounting user: totals from
+# the daemon, disk use unknown", to root.
+S10=$work/store10
+cp -a "$S7" "$S10"
+if wfs_mount "$B" "$S10" "$M" -o nosync; then
+	rm -f "$S10/catalog.db"
+	run "$CTL" stat "$M"
+	expect "stat MNT, catalog.db removed under the daemon: says so, exit 1" 1 \
+		"^store: +$S10 \(catalog\.db missing: totals from the daemon, disk use unknown\)\$" \
+		"^weightfsctl stat: $S10: catalog\.db is missing"
+	verdict "stat MNT, catalog.db removed: not called private" "$(! grep -q private <<<"$out$err"; echo $?)" \
+		"stdout: $out" "stderr: $err"
+	wfs_umount "$M" || fail "unmount"
+else
+	fail "mount $S10"
+fi
 
 echo "store: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
