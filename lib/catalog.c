@@ -1469,6 +1469,43 @@ int wfs_catalog_restore(const char *backup, const char *path, char *aside)
 	return ret;
 }
 
+/*
+ * Open the catalog at @path read-only, for an inspection that must make no file: the caller checks
+ * first that it exists (SQLite is not asked about a missing one). With no "-wal" beside it no writer
+ * has it open (a writer's WAL lives until its last handle closes, which checkpoints it into the file
+ * and removes it), so the file is opened immutable (mode=ro&immutable=1): SQLite then neither looks
+ * for a WAL nor makes -wal and -shm, which a plain read-only open of a WAL database does wherever it
+ * may write the directory. With a "-wal" there (a daemon serving the store, or one killed before it
+ * closed) the open is the usual read-only one, which reads that WAL through its -shm. A writer that
+ * starts after an immutable open is not seen by it (an inspection of an unmounted store). Returns
+ * SQLite's code; *@db is to be closed either way.
+ */
+static int open_readonly(const char *path, int flags, sqlite3 **db)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	char wal[PATH_MAX + 8], uri[3 * PATH_MAX + 64];
+	size_t n = 0;
+
+	*db = NULL;
+	snprintf(wal, sizeof(wal), "%s-wal", path);
+	if (access(wal, F_OK) == 0 || errno != ENOENT)
+		return sqlite3_open_v2(path, db, flags | SQLITE_OPEN_READONLY, NULL);
+	/* A URI: each byte outside RFC 3986's unreserved set and "/" percent-encoded. */
+	n = (size_t)snprintf(uri, sizeof(uri), "file:");
+	for (const unsigned char *p = (const unsigned char *)path; *p && n + 4 < sizeof(uri); p++) {
+		if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+		    strchr("/-._~", *p)) {
+			uri[n++] = (char)*p;
+		} else {
+			uri[n++] = '%';
+			uri[n++] = hex[*p >> 4];
+			uri[n++] = hex[*p & 15];
+		}
+	}
+	snprintf(uri + n, sizeof(uri) - n, "?mode=ro&immutable=1");
+	return sqlite3_open_v2(uri, db, flags | SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
+}
+
 int wfs_catalog_diagnose(const char *path, char *what, size_t what_bytes)
 {
 	sqlite3 *db = NULL;
@@ -1478,7 +1515,7 @@ int wfs_catalog_diagnose(const char *path, char *what, size_t what_bytes)
 	snprintf(what, what_bytes, "ok");
 	if (access(path, F_OK) < 0)
 		return -errno;
-	rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+	rc = open_readonly(path, SQLITE_OPEN_NOMUTEX, &db);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_prepare_v2(db, "PRAGMA quick_check(1)", -1, &s, NULL);
 	if (rc == SQLITE_OK) {
@@ -1543,7 +1580,12 @@ int wfs_catalog_open(const char *path, unsigned flags, uint32_t root_uid, uint32
 		ret = -ENOMEM;
 		goto fail;
 	}
-	ret = sqlite3_open_v2(path, &c->db, oflags, NULL);
+	if (readonly && access(path, F_OK) < 0) {
+		ret = -errno; /* an inspection of a missing catalog makes nothing, not even a -wal */
+		goto fail;
+	}
+reopen:
+	ret = readonly ? open_readonly(path, SQLITE_OPEN_NOMUTEX, &c->db) : sqlite3_open_v2(path, &c->db, oflags, NULL);
 	if (ret != SQLITE_OK) {
 		ret = map_sqlite(c, ret);
 		goto fail;
@@ -1578,8 +1620,17 @@ int wfs_catalog_open(const char *path, unsigned flags, uint32_t root_uid, uint32
 		if (ret == 0)
 			ret = get_schema_version(c, &version);
 	}
-	if (ret == 0 && version < SCHEMA_VERSION)
+	if (ret == 0 && version < SCHEMA_VERSION) {
+		int64_t was = version;
+
 		ret = migrate_schema(c, path, &version);
+		if (ret == 0 && readonly && version != was) {
+			/* Upgraded by a connection of its own: an immutable handle would not see it. */
+			sqlite3_close(c->db);
+			c->db = NULL;
+			goto reopen;
+		}
+	}
 	if (ret)
 		goto fail;
 	if (version != SCHEMA_VERSION) {

@@ -67,7 +67,11 @@ struct wfs_attr {
 
 enum wfs_catalog_flags {
 	WFS_CATALOG_CREATE = 1 << 0,   /* create the database and the root directory when missing */
-	WFS_CATALOG_READONLY = 1 << 1, /* open read-only (inspection tools, next to a running daemon) */
+	/* open read-only (inspection tools, next to a running daemon), making no file: a missing
+	 * catalog is -ENOENT before SQLite is asked; one without a "-wal" beside it (no writer has it
+	 * open) is opened immutable, so no -wal or -shm is made; one with a "-wal" (a daemon serving
+	 * it, or one killed) is read with that WAL. A schema-1 catalog is still upgraded in place. */
+	WFS_CATALOG_READONLY = 1 << 1,
 };
 
 /*

@@ -1563,6 +1563,52 @@ START_TEST(test_persist_reopen)
 }
 END_TEST
 
+/* "@db_path@suffix" exists. */
+static bool beside(const char *suffix)
+{
+	char p[700];
+
+	snprintf(p, sizeof(p), "%s%s", db_path, suffix);
+	return access(p, F_OK) == 0;
+}
+
+/*
+ * A read-only handle is an inspection: next to a writer it reads the writer's WAL (what is committed
+ * there and not yet in catalog.db); with no writer it makes no file (it left catalog.db-wal and
+ * -shm behind); a missing catalog stays missing.
+ */
+START_TEST(test_readonly_makes_no_file)
+{
+	struct wfs_catalog *ro = NULL;
+	struct wfs_attr a;
+	char why[128], missing[700];
+	uint64_t ino = mkfile(ROOT, "x");
+	long files;
+
+	ck_assert(beside("-wal"));
+	ck_assert_int_eq(wfs_catalog_open(db_path, WFS_CATALOG_READONLY, 0, 0, &ro), 0);
+	ck_assert_int_eq(wfs_catalog_lookup(ro, ROOT, "x", &a), 0);
+	ck_assert_uint_eq(a.ino, ino);
+	wfs_catalog_close(ro);
+
+	wfs_catalog_close(cat); /* the last handle: the WAL is checkpointed and removed */
+	cat = NULL;
+	ck_assert(!beside("-wal") && !beside("-shm"));
+	ck_assert_int_eq(wfs_catalog_open(db_path, WFS_CATALOG_READONLY, 0, 0, &ro), 0);
+	ck_assert_int_eq(wfs_catalog_lookup(ro, ROOT, "x", &a), 0);
+	ck_assert_uint_eq(a.ino, ino);
+	wfs_catalog_close(ro);
+	ck_assert_msg(!beside("-wal") && !beside("-shm"), "a read-only open left -wal or -shm");
+	ck_assert_int_eq(wfs_catalog_diagnose(db_path, why, sizeof(why)), 0);
+	ck_assert_msg(!beside("-wal") && !beside("-shm"), "diagnose left -wal or -shm");
+
+	files = tu_count_files(tu_test_dir);
+	tu_path(missing, sizeof(missing), tu_test_dir, "gone.db");
+	ck_assert_int_eq(wfs_catalog_open(missing, WFS_CATALOG_READONLY, 0, 0, &ro), -ENOENT);
+	ck_assert_int_eq(tu_count_files(tu_test_dir), files);
+}
+END_TEST
+
 /* FIFOs, sockets and device nodes: a type and an rdev, no object; recover, check and stats agree. */
 START_TEST(test_mknod_special)
 {
@@ -2093,6 +2139,7 @@ static Suite *catalog_suite(void)
 	add(s, "stats_empty", test_stats_empty);
 	add(s, "setattr", test_setattr);
 	add(s, "persist_reopen", test_persist_reopen);
+	add(s, "readonly_makes_no_file", test_readonly_makes_no_file);
 	add(s, "mknod_special", test_mknod_special);
 	add(s, "open_schema1", test_open_schema1);
 	add(s, "batch_commit", test_batch_commit);

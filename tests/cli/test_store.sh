@@ -432,5 +432,34 @@ else
 	fail "mount $S10"
 fi
 
+# ---- 8. an inspection makes no file ------------------------------------------------------------------
+# stat of an unmounted store left catalog.db-wal and -shm behind; with catalog.db missing, a command
+# made them beside the missing file.
+S11=$work/store11
+"$CTL" init "$S11" >/dev/null
+if wfs_mount "$B" "$S11" "$M" -o nosync; then
+	fill a 1000 >"$M/a"
+	wfs_umount "$M" || fail "unmount"
+fi
+listing() { find "$1" -maxdepth 1 -printf '%f\n' | sort | tr '\n' ' '; }
+before=$(listing "$S11")
+for cmd in "stat" "stat --json" "stat --prometheus" "fsck" "fsck --json" "retain" "gc --dry-run"; do
+	# shellcheck disable=SC2086 # $cmd: a subcommand and its options
+	"$CTL" $cmd "$S11" >/dev/null 2>&1
+	after=$(listing "$S11")
+	verdict "$cmd of an unmounted store makes no file" "$([ "$after" = "$before" ]; echo $?)" \
+		"before: $before" "after:  $after"
+	before=$after
+done
+rm -f "$S11/catalog.db" "$S11/catalog.db-wal" "$S11/catalog.db-shm"
+before=$(listing "$S11")
+for cmd in "stat" "fsck" "retain" "gc"; do
+	"$CTL" "$cmd" "$S11" >/dev/null 2>&1
+	after=$(listing "$S11")
+	verdict "$cmd, catalog.db missing: makes no file" "$([ "$after" = "$before" ]; echo $?)" \
+		"before: $before" "after:  $after"
+	before=$after
+done
+
 echo "store: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
