@@ -656,8 +656,8 @@ static int check_unsealed(struct fsck *f)
 		finding(f, WFS_FSCK_UNSEALED, l.v[i].path,
 			f->report->online ? "never sealed: being written, or its seal failed after close(2) returned "
 					    "(then it reads EIO until written again)"
-					  : "never sealed: its seal failed after close(2) returned, it reads EIO "
-					    "(the next mount removes it)",
+					  : "never sealed: the daemon stopped while it was written, or its seal "
+					    "failed after close(2) returned (the next mount removes it)",
 			repaired);
 	}
 	for (size_t i = 0; i < l.n; i++)
