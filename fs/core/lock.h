@@ -26,9 +26,10 @@
  *
  * Long work. A thread about to sleep on a condition with the lock (wfs_lock_wait, _timedwait, an
  * ordinary acquisition that waits for a lender), or about to work long on something the lock guards
- * (wfs_lock_long_work: hash or copy a file's bytes), runs the lock's long hook first. The daemon sets it to wfs_receive_hand_over() (fs/receive.h): a
- * request thread that leads the reading of /dev/fuse passes that on, so that the requests behind it
- * do not wait for it. Unit tests leave it NULL.
+ * (wfs_lock_long_work: hash or copy a file's bytes), runs the lock's long hook first. The daemon
+ * sets it to wfs_receive_hand_over() (fs/receive.h): a request thread that leads the reading of
+ * /dev/fuse passes that on, so that the requests behind it do not wait for it. Unit tests leave it
+ * NULL.
  */
 #ifndef WFS_CORE_LOCK_H
 #define WFS_CORE_LOCK_H
