@@ -1424,8 +1424,8 @@ int wfs_catalog_rescue(struct wfs_catalog *c)
 
 	if (c->readonly || c->st_ino == 0 || c->rescued)
 		return 0;
-	if (stat(c->path, &st) == 0 && st.st_dev == c->st_dev && st.st_ino == c->st_ino)
-		return 0;
+	if (stat(c->path, &st) == 0 ? st.st_dev == c->st_dev && st.st_ino == c->st_ino : errno != ENOENT)
+		return 0; /* still its file, or not known to be gone (EACCES, EIO): nothing written over it */
 	if (snprintf(tmp, sizeof(tmp), "%s.rescue", c->path) >= (int)sizeof(tmp))
 		return -ENAMETOOLONG;
 	ret = copy_database(NULL, c->db, tmp, true);

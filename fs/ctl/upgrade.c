@@ -57,7 +57,7 @@ static void upgrade_usage(FILE *out)
  */
 static bool is_weightfs(const char *binary, char *said, size_t len)
 {
-	char cmd[PATH_MAX + 64], line[256] = "";
+	char cmd[4 * PATH_MAX + 64], line[256] = ""; /* each ' of a PATH_MAX path takes 4 */
 	const char *q;
 	size_t n = 0;
 	FILE *p;
@@ -65,7 +65,7 @@ static bool is_weightfs(const char *binary, char *said, size_t len)
 
 	/* timeout(1) bounds a binary that hangs; the path goes in single quotes (each ' escaped). */
 	n = (size_t)snprintf(cmd, sizeof(cmd), "exec timeout -k 1 5 '");
-	for (q = binary; *q && n + 8 < sizeof(cmd); q++)
+	for (q = binary; *q; q++)
 		n += (size_t)snprintf(cmd + n, sizeof(cmd) - n, *q == '\'' ? "'\\''" : "%c", *q);
 	snprintf(cmd + n, sizeof(cmd) - n, "' --version 2>&1 </dev/null");
 	p = popen(cmd, "r");
