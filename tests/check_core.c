@@ -1232,6 +1232,39 @@ START_TEST(version_seal_begin_stops_writes)
 }
 END_TEST
 
+static void *seal_begin_thread(void *arg)
+{
+	return wfs_version_seal_begin(arg) ? arg : NULL;
+}
+
+/*
+ * A seal begins under fs->lock only, without the version lock, beside a write or truncate that a
+ * passthrough open makes outside fs->lock (wfs_version_kernel_backing()): the truncate either goes
+ * through before the seal or finds it (-EAGAIN), and reads @sealing on its own. A stopped() that let
+ * GCC fold its flag tests into one 4-byte load read it non-atomically: make tsan reported it (CI).
+ */
+START_TEST(version_seal_begin_beside_truncate)
+{
+	int err;
+	struct wfs_version *v = wfs_version_new(fs.store, &err);
+	pthread_t t;
+	void *began;
+	int ret;
+
+	ck_assert_ptr_nonnull(v);
+	ck_assert_int_eq(wfs_version_write(v, "abcd", 4, 0), 4);
+	ck_assert_int_eq(pthread_create(&t, NULL, seal_begin_thread, v), 0);
+	ret = wfs_version_truncate(v, 2);
+	ck_assert_int_eq(pthread_join(t, &began), 0);
+	ck_assert_ptr_eq(began, v);
+	ck_assert_msg(ret == 0 || ret == -EAGAIN, "truncate beside a seal's begin: %d", ret);
+	ck_assert_uint_eq(wfs_version_size(v), ret == 0 ? 2 : 4);
+	ck_assert_int_eq(wfs_version_truncate(v, 1), -EAGAIN); /* the seal holds it now */
+	wfs_version_discard(v);
+	wfs_version_put(v);
+}
+END_TEST
+
 /* POSIX request of @owner through handle @fh: @type on [@start, @end]. */
 static struct wfs_filelock_req fl_posix(uint64_t owner, uint64_t fh, short type, off_t start, off_t end)
 {
@@ -1353,6 +1386,7 @@ static Suite *core_suite(void)
 	tcase_add_test(tc, version_fallocate_modes);
 	tcase_add_test(tc, version_claim_freeze_thaw);
 	tcase_add_test(tc, version_seal_begin_stops_writes);
+	tcase_add_test(tc, version_seal_begin_beside_truncate);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("closing");

@@ -385,10 +385,15 @@ static bool keep_hashing(struct wfs_version *v, ssize_t err, off_t off)
 	return true;
 }
 
-/* Being sealed, FROZEN or DONE (version lock held): a write or size change must start over. */
+/*
+ * Being sealed, FROZEN or DONE (version lock held): a write or size change must start over. The
+ * flags are read one by one: GCC folded `v->frozen || v->done` into one 4-byte load, which read
+ * @sealing too, set by a seal without the version lock (a TSan report in CI, a truncate(2) sealing
+ * the version a passthrough open was about to make its backing file).
+ */
 static bool stopped(struct wfs_version *v)
 {
-	return v->frozen || v->done || __atomic_load_n(&v->sealing, __ATOMIC_ACQUIRE);
+	return wfs_version_frozen(v) || v->done;
 }
 
 ssize_t wfs_version_write(struct wfs_version *v, const void *buf, size_t len, off_t off)
