@@ -151,8 +151,9 @@ int wfs_ctl_fsck(int argc, char **argv)
 	ret = wfs_fsck(store, &opt, &r);
 	wfs_ctl_progress_clear(&ui.progress);
 	if (ret) {
-		if (out)
-			wfs_ctl_json_print(out, 0);
+		/* No document on stdout, as every --json on an error: a reader would take the findings
+		 * so far (none, say, for a store this user may not read) for the store's. */
+		json_decref(out);
 		fprintf(stderr, "weightfsctl fsck: %s: %s\n", store,
 			ret == -EBUSY ? "mounted: unmount it to repair (a check without --repair runs online)"
 				      : strerror(-ret));

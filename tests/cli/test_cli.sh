@@ -273,6 +273,14 @@ expect "fsck MNT (mounted): read-only check, exit 0" 0 \
 	"^fsck: $STORE \(mounted: read-only check\): [0-9]+ objects .* checked; 0 problems, 0 repaired, 0 left\$"
 run "$CTL" fsck --repair "$MNT"
 expect "fsck --repair MNT (mounted): exit 1, says unmount" 1 "" "^weightfsctl fsck: $STORE: mounted: unmount it"
+# --json: a check that ran prints its report; one that failed prints none (it printed {"store": ...,
+# "findings": []} before its error, which a monitoring script took for a clean store).
+run "$CTL" fsck --json "$MNT"
+expect "fsck --json MNT (mounted): the report, state mounted, exit 0" 0 \
+	'^\{"store": ".*", "findings": \[\], "online": true, "state": "mounted", .*"problems_left": 0\}$'
+run "$CTL" fsck --json --repair "$MNT"
+expect "fsck --json --repair MNT (mounted): exit 1, says unmount" 1 "" "^weightfsctl fsck: $STORE: mounted: unmount it"
+verdict "fsck --json --repair MNT (mounted): nothing on stdout" "$([ -z "$out" ]; echo $?)" "stdout: $out"
 # Mounted, gc asks the daemon (user.weightfs.gc); a budget of 1G keeps what the offline gc below removes.
 # The store is found busy at once: its daemon serves a mount (it waited 5 s for it to let go).
 timed_run "$CTL" gc --retain 1G "$MNT"
