@@ -577,7 +577,7 @@ int wfs_ctl_stat(int argc, char **argv)
 	struct wfs_catalog *c = NULL;
 	json_t *daemon;
 	char store[PATH_MAX], db[PATH_MAX + 16], why[PATH_MAX + 512];
-	uint64_t du = 0, retain = 0, qfiles = 0, qbytes = 0;
+	uint64_t du = WFS_CACHE_UNKNOWN, retain = 0, qfiles = 0, qbytes = 0;
 	double ratio;
 	int ret, fd;
 
@@ -655,24 +655,29 @@ int wfs_ctl_stat(int argc, char **argv)
 		json_decref(daemon);
 		return 1;
 	}
+	/* The disk use of objects/, or WFS_CACHE_UNKNOWN: never 0 for what this user cannot measure
+	 * (another user of a private store, whose totals come from the daemon). */
 	snprintf(db, sizeof(db), "%s/objects", store);
-	fd = open(db, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	fd = from_daemon ? -1 : open(db, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd >= 0)
 		du = disk_usage(fd);
+	else if (!from_daemon && errno == ENOENT)
+		du = 0; /* no objects/: nothing on disk (fsck says it is missing) */
 	ratio = st.object_bytes ? (double)st.logical_bytes / (double)st.object_bytes : 1.0;
 	if (prometheus) {
-		ret = stat_prometheus(store, &st, from_daemon ? WFS_CACHE_UNKNOWN : du, qfiles, qbytes, retain, daemon);
+		ret = stat_prometheus(store, &st, du, qfiles, qbytes, retain, daemon);
 		json_decref(daemon);
 		return ret ? ret : catalog_lost;
 	}
 	if (json)
 		return catalog_lost | wfs_ctl_json_print(
-			json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, "
+			json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, "
 				  "s:o?}",
 				  "store", wfs_ctl_json_string(store), "names", (json_int_t)st.names,
 				  "directories", (json_int_t)st.directories, "symlinks", (json_int_t)st.symlinks,
 				  "logical_bytes", (json_int_t)st.logical_bytes, "objects", (json_int_t)st.objects,
-				  "object_bytes", (json_int_t)st.object_bytes, "objects_disk_bytes", (json_int_t)du,
+				  "object_bytes", (json_int_t)st.object_bytes, "objects_disk_bytes",
+				  du == WFS_CACHE_UNKNOWN ? json_null() : json_integer((json_int_t)du),
 				  "unreferenced_objects", (json_int_t)st.unreferenced_objects,
 				  "unreferenced_bytes", (json_int_t)st.unreferenced_bytes,
 				  "retain_bytes", (json_int_t)retain, "quarantined_objects", (json_int_t)st.quarantined_objects,
@@ -692,8 +697,12 @@ int wfs_ctl_stat(int argc, char **argv)
 	printf("logical bytes:      %llu (%.1f MiB)\n", (unsigned long long)st.logical_bytes,
 	       (double)st.logical_bytes / 1048576.0);
 	printf("objects:            %llu\n", (unsigned long long)st.objects);
-	printf("physical bytes:     %llu (%.1f MiB); on disk %.1f MiB\n", (unsigned long long)st.object_bytes,
-	       (double)st.object_bytes / 1048576.0, (double)du / 1048576.0);
+	printf("physical bytes:     %llu (%.1f MiB); ", (unsigned long long)st.object_bytes,
+	       (double)st.object_bytes / 1048576.0);
+	if (du == WFS_CACHE_UNKNOWN)
+		printf("on disk unknown\n");
+	else
+		printf("on disk %.1f MiB\n", (double)du / 1048576.0);
 	if (st.unreferenced_objects || retain)
 		printf("unreferenced:       %llu objects, %llu bytes (kept for reuse: the store keeps up to "
 		       "%llu bytes, weightfsctl retain)\n", (unsigned long long)st.unreferenced_objects,

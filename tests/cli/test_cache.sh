@@ -199,6 +199,15 @@ if id nobody >/dev/null 2>&1; then
 	else
 		fail "another user, stat --prometheus: what it cannot measure is left out, not 0" "rc $rc" "$out"
 	fi
+	# The disk use of objects/ is unknown to another user: it said "disk use unknown" and then "on
+	# disk 0.0 MiB", and --json "objects_disk_bytes": 0.
+	run runuser -u nobody -- "$work/ctl" stat "$MNT"
+	expect "another user, stat MNT: on disk unknown, no number" 0 \
+		"^physical bytes: +[0-9]+ \([0-9.]+ MiB\); on disk unknown\$"
+	run runuser -u nobody -- "$work/ctl" stat --json "$MNT"
+	expect "another user, stat --json MNT: objects_disk_bytes null" 0 '"objects_disk_bytes": null,'
+	run "$CTL" stat --json "$MNT"
+	expect "root, stat --json MNT: objects_disk_bytes measured" 0 '"objects_disk_bytes": [1-9][0-9]*,'
 else
 	skip "another user: no user nobody"
 fi
