@@ -288,9 +288,12 @@ json_t *wfs_ctl_mount_stats(const char *mnt)
 
 const char *wfs_ctl_store_error(int err)
 {
-	return err == -EMEDIUMTYPE ? "not a weightfs store (a directory with catalog.db) or the mount point "
-				     "of one"
-				   : strerror(-err);
+	if (err == -EMEDIUMTYPE)
+		return "not a weightfs store (a directory with catalog.db) or the mount point of one";
+	if (err == -EACCES) /* the store is private to its owner (mode 0700), mounted allow_other or not */
+		return "Permission denied: the store belongs to another user (run as root or as the store's "
+		       "owner)";
+	return strerror(-err);
 }
 
 const char *wfs_ctl_catalog_error(const char *store, int err, char *out, size_t out_bytes)

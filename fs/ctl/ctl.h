@@ -144,7 +144,12 @@ int wfs_ctl_json_print(json_t *v, size_t flags);
  * from realpath (-ENOENT: no such path) or reading the mount table (lib/mounts.h).
  */
 int wfs_ctl_resolve_store(const char *path, char *out);
-/* What to print for wfs_ctl_resolve_store()'s error @err: "not a weightfs store ..." or strerror. */
+/*
+ * What to print for wfs_ctl_resolve_store()'s error @err (-errno), or for that of a lib/ call given
+ * the store it found: "not a weightfs store ..." for -EMEDIUMTYPE, "Permission denied: the store
+ * belongs to another user (run as root or as the store's owner)" for -EACCES, strerror otherwise.
+ * A static string.
+ */
 const char *wfs_ctl_store_error(int err);
 /*
  * What is wrong with the catalog of store @store, after a command that reads it failed with @err

@@ -156,7 +156,7 @@ int wfs_ctl_fsck(int argc, char **argv)
 		json_decref(out);
 		fprintf(stderr, "weightfsctl fsck: %s: %s\n", store,
 			ret == -EBUSY ? "mounted: unmount it to repair (a check without --repair runs online)"
-				      : strerror(-ret));
+				      : wfs_ctl_store_error(ret));
 		return 1;
 	}
 	left = wfs_fsck_unrepaired(&r);

@@ -197,10 +197,18 @@ int wfs_ctl_upgrade(int argc, char **argv)
 			"can be upgraded in place\n", argv[optind], store);
 		return EXIT_NO_HOLDER;
 	}
+	if (fd == -EACCES) {
+		/* The holder may well be there: this user may not reach its socket (the store is private
+		 * to its owner). Not exit 3, which says there is no holder. */
+		fprintf(stderr, "weightfsctl upgrade: %s: permission denied on the holder's socket %s/"
+			WFS_UPGRADE_SOCKET ": only root or the user who mounted it may upgrade\n",
+			argv[optind], store);
+		return 1;
+	}
 	if (fd < 0) {
 		fprintf(stderr, "weightfsctl upgrade: %s: cannot reach the holder at %s/" WFS_UPGRADE_SOCKET ": %s\n",
 			argv[optind], store, strerror(-fd));
-		return fd == -EACCES ? EXIT_NO_HOLDER : 1;
+		return 1;
 	}
 	ret = dprintf(fd, "upgrade %ld %s\n", wait_s * 1000, binary);
 	/* The answer comes when the new binary serves, or when the holder gave up on it. */

@@ -208,6 +208,23 @@ if id nobody >/dev/null 2>&1; then
 	expect "another user, stat --json MNT: objects_disk_bytes null" 0 '"objects_disk_bytes": null,'
 	run "$CTL" stat --json "$MNT"
 	expect "root, stat --json MNT: objects_disk_bytes measured" 0 '"objects_disk_bytes": [1-9][0-9]*,'
+	# fsck and gc of a store this user may not read: they said only "...: Permission denied", and
+	# fsck --json printed {"store": ..., "findings": []} on stdout, a clean store to a script.
+	private="Permission denied: the store belongs to another user \(run as root or as the store's owner\)\$"
+	run runuser -u nobody -- "$work/ctl" fsck --json "$MNT"
+	expect "another user, fsck --json MNT: exit 1, says what is needed" 1 "" "^weightfsctl fsck: $STORE: $private"
+	verdict "another user, fsck --json MNT: nothing on stdout" "$([ -z "$out" ]; echo $?)" "stdout: $out"
+	run runuser -u nobody -- "$work/ctl" fsck "$MNT"
+	expect "another user, fsck MNT: exit 1, says what is needed" 1 "" "^weightfsctl fsck: $STORE: $private"
+	run runuser -u nobody -- "$work/ctl" gc "$MNT"
+	expect "another user, gc MNT: exit 1, says what is needed" 1 "" "^weightfsctl gc: $MNT: $private"
+	# upgrade: this user cannot reach the holder's socket, which is not "no holder" (exit 3).
+	install -m 755 "$B/weightfs" "$work/weightfs" # the default --binary: next to weightfsctl
+	run runuser -u nobody -- "$work/ctl" upgrade "$MNT"
+	expect "another user, upgrade MNT: permission denied on the holder's socket, exit 1" 1 "" \
+		"^weightfsctl upgrade: $MNT: permission denied on the holder's socket $STORE/holder\.sock: only root or the user who mounted it may upgrade\$"
+	run "$CTL" upgrade "$MNT"
+	expect "root, upgrade MNT mounted without a holder: exit 3" 3 "" "^weightfsctl upgrade: $MNT: no holder "
 else
 	skip "another user: no user nobody"
 fi
