@@ -658,10 +658,10 @@ int wfs_ctl_stat(int argc, char **argv)
 	/* The disk use of objects/, or WFS_CACHE_UNKNOWN: never 0 for what this user cannot measure
 	 * (another user of a private store, whose totals come from the daemon). */
 	snprintf(db, sizeof(db), "%s/objects", store);
-	fd = from_daemon ? -1 : open(db, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	fd = open(db, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd >= 0)
 		du = disk_usage(fd);
-	else if (!from_daemon && errno == ENOENT)
+	else if (errno == ENOENT)
 		du = 0; /* no objects/: nothing on disk (fsck says it is missing) */
 	ratio = st.object_bytes ? (double)st.logical_bytes / (double)st.object_bytes : 1.0;
 	if (prometheus) {
