@@ -387,9 +387,8 @@ static bool keep_hashing(struct wfs_version *v, ssize_t err, off_t off)
 
 /*
  * Being sealed, FROZEN or DONE (version lock held): a write or size change must start over. The
- * flags are read one by one: GCC folded `v->frozen || v->done` into one 4-byte load, which read
- * @sealing too, set by a seal without the version lock (a TSan report in CI, a truncate(2) sealing
- * the version a passthrough open was about to make its backing file).
+ * flags are read one by one: GCC folds `v->frozen || v->done` into one 4-byte load, which reads
+ * @sealing too, and a seal sets that without the version lock (a data race to TSan).
  */
 static bool stopped(struct wfs_version *v)
 {

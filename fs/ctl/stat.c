@@ -687,8 +687,8 @@ int wfs_ctl_stat(int argc, char **argv)
 				  "dedup_ratio", wfs_ctl_json_fixed(ratio, 4), "daemon", daemon),
 			0);
 	printf("store:              %s%s\n", store,
-	       catalog_lost ? " (" WFS_STORE_CATALOG " missing: totals from the daemon, disk use unknown)"
-	       : from_daemon ? " (private to the mounting user: totals from the daemon, disk use unknown)" : "");
+	       catalog_lost ? " (" WFS_STORE_CATALOG " missing: totals from the daemon)"
+	       : from_daemon ? " (private to the mounting user: totals from the daemon)" : "");
 	printf("names:              %llu\n", (unsigned long long)st.names);
 	printf("directories:        %llu\n", (unsigned long long)st.directories);
 	if (st.special_files)

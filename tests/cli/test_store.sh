@@ -423,7 +423,10 @@ if wfs_mount "$B" "$S10" "$M" -o nosync; then
 	rm -f "$S10/catalog.db"
 	run "$CTL" stat "$M"
 	expect "stat MNT, catalog.db removed under the daemon: says so, exit 1" 1 \
-		"^store: +$S10 \(catalog\.db missing: totals from the daemon, disk use unknown\)\$" \
+		"^store: +$S10 \(catalog\.db missing: totals from the daemon\)\$" \
+		"^weightfsctl stat: $S10: catalog\.db is missing"
+	expect "stat MNT, catalog.db removed under the daemon: root still measures objects/" 1 \
+		"^physical bytes: +[0-9]+ \([0-9.]+ MiB\); on disk [0-9.]+ MiB\$" \
 		"^weightfsctl stat: $S10: catalog\.db is missing"
 	verdict "stat MNT, catalog.db removed: not called private" "$(! grep -q private <<<"$out$err"; echo $?)" \
 		"stdout: $out" "stderr: $err"
