@@ -15,17 +15,10 @@
 #include <unistd.h>
 
 #include "holder.h"
+#include "clock.h"
 #include "log.h"
 #include "takeover.h"
 #include "upgrade.h"
-
-static uint64_t now_ns(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
 
 /* The signals the holder waits for instead of handling them. */
 static void holder_signals(sigset_t *set)
@@ -158,7 +151,7 @@ static void upgrade_asked(pid_t pid)
 		wfs_upgrade_answer(cfd, "refused\t%s: %s", bin, why);
 		return;
 	}
-	H.asked_ns = now_ns(); /* before the signal: the server may drain before sigqueue returns */
+	H.asked_ns = wfs_clock_ns(); /* before the signal: the server may drain before sigqueue returns */
 	wfs_takeover_note_upgrade();
 	if (sigqueue(pid, SIGUSR2, (union sigval){.sival_int = (int)wait_ms}) < 0) {
 		wfs_upgrade_answer(cfd, "refused\tcannot signal server pid %d: %s", (int)pid, strerror(errno));
@@ -220,7 +213,7 @@ static void upgrade_refused(const char *why)
 /* poll(2)'s timeout: until the deadline of an upgrade under way, else none. */
 static int poll_timeout_ms(void)
 {
-	uint64_t now = now_ns();
+	uint64_t now = wfs_clock_ns();
 
 	if (H.state == IDLE)
 		return -1;
@@ -249,7 +242,7 @@ int wfs_holder_run(const struct wfs_holder_args *a)
 	holder_signals(&set);
 	sigaddset(&set, SIGUSR2);
 	sigprocmask(SIG_BLOCK, &set, &H.old);
-	started = now_ns();
+	started = wfs_clock_ns();
 	pid = fork_server(NULL, 0, NULL);
 	if (pid == 0)
 		return 0;
@@ -294,7 +287,7 @@ int wfs_holder_run(const struct wfs_holder_args *a)
 			wfs_log(WFS_LOG_ERR, "upgrade: pid %d of %s does not answer %d s after its start: killed",
 				(int)pid, H.next, WFS_UPGRADE_START_S);
 			kill(pid, SIGKILL);
-			H.deadline_ns = now_ns() + 60ull * 1000000000u; /* its SIGCHLD comes next */
+			H.deadline_ns = wfs_clock_ns() + 60ull * 1000000000u; /* its SIGCHLD comes next */
 		}
 		if (H.lfd >= 0 && (p[1].revents & POLLIN) && !stopping)
 			upgrade_asked(pid);
@@ -328,7 +321,7 @@ int wfs_holder_run(const struct wfs_holder_args *a)
 			wfs_log(WFS_LOG_INFO, "holder: server pid %d %s; the holder ends too", (int)pid, why);
 			holder_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
 		}
-		can = wfs_takeover_server_died(now_ns());
+		can = wfs_takeover_server_died(wfs_clock_ns());
 		drained = WIFEXITED(status) && WEXITSTATUS(status) == WFS_UPGRADE_EXIT;
 		next = H.cur;
 		if (H.state == DRAINING) {
@@ -336,7 +329,7 @@ int wfs_holder_run(const struct wfs_holder_args *a)
 
 			/* Drained (or died draining): the new binary takes over either way. */
 			wfs_takeover_serving(&sv);
-			H.stopped_ns = now_ns();
+			H.stopped_ns = wfs_clock_ns();
 			H.gate_ns = drained ? sv.gate_ns : 0;
 			H.state = STARTING;
 			H.deadline_ns = H.stopped_ns + (uint64_t)WFS_UPGRADE_START_S * 1000000000u;
@@ -363,7 +356,7 @@ int wfs_holder_run(const struct wfs_holder_args *a)
 			holder_exit(1);
 		}
 		short_deaths = drained ? 0
-			       : now_ns() - started < (uint64_t)WFS_HOLDER_SHORT_S * 1000000000u ? short_deaths + 1
+			       : wfs_clock_ns() - started < (uint64_t)WFS_HOLDER_SHORT_S * 1000000000u ? short_deaths + 1
 												  : 1;
 		if (!can) {
 			wfs_log(WFS_LOG_ERR, "holder: server pid %d %s before it answered the kernel's INIT: no "
@@ -377,7 +370,7 @@ int wfs_holder_run(const struct wfs_holder_args *a)
 				(int)pid, why, short_deaths, WFS_HOLDER_SHORT_S, a->mountpoint);
 			holder_exit(1);
 		}
-		started = now_ns();
+		started = wfs_clock_ns();
 		pid = fork_server(next, pid, why);
 		if (pid == 0)
 			return 0;

@@ -24,6 +24,7 @@
 #include "fileio.h"
 #include "filelock.h"
 #include "inode.h"
+#include "clock.h"
 #include "log.h"
 #include "mounts.h"
 #include "openmode.h"
@@ -138,23 +139,15 @@ static void set_readahead(struct wfs_fs *fs)
 static struct wfs_ops_tally own_requests[WFS_REQ_COUNT];
 struct wfs_ops_tally *wfs_ops_requests = own_requests;
 
-static uint64_t monotonic_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 struct wfs_ops_timer wfs_ops_timer_start(enum wfs_ops_request op)
 {
 	atomic_fetch_add_explicit(&wfs_ops_requests[op].count, 1, memory_order_relaxed);
-	return (struct wfs_ops_timer){.op = op, .start_ns = monotonic_ns()};
+	return (struct wfs_ops_timer){.op = op, .start_ns = wfs_clock_ns()};
 }
 
 void wfs_ops_timer_stop(struct wfs_ops_timer *t)
 {
-	atomic_fetch_add_explicit(&wfs_ops_requests[t->op].ns, monotonic_ns() - t->start_ns,
+	atomic_fetch_add_explicit(&wfs_ops_requests[t->op].ns, wfs_clock_ns() - t->start_ns,
 				  memory_order_relaxed);
 }
 

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 #include "receive.h"
 #include "takeover.h"
@@ -61,14 +62,6 @@ static __thread uint64_t unique;
 static __thread bool working_resent;
 /* This thread took a request and counts in rx.busy until it comes back for the next one. */
 static __thread bool working;
-
-static uint64_t now_ns(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
 
 /*
  * Requests the leader answers itself. Everything else is heavy: the leader passes the leadership
@@ -259,7 +252,7 @@ static void hand_over(void)
 static int wait_readable(int fd, bool *slept)
 {
 	struct pollfd p = {.fd = fd, .events = POLLIN};
-	uint64_t until = now_ns() + rx.spin_ns;
+	uint64_t until = wfs_clock_ns() + rx.spin_ns;
 	int n;
 
 	*slept = false;
@@ -267,7 +260,7 @@ static int wait_readable(int fd, bool *slept)
 		n = poll(&p, 1, 0);
 		if (n != 0)
 			return n;
-		if (now_ns() >= until)
+		if (wfs_clock_ns() >= until)
 			break;
 	}
 	*slept = true;

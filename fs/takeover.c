@@ -21,6 +21,7 @@
 #include "daemon.h"
 #include "inode.h"
 #include "keep.h"
+#include "clock.h"
 #include "log.h"
 #include "openmode.h"
 #include "ops.h"
@@ -214,14 +215,6 @@ static unsigned ids_used, handles_used; /* R->lock: the tables' entries (id_put(
 static bool ids_full_told; /* R->lock */
 atomic_bool wfs_takeover_watching;
 static enum { REPLAY_NONE, REPLAY_WAITING, REPLAY_SWALLOWED, REPLAY_DIFFERS } replay;
-
-static uint64_t now_ns(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
 
 int wfs_takeover_create(pid_t holder_pid)
 {
@@ -744,12 +737,12 @@ int wfs_takeover_replay(struct fuse_session *se)
 		wfs_log(WFS_LOG_WARN, "takeover: FUSE_NOTIFY_RESEND failed (%s): callers whose requests the dead "
 			"server had read wait until they are killed", strerror(errno));
 	}
-	pause = atomic_load(&R->died_ns) ? now_ns() - atomic_load(&R->died_ns) : 0;
+	pause = atomic_load(&R->died_ns) ? wfs_clock_ns() - atomic_load(&R->died_ns) : 0;
 	atomic_store(&R->last_pause_ns, pause);
 	if (pause > atomic_load(&R->worst_pause_ns))
 		atomic_store(&R->worst_pause_ns, pause);
 	/* The holder waits for this to call an upgrade done (upgrade.h); a death's successor says it too. */
-	atomic_store(&R->serving_ns, now_ns());
+	atomic_store(&R->serving_ns, wfs_clock_ns());
 	atomic_store(&R->serving_pid, (int32_t)getpid());
 	if (atomic_load(&R->holder_pid) > 0)
 		kill(atomic_load(&R->holder_pid), SIGUSR2);

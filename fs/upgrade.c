@@ -22,20 +22,13 @@
 #include "commit.h"
 #include "daemon.h"
 #include "lock.h"
+#include "clock.h"
 #include "log.h"
 #include "receive.h"
 #include "takeover.h"
 #include "upgrade.h"
 
 extern char **environ;
-
-static uint64_t now_ns(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
 
 static void sleep_ms(unsigned ms)
 {
@@ -102,7 +95,7 @@ static void *drain_main(void *arg)
 	 * kernel's INIT is answered (the holder would give up), so the drain begins after it. */
 	while (!wfs_takeover_init_answered())
 		sleep_ms(2);
-	t0 = now_ns();
+	t0 = wfs_clock_ns();
 	wait_ms = atomic_load(&up.wait_ms);
 	atomic_store(&up.draining, true);
 	wfs_receive_gate(WFS_RECEIVE_NO_WRITERS);
@@ -110,13 +103,13 @@ static void *drain_main(void *arg)
 		"next server; %d files open for writing get up to %d ms to be closed", (int)getpid(),
 		atomic_load(&up.writers), wait_ms);
 	until = t0 + (uint64_t)wait_ms * 1000000u;
-	while (atomic_load(&up.writers) > 0 && now_ns() < until)
+	while (atomic_load(&up.writers) > 0 && wfs_clock_ns() < until)
 		sleep_ms(2);
 	settle(fs); /* the bulk of the syncing before the pause, the rest after it */
 	wfs_receive_gate(WFS_RECEIVE_NONE);
-	gate = now_ns();
+	gate = wfs_clock_ns();
 	until = gate + (uint64_t)WFS_UPGRADE_QUIET_MS * 1000000u;
-	while ((busy = wfs_receive_busy(&left)) > 0 && now_ns() < until)
+	while ((busy = wfs_receive_busy(&left)) > 0 && wfs_clock_ns() < until)
 		sleep_ms(1);
 	still_open = atomic_load(&up.writers);
 	settle(fs);
@@ -130,7 +123,7 @@ static void *drain_main(void *arg)
 	wfs_log(WFS_LOG_INFO, "upgrade: server pid %d leaves the mount to the next server: waited %.1f ms "
 		"for %u writers to close, stopped in %.1f ms, %llu requests left for the next server",
 		(int)getpid(), (double)(gate - t0) / 1e6, atomic_load(&up.closed),
-		(double)(now_ns() - gate) / 1e6, (unsigned long long)left);
+		(double)(wfs_clock_ns() - gate) / 1e6, (unsigned long long)left);
 	_exit(WFS_UPGRADE_EXIT); /* no unmount, no unwinding: the holder starts the next server */
 	return NULL;
 }

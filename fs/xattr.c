@@ -25,6 +25,7 @@
 #include "dtype.h"
 #include "fault.h"
 #include "gc.h"
+#include "clock.h"
 #include "log.h"
 #include "object.h"
 #include "openmode.h"
@@ -183,13 +184,10 @@ static struct {
 
 static int stats_text(struct wfs_fs *fs, pid_t tid, size_t size, char *buf, size_t *len)
 {
-	struct timespec now;
-	uint64_t now_ns;
+	uint64_t now_ns = wfs_clock_ns();
 	char *text = NULL;
 	int ret;
 
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	now_ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
 	if (size && stats_kept.text && stats_kept.tid == tid && now_ns - stats_kept.at_ns < WFS_STATS_KEPT_NS &&
 	    stats_kept.len <= size) {
 		*len = stats_kept.len;

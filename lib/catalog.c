@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* catalog.h: the namespace and object metadata of a store, in SQLite. */
 #include "catalog.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -540,15 +541,6 @@ static int64_t now_ns(void)
 	return ts_to_ns(&ts);
 }
 
-/* CLOCK_MONOTONIC nanoseconds, for durations. */
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Count a phase of @ns into *@n, *@total (may be NULL) and *@max. */
 static void timed(uint64_t ns, uint64_t *n, uint64_t *total, uint64_t *max)
 {
@@ -807,7 +799,7 @@ static bool wal_headroom(struct wfs_catalog *c)
 	if ((uint64_t)st.st_size >= used + WAL_HEADROOM / 2)
 		return true;
 	want = (used + WAL_HEADROOM + 4095) & ~(uint64_t)4095;
-	t0 = mono_ns();
+	t0 = wfs_clock_ns();
 
 	for (uint64_t off = (uint64_t)st.st_size; off < want;) {
 		size_t n = want - off < sizeof(zeros) ? (size_t)(want - off) : sizeof(zeros);
@@ -817,7 +809,7 @@ static bool wal_headroom(struct wfs_catalog *c)
 			return false; /* ENOSPC: what was written stays, harmless */
 		off += (uint64_t)w;
 	}
-	timed(mono_ns() - t0, &c->timing.refills, &c->timing.refill_ns, &c->timing.refill_max_ns);
+	timed(wfs_clock_ns() - t0, &c->timing.refills, &c->timing.refill_ns, &c->timing.refill_max_ns);
 	return true;
 }
 
@@ -828,7 +820,7 @@ static bool wal_headroom(struct wfs_catalog *c)
 static int commit(struct wfs_catalog *c)
 {
 	int ret = wfs_fault("catalog.commit");
-	uint64_t t0 = mono_ns();
+	uint64_t t0 = wfs_clock_ns();
 
 	if (ret == 0 && c->batch && c->redo.seq != c->redo.committed) {
 		sqlite3_stmt *s = stmt(c, ST_REDO_SEQ); /* the last record this commit holds */
@@ -838,7 +830,7 @@ static int commit(struct wfs_catalog *c)
 	}
 	if (ret == 0) {
 		ret = step_done(c, stmt(c, ST_COMMIT));
-		timed(mono_ns() - t0, &c->timing.commits, &c->timing.commit_ns, &c->timing.commit_max_ns);
+		timed(wfs_clock_ns() - t0, &c->timing.commits, &c->timing.commit_ns, &c->timing.commit_max_ns);
 	}
 	if (ret == -ENOSPC && c->batch && !sqlite3_get_autocommit(c->db) && reserve_release(c))
 		ret = step_done(c, stmt(c, ST_COMMIT));
@@ -849,9 +841,9 @@ static int commit(struct wfs_catalog *c)
 			redo_empty(c);
 		}
 		if (c->reserve_used) {
-			t0 = mono_ns();
+			t0 = wfs_clock_ns();
 			reserve_fill(c);
-			timed(mono_ns() - t0, &c->timing.reserve_fills, NULL, &c->timing.reserve_max_ns);
+			timed(wfs_clock_ns() - t0, &c->timing.reserve_fills, NULL, &c->timing.reserve_max_ns);
 		}
 		if (c->batch)
 			c->headroom = wal_headroom(c);
