@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "clock.h"
 #include "daemon.h"
 #include "inode.h"
 #include "object.h"
@@ -31,25 +32,55 @@
 #include "../lib/direct.h"
 #include "log.h"
 
-#define DIRECT_THREADS 4
-#define DIRECT_BACKLOG 64
-#define DIRECT_MAX_FDS 2      /* one is expected; room for a second shows a request with more */
-#define DIRECT_IO_TIMEOUT_S 2 /* a client has this long to send its request and take the reply */
+#define DIRECT_WORKERS 4    /* threads answering requests (a first check of an object hashes it) */
+#define DIRECT_MAX_CONNS 256 /* connections held at once: waiting for a request, queued, or answered */
+#define DIRECT_BACKLOG DIRECT_MAX_CONNS
+#define DIRECT_MAX_FDS 2     /* one is expected; room for a second shows a request with more */
+#define DIRECT_IDLE_NS (2 * 1000000000ull) /* a connection has this long to send its request */
+#define DIRECT_FULL_POLL_MS 50 /* every connection is a request in service: look again this soon */
 
+/* An accepted connection, with its peer's credentials (SO_PEERCRED: those of connect(2)). */
+struct direct_conn {
+	int fd;
+	uid_t uid;
+	pid_t pid;
+	uint64_t deadline_ns; /* wfs_clock_ns() past which a connection without a request is closed */
+};
+
+/*
+ * One poller thread accepts every connection at once and holds it until its request has arrived
+ * (a SOCK_SEQPACKET request is one message: readable means whole); only then does a worker take
+ * it. A connection that sends nothing is closed after DIRECT_IDLE_NS, and when DIRECT_MAX_CONNS are
+ * held, a new one closes the oldest waiting connection of the user who holds the most: idle
+ * connections, however many, delay no other user's request (before, each of 4 threads waited up to
+ * 2 s on one connection, and a user opening 50 a second stalled everyone's for as long as they did).
+ */
 struct wfs_direct {
 	struct wfs_fs *fs;
 	char *mountpoint;
 	char name[WFS_DIRECT_NAME_MAX + 1]; /* abstract socket name, without the leading NUL */
-	int listen_fd;                      /* O_NONBLOCK: the threads poll it */
+	int listen_fd;                      /* O_NONBLOCK: the poller polls it */
 	int stop_pipe[2];                   /* written once at stop: readable forever after */
-	pthread_t threads[DIRECT_THREADS];
-	unsigned nthreads;
+	pthread_t poller;
+	pthread_t workers[DIRECT_WORKERS];
+	unsigned nworkers;
+	/* The poller's alone: connections waiting for their request, oldest first. */
+	struct direct_conn waiting[DIRECT_MAX_CONNS];
+	unsigned nwaiting;
+	/* Requests that arrived, for the workers: */
+	pthread_mutex_t queue_lock;
+	pthread_cond_t queue_cond;           /* (queue_lock) a request was queued, or stopping */
+	struct direct_conn queue[DIRECT_MAX_CONNS]; /* (queue_lock) a ring: qhead, qlen */
+	unsigned qhead, qlen;                /* (queue_lock) */
+	unsigned busy;                       /* (queue_lock) queued or being answered, not closed yet */
+	bool stopping;                       /* (queue_lock) */
 	pthread_mutex_t dev_lock;
 	bool dev_known;                     /* (dev_lock) */
 	dev_t dev;                          /* (dev_lock) st_dev of the mount */
 };
 
-static atomic_bool warned_refused, warned_dev;
+static atomic_bool warned_refused, warned_dev, warned_evict, warned_accept,
+	warned_poll;
 
 bool wfs_direct_served(struct wfs_fs *fs)
 {
@@ -168,12 +199,14 @@ static int direct_object(struct wfs_direct *d, int fd, pid_t pid, int *obj_fd, u
 	return ret;
 }
 
-/* One connection: read the request and its descriptor, answer, close. */
-static void serve_one(struct wfs_direct *d, int c)
+/*
+ * Answer the request waiting on @c (its whole message is there: the poller saw it readable), then
+ * return; the caller closes @c. Nothing here blocks on the client: the reply, 16 bytes and a
+ * descriptor on a socket that holds nothing else, is sent without waiting, and a client that went
+ * meanwhile is not answered.
+ */
+static void serve_one(struct wfs_direct *d, const struct direct_conn *c)
 {
-	struct timeval tv = {.tv_sec = DIRECT_IO_TIMEOUT_S};
-	struct ucred cred = {0};
-	socklen_t clen = sizeof(cred);
 	char req_buf[sizeof(struct wfs_direct_request) + 1]; /* one more: a longer message is refused */
 	union {
 		char buf[CMSG_SPACE(DIRECT_MAX_FDS * sizeof(int))];
@@ -187,12 +220,9 @@ static void serve_one(struct wfs_direct *d, int c)
 	int fds[DIRECT_MAX_FDS], nfds = 0, fd = -1, obj_fd = -1, ret;
 	ssize_t n;
 
-	(void)setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	(void)setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	(void)getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &clen);
-	n = recvmsg(c, &msg, MSG_CMSG_CLOEXEC);
-	if (n < 0)
-		return;
+	n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	if (n <= 0)
+		return; /* the client hung up before it sent a request (0), or went (-1) */
 	/* Every descriptor that came is ours to close; the kernel dropped those that did not fit. */
 	for (struct cmsghdr *h = CMSG_FIRSTHDR(&msg); h; h = CMSG_NXTHDR(&msg, h))
 		if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS)
@@ -210,11 +240,11 @@ static void serve_one(struct wfs_direct *d, int c)
 	else if (fd < 0)
 		ret = -EBADF;
 	else
-		ret = direct_object(d, fd, cred.pid, &obj_fd, &rep.bytes);
+		ret = direct_object(d, fd, c->pid, &obj_fd, &rep.bytes);
 	if (ret == -EACCES || ret == -EXDEV || ret == -ESTALE || ret == -EPROTO)
 		wfs_log_once(&warned_refused, WFS_LOG_WARN, "direct path: refused a request of pid %d (uid %u): "
-			     "%s (logged once)", (int)cred.pid, (unsigned)cred.uid, strerror(-ret));
-	wfs_log(WFS_LOG_DEBUG, "direct path: pid %d uid %u: %s", (int)cred.pid, (unsigned)cred.uid,
+			     "%s (logged once)", (int)c->pid, (unsigned)c->uid, strerror(-ret));
+	wfs_log(WFS_LOG_DEBUG, "direct path: pid %d uid %u: %s", (int)c->pid, (unsigned)c->uid,
 		ret ? strerror(-ret) : "object sent");
 	rep.error = -ret;
 	/* The client's descriptors go before the answer: one of them is a file on the mount, and a
@@ -242,34 +272,202 @@ static void serve_one(struct wfs_direct *d, int c)
 			h->cmsg_len = CMSG_LEN(sizeof(int));
 			memcpy(CMSG_DATA(h), &obj_fd, sizeof(int));
 		}
-		(void)sendmsg(c, &omsg, MSG_NOSIGNAL);
+		(void)sendmsg(c->fd, &omsg, MSG_NOSIGNAL | MSG_DONTWAIT);
 	}
 	if (obj_fd >= 0)
 		close(obj_fd);
 }
 
-static void *serve(void *arg)
+static void *worker(void *arg)
 {
 	struct wfs_direct *d = arg;
-	struct pollfd p[2] = {{.fd = d->listen_fd, .events = POLLIN}, {.fd = d->stop_pipe[0], .events = POLLIN}};
 
+	pthread_mutex_lock(&d->queue_lock);
 	for (;;) {
+		struct direct_conn c;
+
+		while (d->qlen == 0 && !d->stopping)
+			pthread_cond_wait(&d->queue_cond, &d->queue_lock);
+		if (d->stopping)
+			break;
+		c = d->queue[d->qhead];
+		d->qhead = (d->qhead + 1) % DIRECT_MAX_CONNS;
+		d->qlen--;
+		pthread_mutex_unlock(&d->queue_lock);
+
+		serve_one(d, &c);
+		close(c.fd);
+
+		pthread_mutex_lock(&d->queue_lock);
+		d->busy--;
+	}
+	pthread_mutex_unlock(&d->queue_lock);
+	return NULL;
+}
+
+/* Close waiting connection @i (the poller's), keeping the others in order. */
+static void drop_waiting(struct wfs_direct *d, unsigned i)
+{
+	close(d->waiting[i].fd);
+	memmove(&d->waiting[i], &d->waiting[i + 1], (d->nwaiting - i - 1) * sizeof(d->waiting[0]));
+	d->nwaiting--;
+}
+
+/*
+ * Room for one more connection: close the oldest waiting connection of the user who holds the most
+ * waiting ones (the first of them to come, on a tie). Linear in the users times the connections:
+ * 256 connections of as many users is 65,536 comparisons, once per connection over the limit.
+ */
+static void evict_one(struct wfs_direct *d)
+{
+	unsigned best = 0, best_count = 0;
+
+	for (unsigned i = 0; i < d->nwaiting; i++) {
+		unsigned count = 0;
+		bool seen = false;
+
+		for (unsigned j = 0; j < i && !seen; j++)
+			seen = d->waiting[j].uid == d->waiting[i].uid;
+		if (seen)
+			continue; /* counted at this user's oldest connection */
+		for (unsigned j = i; j < d->nwaiting; j++)
+			count += d->waiting[j].uid == d->waiting[i].uid;
+		if (count > best_count) {
+			best = i;
+			best_count = count;
+		}
+	}
+	wfs_log_once(&warned_evict, WFS_LOG_WARN, "direct path: %u connections held; closed the oldest "
+		     "of uid %u, which holds %u without a request (logged once)", (unsigned)DIRECT_MAX_CONNS,
+		     (unsigned)d->waiting[best].uid, best_count);
+	drop_waiting(d, best);
+}
+
+/*
+ * Accept what the listening socket has, as waiting connections, up to DIRECT_MAX_CONNS of them: then
+ * the poller looks at the requests that came meanwhile before it accepts more. Returns false when
+ * accept(2) failed for want of descriptors or memory (the poller pauses the listening socket a
+ * moment then).
+ */
+static bool accept_some(struct wfs_direct *d)
+{
+	for (unsigned n = 0; n < DIRECT_MAX_CONNS; n++) {
+		struct ucred cred = {0};
+		socklen_t clen = sizeof(cred);
+		unsigned busy;
 		int c;
 
-		if (poll(p, 2, -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			break;
+		pthread_mutex_lock(&d->queue_lock);
+		busy = d->busy;
+		pthread_mutex_unlock(&d->queue_lock);
+		if (d->nwaiting + busy >= DIRECT_MAX_CONNS) {
+			if (d->nwaiting == 0)
+				return true; /* all in service: the backlog holds the rest meanwhile */
+			evict_one(d);
 		}
-		if (p[1].revents)
-			break;
-		c = accept4(d->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-		if (c < 0)
-			continue; /* another thread took it (EAGAIN), or the client went (ECONNABORTED) */
-		serve_one(d, c);
-		close(c);
+		c = accept4(d->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (c < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return true;
+			if (errno == ECONNABORTED || errno == EINTR)
+				continue;
+			wfs_log_once(&warned_accept, WFS_LOG_WARN, "direct path: accept: %s (logged once)",
+				     strerror(errno));
+			return false;
+		}
+		(void)getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &clen);
+		d->waiting[d->nwaiting++] = (struct direct_conn){
+			.fd = c, .uid = cred.uid, .pid = cred.pid, .deadline_ns = wfs_clock_ns() + DIRECT_IDLE_NS};
 	}
+	return true;
+}
+
+static void *poller(void *arg)
+{
+	struct wfs_direct *d = arg;
+	struct pollfd p[2 + DIRECT_MAX_CONNS];
+	uint64_t listen_paused_until = 0;
+
+	for (;;) {
+		uint64_t now = wfs_clock_ns();
+		unsigned busy, np = 0, first;
+		bool listening;
+		int timeout = -1;
+
+		pthread_mutex_lock(&d->queue_lock);
+		busy = d->busy;
+		pthread_mutex_unlock(&d->queue_lock);
+
+		p[np++] = (struct pollfd){.fd = d->stop_pipe[0], .events = POLLIN};
+		listening = now >= listen_paused_until && (d->nwaiting > 0 || busy < DIRECT_MAX_CONNS);
+		if (listening)
+			p[np++] = (struct pollfd){.fd = d->listen_fd, .events = POLLIN};
+		else
+			timeout = DIRECT_FULL_POLL_MS;
+		first = np;
+		for (unsigned i = 0; i < d->nwaiting; i++)
+			p[np++] = (struct pollfd){.fd = d->waiting[i].fd, .events = POLLIN};
+		if (d->nwaiting) {
+			uint64_t deadline = d->waiting[0].deadline_ns;
+			uint64_t left_ms = deadline > now ? (deadline - now + 999999) / 1000000 : 0;
+
+			if (timeout < 0 || left_ms < (uint64_t)timeout)
+				timeout = (int)left_ms;
+		}
+
+		if (poll(p, np, timeout) < 0) {
+			if (errno != EINTR) {
+				wfs_log_once(&warned_poll, WFS_LOG_WARN, "direct path: poll: %s (logged once)",
+					     strerror(errno));
+				(void)poll(NULL, 0, DIRECT_FULL_POLL_MS);
+			}
+			continue;
+		}
+		if (p[0].revents)
+			break;
+
+		/* A request arrived (or the client hung up: the worker sees that): hand it on. */
+		pthread_mutex_lock(&d->queue_lock);
+		{
+			unsigned kept = 0;
+
+			for (unsigned i = 0; i < d->nwaiting; i++) {
+				if (!p[first + i].revents) {
+					d->waiting[kept++] = d->waiting[i];
+					continue;
+				}
+				d->queue[(d->qhead + d->qlen) % DIRECT_MAX_CONNS] = d->waiting[i];
+				d->qlen++;
+				d->busy++;
+				pthread_cond_signal(&d->queue_cond);
+			}
+			d->nwaiting = kept;
+		}
+		pthread_mutex_unlock(&d->queue_lock);
+
+		/* Connections past their deadline without a request go (the oldest come first): only now,
+		 * after the poll, so that a request that came is answered however long a loop took. */
+		now = wfs_clock_ns();
+		while (d->nwaiting && d->waiting[0].deadline_ns <= now)
+			drop_waiting(d, 0);
+		if (listening && p[1].revents && !accept_some(d))
+			listen_paused_until = now + (uint64_t)DIRECT_FULL_POLL_MS * 1000000;
+	}
+
+	while (d->nwaiting)
+		drop_waiting(d, d->nwaiting - 1);
 	return NULL;
+}
+
+/* Tell the workers to stop and wait for them (each finishes the request it is answering). */
+static void stop_workers(struct wfs_direct *d)
+{
+	pthread_mutex_lock(&d->queue_lock);
+	d->stopping = true;
+	pthread_cond_broadcast(&d->queue_cond);
+	pthread_mutex_unlock(&d->queue_lock);
+	for (unsigned i = 0; i < d->nworkers; i++)
+		pthread_join(d->workers[i], NULL);
 }
 
 int wfs_direct_start(struct wfs_fs *fs, const char *mountpoint)
@@ -288,6 +486,8 @@ int wfs_direct_start(struct wfs_fs *fs, const char *mountpoint)
 	d->fs = fs;
 	d->listen_fd = d->stop_pipe[0] = d->stop_pipe[1] = -1;
 	pthread_mutex_init(&d->dev_lock, NULL);
+	pthread_mutex_init(&d->queue_lock, NULL);
+	pthread_cond_init(&d->queue_cond, NULL);
 	if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd)) {
 		ret = -errno;
 		goto fail;
@@ -306,13 +506,18 @@ int wfs_direct_start(struct wfs_fs *fs, const char *mountpoint)
 		ret = -errno;
 		goto fail;
 	}
-	for (d->nthreads = 0; d->nthreads < DIRECT_THREADS; d->nthreads++) {
-		ret = -pthread_create(&d->threads[d->nthreads], NULL, serve, d);
+	for (d->nworkers = 0; d->nworkers < DIRECT_WORKERS; d->nworkers++) {
+		ret = -pthread_create(&d->workers[d->nworkers], NULL, worker, d);
 		if (ret)
 			break;
 	}
-	if (d->nthreads == 0)
+	if (d->nworkers == 0)
 		goto fail;
+	ret = -pthread_create(&d->poller, NULL, poller, d);
+	if (ret) {
+		stop_workers(d);
+		goto fail;
+	}
 	fs->direct = d;
 	return 0;
 fail:
@@ -323,6 +528,8 @@ fail:
 		close(d->stop_pipe[0]);
 		close(d->stop_pipe[1]);
 	}
+	pthread_cond_destroy(&d->queue_cond);
+	pthread_mutex_destroy(&d->queue_lock);
 	pthread_mutex_destroy(&d->dev_lock);
 	free(d->mountpoint);
 	free(d);
@@ -335,13 +542,19 @@ void wfs_direct_stop(struct wfs_fs *fs)
 
 	if (!d)
 		return;
-	/* The session loop has ended: no handler reads fs->direct any more. */
+	/* The session loop has ended: no handler reads fs->direct any more. The poller closes the
+	 * connections waiting for a request and tells the workers to stop; requests queued and not
+	 * answered yet are closed here (their clients see the connection end: they read the file). */
 	(void)!write(d->stop_pipe[1], "x", 1);
-	for (unsigned i = 0; i < d->nthreads; i++)
-		pthread_join(d->threads[i], NULL);
+	pthread_join(d->poller, NULL);
+	stop_workers(d);
+	for (; d->qlen; d->qlen--, d->qhead = (d->qhead + 1) % DIRECT_MAX_CONNS)
+		close(d->queue[d->qhead].fd);
 	close(d->listen_fd);
 	close(d->stop_pipe[0]);
 	close(d->stop_pipe[1]);
+	pthread_cond_destroy(&d->queue_cond);
+	pthread_mutex_destroy(&d->queue_lock);
 	pthread_mutex_destroy(&d->dev_lock);
 	free(d->mountpoint);
 	fs->direct = NULL;

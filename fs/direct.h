@@ -2,11 +2,13 @@
 /*
  * The daemon's side of the direct path (lib/direct.h has the protocol and the permission argument).
  *
- * A small pool of threads accepts on one abstract-namespace SOCK_SEQPACKET socket, one request per
- * connection, one connection per thread at a time; each request is read with bounded sizes (one
- * request struct, one descriptor) and a 2 s receive/send timeout, so a slow client holds at most its
- * thread. Socket I/O never runs with fs->lock held: the lock is taken only to find the inode, pin
- * and verify its object (verification drops it while hashing, as for an open), and to unpin.
+ * One poller thread accepts every connection on one abstract-namespace SOCK_SEQPACKET socket and holds
+ * it until its one request has arrived; four workers answer requests that have. Reads are bounded
+ * (one request struct, one descriptor) and never wait: a connection without a request ties up no
+ * thread, is closed after 2 s, and past 256 held the oldest of the user holding the most goes, so
+ * no user's idle connections delay another's request (fs/direct.c has the numbers). Socket I/O
+ * never runs with fs->lock held: the lock is taken only to find the inode, pin and verify its object
+ * (verification drops it while hashing, as for an open), and to unpin.
  */
 #ifndef WFS_FS_DIRECT_H
 #define WFS_FS_DIRECT_H

@@ -17,8 +17,11 @@
 #include "direct.h"
 #include "weightfs.h"
 
-/* Seconds a request may wait for the daemon: long enough for it to hash a large object first. */
+/* Seconds a request may wait for the daemon's answer: long enough for it to hash a large object first. */
 #define DIRECT_TIMEOUT_S 300
+/* Seconds connect(2) may wait while the daemon's backlog is full (every connection it holds is a
+ * request in service): then the caller reads the mounted file (-ETIMEDOUT). */
+#define DIRECT_CONNECT_TIMEOUT_S 5
 
 /* The abstract socket name in @fd's direct attribute, into @name (NUL-terminated); *@pid its owner. */
 static int socket_name(int fd, char name[WFS_DIRECT_NAME_MAX + 1], pid_t *pid)
@@ -54,7 +57,7 @@ static int socket_name(int fd, char name[WFS_DIRECT_NAME_MAX + 1], pid_t *pid)
 static int connect_daemon(const char *name, pid_t pid)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	struct timeval tv = {.tv_sec = DIRECT_TIMEOUT_S};
+	struct timeval tv = {.tv_sec = DIRECT_CONNECT_TIMEOUT_S};
 	size_t len = strlen(name);
 	struct ucred cred;
 	socklen_t clen = sizeof(cred);
@@ -64,8 +67,10 @@ static int connect_daemon(const char *name, pid_t pid)
 	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (s < 0)
 		return -errno;
+	/* A UNIX socket's connect(2) waits for room in the listener's backlog as long as SO_SNDTIMEO. */
+	(void)setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	if (connect(s, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len)) < 0) {
-		ret = -errno;
+		ret = errno == EAGAIN ? -ETIMEDOUT : -errno;
 		goto fail;
 	}
 	if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0) {
@@ -76,6 +81,7 @@ static int connect_daemon(const char *name, pid_t pid)
 		ret = -ESRCH; /* someone else's socket under the daemon's name */
 		goto fail;
 	}
+	tv.tv_sec = DIRECT_TIMEOUT_S;
 	(void)setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	(void)setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	return s;

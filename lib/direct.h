@@ -59,6 +59,7 @@ struct wfs_direct_reply {
  *   -ENOPROTOOPT  a weightfs file whose daemon has no direct path (an older daemon)
  *   -EBUSY        the file is being written (no sealed object yet, or a new version in progress)
  *   -EIO          its object is damaged (quarantined) or missing
+ *   -ETIMEDOUT    the daemon's backlog stayed full for 5 s, or no answer came in 300 s
  *   -ECONNREFUSED, -ESRCH (the socket is not the daemon's), -EPROTO (a malformed reply),
  *   -EACCES/-EXDEV/-ESTALE (refused by the daemon), -EMFILE, -ENOMEM, or another -errno.
  * @fd is left open. Thread-safe; blocks while the daemon verifies an object not checked yet.

@@ -6,7 +6,8 @@
 Mounts a fresh store itself, with allow_other (so `nobody` can try) and --mount-opts (test_python.sh
 BUILD direct -o OPTS passes them), and mounts it again for the tests that need a new daemon: the
 object's bytes, permission (nobody's own open fails; forged requests with a descriptor of another
-file, an O_PATH descriptor, two descriptors, a long message are refused), a file being written
+file, an O_PATH descriptor, two descriptors, a long message are refused), another user's idle
+connections (they delay no request; one without a request is closed after 2 s), a file being written
 (EBUSY: load() falls back with one warning), a descriptor that outlives unmount, a damaged object
 after a remount (EIO, quarantined), and the page-cache footprint of 4 names with one content read
 through the direct path (one copy; the mounted files without passthrough: four, a test skipped
@@ -218,6 +219,74 @@ def test_xattr_user_weightfs_direct_cannot_be_set_or_removed(m, op):
         else:
             os.removexattr(m.pub, "user.weightfs.direct")
     assert e.value.errno == errno.EPERM, e.value
+
+
+# What `nobody` runs against the socket for SECONDS: connections opened as fast as it can, none of
+# which sends a request, the last 900 kept open (it has 1,024 descriptors). Prints how many it made.
+IDLER = r"""
+import collections, json, socket, sys, time
+name, seconds = sys.argv[1], float(sys.argv[2])
+held, made, end = collections.deque(), 0, time.monotonic() + seconds
+while time.monotonic() < end:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.settimeout(0.5)
+    try:
+        s.connect("\0" + name)
+        made += 1
+    except OSError:
+        s.close()
+        continue
+    held.append(s)
+    if len(held) > 900:
+        held.popleft().close()
+print(json.dumps({"made": made}))
+"""
+
+
+def test_another_user_s_idle_connections_do_not_delay_requests(m, sock, note):
+    """another user's stream of idle connections: requests are still answered at once"""
+    idler = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+                              "-c", IDLER, sock, "8"], stdout=subprocess.PIPE, text=True, cwd="/")
+    try:
+        time.sleep(1.5)  # past the daemon's 256 connections, and its 2 s idle limit nearly
+        waits = []
+        while idler.poll() is None and len(waits) < 200:
+            t0 = time.monotonic()
+            fd = weightfs.open_object(m.pub)
+            waits.append(time.monotonic() - t0)
+            os.close(fd)
+            time.sleep(0.02)
+        out, _ = idler.communicate(timeout=30)
+    finally:
+        if idler.poll() is None:
+            idler.kill()
+            idler.wait()
+    # Before, four threads each waited up to 2 s on one connection: requests waited as long as the
+    # stream lasted. An answer takes milliseconds; 2 s leaves room for a loaded machine.
+    assert len(waits) >= 50 and max(waits) < 2.0, (len(waits), sorted(waits)[-5:])
+    made = json.loads(out)["made"]
+    note(f"{made} idle connections in 8 s; {len(waits)} requests beside them, slowest "
+         f"{max(waits) * 1000:.1f} ms, median {sorted(waits)[len(waits) // 2] * 1000:.1f} ms")
+    assert made > 256, made  # it did fill the daemon's table: the eviction was exercised
+
+
+def test_a_connection_without_a_request_is_closed_after_2_s(m, sock):
+    """a connection that sends no request is closed after about 2 s (the client sees the end)"""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.settimeout(10)
+    t0 = time.monotonic()
+    s.connect("\0" + sock)
+    try:
+        assert s.recv(16) == b""
+        waited = time.monotonic() - t0
+    finally:
+        s.close()
+    assert 1.5 <= waited < 6, waited
+    fd = os.open(m.pub, os.O_RDONLY)
+    try:
+        assert forge(sock, [fd]) == 0  # and the next is answered
+    finally:
+        os.close(fd)
 
 
 def test_a_fifo_in_the_mount_open_object_refuses_at_once_einval(m):
