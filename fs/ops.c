@@ -263,6 +263,14 @@ static pid_t tid_of(fuse_req_t req)
 	return fuse_req_ctx(req)->pid;
 }
 
+/* Who sent @req: its fsuid, fsgid and thread. */
+static struct wfs_caller caller_of(fuse_req_t req)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+
+	return (struct wfs_caller){.uid = ctx->uid, .gid = ctx->gid, .tid = ctx->pid};
+}
+
 void wfs_ops_news_send(struct wfs_fs *fs, struct wfs_news *k)
 {
 	for (size_t i = 0; i < k->n; i++) {
@@ -667,41 +675,48 @@ static void wfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 _Static_assert(SET_ATTR_KILL_SUIDGID == FATTR_KILL_SUIDGID, "libfuse passes FATTR_KILL_SUIDGID on as is");
 
 /*
- * Does a SETATTR of @a by user @uid ask to clear set-user-ID and set-group-ID bits (fileio.h)? With
+ * Does a SETATTR of @a by caller @c ask to clear set-user-ID and set-group-ID bits (fileio.h)? With
  * killpriv_v2, when it carries FATTR_KILL_SUIDGID, or carries nothing at all: the kernel's
  * fuse_setattr() takes ATTR_KILL_SUID, ATTR_KILL_SGID and the mode change they imply out of a
  * notify_change() and sends the rest, which for file_remove_privs() (a write, fallocate or
  * copy_file_range through passthrough by a user without CAP_FSETID) and chown(-1, -1) is nothing.
- * Not from a user who may not change the mode and has no writable open of the file: only a
- * chown(-1, -1) sends that, which ext4 refuses (EPERM). Not for a directory, whose chown keeps them
- * (chown_common()). fs->lock held.
+ * Not for a directory, whose chown keeps them (chown_common()). -EPERM when the bits would go but
+ * @c may not change the mode (neither root nor the owner) and nothing has the file open for
+ * writing: only a chown(-1, -1) sends that, and ext4 refuses it, the mode change that the kernel
+ * took out being the owner's to make (setattr_prepare()). Returns 1 (clear them), 0 or -EPERM.
+ * fs->lock held.
  */
-static bool setattr_kills_privs(struct wfs_fs *fs, const struct wfs_attr *a, int to_set, uid_t uid)
+static int setattr_kills_privs(struct wfs_fs *fs, const struct wfs_attr *a, int to_set, const struct wfs_caller *c)
 {
 	const struct wfs_inode *in;
 
 	if (!fs->killpriv_v2 || S_ISDIR(a->mode))
-		return false;
+		return 0;
 	if (to_set & SET_ATTR_KILL_SUIDGID)
-		return true;
+		return 1;
+	if (to_set != 0)
+		return 0;
 	in = wfs_inode_find(fs, a->ino);
-	return to_set == 0 && (uid == 0 || uid == a->uid || (in && in->io.nwritable > 0));
+	if (c->uid == 0 || c->uid == a->uid || (in && in->io.nwritable > 0))
+		return 1;
+	return wfs_fileio_mode_killpriv(a->mode, a->gid, c) != a->mode ? -EPERM : 0;
 }
 
 static int do_setattr(struct wfs_fs *fs, fuse_ino_t ino, const struct stat *st, int to_set,
-		      struct fuse_file_info *fi, uid_t uid, pid_t tid, struct stat *out, struct wfs_news *news)
+		      struct fuse_file_info *fi, const struct wfs_caller *c, struct stat *out, struct wfs_news *news)
 {
 	struct wfs_attr a, in_attr = {0};
 	unsigned valid = 0;
-	bool kill;
-	int ret;
+	int ret, kill;
 
 	ret = wfs_catalog_getattr(fs->catalog, ino, &a);
 	if (ret)
 		return ret;
-	kill = setattr_kills_privs(fs, &a, to_set, uid);
+	kill = setattr_kills_privs(fs, &a, to_set, c);
+	if (kill < 0)
+		return kill;
 	if (to_set & FUSE_SET_ATTR_SIZE) {
-		ret = wfs_fileio_truncate(fs, ino, fi ? handle_of(fi) : NULL, (uint64_t)st->st_size, tid, news);
+		ret = wfs_fileio_truncate(fs, ino, fi ? handle_of(fi) : NULL, (uint64_t)st->st_size, c->tid, news);
 		if (ret)
 			return ret;
 		if (a.size != (uint64_t)st->st_size && !(to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW)))
@@ -713,9 +728,10 @@ static int do_setattr(struct wfs_fs *fs, fuse_ino_t ino, const struct stat *st, 
 	}
 	if (kill) {
 		uint32_t mode = valid & WFS_ATTR_MODE ? in_attr.mode : a.mode;
+		uint32_t killed = wfs_fileio_mode_killpriv(mode, a.gid, c);
 
-		if (wfs_fileio_mode_killpriv(mode) != mode) {
-			in_attr.mode = wfs_fileio_mode_killpriv(mode);
+		if (killed != mode) {
+			in_attr.mode = killed;
 			valid |= WFS_ATTR_MODE;
 		}
 	}
@@ -759,6 +775,7 @@ static void wfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int t
 {
 	WFS_OPS_COUNT(SETATTR);
 	struct wfs_fs *fs = wfs_ops_fs(req);
+	struct wfs_caller c = caller_of(req);
 	struct wfs_news news = {0};
 	struct stat st;
 	int ret;
@@ -770,7 +787,7 @@ static void wfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int t
 	if (stale(fi))
 		fi = NULL; /* the attributes are the inode's, whoever asks */
 	wfs_lock(&fs->lock);
-	ret = do_setattr(fs, ino, attr, to_set, fi, fuse_req_ctx(req)->uid, tid_of(req), &st, &news);
+	ret = do_setattr(fs, ino, attr, to_set, fi, &c, &st, &news);
 	wfs_unlock(&fs->lock);
 	/* A moved name is told after the reply: truncate(2) holds the old inode's lock meanwhile. */
 	if (!news.moved)
@@ -1015,8 +1032,11 @@ static void wfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		ret = claimed ? 0 : wfs_openmode_open(fs, ino, writable, fi->flags, tid_of(req), &h, &r, &news);
 	/* The truncate of an O_TRUNC open by a user other than root clears set-user-ID bits, which the
 	 * kernel leaves to the daemon with killpriv_v2 (fileio.h). */
-	if (ret == 0 && !claimed && truncate && fs->killpriv_v2 && fuse_req_ctx(req)->uid != 0)
-		mode_changed = wfs_fileio_killpriv(fs, h->inode->ino);
+	if (ret == 0 && !claimed && truncate && fs->killpriv_v2 && fuse_req_ctx(req)->uid != 0) {
+		struct wfs_caller c = caller_of(req);
+
+		mode_changed = wfs_fileio_killpriv(fs, h->inode->ino, &c);
+	}
 	wfs_unlock(&fs->lock);
 	if (mode_changed)
 		fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0); /* attributes only */
@@ -1094,10 +1114,11 @@ static void wfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 {
 	WFS_OPS_COUNT(WRITE);
 	struct wfs_fs *fs = wfs_ops_fs(req);
+	struct wfs_caller c = caller_of(req);
 	bool mode_changed = false;
 	ssize_t n;
 
-	n = stale(fi) ? stale_write() : wfs_fileio_write(fs, handle_of(fi), fuse_req_ctx(req)->uid, tid_of(req), buf, size, off, &mode_changed);
+	n = stale(fi) ? stale_write() : wfs_fileio_write(fs, handle_of(fi), &c, buf, size, off, &mode_changed);
 	if (mode_changed)
 		fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0); /* attributes only */
 	if (n < 0)
@@ -1123,11 +1144,12 @@ static void wfs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 				int flags)
 {
 	WFS_OPS_COUNT(COPY_FILE_RANGE);
+	struct wfs_caller c = caller_of(req);
 	ssize_t n = flags ? -EINVAL
 		    : stale(fi_in) || stale(fi_out)
 			? stale_write()
 			: wfs_fileio_copy_range(wfs_ops_fs(req), handle_of(fi_in), off_in, handle_of(fi_out), off_out,
-						len, fuse_req_ctx(req)->uid, tid_of(req));
+						len, &c);
 
 	(void)ino_in;
 	(void)ino_out;

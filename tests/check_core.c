@@ -829,7 +829,7 @@ START_TEST(openmode_write_flush_seals)
 	ino = in->ino;
 	ck_assert_int_eq(wfs_openmode_create(&fs, in, 0, 0, &h, &r), 0);
 	wfs_unlock(&fs.lock);
-	ck_assert_int_eq(wfs_fileio_write(&fs, h, 0, gettid(), "weights", 7, 0, &mode_changed), 7);
+	ck_assert_int_eq(wfs_fileio_write(&fs, h, &(struct wfs_caller){.tid = gettid()}, "weights", 7, 0, &mode_changed), 7);
 	ck_assert(!mode_changed);
 	wfs_lock(&fs.lock);
 	ck_assert_int_eq(wfs_openmode_flush(&fs, h, gettid(), &news), 0);

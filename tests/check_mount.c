@@ -3480,10 +3480,32 @@ static int nobody_truncates(const char *p)
 	return truncate(p, 1) == 0 && mode_of(p) == 0777 ? 0 : 1;
 }
 
-/* chown(@p, -1, -1) of root's file of mode 04777: ext4 refuses it (EPERM); the bits stay either way. */
+/* chown(@p, -1, -1) of root's file of mode 04777: refused (EPERM), as ext4 does; the bits stay. */
 static int nobody_chowns_nothing(const char *p)
 {
-	return (chown(p, (uid_t)-1, (gid_t)-1) == 0 || errno == EPERM) && mode_of(p) == 04777 ? 0 : 1;
+	if (chown(p, (uid_t)-1, (gid_t)-1) == 0)
+		return 1;
+	return errno == EPERM && mode_of(p) == 04777 ? 0 : 2;
+}
+
+/*
+ * Writes to @p (root's, group root, mode 02767) and truncates it, outside its group: S_ISGID goes
+ * though group execute is off (the kernel's setattr_should_drop_sgid(), as ext4).
+ */
+static int nobody_writes_outside_group(const char *p)
+{
+	int fd = open(p, O_WRONLY);
+
+	if (fd < 0 || mode_of_fd(fd) != 02767)
+		return 1;
+	if (write(fd, "z", 1) != 1 || mode_of_fd(fd) != 0767)
+		return 2;
+	return close(fd) == 0 && mode_of(p) == 0767 ? 0 : 3;
+}
+
+static int nobody_truncates_outside_group(const char *p)
+{
+	return truncate(p, 1) == 0 && mode_of(p) == 0767 ? 0 : 1;
 }
 
 static int nobody_opens_truncating(const char *p)
@@ -3500,8 +3522,9 @@ static int nobody_opens_truncating(const char *p)
  * write(2) by a user other than root clears S_ISUID, and S_ISGID of a group-executable file: through
  * passthrough (an O_TRUNC create) after the owner set the bits on its own descriptor, or joining
  * root's writer; root's writes keep them; truncate(2) and an O_TRUNC open by such a user, and
- * chown(2) by root of anything but a directory, clear them too; another user's chown(-1, -1) does
- * not (ext4 refuses it). Through passthrough, 256 write(2)s of a new file ask for
+ * chown(2) by root of anything but a directory, clear them too; another user's chown(-1, -1) is
+ * refused (EPERM, as ext4). S_ISGID without group execute goes for a writer or truncater outside
+ * the file's group, not for one inside it or root. Through passthrough, 256 write(2)s of a new file ask for
  * security.capability once (FUSE_HANDLE_KILLPRIV_V2: the mount is SB_NOSEC), not once each.
  */
 START_TEST(set_id_bits_cleared)
@@ -3541,6 +3564,17 @@ START_TEST(set_id_bits_cleared)
 	ck_assert_int_eq(mknod(mu_path("never_opened"), S_IFREG | 0644, 0), 0);
 	ck_assert_int_eq(chmod(mu_path("never_opened"), 04777), 0);
 	ck_assert_int_eq(as_nobody(nobody_chowns_nothing, mu_path("never_opened")), 0);
+
+	/* Group root, 02767: S_ISGID without group execute, which nobody (group 65534) is outside. */
+	ck_assert_int_eq(mu_write_file(mu_path("gnox"), "abc", 3), 0);
+	ck_assert_int_eq(chmod(mu_path("gnox"), 02767), 0);
+	ck_assert_int_eq(as_nobody(nobody_writes_outside_group, mu_path("gnox")), 0);
+	ck_assert_int_eq(chmod(mu_path("gnox"), 02767), 0);
+	ck_assert_int_eq(as_nobody(nobody_truncates_outside_group, mu_path("gnox")), 0);
+	ck_assert_int_eq(chmod(mu_path("gnox"), 02767), 0);
+	ck_assert_int_eq(truncate(mu_path("gnox"), 2), 0); /* root's: CAP_FSETID */
+	ck_assert_int_eq(chown(mu_path("gnox"), 0, 0), 0);  /* and root's chown: in_group_or_capable() */
+	ck_assert_int_eq(mode_of(mu_path("gnox")), 02767);
 
 	ck_assert_int_eq(mu_write_file(mu_path("t"), "abc", 3), 0);
 	ck_assert_int_eq(chmod(mu_path("t"), 06777), 0);

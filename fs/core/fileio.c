@@ -14,25 +14,26 @@
 #include "openmode.h"
 #include "seal.h"
 #include "version.h"
+#include "writer.h"
 
-uint32_t wfs_fileio_mode_killpriv(uint32_t mode)
+uint32_t wfs_fileio_mode_killpriv(uint32_t mode, gid_t gid, const struct wfs_caller *c)
 {
 	if (S_ISDIR(mode))
 		return mode;
 	mode &= ~(uint32_t)S_ISUID;
-	if (mode & S_IXGRP)
+	if ((mode & S_ISGID) && ((mode & S_IXGRP) || (c->uid != 0 && !wfs_writer_in_group(c->tid, c->gid, gid))))
 		mode &= ~(uint32_t)S_ISGID;
 	return mode;
 }
 
-bool wfs_fileio_killpriv(struct wfs_fs *fs, uint64_t ino)
+bool wfs_fileio_killpriv(struct wfs_fs *fs, uint64_t ino, const struct wfs_caller *c)
 {
 	struct wfs_attr a, set = {0}, out;
 
-	if (wfs_catalog_getattr(fs->catalog, ino, &a) || wfs_fileio_mode_killpriv(a.mode) == a.mode)
+	if (wfs_catalog_getattr(fs->catalog, ino, &a))
 		return false;
-	set.mode = wfs_fileio_mode_killpriv(a.mode);
-	return wfs_catalog_setattr(fs->catalog, ino, &set, WFS_ATTR_MODE, &out) == 0;
+	set.mode = wfs_fileio_mode_killpriv(a.mode, a.gid, c);
+	return set.mode != a.mode && wfs_catalog_setattr(fs->catalog, ino, &set, WFS_ATTR_MODE, &out) == 0;
 }
 
 /*
@@ -41,12 +42,12 @@ bool wfs_fileio_killpriv(struct wfs_fs *fs, uint64_t ino)
  * handle, at its first write. Returns true when the mode changed (the kernel's cached attributes
  * are stale).
  */
-static bool drop_privs(struct wfs_fs *fs, struct wfs_handle *h, uid_t uid)
+static bool drop_privs(struct wfs_fs *fs, struct wfs_handle *h, const struct wfs_caller *c)
 {
 	if (h->privs_dropped)
 		return false;
 	h->privs_dropped = true;
-	return uid != 0 && wfs_fileio_killpriv(fs, h->inode->ino);
+	return c->uid != 0 && wfs_fileio_killpriv(fs, h->inode->ino, c);
 }
 
 /*
@@ -64,9 +65,10 @@ static int dropped_may_grow(struct wfs_fs *fs, struct wfs_version *v, uint64_t e
 	return fs->largest_known && end > fs->largest_object ? -ENOSPC : 0;
 }
 
-ssize_t wfs_fileio_write(struct wfs_fs *fs, struct wfs_handle *h, uid_t uid, pid_t tid, const void *buf,
+ssize_t wfs_fileio_write(struct wfs_fs *fs, struct wfs_handle *h, const struct wfs_caller *c, const void *buf,
 		       size_t len, off_t off, bool *mode_changed)
 {
+	pid_t tid = c->tid;
 	struct wfs_version *v;
 	bool split = false;
 	ssize_t n;
@@ -76,7 +78,7 @@ ssize_t wfs_fileio_write(struct wfs_fs *fs, struct wfs_handle *h, uid_t uid, pid
 	if (!h->writable)
 		return -EBADF;
 	wfs_lock(&fs->lock);
-	*mode_changed = drop_privs(fs, h, uid);
+	*mode_changed = drop_privs(fs, h, c);
 	wfs_object_make_room(fs, len); /* retained objects give way to these bytes */
 	do {
 		v = wfs_seal_writer(fs, h->inode, false, &ret);
@@ -218,8 +220,9 @@ static ssize_t copy_same_object(struct wfs_fs *fs, struct wfs_inode *src, off_t 
 }
 
 ssize_t wfs_fileio_copy_range(struct wfs_fs *fs, struct wfs_handle *hin, off_t off_in, struct wfs_handle *hout,
-			    off_t off_out, size_t len, uid_t uid, pid_t tid)
+			    off_t off_out, size_t len, const struct wfs_caller *c)
 {
+	pid_t tid = c->tid;
 	size_t chunk = 1u << 20, done = 0;
 	bool mode_changed;
 	ssize_t n;
@@ -249,7 +252,7 @@ ssize_t wfs_fileio_copy_range(struct wfs_fs *fs, struct wfs_handle *hin, off_t o
 			break;
 		}
 		while (w < r) {
-			n = wfs_fileio_write(fs, hout, uid, tid, buf + w, (size_t)(r - w),
+			n = wfs_fileio_write(fs, hout, c, buf + w, (size_t)(r - w),
 					   off_out + (off_t)done + w, &mode_changed);
 			if (n <= 0)
 				break;

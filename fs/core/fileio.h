@@ -21,9 +21,10 @@ struct wfs_news;
 /*
  * Set-user-ID and set-group-ID bits. A write or truncate by a user without CAP_FSETID, and a chown
  * of anything but a directory by anyone, clears S_ISUID, and S_ISGID of a group-executable file
- * (the kernel's setattr_should_drop_suidgid(); uid 0 stands for CAP_FSETID). S_ISGID without group
- * execute stays (ext4 also clears it for a writer outside the file's group; FUSE's own clearing
- * never did). Who clears them depends on what the daemon told the kernel at INIT:
+ * (the kernel's setattr_should_drop_suidgid(); uid 0 stands for CAP_FSETID), and S_ISGID without
+ * group execute when the caller is outside the file's group (setattr_should_drop_sgid(), as ext4;
+ * FUSE's own clearing, which follows the protocol's older text, keeps it). Who clears them depends on
+ * what the daemon told the kernel at INIT:
  *   - without FUSE_HANDLE_KILLPRIV_V2 the kernel does, with a SETATTR of the mode, for all but a
  *     daemon-served direct I/O write (wfs_fileio_write() clears them at a handle's first write) and
  *     an O_TRUNC open (the kernel drops that SETATTR with the truncate the OPEN did: the bits stay
@@ -37,23 +38,32 @@ struct wfs_news;
  *     does not pass on), and at a daemon-served handle's first write as before (libfuse does not
  *     pass FUSE_WRITE_KILL_SUIDGID on either).
  */
-/* @mode with S_ISUID cleared, and S_ISGID when S_IXGRP is set; a directory's is returned as is (a
- * chown keeps its bits; only regular files are written or truncated). */
-uint32_t wfs_fileio_mode_killpriv(uint32_t mode);
+/* Who asks for a write, truncate or chown: the FUSE request's fsuid, fsgid and thread (0: none). */
+struct wfs_caller {
+	uid_t uid;
+	gid_t gid;
+	pid_t tid;
+};
+/*
+ * @mode of a file of group @gid with S_ISUID cleared, and S_ISGID when S_IXGRP is set or @c is
+ * neither root nor in group @gid (wfs_writer_in_group(): a /proc read, only then); a directory's
+ * is returned as is (a chown keeps its bits; only regular files are written or truncated).
+ */
+uint32_t wfs_fileio_mode_killpriv(uint32_t mode, gid_t gid, const struct wfs_caller *c);
 /*
  * Clear the set-user-ID and set-group-ID bits of file @ino (wfs_fileio_mode_killpriv()) in the
- * catalog. fs->lock held. Returns true when the mode changed (the kernel's cached attributes
- * are stale), false when it did not or the catalog failed.
+ * catalog, for caller @c. fs->lock held. Returns true when the mode changed (the kernel's cached
+ * attributes are stale), false when it did not or the catalog failed.
  */
-bool wfs_fileio_killpriv(struct wfs_fs *fs, uint64_t ino);
+bool wfs_fileio_killpriv(struct wfs_fs *fs, uint64_t ino, const struct wfs_caller *c);
 /*
- * write(2) of @len bytes at @off through writable handle @h, by thread @tid of user @uid. The first
- * write of a handle by a user other than root clears the file's set-user-ID bit (and set-group-ID
- * of a group-executable file), as local filesystems do: *@mode_changed says the kernel's cached
- * attributes are stale. Takes fs->lock itself: call it without. Returns @len, or -EBADF (not
- * writable), -ENOSPC, -EIO, -ENOMEM, another -errno.
+ * write(2) of @len bytes at @off through writable handle @h, by caller @c (tid 0: the kernel's
+ * writeback). The first write of a handle by a user other than root clears the file's set-user-ID
+ * and set-group-ID bits (wfs_fileio_mode_killpriv()), as local filesystems do: *@mode_changed says
+ * the kernel's cached attributes are stale. Takes fs->lock itself: call it without. Returns @len,
+ * or -EBADF (not writable), -ENOSPC, -EIO, -ENOMEM, another -errno.
  */
-ssize_t wfs_fileio_write(struct wfs_fs *fs, struct wfs_handle *h, uid_t uid, pid_t tid, const void *buf,
+ssize_t wfs_fileio_write(struct wfs_fs *fs, struct wfs_handle *h, const struct wfs_caller *c, const void *buf,
 		       size_t len, off_t off, bool *mode_changed);
 /*
  * fallocate(2) through writable handle @h: space reserved in the version (wfs_version_fallocate()),
@@ -67,10 +77,10 @@ int wfs_fileio_fallocate(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, int
  * writable @hout at @off_out. A whole sealed file onto an empty one (what cp does) claims the
  * source's object: no byte moves. A range the destination holds already (same object, same offset)
  * is done at once. Anything else is read and written through the version. Takes fs->lock itself.
- * Returns bytes copied, or -EBADF, -errno of the read or write.
+ * Returns bytes copied, or -EBADF, -errno of the read or write. @c: the caller, as for a write.
  */
 ssize_t wfs_fileio_copy_range(struct wfs_fs *fs, struct wfs_handle *hin, off_t off_in, struct wfs_handle *hout,
-			    off_t off_out, size_t len, uid_t uid, pid_t tid);
+			    off_t off_out, size_t len, const struct wfs_caller *c);
 /*
  * truncate(2)/ftruncate(2) of inode @ino to @size bytes: a new version of that size, sealed now
  * unless a writable handle is open on it (then at its close). @h: the handle (ftruncate), or NULL:

@@ -123,6 +123,28 @@ pid_t wfs_writer_tgid(pid_t tid)
 	return p ? (pid_t)strtol(p + 6, NULL, 10) : 0;
 }
 
+bool wfs_writer_in_group(pid_t tid, gid_t fsgid, gid_t gid)
+{
+	char buf[4096], *p, *end;
+
+	if (gid == fsgid)
+		return true;
+	if (read_proc(tid, "status", buf, sizeof(buf)) < 0 || !(p = strstr(buf, "\nGroups:")))
+		return false;
+	p += 8;
+	if ((end = strchr(p, '\n')))
+		*end = '\0'; /* the line only */
+	for (; *p; p = end) {
+		unsigned long g = strtoul(p, &end, 10);
+
+		if (end == p)
+			break;
+		if (g == (unsigned long)gid)
+			return true;
+	}
+	return false;
+}
+
 int wfs_writer_killed_before_data(struct wfs_version *v, pid_t opener_tid, pid_t flusher_tid)
 {
 	pid_t a, b;

@@ -33,6 +33,13 @@ int wfs_writer_killed_by(pid_t tid);
 /* Thread group (process) of thread @tid, or 0 when it is gone. */
 pid_t wfs_writer_tgid(pid_t tid);
 /*
+ * Is group @gid thread @tid's: its fsgid @fsgid (the FUSE request's gid), or one of its
+ * supplementary groups (/proc/TID/status "Groups:", what libfuse's fuse_req_getgroups() reads)?
+ * false when @tid is gone (the set-group-ID bit a non-member would keep then goes). One /proc read
+ * when @gid is not @fsgid.
+ */
+bool wfs_writer_in_group(pid_t tid, gid_t fsgid, gid_t gid);
+/*
  * Does a flush by thread @flusher_tid end the writing of version @v, last written by thread
  * @writer_tid (0: not known)? Only when data were written, and the flusher is the writer or of its
  * process (when either is gone: yes, as close(2) promises). Takes @v's lock.
