@@ -150,11 +150,13 @@ asan:
 		LDFLAGS="-fsanitize=address,undefined" check
 
 # ThreadSanitizer over the daemon's threads: the core's suite, the mount suite in both passthrough
-# modes, the concurrent stress test and the cli/tools scripts (the daemon and weightfsctl under test are build-tsan's), in its own
-# build directory; tests/run-tsan runs them and fails on any report (tests/tsan.supp: libfuse's known
+# modes, the concurrent stress test, the cli/tools scripts and the direct path's suite (the daemon and
+# weightfsctl under test are build-tsan's; python loads build/'s libweightfs.so), in its own build
+# directory; tests/run-tsan runs them and fails on any report (tests/tsan.supp: libfuse's known
 # reports only).
 TSAN_B := build-tsan
 tsan:
+	$(MAKE) B=build build/libweightfs.so
 	$(MAKE) B=$(TSAN_B) CFLAGS="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" \
 		LDFLAGS="-fsanitize=thread" $(TSAN_B)/weightfs $(TSAN_B)/weightfsctl $(TSAN_B)/libweightfs.so \
 		$(patsubst docs/%,$(TSAN_B)/man/%,$(wildcard docs/*.8)) $(TSAN_B)/tests/check_core \
