@@ -86,8 +86,9 @@ static void usage(const char *prog)
 	printf("usage: %s STORE MOUNTPOINT [options]\n"
 	       "\n"
 	       "Mount the weightfs store in directory STORE at MOUNTPOINT. A missing or empty STORE\n"
-	       "becomes a new store, private to you (mode 0700; its parent must exist); a directory\n"
-	       "that holds other files is refused (weightfsctl init STORE makes a store there).\n"
+	       "becomes a new store, private to you (mode 0700; its parent must exist; not below an\n"
+	       "fstab mount point that is not mounted now); a directory that holds other files is\n"
+	       "refused (weightfsctl init STORE makes a store there).\n"
 	       "Refused too: a MOUNTPOINT that holds a store (swapped arguments), one already mounted,\n"
 	       "and a dead mount (clear it with fusermount3 -u MOUNTPOINT).\n"
 	       "Files written under the mount are stored once per distinct content, named by their\n"
@@ -412,6 +413,13 @@ static void store_open_error(const char *store, int err)
 		fprintf(stderr, "weightfs: %s: not a weightfs store (no catalog.db or objects/) and not empty: "
 			"refusing to make a store among its files; give a missing or empty directory, or make "
 			"a store there on purpose with: weightfsctl init %s\n", store, store);
+		return;
+	}
+	if (err == -ENODEV && wfs_store_disk_absent(store, what, mnt) == -ENODEV) {
+		fprintf(stderr, "weightfs: %s: no store here, and not making one: the fstab mounts %s on %s, "
+			"which is not mounted now (its disk absent?), so a new store would land on the "
+			"filesystem below it. Mount %s first; or make a store here on purpose with: "
+			"weightfsctl init %s\n", store, mnt, what, what, store);
 		return;
 	}
 	if (err == -ENOENT && wfs_store_parent_missing(store, what)) {

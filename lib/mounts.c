@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * mounts — the weightfs entries of /proc/self/mounts, and of /proc/self/mountinfo for device
- * numbers (mounts.h).
+ * mounts — the weightfs entries of /proc/self/mounts, of /proc/self/mountinfo for device numbers,
+ * and the fstab's entries above a path (mounts.h).
  */
 #include "mounts.h"
 
@@ -11,6 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <paths.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
 
 /* One line of the table: mount point, source, type and options, each up to a path long. */
@@ -160,4 +163,53 @@ int wfs_mounts_device(const char *dir, char dev[WFS_MOUNT_DEV_BYTES])
 	free(line);
 	fclose(f);
 	return ret;
+}
+
+/* Is @dir the root of a mount now? A missing @dir is not. */
+static bool mounted_on(const char *dir)
+{
+	struct statx stx;
+
+	if (statx(AT_FDCWD, dir, AT_NO_AUTOMOUNT, STATX_BASIC_STATS, &stx) < 0)
+		return false;
+	return (stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) && (stx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
+}
+
+int wfs_mounts_fstab_absent(const char *path, char *dir, char *source)
+{
+	const char *fstab = getenv("WFS_FSTAB");
+	char *line = malloc(LINE_BYTES);
+	struct mntent ent;
+	size_t best = 0;
+	FILE *f;
+	int ret = 0;
+
+	if (!line)
+		return -ENOMEM;
+	f = setmntent(fstab && *fstab ? fstab : _PATH_MNTTAB, "r");
+	if (!f) {
+		ret = errno == ENOENT ? -ENOENT : -errno;
+		free(line);
+		return ret;
+	}
+	while (getmntent_r(f, &ent, line, LINE_BYTES)) {
+		size_t n = strlen(ent.mnt_dir);
+
+		while (n > 1 && ent.mnt_dir[n - 1] == '/')
+			ent.mnt_dir[--n] = '\0';
+		if (ent.mnt_dir[0] != '/' || n == 1 || strcmp(ent.mnt_type, WFS_MOUNT_TYPE) == 0 ||
+		    strcmp(ent.mnt_type, "swap") == 0 || n <= best || n >= PATH_MAX)
+			continue;
+		if (strncmp(path, ent.mnt_dir, n) != 0 || (path[n] != '\0' && path[n] != '/'))
+			continue;
+		best = n;
+		memcpy(dir, ent.mnt_dir, n + 1);
+		snprintf(source, PATH_MAX, "%s", ent.mnt_fsname);
+	}
+	ret = ferror(f) ? -EIO : 0;
+	endmntent(f);
+	free(line);
+	if (ret)
+		return ret;
+	return best && !mounted_on(dir) ? 0 : -ENOENT;
 }

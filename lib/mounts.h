@@ -63,6 +63,19 @@ int wfs_mounts_below(const char *path, char *dir, char *store);
  */
 int wfs_mounts_holding(const char *path, char *dir, char *store);
 
+/*
+ * The innermost mount point that the fstab lists at or above @path (a resolved path, which need not
+ * exist) when nothing is mounted there now: the filesystem that @path belongs on is absent (a disk
+ * missing at boot), and what is at @path is the directory below it. Its mount point into @dir
+ * (PATH_MAX bytes) and its source (UUID=..., /dev/...) into @source (PATH_MAX bytes). Not considered:
+ * swap and other entries whose mount point is not an absolute path, "/", and weightfs mounts
+ * (fuse.weightfs: a store inside one is refused on its own). The fstab is $WFS_FSTAB when set (tests),
+ * else /etc/fstab; a missing one lists nothing. Mounted means a mount's root (statx(2)
+ * STATX_ATTR_MOUNT_ROOT). Returns 0 (such an entry), -ENOENT (none, or it is mounted), or -ENOMEM,
+ * -errno of reading the fstab.
+ */
+int wfs_mounts_fstab_absent(const char *path, char *dir, char *source);
+
 #define WFS_MOUNT_DEV_BYTES 32 /* "MAJ:MIN" and its NUL */
 
 /*

@@ -93,6 +93,30 @@ static int clean_tmp(struct wfs_store *s)
 	return 0;
 }
 
+static bool trimmed(const char *path, char *buf);
+
+int wfs_store_disk_absent(const char *path, char *dir, char *source)
+{
+	char where[PATH_MAX], name[PATH_MAX], parent[PATH_MAX], mdir[PATH_MAX], msource[PATH_MAX];
+
+	if (!realpath(path, where)) {
+		/* A store to be made: its parent resolved, then its own name. */
+		char *slash, *base = name;
+
+		if (!trimmed(path, name))
+			return 0;
+		slash = strrchr(name, '/');
+		if (slash) {
+			*slash = '\0';
+			base = slash + 1;
+		}
+		if (!realpath(!slash ? "." : slash == name ? "/" : name, parent) ||
+		    snprintf(where, sizeof(where), "%s/%s", strcmp(parent, "/") ? parent : "", base) >= (int)sizeof(where))
+			return 0;
+	}
+	return wfs_mounts_fstab_absent(where, dir ? dir : mdir, source ? source : msource) == 0 ? -ENODEV : 0;
+}
+
 /*
  * What directory @dir_fd holds: 1 a store (objects/ or catalog.db), 0 nothing (empty, or only the
  * lost+found of a fresh filesystem), -ENOTEMPTY something else, or -errno reading it.
@@ -219,6 +243,9 @@ static int store_open(const char *path, unsigned flags, int inherited_lock, stru
 		ret = -ENOMEM;
 		goto fail;
 	}
+	if (create && !readonly && !(flags & WFS_STORE_INIT) && access(path, F_OK) < 0 && errno == ENOENT &&
+	    (ret = wfs_store_disk_absent(path, NULL, NULL)) != 0)
+		goto fail;
 	if (create && !readonly) {
 		if (mkdir(path, 0700) == 0)
 			made = true;
@@ -237,6 +264,8 @@ static int store_open(const char *path, unsigned flags, int inherited_lock, stru
 		 * or swapped path must not turn someone's directory into a store. */
 		ret = classify_dir(s->dir_fd);
 		if (ret < 0 && !(ret == -ENOTEMPTY && (flags & WFS_STORE_INIT)))
+			goto fail;
+		if (ret == 0 && !(flags & WFS_STORE_INIT) && (ret = wfs_store_disk_absent(path, NULL, NULL)) != 0)
 			goto fail;
 		/* A new store is private to its owner; an existing one keeps the mode it was given. */
 		if (ret != 1 && fchmod(s->dir_fd, 0700) < 0) {

@@ -63,7 +63,8 @@ enum wfs_store_flags {
  * mode. On success *@out owns the store; free it with wfs_store_close().
  * Errors: -ENOENT (no store there and no WFS_STORE_CREATE, or a missing parent), -ENOTDIR,
  * -ENOTEMPTY (WFS_STORE_CREATE on a directory that holds files but no store; WFS_STORE_INIT lays it
- * out anyway), -EBUSY (another process holds the store: wfs_store_owner() says which), -ENOMEM, or
+ * out anyway), -ENODEV (WFS_STORE_CREATE of a new store where the fstab mounts a filesystem that is
+ * not mounted now: wfs_mounts_fstab_absent(); WFS_STORE_INIT lays it out anyway), -EBUSY (another process holds the store: wfs_store_owner() says which), -ENOMEM, or
  * the -errno of a failed mkdir/open/chmod (-EACCES, -EROFS, ...).
  */
 int wfs_store_open(const char *path, unsigned flags, struct wfs_store **out);
@@ -122,6 +123,17 @@ bool wfs_store_unclean(const struct wfs_store *s, int *pid, char *what, size_t w
  * resolved (the caller's own open reports that).
  */
 bool wfs_store_enclosing(const char *path, char *store);
+
+/*
+ * Does a new store at @path (a missing or empty directory) belong on a disk that is absent? -ENODEV
+ * when the fstab mounts a filesystem at or above @path that is not mounted now
+ * (wfs_mounts_fstab_absent(), lib/mounts.h): its mount point into @dir and its source into @source
+ * (PATH_MAX bytes each; either may be NULL). A store made there would land on the filesystem below,
+ * where trainers fill the wrong disk and the real store's files look gone: wfs_store_open() refuses
+ * to make one (WFS_STORE_CREATE), an explicit WFS_STORE_INIT makes it. 0 otherwise, also when it
+ * cannot be told (@path and its parent unresolvable, no fstab, out of memory).
+ */
+int wfs_store_disk_absent(const char *path, char *dir, char *source);
 
 /*
  * After wfs_store_open() of @path failed with -ENOENT: is it because the directory that would hold

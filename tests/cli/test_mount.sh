@@ -616,6 +616,37 @@ else
 	fail "dead mount: cleared, mounted again" "$(mounted "$M")"
 fi
 
+# ---- a store whose disk is absent: not made on the filesystem below -------------------------------------
+# The fstab mounts a disk on D, absent now (a boot without it): a mount of D/store, or of D itself, must
+# not lay out a new store on the root filesystem. WFS_FSTAB stands in for /etc/fstab. Once something
+# is mounted on D, the store is made as before; weightfsctl init makes one on purpose either way.
+D=$work/disk M=$work/mnt-absent
+mkdir -p "$D" "$M"
+printf 'UUID=0a1b2c3d-absent %s ext4 defaults,nofail 0 2\n' "$D" >"$work/fstab.absent"
+for S in "$D/store" "$D"; do
+	run env WFS_FSTAB="$work/fstab.absent" "$B/weightfs" "$S" "$M" -o nosync
+	expect "absent disk: weightfs $S: exit 1, names the fstab line and weightfsctl init" 1 "" \
+		"^weightfs: $S: no store here, and not making one: the fstab mounts UUID=0a1b2c3d-absent on $D, which is not mounted now.*weightfsctl init $S\$"
+	[ -z "$(ls -A "$D")" ] && ! mounted "$M" >/dev/null
+	verdict "absent disk: weightfs $S left $D empty and mounted nothing" $? "$(ls -A "$D")"
+done
+if mount -t tmpfs -o size=64m wfs-test-disk "$D"; then
+	if env WFS_FSTAB="$work/fstab.absent" "$B/weightfs" "$D/store" "$M" -o nosync; then
+		expect_io "absent disk: its disk mounted, weightfs D/store makes the store there" "$M"
+		expect_umount "absent disk: mounted" "$M"
+	else
+		fail "absent disk: its disk mounted, weightfs D/store makes the store there"
+	fi
+	umount "$D"
+else
+	skip "absent disk: cannot mount a tmpfs on $D"
+fi
+run env WFS_FSTAB="$work/fstab.absent" "$CTL" init "$D/store"
+expect "absent disk: weightfsctl init makes the store on purpose" 0
+[ -e "$D/store/catalog.db" ]
+verdict "absent disk: weightfsctl init laid it out" $? "$(ls -A "$D/store" 2>&1)"
+rm -rf "$D/store"
+
 # ---- a daemon without CAP_SYS_ADMIN: passthrough off from the mount on ----------------------------------
 # The kernel hands backing files only to CAP_SYS_ADMIN (a user's own mount through fusermount3): stat
 # said "on" until the first open failed. A test point stands in for the missing capability.
