@@ -73,6 +73,7 @@ static void on_progress(void *ctx, uint64_t bytes_done, uint64_t bytes_total, ui
  */
 static void print_left(const struct wfs_fsck_report *r, uint64_t left)
 {
+	uint64_t unclean = r->found[WFS_FSCK_UNCLEAN] - r->repaired[WFS_FSCK_UNCLEAN];
 	uint64_t content = r->found[WFS_FSCK_CORRUPT] - r->repaired[WFS_FSCK_CORRUPT] + r->found[WFS_FSCK_MISSING] -
 			   r->repaired[WFS_FSCK_MISSING] - (r->objects_lost ? 1 : 0); /* objects/: no object */
 
@@ -82,9 +83,12 @@ static void print_left(const struct wfs_fsck_report *r, uint64_t left)
 		printf("fsck: left: %llu objects whose names fail with EIO (damaged or missing content, listed "
 		       "above with their names): only writing the content again heals them; --repair cannot\n",
 		       (unsigned long long)content);
-	if (left > content)
+	if (unclean)
+		printf("fsck: left: the store was not closed by its last owner (a crash): the next mount, or "
+		       "fsck --repair, runs its recovery\n");
+	if (left > content + unclean)
 		printf("fsck: left: %llu other problems (see the findings above)%s\n",
-		       (unsigned long long)(left - content),
+		       (unsigned long long)(left - content - unclean),
 		       r->online ? "; --repair needs the store unmounted" : "");
 }
 

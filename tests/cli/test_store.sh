@@ -278,6 +278,10 @@ if wfs_mount "$B" "$S4" "$M" -o nosync; then
 	run "$CTL" fsck "$S4"
 	expect "fsck after kill -9: unclean, names the killed daemon" 1 \
 		"^unclean +lock: not closed by its last owner \(pid $pid, mounted on $M\): killed, crashed or a power loss; the next mount \(or fsck --repair\) runs the recovery\$"
+	expect "fsck after kill -9: the summary says what is left and what recovers it" 1 \
+		"^fsck: left: the store was not closed by its last owner \(a crash\): the next mount, or fsck --repair, runs its recovery\$"
+	! grep -q "other problems" <<<"$out"
+	verdict "fsck after kill -9: no 'other problems' for the unclean store alone" $? "$out"
 	run "$CTL" fsck --json "$S4"
 	expect_json "fsck --json after kill -9: state unclean" state unclean
 	run "$CTL" fsck --repair "$S4"
