@@ -64,8 +64,8 @@ int wfs_ctl_retain(int argc, char **argv)
 	 * killed daemon left (wfs_store_unclean), which the next mount's recovery needs. */
 	if (set && wfs_store_owner(store, &pid, what, sizeof(what)) == 0) {
 		fprintf(stderr, "weightfsctl retain: %s: in use by weightfs (pid %d%s%s): a mount reads the "
-			"budget when it mounts; unmount it first, or remount with -o retain=%s (which records "
-			"it)\n", store, pid, *what ? ", " : "", what, argv[optind + 1]);
+			"budget when it mounts; unmount it and run this again, or mount it again with -o retain=%s "
+			"(which records it; mount -o remount is not supported)\n", store, pid, *what ? ", " : "", what, argv[optind + 1]);
 		return 1;
 	}
 	snprintf(db, sizeof(db), "%s/" WFS_STORE_CATALOG, store);
