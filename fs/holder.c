@@ -54,14 +54,17 @@ static struct {
 	int sfd, lfd;            /* signalfd; the upgrade socket (-1: none) */
 	char own[PATH_MAX];      /* this process's binary (/proc/self/exe) */
 	char cur[PATH_MAX];      /* the binary successors run; "" this process's own image (a fork) */
+	int cur_fd;              /* @cur as opened when its upgrade was asked (O_PATH; -1: a fork):
+				  * successors execute that file, whatever the path names since */
 	/* An upgrade under way: DRAINING the server, then STARTING the new binary. */
 	enum { IDLE, DRAINING, STARTING } state;
 	int client;              /* who asked, to be answered */
 	char next[PATH_MAX];     /* the new binary */
+	int next_fd;             /* @next, opened (O_PATH) when it was checked */
 	pid_t old_pid;
 	uint64_t asked_ns, stopped_ns, gate_ns, deadline_ns;
 	uint32_t wait_ms;
-} H = {.sfd = -1, .lfd = -1, .client = -1};
+} H = {.sfd = -1, .lfd = -1, .client = -1, .cur_fd = -1, .next_fd = -1};
 
 /* The binary successors run, for messages. */
 static const char *cur_binary(void)
@@ -84,12 +87,12 @@ static bool connection_alive(void)
 }
 
 /*
- * Fork a server running @binary ("" or NULL: this image, a plain fork); a successor of server @dead
- * (0 for the first), which ended as @why says, logs the death with both pids. In a child of this
- * image: the signal mask as before, and wfs_takeover_server_start(); returns 0. A child of another
- * binary executes it (upgrade.h). In the holder: the child's pid, or -errno.
+ * Fork a server running @binary ("" or NULL: this image, a plain fork), opened as @binary_fd; a
+ * successor of server @dead (0 for the first), which ended as @why says, logs the death with both
+ * pids. In a child of this image: the signal mask as before, and wfs_takeover_server_start(); returns
+ * 0. A child of another binary executes it (upgrade.h). In the holder: the child's pid, or -errno.
  */
-static pid_t fork_server(const char *binary, pid_t dead, const char *why)
+static pid_t fork_server(const char *binary, int binary_fd, pid_t dead, const char *why)
 {
 	pid_t pid = fork();
 
@@ -115,7 +118,8 @@ static pid_t fork_server(const char *binary, pid_t dead, const char *why)
 				(int)getpid(), binary && binary[0] ? " of " : "", binary && binary[0] ? binary : "",
 				H.a->mountpoint);
 		if (binary && binary[0])
-			wfs_upgrade_exec(binary, H.a->argv, H.a->devfd, H.a->lock_fd, H.a->store, H.a->mountpoint);
+			wfs_upgrade_exec(binary, binary_fd, H.a->argv, H.a->devfd, H.a->lock_fd, H.a->store,
+					 H.a->mountpoint);
 		wfs_takeover_server_start(H.a->devfd);
 	}
 	return pid;
@@ -137,7 +141,7 @@ static void upgrade_asked(pid_t pid)
 {
 	char bin[PATH_MAX], why[160];
 	uint32_t wait_ms;
-	int cfd = wfs_upgrade_accept(H.lfd, bin, sizeof(bin), &wait_ms);
+	int cfd = wfs_upgrade_accept(H.lfd, bin, sizeof(bin), &wait_ms), bfd = -1;
 
 	if (cfd < 0)
 		return;
@@ -145,7 +149,11 @@ static void upgrade_asked(pid_t pid)
 		wfs_upgrade_answer(cfd, "refused\tan upgrade of %s to %s is under way", H.a->mountpoint, H.next);
 		return;
 	}
-	if (wfs_upgrade_check_binary(bin, why, sizeof(why)) != 0) {
+	/* Opened now: what was checked is what every later successor executes (a package removed or
+	 * replaced on the disk since does not change it). */
+	if (wfs_upgrade_check_binary(bin, why, sizeof(why)) == 0 && (bfd = open(bin, O_PATH | O_CLOEXEC)) < 0)
+		snprintf(why, sizeof(why), "%s", strerror(errno));
+	if (bfd < 0) {
 		wfs_log(WFS_LOG_WARN, "upgrade of %s refused: %s: %s; server pid %d (%s) serves on",
 			H.a->mountpoint, bin, why, (int)pid, cur_binary());
 		wfs_upgrade_answer(cfd, "refused\t%s: %s", bin, why);
@@ -155,6 +163,7 @@ static void upgrade_asked(pid_t pid)
 	wfs_takeover_note_upgrade();
 	if (sigqueue(pid, SIGUSR2, (union sigval){.sival_int = (int)wait_ms}) < 0) {
 		wfs_upgrade_answer(cfd, "refused\tcannot signal server pid %d: %s", (int)pid, strerror(errno));
+		close(bfd);
 		return;
 	}
 	wfs_log(WFS_LOG_INFO, "upgrade of %s asked: server pid %d (%s) drains (writers get up to %u ms), then "
@@ -162,6 +171,7 @@ static void upgrade_asked(pid_t pid)
 	H.state = DRAINING;
 	H.client = cfd;
 	snprintf(H.next, sizeof(H.next), "%s", bin);
+	H.next_fd = bfd;
 	H.old_pid = pid;
 	H.wait_ms = wait_ms;
 	H.deadline_ns = H.asked_ns + ((uint64_t)wait_ms + WFS_UPGRADE_QUIET_MS + 10000u) * 1000000u;
@@ -199,6 +209,10 @@ static void upgrade_served(pid_t pid)
 	}
 	H.client = -1;
 	snprintf(H.cur, sizeof(H.cur), "%s", H.next);
+	if (H.cur_fd >= 0)
+		close(H.cur_fd);
+	H.cur_fd = H.next_fd;
+	H.next_fd = -1;
 	H.state = IDLE;
 }
 
@@ -207,6 +221,9 @@ static void upgrade_refused(const char *why)
 {
 	wfs_upgrade_answer(H.client, "refused\t%s", why);
 	H.client = -1;
+	if (H.next_fd >= 0)
+		close(H.next_fd);
+	H.next_fd = -1;
 	H.state = IDLE;
 }
 
@@ -243,7 +260,7 @@ int wfs_holder_run(const struct wfs_holder_args *a)
 	sigaddset(&set, SIGUSR2);
 	sigprocmask(SIG_BLOCK, &set, &H.old);
 	started = wfs_clock_ns();
-	pid = fork_server(NULL, 0, NULL);
+	pid = fork_server(NULL, -1, 0, NULL);
 	if (pid == 0)
 		return 0;
 	if (pid < 0) {
@@ -271,7 +288,7 @@ int wfs_holder_run(const struct wfs_holder_args *a)
 		struct signalfd_siginfo info;
 		const char *next;
 		char why[200];
-		int status, sig, r;
+		int status, sig, r, next_fd;
 		bool can, drained;
 
 		r = poll(p, H.lfd >= 0 ? 2 : 1, poll_timeout_ms());
@@ -324,6 +341,7 @@ int wfs_holder_run(const struct wfs_holder_args *a)
 		can = wfs_takeover_server_died(wfs_clock_ns());
 		drained = WIFEXITED(status) && WEXITSTATUS(status) == WFS_UPGRADE_EXIT;
 		next = H.cur;
+		next_fd = H.cur_fd;
 		if (H.state == DRAINING) {
 			struct wfs_takeover_serving sv;
 
@@ -336,6 +354,7 @@ int wfs_holder_run(const struct wfs_holder_args *a)
 			if (drained)
 				snprintf(why, sizeof(why), "drained and left for the upgrade");
 			next = H.next;
+			next_fd = H.next_fd;
 		} else if (H.state == STARTING) {
 			wfs_log(WFS_LOG_ERR, "upgrade of %s refused: pid %d of %s %s before it answered (its lines "
 				"above say why); %s serves the mount again", a->mountpoint, (int)pid, H.next, why,
@@ -371,7 +390,7 @@ int wfs_holder_run(const struct wfs_holder_args *a)
 			holder_exit(1);
 		}
 		started = wfs_clock_ns();
-		pid = fork_server(next, pid, why);
+		pid = fork_server(next, next_fd, pid, why);
 		if (pid == 0)
 			return 0;
 		if (pid < 0) {

@@ -367,8 +367,8 @@ int wfs_upgrade_check_binary(const char *binary, char *why, size_t why_bytes)
 	return 0;
 }
 
-void wfs_upgrade_exec(const char *binary, char *const argv[], int devfd, int lock_fd, const char *store,
-		      const char *mount)
+void wfs_upgrade_exec(const char *binary, int binary_fd, char *const argv[], int devfd, int lock_fd,
+		      const char *store, const char *mount)
 {
 	int region = wfs_takeover_region_fd();
 	char fds[64];
@@ -391,7 +391,13 @@ void wfs_upgrade_exec(const char *binary, char *const argv[], int devfd, int loc
 	fcntl(devfd, F_SETFD, 0);
 	fcntl(region, F_SETFD, 0);
 	fcntl(lock_fd, F_SETFD, 0);
-	execv(binary, args);
-	wfs_log(WFS_LOG_ERR, "upgrade: cannot execute %s: %s", binary, strerror(errno));
+	/* The file that was checked, whatever @binary names now. A script cannot be run so (its
+	 * interpreter would open /dev/fd/N, which the exec closed: ENOENT): it runs from its path. */
+	if (binary_fd >= 0)
+		fexecve(binary_fd, args, environ);
+	if (binary_fd < 0 || errno == ENOENT)
+		execv(binary, args);
+	wfs_log(WFS_LOG_ERR, "%s: cannot execute %s: %s", binary_fd >= 0 ? "successor" : "upgrade", binary,
+		strerror(errno));
 	_exit(WFS_UPGRADE_EXEC_FAILED);
 }

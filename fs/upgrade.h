@@ -123,11 +123,14 @@ int wfs_upgrade_check_binary(const char *binary, char *why, size_t why_bytes);
 /*
  * In the holder's child just forked: execute @binary as the next server with @argv (the holder's
  * own arguments; argv[0] replaced), handing it @devfd, the takeover region and @lock_fd, and
- * @store and @mount (absolute). Never returns: when execv(2) fails, logs why and exits with
- * WFS_UPGRADE_EXEC_FAILED.
+ * @store and @mount (absolute). @binary_fd (-1: none) is @binary as the holder opened it when the
+ * upgrade was asked (O_PATH): that file is executed (fexecve(3)), whatever the path names since —
+ * a package removed or replaced on the disk leaves the successors of a crash the binary that was
+ * checked; a script, which cannot be executed so, runs from its path. Never returns: when the exec
+ * fails, logs why and exits with WFS_UPGRADE_EXEC_FAILED.
  */
 #define WFS_UPGRADE_EXEC_FAILED 127
-__attribute__((noreturn)) void wfs_upgrade_exec(const char *binary, char *const argv[], int devfd, int lock_fd,
-						 const char *store, const char *mount);
+__attribute__((noreturn)) void wfs_upgrade_exec(const char *binary, int binary_fd, char *const argv[], int devfd,
+						 int lock_fd, const char *store, const char *mount);
 
 #endif
