@@ -509,6 +509,42 @@ static int retention_budget(struct wfs_fs *fs)
 	return ret;
 }
 
+/* wfs_catalog_unreferenced()'s callback: adds each object's bytes to the total at @ctx. */
+static int add_bytes(void *ctx, const struct wfs_digest *d, uint64_t bytes)
+{
+	(void)d;
+	*(uint64_t *)ctx += bytes;
+	return 0;
+}
+
+/*
+ * What every server learns of retention before it serves, however it started: the first server of
+ * a mount, a crash's successor (forked from the holder, whose copies of both date from the mount)
+ * and an upgrade's new binary (which ran none of the mount's start). Sets fs->opt.retain, the
+ * store's budget (retention_budget), and fs->retained, the bytes of the objects no name uses now,
+ * which must never count less than there is: wfs_object_maybe_delete() collects only once the
+ * count crosses the budget. Call once the catalog is as the last server left it (a successor's
+ * replay done, its releases counted). Removes nothing: a successor's objects still open through the
+ * dead server are not adopted yet; the next release collects beyond the budget. A catalog that
+ * cannot be read leaves the budget as it was (the command line's, or the holder's copy) and the
+ * retained bytes counted at the budget, so that the first release collects, and counts them.
+ */
+static void retention_start(struct wfs_fs *fs)
+{
+	uint64_t bytes = 0;
+	int ret;
+
+	retention_budget(fs); /* on an error, printed: the budget stays as it was */
+	ret = wfs_catalog_unreferenced(fs->catalog, add_bytes, &bytes);
+	if (ret) {
+		wfs_log(WFS_LOG_WARN, "retention: cannot count the objects no name uses: %s; the next "
+			"removal counts them", strerror(-ret));
+		bytes = fs->opt.retain;
+	}
+	fs->retained = bytes;
+	fs->retained_none = false;
+}
+
 /* Does @store hold a catalog without the objects/ directory beside it (removed by hand)? */
 static bool objects_missing(const char *store)
 {
@@ -588,8 +624,6 @@ static int open_catalog(struct wfs_fs *fs, bool recover)
 		/* Objects no name uses beyond the retention budget (a crash between a commit and
 		 * the delete that follows it, or a smaller budget than last time) go now. */
 		ret = wfs_gc_collect(fs->store, fs->catalog, fs->opt.retain, false, NULL, NULL, &gc);
-		if (ret == 0)
-			fs->retained = gc.bytes_kept;
 		if (ret == 0 && gc.objects_removed)
 			wfs_object_log_collected(fs, &gc);
 		/* After a killed or crashed owner: object files linked whose catalog commit was lost
@@ -999,6 +1033,7 @@ int main(int argc, char *argv[])
 					(unsigned long long)gc.orphan_bytes_removed);
 		}
 	}
+	retention_start(&fs); /* every server, as the catalog is now: before any release */
 	{
 		size_t redo_bytes;
 		void *redo = wfs_takeover_redo_area(&redo_bytes);

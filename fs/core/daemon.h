@@ -162,7 +162,8 @@ struct wfs_fs {
 	struct wfs_counters own_counters;
 	bool killpriv_v2;             /* the kernel leaves clearing set-user-ID and set-group-ID bits to the
 				       * daemon (FUSE_HANDLE_KILLPRIV_V2: fileio.h; set once by init) */
-	uint64_t retained;            /* (L) -o retain: unreferenced bytes, at least (object.c) */
+	uint64_t retained;            /* (L) -o retain: unreferenced bytes, at least (object.c); counted
+				       * by every server before it serves (weightfs.c) */
 	bool retained_none;           /* (L) a removal to make room found nothing left to remove, and
 				       * nothing was retained since (object.c, wfs_object_make_room) */
 	uint64_t held_before;         /* after a takeover (fs/takeover.h): inodes numbered up to this one
