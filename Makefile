@@ -82,9 +82,9 @@ DAEMON_OBJS := $(DAEMON_SRCS:%.c=$(B)/%.o)
 $(DAEMON_OBJS): $(B)/fs/%.o: fs/%.c $(B)/fuse.mk
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LIB_CFLAGS) $(FUSE_CFLAGS) -Ifs -iquote fs/core -c -o $@ $<
-# The two objects that print the version are rebuilt when it changes.
-$(B)/fs/weightfs.o $(B)/fs/ctl/weightfsctl.o: VERSION
-$(B)/fs/weightfs.o $(B)/fs/ctl/weightfsctl.o: override CFLAGS += -DWFS_VERSION='"$(VERSION)"'
+# The objects that print the version (--version, the stats' server line) are rebuilt when it changes.
+$(B)/fs/weightfs.o $(B)/fs/xattr.o $(B)/fs/ctl/weightfsctl.o: VERSION
+$(B)/fs/weightfs.o $(B)/fs/xattr.o $(B)/fs/ctl/weightfsctl.o: override CFLAGS += -DWFS_VERSION='"$(VERSION)"'
 $(B)/weightfs: $(DAEMON_OBJS) $(B)/libwfscore.a $(B)/libweightfs.a
 	$(CC) $(LDFLAGS) -rdynamic -o $@ $(DAEMON_OBJS) $(B)/libwfscore.a $(ALL_LIBS) $(FUSE_LIBS)
 $(CTL_OBJS): $(B)/fs/%.o: fs/%.c

@@ -133,6 +133,7 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 
 		wfs_takeover_info(&ti);
 		json_object_set_new(o, "server_pid", json_integer(ti.server_pid));
+		json_object_set_new(o, "server_version", json_string(WFS_VERSION));
 		json_object_set_new(o, "holder_pid", json_integer(ti.holder_pid));
 		if (ti.holder_lost_pid)
 			json_object_set_new(o, "holder_lost_pid", json_integer(ti.holder_lost_pid));

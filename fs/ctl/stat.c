@@ -288,21 +288,23 @@ static void print_requests(const json_t *r)
 static void print_daemon_stats(const json_t *d)
 {
 	const json_t *k = json_object_get(d, "since_mount");
+	const char *version = json_string_value(json_object_get(d, "server_version"));
 
 	printf("verified:           %llu objects checked this run, %llu not yet (checked at first open)\n",
 	       (unsigned long long)json_u64(d, "objects_verified"),
 	       (unsigned long long)json_u64(d, "objects_unverified"));
+	if (json_u64(d, "server_pid"))
+		printf("server:             pid %llu%s%s%s", (unsigned long long)json_u64(d, "server_pid"),
+		       version ? " (weightfs " : "", version ? version : "", version ? ")" : "");
 	if (json_u64(d, "holder_pid"))
-		printf("server:             pid %llu, under holder pid %llu; %llu takeovers since mount "
-		       "(a server that died was replaced)\n", (unsigned long long)json_u64(d, "server_pid"),
-		       (unsigned long long)json_u64(d, "holder_pid"), (unsigned long long)json_u64(d, "takeovers"));
+		printf(", under holder pid %llu; %llu takeovers and %llu upgrades since mount (a server that "
+		       "died or was upgraded was replaced)\n", (unsigned long long)json_u64(d, "holder_pid"),
+		       (unsigned long long)json_u64(d, "takeovers"), (unsigned long long)json_u64(d, "upgrades"));
 	else if (json_u64(d, "holder_lost_pid"))
-		printf("server:             pid %llu; its holder pid %llu died: no holder now (a crash leaves the "
-		       "mount dead; unmount and mount again for one)\n", (unsigned long long)json_u64(d, "server_pid"),
-		       (unsigned long long)json_u64(d, "holder_lost_pid"));
+		printf("; its holder pid %llu died: no holder now (a crash leaves the mount dead; unmount and "
+		       "mount again for one)\n", (unsigned long long)json_u64(d, "holder_lost_pid"));
 	else if (json_u64(d, "server_pid"))
-		printf("server:             pid %llu (no holder: a crash leaves the mount dead)\n",
-		       (unsigned long long)json_u64(d, "server_pid"));
+		printf("; no holder (a crash leaves the mount dead)\n");
 	printf("passthrough:        %s\n", json_is_true(json_object_get(d, "passthrough"))
 						  ? "on (reads served by the kernel)" : "off (reads served by the daemon)");
 	printf("direct path:        %s\n", json_is_true(json_object_get(d, "direct"))
