@@ -31,15 +31,53 @@ void wfs_log_init(const char *prog, bool use_syslog, enum wfs_log_level max_leve
 		openlog(prog, LOG_PID, LOG_DAEMON);
 }
 
+/*
+ * @in as one line into @out (@cap bytes, at least 5; NUL-terminated, cut at an escape's start where
+ * it does not fit): control characters as escapes, a backslash doubled (log.h). The C1 controls
+ * are looked for in their UTF-8 form only: other bytes of 0x80 and above are a name's UTF-8.
+ */
+static void escape(char *out, size_t cap, const char *in)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t o = 0;
+
+	for (const unsigned char *p = (const unsigned char *)in; *p; p++) {
+		char esc[9];
+		size_t n = 0;
+		unsigned char c = *p;
+
+		if (c == '\\' || c == '\n' || c == '\r' || c == '\t') {
+			esc[n++] = '\\';
+			esc[n++] = c == '\n' ? 'n' : c == '\r' ? 'r' : c == '\t' ? 't' : '\\';
+		} else if (c < 0x20 || c == 0x7f || (c == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)) {
+			for (int i = 0; i < (c == 0xc2 ? 2 : 1); i++) {
+				esc[n++] = '\\';
+				esc[n++] = 'x';
+				esc[n++] = hex[p[i] >> 4];
+				esc[n++] = hex[p[i] & 0xf];
+			}
+			p += c == 0xc2;
+		} else {
+			esc[n++] = (char)c;
+		}
+		if (o + n >= cap)
+			break;
+		memcpy(out + o, esc, n);
+		o += n;
+	}
+	out[o] = '\0';
+}
+
 static void vlog(enum wfs_log_level level, const char *fmt, va_list ap)
 {
 	static const int prio[] = {LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG};
 	static const char *const tag[] = {"error", "warning", "info", "debug"};
-	char line[1024];
+	char raw[1024], line[4 * sizeof(raw)]; /* an escape is at most 4 bytes a byte */
 
 	if (level > log_max)
 		return;
-	vsnprintf(line, sizeof(line), fmt, ap);
+	vsnprintf(raw, sizeof(raw), fmt, ap);
+	escape(line, sizeof(line), raw);
 	if (log_syslog)
 		syslog(prio[level], "%s", line);
 	/* One fprintf per line: stdio locks the stream, so lines from threads do not interleave. The

@@ -6,6 +6,11 @@
  * the program name. wfs_log_once() keys a message on a caller-provided flag so a failure class is
  * reported once per process, not once per request; wfs_log_limited() lets a burst of one through.
  * Thread-safe.
+ *
+ * A message is one line whatever it holds: its control characters (below 0x20, 0x7f, and the C1
+ * controls U+0080 to U+009F in UTF-8) are written as escapes, "\n", "\r", "\t" or "\xHH", and a
+ * backslash as "\\", so a value a user chose (an xattr's, a file name) cannot end its line and
+ * forge the next one, nor move a terminal's cursor.
  */
 #ifndef WFS_LOG_H
 #define WFS_LOG_H

@@ -2,7 +2,7 @@
 /*
  * Check suite for lib/log: the UTC time the fatal-signal handler writes without gmtime(3) (golden
  * dates, then gmtime_r(3) as the reference over a sweep), the line a fatal signal leaves in the
- * log file, and a burst limit's lines.
+ * log file, a burst limit's lines, and control characters written as escapes.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -171,6 +171,84 @@ START_TEST(test_limited_burst)
 }
 END_TEST
 
+/*
+ * Run @body in a child whose log goes to the file @path, its stderr to @err_path (either NULL:
+ * /dev/null): the log's file and stderr are the process's. Asserts the child exited 0.
+ */
+static void in_child(const char *path, const char *err_path, void (*body)(void))
+{
+	pid_t pid = fork();
+	int st;
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fd = open(err_path ? err_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+		if (fd >= 0)
+			dup2(fd, STDERR_FILENO);
+		wfs_log_init("check_log", false, WFS_LOG_INFO);
+		if (wfs_log_open_file(path) != 0)
+			_exit(2);
+		body();
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+}
+
+/* Every line of the file at @path into @lines (@max of them, 512 bytes each), a log file's line
+ * without its time and tag (what follows the first "]: "). Returns the count. */
+static int read_lines(const char *path, char lines[][512], int max)
+{
+	char buf[512];
+	int n = 0;
+	FILE *f = fopen(path, "r");
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(buf, sizeof(buf), f)) {
+		const char *msg = buf[0] >= '0' && buf[0] <= '9' && strstr(buf, "]: ") ? strstr(buf, "]: ") + 3 : buf;
+
+		ck_assert_int_lt(n, max);
+		snprintf(lines[n], sizeof(lines[n]), "%s", msg);
+		n++;
+	}
+	fclose(f);
+	return n;
+}
+
+static void log_forged(void)
+{
+	/* The trial's forged line: a value that ends its line and writes a daemon-looking one. */
+	wfs_log(WFS_LOG_WARN, "inode 8: user.weightfs.shape=\"%s\" refused",
+		"[1]\n2026-12-06T18:00:00+0000 weightfs[info]: /tmp/trial-mnt: unmounted, store closed");
+	wfs_log(WFS_LOG_WARN, "cr\rtab\tesc\x1b[2Jsoh\x01" "del\x7f c1\xc2\x9b utf8 \xc3\xa9 bs\\n end");
+}
+
+/* Control characters in a message are escapes, in the log file and on stderr: each call is one
+ * line, and no line another caller's text could be taken for. */
+START_TEST(test_escaped)
+{
+	static const char *const want[] = {
+		"inode 8: user.weightfs.shape=\"[1]\\n2026-12-06T18:00:00+0000 weightfs[info]: /tmp/trial-mnt: "
+		"unmounted, store closed\" refused\n",
+		"cr\\rtab\\tesc\\x1b[2Jsoh\\x01del\\x7f c1\\xc2\\x9b utf8 \xc3\xa9 bs\\\\n end\n",
+	};
+	char path[600], err_path[600], lines[8][512];
+
+	snprintf(path, sizeof(path), "%s/log", tu_test_dir);
+	snprintf(err_path, sizeof(err_path), "%s/stderr", tu_test_dir);
+	in_child(path, err_path, log_forged);
+	ck_assert_int_eq(read_lines(path, lines, 8), 2);
+	ck_assert_str_eq(lines[0], want[0]);
+	ck_assert_str_eq(lines[1], want[1]);
+	ck_assert_int_eq(read_lines(err_path, lines, 8), 2);
+	for (int i = 0; i < 2; i++) {
+		ck_assert_int_eq(strncmp(lines[i], "check_log: warning: ", 20), 0);
+		ck_assert_str_eq(lines[i] + 20, want[i]);
+	}
+}
+END_TEST
+
 static Suite *log_suite(void)
 {
 	Suite *s = suite_create("log");
@@ -183,6 +261,10 @@ static Suite *log_suite(void)
 	tcase_add_checked_fixture(tc, tu_test_dir_setup, tu_test_dir_teardown);
 	tcase_add_test(tc, test_fatal_line);
 	tcase_add_test(tc, test_limited_burst);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("line");
+	tcase_add_checked_fixture(tc, tu_test_dir_setup, tu_test_dir_teardown);
+	tcase_add_test(tc, test_escaped);
 	suite_add_tcase(s, tc);
 	return s;
 }
