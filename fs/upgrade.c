@@ -120,6 +120,7 @@ static void *drain_main(void *arg)
 	if (busy)
 		wfs_log(WFS_LOG_WARN, "upgrade: %u requests still in progress after %d ms: the next server "
 			"gets them again", busy, WFS_UPGRADE_QUIET_MS);
+	wfs_log_limits_flush(); /* the lines left out that no later line told of (log.h) */
 	wfs_log(WFS_LOG_INFO, "upgrade: server pid %d leaves the mount to the next server: waited %.1f ms "
 		"for %u writers to close, stopped in %.1f ms, %llu requests left for the next server",
 		(int)getpid(), (double)(gate - t0) / 1e6, atomic_load(&up.closed),

@@ -1105,6 +1105,7 @@ int main(int argc, char *argv[])
 	wfs_commit_stop(&fs);
 	wfs_catalog_rescue(fs.catalog); /* a catalog.db removed by hand while mounted: written again */
 	wfs_commit_backup(&fs); /* the names as the unmount leaves them, for fsck --repair */
+	wfs_log_limits_flush(); /* the lines left out that no later line told of (log.h) */
 	if (ret > 0)
 		wfs_log(WFS_LOG_INFO, "signal %d (%s): unmounting %s", ret, strsignal(ret), cmd.mountpoint);
 	if (ret > 0 && upgrade_server)

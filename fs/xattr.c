@@ -390,8 +390,8 @@ static ssize_t parse_claims(const char *value, size_t size, char **buf, struct c
 	*lines = NULL;
 	*buf = NULL;
 	if (nul) { /* a NUL would cut a name, and the lines after it, short */
-		wfs_log(WFS_LOG_WARN, "claims: a NUL byte at offset %zu: request refused (EINVAL)",
-			(size_t)(nul - value));
+		WFS_LOG_LIMITED(WFS_LOG_WARN, "claims: a NUL byte at offset %zu: request refused (EINVAL)",
+				(size_t)(nul - value));
 		return -EINVAL;
 	}
 	*buf = malloc(size + 1);
@@ -409,8 +409,8 @@ static ssize_t parse_claims(const char *value, size_t size, char **buf, struct c
 			char *t = strchr(f[i], '\t');
 
 			if (!t) {
-				wfs_log(WFS_LOG_WARN, "claims: line %zu has %d of its 4 tab-separated fields "
-					"(digest, dtype, shape, name): request refused (EINVAL)", n + 1, i + 1);
+				WFS_LOG_LIMITED(WFS_LOG_WARN, "claims: line %zu has %d of its 4 tab-separated fields "
+						"(digest, dtype, shape, name): request refused (EINVAL)", n + 1, i + 1);
 				return -EINVAL;
 			}
 			*t = '\0';
@@ -424,14 +424,15 @@ static ssize_t parse_claims(const char *value, size_t size, char **buf, struct c
 			*lines = more;
 		}
 		if (strlen(f[0]) != WFS_DIGEST_HEX_CHARS || wfs_digest_from_hex(f[0], &(*lines)[n].d)) {
-			wfs_log(WFS_LOG_WARN, "claims: line %zu: digest \"%.40s\" is not 32 hex digits: "
-				"request refused (EINVAL)", n + 1, f[0]);
+			WFS_LOG_LIMITED(WFS_LOG_WARN, "claims: line %zu: digest \"%.40s\" is not 32 hex digits: "
+					"request refused (EINVAL)", n + 1, f[0]);
 			return -EINVAL;
 		}
 		if (!*f[3] || strcmp(f[3], ".") == 0 || strcmp(f[3], "..") == 0 || strchr(f[3], '/') ||
 		    strlen(f[3]) > NAME_MAX) {
-			wfs_log(WFS_LOG_WARN, "claims: line %zu: \"%.64s\" is not a file name (empty, \".\", "
-				"\"..\", a '/', or over %d bytes): request refused (EINVAL)", n + 1, f[3], NAME_MAX);
+			WFS_LOG_LIMITED(WFS_LOG_WARN, "claims: line %zu: \"%.64s\" is not a file name (empty, "
+					"\".\", \"..\", a '/', or over %d bytes): request refused (EINVAL)", n + 1, f[3],
+					NAME_MAX);
 			return -EINVAL;
 		}
 		(*lines)[n].dtype = f[1];
@@ -453,13 +454,14 @@ static bool claim_line_fits(const struct claim_line *l, uint64_t dir, uint64_t s
 	uint64_t elements, bytes;
 
 	if ((dl && wfs_dtype_size(l->dtype, dl) < 0) || (sl && wfs_shape_elements(l->shape, sl, &elements))) {
-		wfs_log(WFS_LOG_WARN, "claims in directory inode %llu: %s: dtype \"%s\" shape \"%s\" not valid: passed over",
-			(unsigned long long)dir, l->name, l->dtype, l->shape);
+		WFS_LOG_LIMITED(WFS_LOG_WARN, "claims in directory inode %llu: %s: dtype \"%s\" shape \"%s\" not "
+				"valid: passed over", (unsigned long long)dir, l->name, l->dtype, l->shape);
 		return false;
 	}
 	if (dl && sl && (wfs_tensor_bytes(l->dtype, dl, l->shape, sl, &bytes) || bytes != size)) {
-		wfs_log(WFS_LOG_WARN, "claims in directory inode %llu: %s: shape %s x %s is not the object's %llu bytes: "
-			"passed over", (unsigned long long)dir, l->name, l->shape, l->dtype, (unsigned long long)size);
+		WFS_LOG_LIMITED(WFS_LOG_WARN, "claims in directory inode %llu: %s: shape %s x %s is not the object's "
+				"%llu bytes: passed over", (unsigned long long)dir, l->name, l->shape, l->dtype,
+				(unsigned long long)size);
 		return false;
 	}
 	return true;

@@ -634,7 +634,7 @@ static void reserve_fill(struct wfs_catalog *c)
 		return;
 	}
 	if (ftruncate(c->reserve_fd, 0) < 0) /* a partial allocation would only eat the free space */
-		wfs_log(WFS_LOG_WARN, "catalog reserve: %s", strerror(errno));
+		WFS_LOG_LIMITED(WFS_LOG_WARN, "catalog reserve: %s", strerror(errno));
 }
 
 /*
@@ -648,8 +648,8 @@ static bool reserve_release(struct wfs_catalog *c)
 	c->reserve_used = true;
 	if (ftruncate(c->reserve_fd, 0) < 0)
 		return false;
-	wfs_log(WFS_LOG_WARN, "the store's filesystem is full: catalog reserve (%u MiB) released so "
-		"that files can be removed", CATALOG_RESERVE >> 20);
+	WFS_LOG_LIMITED(WFS_LOG_WARN, "the store's filesystem is full: catalog reserve (%u MiB) released so "
+			"that files can be removed", CATALOG_RESERVE >> 20);
 	return true;
 }
 

@@ -6,6 +6,7 @@
 #include <execinfo.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,6 +22,10 @@ static FILE *log_file;
 static bool log_stderr = true;   /* false once stderr is the log file (wfs_log_take_stderr) */
 static volatile int log_fd = -1; /* the log file's descriptor, for the fatal-signal handler */
 static char log_path[PATH_MAX];  /* for wfs_log_reopen() */
+/* Limits that left lines out (struct wfs_log_limit's listed), newest first, for
+ * wfs_log_limits_flush(); each limit's lock is taken before this one, never after. */
+static pthread_mutex_t limits_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct wfs_log_limit *limits; /* (limits_lock) */
 
 void wfs_log_init(const char *prog, bool use_syslog, enum wfs_log_level max_level)
 {
@@ -288,10 +293,12 @@ void wfs_log_limited(struct wfs_log_limit *l, enum wfs_log_level level, const ch
 {
 	unsigned long left = 0;
 	struct timespec now;
-	char msg[900];
-	bool write;
+	char msg[900], note[192] = "";
+	bool write, last = false, list = false;
 	va_list ap;
 
+	if (level > log_max)
+		return; /* not written whatever the count: not counted either */
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	pthread_mutex_lock(&l->lock);
 	if (l->window_s == INT64_MIN || (int64_t)now.tv_sec - l->window_s >= WFS_LOG_BURST_S) {
@@ -300,21 +307,62 @@ void wfs_log_limited(struct wfs_log_limit *l, enum wfs_log_level level, const ch
 	}
 	write = l->lines < WFS_LOG_BURST;
 	if (write) {
-		l->lines++;
+		last = ++l->lines == WFS_LOG_BURST;
 		left = l->left_out;
 		l->left_out = 0;
 	} else {
 		l->left_out++;
+		list = !l->listed;
+		l->listed = true;
 	}
 	pthread_mutex_unlock(&l->lock);
+	if (list) { /* not under l->lock: wfs_log_limits_flush() takes limits_lock first */
+		pthread_mutex_lock(&limits_lock);
+		l->next = limits;
+		limits = l;
+		pthread_mutex_unlock(&limits_lock);
+	}
 	if (!write)
 		return;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	pthread_mutex_lock(&l->lock);
+	l->level = level;
+	if (strlen(msg) < sizeof(l->last)) {
+		memcpy(l->last, msg, strlen(msg) + 1);
+	} else {
+		memcpy(l->last, msg, sizeof(l->last) - 4);
+		memcpy(l->last + sizeof(l->last) - 4, "...", 4);
+	}
+	pthread_mutex_unlock(&l->lock);
 	if (left)
-		wfs_log(level, "%s (%lu more like it left out before this line: at most %d every %d s)", msg,
-			left, WFS_LOG_BURST, WFS_LOG_BURST_S);
-	else
-		wfs_log(level, "%s", msg);
+		snprintf(note, sizeof(note), " (%lu more like it left out before this line: at most %d every %d s)",
+			 left, WFS_LOG_BURST, WFS_LOG_BURST_S);
+	if (last)
+		snprintf(note + strlen(note), sizeof(note) - strlen(note),
+			 " (at most %d like it every %d s: the next are counted, not written)", WFS_LOG_BURST,
+			 WFS_LOG_BURST_S);
+	wfs_log(level, "%s%s", msg, note);
+}
+
+void wfs_log_limits_flush(void)
+{
+	pthread_mutex_lock(&limits_lock);
+	for (struct wfs_log_limit *l = limits; l; l = l->next) {
+		enum wfs_log_level level;
+		unsigned long left;
+		char last[WFS_LOG_LIMIT_LAST];
+
+		pthread_mutex_lock(&l->lock);
+		left = l->left_out;
+		l->left_out = 0;
+		level = l->level;
+		memcpy(last, l->last, sizeof(last));
+		pthread_mutex_unlock(&l->lock);
+		if (left)
+			wfs_log(level, "log: %lu more lines like \"%s\" were left out after the last one written "
+				"(at most %d every %d s)", left, last, WFS_LOG_BURST, WFS_LOG_BURST_S);
+	}
+	pthread_mutex_unlock(&limits_lock);
 }

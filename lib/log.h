@@ -65,22 +65,47 @@ void wfs_log_once(atomic_bool *once, enum wfs_log_level level, const char *fmt, 
 	__attribute__((format(printf, 3, 4)));
 
 /*
- * A burst limit for one kind of message (one static struct per call site): at most WFS_LOG_BURST
+ * A burst limit for one kind of message (one static struct per call site: one that left lines out
+ * stays listed for wfs_log_limits_flush()): at most WFS_LOG_BURST
  * lines in each WFS_LOG_BURST_S seconds; the rest are counted, and the next line written says how
- * many were left out. For messages a workload can repeat thousands of times a second — a seal
- * failing on a full store, whose log file lives on that same full disk (4,799 lines in a few
- * seconds in a trial, the last one cut mid-word).
+ * many were left out. The last line a window lets through says that those after it are counted.
+ * For messages a workload can repeat thousands of times a second — a seal failing on a full
+ * store, whose log file lives on that same full disk (4,799 lines in a few seconds in a trial, the
+ * last one cut mid-word) — and for every line a request can cause, which any user can repeat
+ * (50,000 refused xattr lines, 5.8 MB, in 3.7 s from one unprivileged process in a trial).
  */
 #define WFS_LOG_BURST 10
 #define WFS_LOG_BURST_S 10
+#define WFS_LOG_LIMIT_LAST 120 /* bytes of the last line written that wfs_log_limits_flush() quotes */
 struct wfs_log_limit {
-	pthread_mutex_t lock;   /* WFS_LOG_LIMIT_INIT */
-	int64_t window_s;       /* CLOCK_MONOTONIC second the window began */
-	unsigned lines;         /* written in it */
-	unsigned long left_out; /* not written since the last line */
+	pthread_mutex_t lock;          /* WFS_LOG_LIMIT_INIT; taken before log.c's list lock, never after */
+	int64_t window_s;              /* CLOCK_MONOTONIC second the window began */
+	unsigned lines;                /* written in it */
+	unsigned long left_out;        /* not written since the last line */
+	enum wfs_log_level level;      /* the last line's */
+	char last[WFS_LOG_LIMIT_LAST]; /* the last line's start, NUL-terminated */
+	bool listed;                   /* on log.c's list of limits that left lines out (once: never taken off) */
+	struct wfs_log_limit *next;    /* that list's next (log.c's list lock) */
 };
 #define WFS_LOG_LIMIT_INIT {.lock = PTHREAD_MUTEX_INITIALIZER, .window_s = INT64_MIN}
 void wfs_log_limited(struct wfs_log_limit *l, enum wfs_log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/*
+ * wfs_log_limited() under a limit of the call site's own (a static struct wfs_log_limit): for a
+ * line that a request, and so any user, can have the daemon write again and again — a refused
+ * value, a claim passed over, an object that cannot be opened.
+ */
+#define WFS_LOG_LIMITED(level, ...)                                                                \
+	do {                                                                                       \
+		static struct wfs_log_limit wfs_log_site_limit_ = WFS_LOG_LIMIT_INIT;              \
+		wfs_log_limited(&wfs_log_site_limit_, (level), __VA_ARGS__);                       \
+	} while (0)
+/*
+ * For every limit that left lines out since its last line (a flood that stopped: no later line
+ * told them), write one line with the count and the start of the last line written, at that
+ * line's level. The daemon calls it when it stops serving: at its unmount, and before it hands the
+ * mount to an upgrade's next server. Thread-safe.
+ */
+void wfs_log_limits_flush(void);
 
 #endif

@@ -2,7 +2,8 @@
 /*
  * Check suite for lib/log: the UTC time the fatal-signal handler writes without gmtime(3) (golden
  * dates, then gmtime_r(3) as the reference over a sweep), the line a fatal signal leaves in the
- * log file, a burst limit's lines, and control characters written as escapes.
+ * log file, a burst limit's lines and the count a flush tells, and control characters written as
+ * escapes.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -249,6 +250,47 @@ START_TEST(test_escaped)
 }
 END_TEST
 
+static void flood_then_flush(void)
+{
+	static struct wfs_log_limit other = WFS_LOG_LIMIT_INIT;
+
+	for (int i = 0; i < 1000; i++)
+		WFS_LOG_LIMITED(WFS_LOG_WARN, "inode 8: user.weightfs.shape=\"[x]\" refused (%d)", i);
+	for (int i = 0; i < WFS_LOG_BURST + 3; i++)
+		wfs_log_limited(&other, WFS_LOG_INFO, "other line");
+	other.window_s -= WFS_LOG_BURST_S; /* the window is over: the next line tells the 3, not the flush */
+	wfs_log_limited(&other, WFS_LOG_INFO, "other line");
+	wfs_log_limits_flush();
+	wfs_log_limits_flush(); /* told once */
+}
+
+/*
+ * A flood through WFS_LOG_LIMITED: a burst of WFS_LOG_BURST lines, the last of which says the next
+ * are counted; wfs_log_limits_flush() then tells the count no later line told, once, quoting the last
+ * line written.
+ */
+START_TEST(test_limited_flush)
+{
+	char path[600], want[256], lines[32][512];
+	int n;
+
+	snprintf(path, sizeof(path), "%s/log", tu_test_dir);
+	in_child(path, NULL, flood_then_flush);
+	n = read_lines(path, lines, 32);
+	ck_assert_int_eq(n, 2 * WFS_LOG_BURST + 2);
+	ck_assert_str_eq(lines[0], "inode 8: user.weightfs.shape=\"[x]\" refused (0)\n");
+	snprintf(want, sizeof(want), "inode 8: user.weightfs.shape=\"[x]\" refused (%d) (at most %d like it every "
+		 "%d s: the next are counted, not written)\n", WFS_LOG_BURST - 1, WFS_LOG_BURST, WFS_LOG_BURST_S);
+	ck_assert_str_eq(lines[WFS_LOG_BURST - 1], want);
+	snprintf(want, sizeof(want), "log: %d more lines like \"inode 8: user.weightfs.shape=\"[x]\" refused (%d)\" "
+		 "were left out after the last one written (at most %d every %d s)\n", 1000 - WFS_LOG_BURST,
+		 WFS_LOG_BURST - 1, WFS_LOG_BURST, WFS_LOG_BURST_S);
+	ck_assert_str_eq(lines[n - 1], want); /* the other limit's count was told: no line */
+	ck_assert_int_eq(count_lines(path, "other line"), WFS_LOG_BURST + 1);
+	ck_assert_int_eq(count_lines(path, "left out"), 2);
+}
+END_TEST
+
 static Suite *log_suite(void)
 {
 	Suite *s = suite_create("log");
@@ -265,6 +307,7 @@ static Suite *log_suite(void)
 	tc = tcase_create("line");
 	tcase_add_checked_fixture(tc, tu_test_dir_setup, tu_test_dir_teardown);
 	tcase_add_test(tc, test_escaped);
+	tcase_add_test(tc, test_limited_flush);
 	suite_add_tcase(s, tc);
 	return s;
 }

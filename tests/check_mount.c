@@ -13,6 +13,7 @@
 #include <sys/statvfs.h>
 #include <sys/un.h>
 
+#include "log.h"
 #include "mountutil.h"
 #include "weightfs.h"
 
@@ -2444,6 +2445,59 @@ START_TEST(tensor_xattrs)
 		ck_assert_int_eq(close(fd), 0);
 		mu_assert_file_equals(mu_path("n2"), (const unsigned char *)"fedcba9876543210", 16);
 	}
+}
+END_TEST
+
+/*
+ * A request any user can repeat costs the log a bounded number of lines. Found in a trial: an
+ * unprivileged loop of 50,000 refused user.weightfs.shape values wrote 50,000 warning lines (5.8 MB)
+ * in 3.7 s, and a value holding a newline forged a line of its own. Now WFS_LOG_BURST lines are
+ * written, the last saying the next are counted, the unmount says how many were left out, and the
+ * newline is an escape on its value's line.
+ */
+START_TEST(refused_xattr_flood_bounded)
+{
+	static const char forged[] = "[1]\n2026-12-06T18:00:00+0000 weightfs[info]: /mnt: unmounted"; /* < 64 */
+	enum { N = 1000 };
+	char want[160];
+	int status;
+	pid_t pid;
+
+	mu_daemon_stop();
+	snprintf(mu.opts, sizeof(mu.opts), "allow_other");
+	mu_daemon_start();
+	ck_assert_int_eq(chmod(mu.dir, 0755), 0);
+	ck_assert_int_eq(mkdir(mu_path("rank1"), 0755), 0);
+	ck_assert_int_eq(chmod(mu_path("rank1"), 01777), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fd;
+
+		if (setgid(65534) || setuid(65534))
+			_exit(10);
+		fd = open(mu_path("rank1/n"), O_WRONLY | O_CREAT, 0644);
+		if (fd < 0 || close(fd))
+			_exit(11);
+		if (setxattr(mu_path("rank1/n"), "user.weightfs.shape", forged, strlen(forged), 0) != -1 ||
+		    errno != EINVAL)
+			_exit(12);
+		for (int i = 1; i < N; i++)
+			if (setxattr(mu_path("rank1/n"), "user.weightfs.shape", "[x]", 3, 0) != -1 || errno != EINVAL)
+				_exit(13);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "nobody's loop: status %d", status);
+	ck_assert_int_eq(mu_log_count("refused: not a shape like"), WFS_LOG_BURST);
+	ck_assert_int_eq(mu_log_count("the next are counted, not written"), 1);
+	ck_assert_int_eq(mu_log_count("=\"[1]\\n2026-12-06T18:00:00+0000 weightfs[info]: /mnt: unmounted\" refused"),
+			 1);
+	ck_assert_int_eq(mu_log_count("weightfs[info]: /mnt: unmounted"), 1); /* that line only */
+	mu_daemon_stop();
+	snprintf(want, sizeof(want), "log: %d more lines like \"inode ", N - WFS_LOG_BURST);
+	ck_assert_int_eq(mu_log_count(want), 1);
+	ck_assert_int_eq(mu_log_count("left out"), 1);
 }
 END_TEST
 
@@ -5063,6 +5117,7 @@ static Suite *mount_suite(void)
 		{"dedup_onto_damaged_object", dedup_onto_damaged_object, 30},
 		{"dedup_verify_bytes", dedup_verify_bytes, 30},
 		{"tensor_xattrs", tensor_xattrs, 30},
+		{"refused_xattr_flood_bounded", refused_xattr_flood_bounded, 30},
 		{"tensor_append_one_byte", tensor_append_one_byte, 30},
 		{"delete_races_writers", delete_races_writers, 120},
 		{"digest_claim", digest_claim, 60},

@@ -127,8 +127,8 @@ static int act(struct wfs_fs *fs, struct wfs_handle *h, struct wfs_version *v, c
 		if (wfs_seal_store_full(fs))
 			wfs_seal_store_filled(fs); /* this one and every other kernel writer */
 		if ((ret = wfs_version_failed(v)) != 0) {
-			wfs_log(WFS_LOG_WARN, "inode %llu: written through the kernel while the store filled up: "
-				"its writes may have failed with %s; not sealed%s", ino, strerror(-ret), keeps);
+			WFS_LOG_LIMITED(WFS_LOG_WARN, "inode %llu: written through the kernel while the store filled up: "
+					"its writes may have failed with %s; not sealed%s", ino, strerror(-ret), keeps);
 			return ret;
 		}
 		/* close(2) returns 0: the writing is done, whatever becomes of its writer before the
@@ -137,8 +137,8 @@ static int act(struct wfs_fs *fs, struct wfs_handle *h, struct wfs_version *v, c
 		wfs_version_finish(v);
 		return 0;
 	case WFS_CLOSE_DOOM:
-		wfs_log(WFS_LOG_WARN, "inode %llu: writer killed by signal %d before it finished: nothing "
-			"sealed%s", ino, f->killed, keeps);
+		WFS_LOG_LIMITED(WFS_LOG_WARN, "inode %llu: writer killed by signal %d before it finished: nothing "
+				"sealed%s", ino, f->killed, keeps);
 		wfs_version_fail(v, -EINTR); /* the release drops it */
 		wfs_seal_writer_doomed(fs, in, news);
 		return 0;
@@ -156,22 +156,22 @@ static int act(struct wfs_fs *fs, struct wfs_handle *h, struct wfs_version *v, c
 	wfs_version_put(v); /* the handle's reference; the caller holds its own */
 	switch (a) {
 	case WFS_CLOSE_ABANDON:
-		wfs_log(WFS_LOG_INFO, "inode %llu: released with the size its close refused: nothing sealed%s",
-			ino, keeps);
+		WFS_LOG_LIMITED(WFS_LOG_INFO, "inode %llu: released with the size its close refused: nothing sealed%s",
+				ino, keeps);
 		wfs_seal_abandon(fs, in);
 		wfs_seal_writer_gone(fs, in, false, news);
 		break;
 	case WFS_CLOSE_ABANDON_UNLINK:
 		if (!wfs_version_error_told(v)) /* else logged at its close (DOOM) */
-			wfs_log(WFS_LOG_WARN, "inode %llu: writer killed by signal %d before it finished: "
-				"nothing sealed%s", ino, f->killed, keeps);
+			WFS_LOG_LIMITED(WFS_LOG_WARN, "inode %llu: writer killed by signal %d before it finished: "
+					"nothing sealed%s", ino, f->killed, keeps);
 		wfs_seal_abandon(fs, in);
 		wfs_seal_writer_gone(fs, in, true, news);
 		break;
 	case WFS_CLOSE_SEAL:
 		if (f->killed)
-			wfs_log(WFS_LOG_WARN, "inode %llu: its last writer was killed by signal %d, after another "
-				"writer's close(2) returned: sealed with what both wrote", ino, f->killed);
+			WFS_LOG_LIMITED(WFS_LOG_WARN, "inode %llu: its last writer was killed by signal %d, after another "
+					"writer's close(2) returned: sealed with what both wrote", ino, f->killed);
 		told = wfs_version_error_told(v);
 		ret = wfs_seal(fs, in, !f->at_release);
 		if (ret == -EINTR || ret == -ENOSPC || (ret && !f->at_release)) {
@@ -236,9 +236,9 @@ static int decide_and_act(struct wfs_fs *fs, struct wfs_handle *h, struct wfs_cl
 			f->forked = forked;
 			f->forked_known = true;
 			if (forked)
-				wfs_log(WFS_LOG_INFO, "inode %llu: its writer was killed by signal %d; a process it "
-					"forked holds its descriptor still: that one's close decides", (unsigned long long)ino,
-					f->killed);
+				WFS_LOG_LIMITED(WFS_LOG_INFO, "inode %llu: its writer was killed by signal %d; a "
+						"process it forked holds its descriptor still: that one's close decides",
+						(unsigned long long)ino, f->killed);
 			continue;
 		}
 		if (a == WFS_CLOSE_ASK_FITS) {

@@ -40,8 +40,8 @@ static void seal_noted(struct wfs_fs *fs, struct wfs_inode *in)
 	int ret = wfs_seal(fs, in, false);
 
 	if (ret)
-		wfs_log(WFS_LOG_ERR, "inode %llu: seal after its mapping went failed: %s",
-			(unsigned long long)in->ino, strerror(-ret));
+		WFS_LOG_LIMITED(WFS_LOG_ERR, "inode %llu: seal after its mapping went failed: %s",
+				(unsigned long long)in->ino, strerror(-ret));
 }
 
 /*

@@ -301,7 +301,7 @@ void wfs_object_maybe_delete(struct wfs_fs *fs, const struct wfs_digest *d)
 		char hex[WFS_DIGEST_HEX_CHARS + 1];
 
 		wfs_digest_to_hex(d, hex);
-		wfs_log(WFS_LOG_WARN, "object %s: cannot remove: %s", hex, strerror(-ret));
+		WFS_LOG_LIMITED(WFS_LOG_WARN, "object %s: cannot remove: %s", hex, strerror(-ret));
 	}
 }
 
@@ -316,7 +316,7 @@ int wfs_object_fd(struct wfs_fs *fs, struct wfs_object *o)
 		char hex[WFS_DIGEST_HEX_CHARS + 1];
 
 		wfs_digest_to_hex(&o->digest, hex);
-		wfs_log(WFS_LOG_ERR, "object %s: cannot open: %s", hex, strerror(-fd));
+		WFS_LOG_LIMITED(WFS_LOG_ERR, "object %s: cannot open: %s", hex, strerror(-fd));
 		return fd == -ENOENT ? -EIO : fd; /* a name whose object is missing is an I/O error */
 	}
 	o->fd = fd;

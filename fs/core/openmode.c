@@ -1098,8 +1098,8 @@ void wfs_openmode_release(struct wfs_fs *fs, struct wfs_handle *h, pid_t tid, st
 	}
 	ret = wfs_closing_release(fs, h, tid, news);
 	if (ret)
-		wfs_log(WFS_LOG_ERR, "inode %llu: seal at release failed: %s", (unsigned long long)in->ino,
-			strerror(-ret));
+		WFS_LOG_LIMITED(WFS_LOG_ERR, "inode %llu: seal at release failed: %s", (unsigned long long)in->ino,
+				strerror(-ret));
 	if (h->passthrough) {
 		assert(io->npassthrough > 0);
 		if (--io->npassthrough == 0) {

@@ -134,8 +134,8 @@ static void log_seal_error(struct wfs_inode *in, int err, bool reported)
 		wfs_log_limited(&full, WFS_LOG_WARN, "inode %llu (find MNT -inum %llu): seal failed: %s; %s",
 				(unsigned long long)in->ino, (unsigned long long)in->ino, strerror(-err), what);
 	else
-		wfs_log(WFS_LOG_ERR, "inode %llu (find MNT -inum %llu): seal failed: %s; %s",
-			(unsigned long long)in->ino, (unsigned long long)in->ino, strerror(-err), what);
+		WFS_LOG_LIMITED(WFS_LOG_ERR, "inode %llu (find MNT -inum %llu): seal failed: %s; %s",
+				(unsigned long long)in->ino, (unsigned long long)in->ino, strerror(-err), what);
 }
 
 int wfs_seal_store_filled(struct wfs_fs *fs)
@@ -152,9 +152,9 @@ int wfs_seal_store_filled(struct wfs_fs *fs)
 		n++;
 	}
 	if (n)
-		wfs_log(WFS_LOG_WARN, "the store filled up while %u files were being written through the kernel: "
-			"their writes may have failed with ENOSPC; none of them is sealed (their close(2) says "
-			"ENOSPC)", n);
+		WFS_LOG_LIMITED(WFS_LOG_WARN, "the store filled up while %u files were being written through the kernel: "
+				"their writes may have failed with ENOSPC; none of them is sealed (their close(2) says "
+				"ENOSPC)", n);
 	/* Their writers will write again, needing room the daemon cannot know: every retained object
 	 * gives way. */
 	wfs_object_make_room(fs, UINT64_MAX);
@@ -204,16 +204,16 @@ int wfs_seal(struct wfs_fs *fs, struct wfs_inode *in, bool reported)
 	ret = wfs_version_freeze(v, &d, &size, &unwritten);
 	unchanged = wfs_version_unchanged(v);
 	if (ret == 0 && kernel && !unchanged && wfs_seal_store_full(fs)) {
-		wfs_log(WFS_LOG_WARN, "inode %llu: written through the kernel while the store filled up (under "
-			"%d MiB free): its writes may have failed with ENOSPC, which its writer heard; not sealed",
-			(unsigned long long)in->ino, WFS_SEAL_FULL_BYTES >> 20);
+		WFS_LOG_LIMITED(WFS_LOG_WARN, "inode %llu: written through the kernel while the store filled up (under "
+				"%d MiB free): its writes may have failed with ENOSPC, which its writer heard; not sealed",
+				(unsigned long long)in->ino, WFS_SEAL_FULL_BYTES >> 20);
 		ret = -ENOSPC;
 		told = true;
 		filled = true;
 	}
 	if (ret == 0 && wfs_version_declared_wrong(v))
-		wfs_log(WFS_LOG_WARN, "inode %llu: its writer declared a digest its bytes do not have: "
-			"sealed with the digest of the bytes", (unsigned long long)in->ino);
+		WFS_LOG_LIMITED(WFS_LOG_WARN, "inode %llu: its writer declared a digest its bytes do not have: "
+				"sealed with the digest of the bytes", (unsigned long long)in->ino);
 	wfs_crashpoint("seal.after-digest");
 	wfs_delay("seal.after-digest"); /* test-only: a seal slow between its hash and its publish */
 
@@ -550,12 +550,13 @@ int wfs_seal_fits(struct wfs_fs *fs, uint64_t ino, uint64_t size, const char *na
 		return 0;
 	/* A file shorter than its declaration at a close: most often the writer's own error (ENOSPC from
 	 * a write(2), which it heard), not the shape. */
-	wfs_log(WFS_LOG_WARN, "inode %llu (find MNT -inum %llu): %s: shape %.*s x %.*s (%d bytes) "
-		"does not make the file's %llu bytes%s", (unsigned long long)ino, (unsigned long long)ino, what,
-		(int)(t.shape_len < 96 ? t.shape_len : 96), t.shape, (int)t.dtype_len, t.dtype, t.bytes,
-		(unsigned long long)size,
-		written && ret == 0 && size < bytes ? " (cut short: a write that failed, ENOSPC for one, a writer that "
-					   "stopped early, or other bytes written over the tensor)" : "");
+	WFS_LOG_LIMITED(WFS_LOG_WARN, "inode %llu (find MNT -inum %llu): %s: shape %.*s x %.*s (%d bytes) "
+			"does not make the file's %llu bytes%s", (unsigned long long)ino, (unsigned long long)ino, what,
+			(int)(t.shape_len < 96 ? t.shape_len : 96), t.shape, (int)t.dtype_len, t.dtype, t.bytes,
+			(unsigned long long)size,
+			written && ret == 0 && size < bytes ? " (cut short: a write that failed, ENOSPC for one, a "
+							      "writer that stopped early, or other bytes written over "
+							      "the tensor)" : "");
 	return -EINVAL;
 }
 
@@ -569,10 +570,10 @@ int wfs_seal_check_xattr(struct wfs_fs *fs, uint64_t ino, const char *name, cons
 	/* Longer values cannot be valid, and wfs_seal_fits() reads them back into buffers this big. */
 	if (len > (is_dtype ? WFS_SEAL_DTYPE_MAX : WFS_SEAL_SHAPE_MAX) ||
 	    (is_dtype ? wfs_dtype_size(value, len) < 0 : wfs_shape_elements(value, len, &elements) < 0)) {
-		wfs_log(WFS_LOG_WARN, "inode %llu: %s=\"%.*s\" refused: %s", (unsigned long long)ino, name,
-			(int)(len < 64 ? len : 64), value,
-			is_dtype ? "not a safetensors dtype (BF16, F16, F32, I8, U8, BOOL, F8_E4M3, ...)"
-				 : "not a shape like [4096,1024]");
+		WFS_LOG_LIMITED(WFS_LOG_WARN, "inode %llu: %s=\"%.*s\" refused: %s", (unsigned long long)ino, name,
+				(int)(len < 64 ? len : 64), value,
+				is_dtype ? "not a safetensors dtype (BF16, F16, F32, I8, U8, BOOL, F8_E4M3, ...)"
+					 : "not a shape like [4096,1024]");
 		return -EINVAL;
 	}
 	ret = wfs_catalog_getattr(fs->catalog, ino, &a);

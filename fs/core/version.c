@@ -717,8 +717,8 @@ static int compare_stored(struct wfs_version *v, const struct wfs_digest *d)
 	}
 	if (ret == -EILSEQ) {
 		wfs_digest_to_hex(d, hex);
-		wfs_log(WFS_LOG_ERR, "object %s: same digest, different bytes (an XXH3 collision): refusing to "
-			"store them under that digest", hex);
+		WFS_LOG_LIMITED(WFS_LOG_ERR, "object %s: same digest, different bytes (an XXH3 collision): refusing to "
+				"store them under that digest", hex);
 		ret = -EIO;
 	}
 out:
@@ -874,7 +874,7 @@ static int hash_declared(struct wfs_version *v, const struct wfs_digest *d)
 	if (bytes == v->size && wfs_digest_equal(&got, d))
 		return 0;
 	wfs_digest_to_hex(d, hex);
-	wfs_log(WFS_LOG_ERR, "seal refused (EIO): the bytes written are not the declared digest %s", hex);
+	WFS_LOG_LIMITED(WFS_LOG_ERR, "seal refused (EIO): the bytes written are not the declared digest %s", hex);
 	return -EIO;
 }
 
@@ -889,8 +889,8 @@ static void free_kernel_bytes(struct wfs_version *v)
 	/* @tmp may be read-only by now (settle()): truncate through a writable open of the same file. */
 	fd = open_again(v->tmp.fd, O_WRONLY);
 	if (fd < 0 || ftruncate(fd, 0) != 0)
-		wfs_log(WFS_LOG_WARN, "the blocks of a failed seal's file stay allocated until its last "
-			"descriptor closes: %s", strerror(errno));
+		WFS_LOG_LIMITED(WFS_LOG_WARN, "the blocks of a failed seal's file stay allocated until its last "
+				"descriptor closes: %s", strerror(errno));
 	if (fd >= 0)
 		close(fd);
 }
