@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
@@ -182,11 +183,11 @@ static bool object_in_use(void *ctx, const struct wfs_digest *d)
 
 void wfs_object_log_collected(const struct wfs_fs *fs, const struct wfs_gc_report *gc)
 {
-	wfs_log(WFS_LOG_WARN, "retention: objects no name uses exceeded the store's budget of %llu bytes: "
-		"removed %llu objects (%llu bytes), least recently released first; kept %llu objects "
-		"(%llu bytes)", (unsigned long long)fs->opt.retain, (unsigned long long)gc->objects_removed,
-		(unsigned long long)gc->bytes_removed, (unsigned long long)gc->objects_kept,
-		(unsigned long long)gc->bytes_kept);
+	WFS_LOG_LIMITED(WFS_LOG_INFO, "retention: objects no name uses exceeded the store's budget of %llu "
+			"bytes: removed %llu objects (%llu bytes), least recently released first; kept %llu "
+			"objects (%llu bytes)", (unsigned long long)fs->opt.retain,
+			(unsigned long long)gc->objects_removed, (unsigned long long)gc->bytes_removed,
+			(unsigned long long)gc->objects_kept, (unsigned long long)gc->bytes_kept);
 }
 
 /* Bytes free on the store's filesystem, root's reserve included (the daemon writes as root), with
@@ -205,6 +206,7 @@ uint64_t wfs_object_make_room(struct wfs_fs *fs, uint64_t bytes)
 {
 	struct wfs_gc_report gc;
 	uint64_t free_bytes, want;
+	char why[160];
 	int ret;
 
 	if (!fs->opt.retain || fs->retained_none)
@@ -216,15 +218,24 @@ uint64_t wfs_object_make_room(struct wfs_fs *fs, uint64_t bytes)
 	ret = wfs_gc_evict(fs->store, fs->catalog, want == UINT64_MAX ? UINT64_MAX : want - free_bytes,
 			   object_in_use, fs, &gc);
 	if (ret) {
-		wfs_log(WFS_LOG_WARN, "retention: cannot remove retained objects to make room: %s", strerror(-ret));
+		WFS_LOG_LIMITED(WFS_LOG_WARN, "retention: cannot remove retained objects to make room: %s",
+				strerror(-ret));
 		return 0;
 	}
 	fs->retained = gc.bytes_kept;
 	fs->retained_none = gc.objects_kept == 0;
-	if (gc.objects_removed)
-		wfs_log(WFS_LOG_WARN, "retention: the store is full (%llu bytes free): removed %llu retained objects "
-			"(%llu bytes), least recently released first, to make room for writes; kept %llu objects "
-			"(%llu bytes)", (unsigned long long)(free_bytes == UINT64_MAX ? 0 : free_bytes),
+	if (!gc.objects_removed)
+		return 0;
+	/* Not "full": what retention wants free is a margin, WFS_RETAIN_FREE_MIN, over the write at
+	 * hand (a trial read "the store is full (68021248 bytes free)"). */
+	if (bytes == UINT64_MAX)
+		snprintf(why, sizeof(why), "a write failed with ENOSPC");
+	else
+		snprintf(why, sizeof(why), "%llu bytes free on the store's filesystem, under the %llu retention "
+			 "keeps free for writes (%llu MiB%s)", (unsigned long long)free_bytes, (unsigned long long)want,
+			 (unsigned long long)(WFS_RETAIN_FREE_MIN >> 20), bytes ? " and the write at hand" : "");
+	WFS_LOG_LIMITED(WFS_LOG_WARN, "retention: %s: removed %llu retained objects (%llu bytes), least recently "
+			"released first, to make room for writes; kept %llu objects (%llu bytes)", why,
 			(unsigned long long)gc.objects_removed, (unsigned long long)gc.bytes_removed,
 			(unsigned long long)gc.objects_kept, (unsigned long long)gc.bytes_kept);
 	return gc.bytes_removed;
@@ -273,7 +284,7 @@ void wfs_object_maybe_delete(struct wfs_fs *fs, const struct wfs_digest *d)
 			return;
 		ret = wfs_gc_collect(fs->store, fs->catalog, fs->opt.retain, false, object_in_use, fs, &gc);
 		if (ret) {
-			wfs_log(WFS_LOG_WARN, "retention: %s", strerror(-ret));
+			WFS_LOG_LIMITED(WFS_LOG_WARN, "retention: %s", strerror(-ret));
 			return;
 		}
 		fs->retained = gc.bytes_kept;
