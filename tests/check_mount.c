@@ -2459,6 +2459,37 @@ START_TEST(tensor_xattrs)
 }
 END_TEST
 
+/* Run @step(@p) in a child as uid and gid 65534; returns its exit status (0: it did what it should). */
+static int as_nobody(int (*step)(const char *), const char *p)
+{
+	pid_t pid = fork();
+	int status;
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(setgid(65534) || setuid(65534) ? 100 : step(p));
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 200;
+}
+
+/* As nobody: create @p, then 1,000 refused setxattrs on it, the first with a value that looks like a
+ * log line. 0 when every one was refused with EINVAL. */
+enum { FLOOD_N = 1000 };
+static const char flood_forged[] = "[1]\n2026-12-06T18:00:00+0000 weightfs[info]: /mnt: unmounted"; /* < 64 */
+static int nobody_floods_xattrs(const char *p)
+{
+	int fd = open(p, O_WRONLY | O_CREAT, 0644);
+
+	if (fd < 0 || close(fd))
+		return 11;
+	if (setxattr(p, "user.weightfs.shape", flood_forged, strlen(flood_forged), 0) != -1 || errno != EINVAL)
+		return 12;
+	for (int i = 1; i < FLOOD_N; i++)
+		if (setxattr(p, "user.weightfs.shape", "[x]", 3, 0) != -1 || errno != EINVAL)
+			return 13;
+	return 0;
+}
+
 /*
  * A request any user can repeat costs the log a bounded number of lines. Found in a trial: an
  * unprivileged loop of 50,000 refused user.weightfs.shape values wrote 50,000 warning lines (5.8 MB)
@@ -2468,11 +2499,7 @@ END_TEST
  */
 START_TEST(refused_xattr_flood_bounded)
 {
-	static const char forged[] = "[1]\n2026-12-06T18:00:00+0000 weightfs[info]: /mnt: unmounted"; /* < 64 */
-	enum { N = 1000 };
 	char want[160];
-	int status;
-	pid_t pid;
 
 	mu_daemon_stop();
 	snprintf(mu.opts, sizeof(mu.opts), "allow_other");
@@ -2480,33 +2507,14 @@ START_TEST(refused_xattr_flood_bounded)
 	ck_assert_int_eq(chmod(mu.dir, 0755), 0);
 	ck_assert_int_eq(mkdir(mu_path("rank1"), 0755), 0);
 	ck_assert_int_eq(chmod(mu_path("rank1"), 01777), 0);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		int fd;
-
-		if (setgid(65534) || setuid(65534))
-			_exit(10);
-		fd = open(mu_path("rank1/n"), O_WRONLY | O_CREAT, 0644);
-		if (fd < 0 || close(fd))
-			_exit(11);
-		if (setxattr(mu_path("rank1/n"), "user.weightfs.shape", forged, strlen(forged), 0) != -1 ||
-		    errno != EINVAL)
-			_exit(12);
-		for (int i = 1; i < N; i++)
-			if (setxattr(mu_path("rank1/n"), "user.weightfs.shape", "[x]", 3, 0) != -1 || errno != EINVAL)
-				_exit(13);
-		_exit(0);
-	}
-	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "nobody's loop: status %d", status);
+	ck_assert_int_eq(as_nobody(nobody_floods_xattrs, mu_path("rank1/n")), 0);
 	ck_assert_int_eq(mu_log_count("refused: not a shape like"), WFS_LOG_BURST);
 	ck_assert_int_eq(mu_log_count("the next are counted, not written"), 1);
 	ck_assert_int_eq(mu_log_count("=\"[1]\\n2026-12-06T18:00:00+0000 weightfs[info]: /mnt: unmounted\" refused"),
 			 1);
 	ck_assert_int_eq(mu_log_count("weightfs[info]: /mnt: unmounted"), 1); /* that line only */
 	mu_daemon_stop();
-	snprintf(want, sizeof(want), "log: %d more lines like \"inode ", N - WFS_LOG_BURST);
+	snprintf(want, sizeof(want), "log: %d more lines like \"inode ", FLOOD_N - WFS_LOG_BURST);
 	ck_assert_int_eq(mu_log_count(want), 1);
 	ck_assert_int_eq(mu_log_count("left out"), 1);
 }
@@ -3494,19 +3502,6 @@ static int mode_of(const char *p)
 	struct stat st;
 
 	return stat(p, &st) ? -1 : (int)(st.st_mode & 07777);
-}
-
-/* Run @step(@p) in a child as uid and gid 65534; returns its exit status (0: it did what it should). */
-static int as_nobody(int (*step)(const char *), const char *p)
-{
-	pid_t pid = fork();
-	int status;
-
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0)
-		_exit(setgid(65534) || setuid(65534) ? 100 : step(p));
-	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 200;
 }
 
 /*
