@@ -178,7 +178,7 @@ static int parse_fd(const char *s, char **end)
 int wfs_upgrade_inherited(struct wfs_upgrade_inherited *out)
 {
 	const char *fds = getenv("WFS_UPGRADE_FDS");
-	const char *store = getenv("WFS_UPGRADE_STORE"), *mount = getenv("WFS_UPGRADE_MOUNT");
+	const char *store = getenv("WFS_UPGRADE_STORE"), *mount = getenv("WFS_UPGRADE_MOUNT"), *holder;
 	struct wfs_upgrade_inherited u = {0};
 	char *end, *st, *mnt;
 
@@ -193,6 +193,12 @@ int wfs_upgrade_inherited(struct wfs_upgrade_inherited *out)
 	u.lock_fd = parse_fd(end + 1, &end);
 	if (u.lock_fd < 0 || *end || !store || store[0] != '/' || !mount || mount[0] != '/')
 		return -EINVAL;
+	/* The holder forks and execs its server: a process between them (a wrapper script that ran
+	 * weightfs without exec) would get its signals and its death, not this one. Absent: a holder
+	 * older than the variable. */
+	holder = getenv("WFS_UPGRADE_HOLDER");
+	if (holder && strtol(holder, NULL, 10) != (long)getppid())
+		return -ECHILD;
 	st = strdup(store);
 	mnt = strdup(mount);
 	if (!st || !mnt) {
@@ -205,6 +211,7 @@ int wfs_upgrade_inherited(struct wfs_upgrade_inherited *out)
 	unsetenv("WFS_UPGRADE_FDS");
 	unsetenv("WFS_UPGRADE_STORE");
 	unsetenv("WFS_UPGRADE_MOUNT");
+	unsetenv("WFS_UPGRADE_HOLDER");
 	/* This process's own from here on: none goes to what it runs (fusermount3). */
 	fcntl(u.devfd, F_SETFD, FD_CLOEXEC);
 	fcntl(u.lock_fd, F_SETFD, FD_CLOEXEC);
@@ -372,7 +379,7 @@ void wfs_upgrade_exec(const char *binary, int binary_fd, char *const argv[], int
 		      const char *store, const char *mount)
 {
 	int region = wfs_takeover_region_fd();
-	char fds[64];
+	char fds[64], holder[24];
 	size_t argc = 0;
 	char **args;
 
@@ -380,8 +387,9 @@ void wfs_upgrade_exec(const char *binary, int binary_fd, char *const argv[], int
 		argc++;
 	args = calloc(argc + 1, sizeof(*args));
 	snprintf(fds, sizeof(fds), "%d,%d,%d", devfd, region, lock_fd);
+	snprintf(holder, sizeof(holder), "%d", (int)getppid()); /* this is the holder's child */
 	if (!args || region < 0 || setenv("WFS_UPGRADE_FDS", fds, 1) < 0 || setenv("WFS_UPGRADE_STORE", store, 1) < 0 ||
-	    setenv("WFS_UPGRADE_MOUNT", mount, 1) < 0) {
+	    setenv("WFS_UPGRADE_MOUNT", mount, 1) < 0 || setenv("WFS_UPGRADE_HOLDER", holder, 1) < 0) {
 		wfs_log(WFS_LOG_ERR, "upgrade: cannot start %s: no memory or no shared region", binary);
 		_exit(WFS_UPGRADE_EXEC_FAILED);
 	}

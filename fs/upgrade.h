@@ -73,9 +73,12 @@ void wfs_upgrade_writer_released(void);
 
 /*
  * A server started by wfs_upgrade_exec(): what the holder handed it, from the environment
- * (WFS_UPGRADE_FDS, WFS_UPGRADE_STORE, WFS_UPGRADE_MOUNT, removed from it here). Returns 1 with
- * *@out filled (its strings are the caller's: wfs_upgrade_inherited_free()), 0 when this
- * process was not started so, -EINVAL when the variables are malformed or a descriptor is not open.
+ * (WFS_UPGRADE_FDS, WFS_UPGRADE_STORE, WFS_UPGRADE_MOUNT, WFS_UPGRADE_HOLDER, removed from it here).
+ * Returns 1 with *@out filled (its strings are the caller's: wfs_upgrade_inherited_free()), 0 when
+ * this process was not started so, -EINVAL when the variables are malformed or a descriptor is not
+ * open, -ECHILD when this process is not the holder's child (WFS_UPGRADE_HOLDER names another
+ * parent: a wrapper script ran weightfs without exec, and the holder's signals would reach the
+ * script, not this server).
  */
 struct wfs_upgrade_inherited {
 	int devfd;          /* the connection's /dev/fuse descriptor */

@@ -715,6 +715,9 @@ int main(int argc, char *argv[])
 	{
 		int got = wfs_upgrade_inherited(&inherited);
 
+		if (got == -ECHILD)
+			upgrade_refused(getenv("WFS_UPGRADE_STORE"), "is not the holder's child: a wrapper of "
+					"the upgrade's binary must exec weightfs, not run it", 0);
 		if (got < 0)
 			upgrade_refused(NULL, "was started with malformed WFS_UPGRADE_* variables", got);
 		upgrade_server = got == 1;
