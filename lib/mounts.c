@@ -48,6 +48,8 @@ int wfs_mounts_each(int (*fn)(void *ctx, const struct wfs_mount *m), void *ctx)
 struct search {
 	const char *key;   /* a mount point, a store, or a path below a mount point */
 	bool live;         /* of: only a mount whose daemon answers statfs */
+	bool key_known;    /* of: key_st holds the store's identity */
+	struct stat key_st;
 	char *dir, *store; /* the answer (PATH_MAX bytes each), or NULL where not asked */
 	size_t best;       /* below: length of the longest mount point found; 0: none */
 	bool found;
@@ -75,8 +77,13 @@ static int of_store(void *ctx, const struct wfs_mount *m)
 {
 	struct search *s = ctx;
 	struct statfs sf;
+	struct stat st;
 
-	if (strcmp(m->store, s->key) != 0 || (s->live && statfs(m->dir, &sf) < 0))
+	if (strcmp(m->store, s->key) != 0 &&
+	    (!s->key_known || stat(m->store, &st) < 0 || st.st_dev != s->key_st.st_dev ||
+	     st.st_ino != s->key_st.st_ino))
+		return 0;
+	if (s->live && statfs(m->dir, &sf) < 0)
 		return 0;
 	answer(s, m);
 	return 1;
@@ -109,9 +116,21 @@ int wfs_mounts_on(const char *dir, char *store)
 	return search(on_dir, &(struct search){.key = dir, .store = store});
 }
 
+bool wfs_mounts_same_store(const char *a, const char *b)
+{
+	struct stat sa, sb;
+
+	if (strcmp(a, b) == 0)
+		return true;
+	return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 int wfs_mounts_of(const char *store, bool live, char *dir)
 {
-	return search(of_store, &(struct search){.key = store, .live = live, .dir = dir});
+	struct search s = {.key = store, .live = live, .dir = dir};
+
+	s.key_known = stat(store, &s.key_st) == 0 && S_ISDIR(s.key_st.st_mode);
+	return search(of_store, &s);
 }
 
 int wfs_mounts_below(const char *path, char *dir, char *store)

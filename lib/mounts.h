@@ -3,10 +3,12 @@
  * mounts — the weightfs mounts of this process's mount namespace, as /proc/self/mounts lists them.
  *
  * A weightfs mount is an entry of type WFS_MOUNT_TYPE. The daemon mounts with fsname=STORE, so an
- * entry's source is the store it serves, as the resolved path the daemon was given. Mount points and
- * stores are compared as strings with the entries as getmntent(3) gives them (octal escapes such as
- * \040 undone): callers pass resolved paths (realpath(3)). Entries come in mount order; of mounts
- * stacked on one directory the last is on top, the one a path lookup reaches.
+ * entry's source is the store it serves, as the resolved path the daemon was given. Mount points are
+ * compared as strings with the entries as getmntent(3) gives them (octal escapes such as \040 undone):
+ * callers pass resolved paths (realpath(3)). Stores are compared as strings too, or else by the
+ * identity (st_dev, st_ino) of the directories the two paths name here: a store reached through a
+ * bind mount or a symlink elsewhere is the same store. Entries come in mount order; of mounts stacked
+ * on one directory the last is on top, the one a path lookup reaches.
  *
  * Each call reads the table afresh: a mount or unmount between two calls shows in the second.
  * Thread-safety: every function may be called from any thread.
@@ -39,10 +41,16 @@ int wfs_mounts_each(int (*fn)(void *ctx, const struct wfs_mount *m), void *ctx);
 int wfs_mounts_on(const char *dir, char *store);
 
 /*
- * The first weightfs mount of store @store: its mount point into @dir (PATH_MAX bytes). With @live,
- * only a mount whose daemon answers statfs(2): one whose daemon died answers ENOTCONN and is passed
- * over (and a hung daemon blocks this call). Returns 0, -ENOENT when there is none, or an error of
- * wfs_mounts_each(). @dir is meaningful only after 0.
+ * Do paths @a and @b name one store directory: equal strings, or directories with the same st_dev and
+ * st_ino here (stat(2), links followed)? False when either cannot be stat()ed and the strings differ.
+ */
+bool wfs_mounts_same_store(const char *a, const char *b);
+
+/*
+ * The first weightfs mount of store @store (wfs_mounts_same_store()): its mount point into @dir
+ * (PATH_MAX bytes). With @live, only a mount whose daemon answers statfs(2): one whose daemon died
+ * answers ENOTCONN and is passed over (and a hung daemon blocks this call). Returns 0, -ENOENT when
+ * there is none, or an error of wfs_mounts_each(). @dir is meaningful only after 0.
  */
 int wfs_mounts_of(const char *store, bool live, char *dir);
 

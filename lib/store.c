@@ -221,7 +221,8 @@ static bool owner_serves_mount(const char *path, int fd)
 	if (strncmp(what, WFS_STORE_MOUNTED_ON, strlen(WFS_STORE_MOUNTED_ON)) != 0)
 		return false;
 	mnt = what + strlen(WFS_STORE_MOUNTED_ON);
-	return realpath(path, real) && wfs_mounts_on(mnt, store) == 0 && strcmp(store, real) == 0;
+	/* By identity, not by path: the store may be reached through a bind mount or a symlink. */
+	return realpath(path, real) && wfs_mounts_on(mnt, store) == 0 && wfs_mounts_same_store(store, real);
 }
 
 /* wfs_store_open(), or with @inherited_lock >= 0 wfs_store_open_inherited(). */

@@ -30,6 +30,7 @@ cleanup() {
 			fusermount3 -u "$m" 2>/dev/null || fusermount3 -uz "$m" 2>/dev/null
 		fi
 	done
+	mountpoint -q "$work/bind-store" 2>/dev/null && umount "$work/bind-store"
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -194,6 +195,26 @@ if "$DAEMON" "$LS" "$LM" -o nosync && echo x >"$LM/f"; then
 	mountpoint -q "$LM" && fusermount3 -u "$LM"
 else
 	fail "lazy unmount: mount and write"
+fi
+# The mounted store through another path (a bind mount of it): refused as through its own path. It
+# waited 5 s and then said a lazy unmount had detached the daemon (no mount of that path string),
+# and stat of that path showed no daemon (found by a new user): the store is known by its inode now.
+BS=$work/bind-store
+mkdir -p "$BS"
+if mount --bind "$STORE" "$BS"; then
+	timed_run "$DAEMON" "$BS" "$work/mnt2" -o nosync
+	expect "mount a mounted store through a bind path: exit 1, names the pid and mount point" 1 "" \
+		"in use by another weightfs process \(pid [0-9]+, mounted on $MNT\)\$"
+	! grep -q "lazy unmount\|no longer mounted" <<<"$err" && [ "$ms" -lt 1000 ] && ! mountpoint -q "$work/mnt2"
+	verdict "mount through a bind path: no lazy-unmount claim, refused in under 1 s (${ms} ms)" $? \
+		"stderr: $err"
+	run "$CTL" stat "$BS"
+	expect "stat of the store through a bind path: shows the daemon's section" 0 "^server: +pid [0-9]+ "
+	run "$CTL" stat --json "$BS"
+	expect "stat --json of the store through a bind path: has the daemon" 0 '"daemon": \{'
+	umount "$BS"
+else
+	skip "mount through a bind path: mount --bind failed here"
 fi
 # Two mounts on one mount point would stack; a mount point given as STORE is a swap.
 run "$DAEMON" "$work/store-b" "$MNT" -o nosync
@@ -873,5 +894,5 @@ expect "weightfs MNT STORE (swapped): exit 1, says the arguments look swapped" 1
 [ -z "$(ls -A "$SM")" ] && ! mountpoint -q "$NS"
 verdict "swapped arguments: nothing mounted, nothing written into MNT" $? "$(ls -A "$SM")"
 
-echo "cli: $passed passed, $failed failed"
+echo "cli: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
