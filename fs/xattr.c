@@ -132,6 +132,14 @@ static int stats_json(struct wfs_fs *fs, char **text, size_t *len)
 		struct wfs_takeover_info ti;
 
 		wfs_takeover_info(&ti);
+		struct stat sd;
+
+		/* The store's identity: a client that reaches the mount from another mount namespace
+		 * tells by it whether the store's path names the same directory there (lib/mounts.h). */
+		if (wfs_store_stat(fs->store, &sd) == 0) {
+			json_object_set_new(o, "store_dev", U64(sd.st_dev));
+			json_object_set_new(o, "store_ino", U64(sd.st_ino));
+		}
 		json_object_set_new(o, "server_pid", json_integer(ti.server_pid));
 		json_object_set_new(o, "server_version", json_string(WFS_VERSION));
 		json_object_set_new(o, "holder_pid", json_integer(ti.holder_pid));

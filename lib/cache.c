@@ -25,6 +25,7 @@
 #include "cudart.h"
 #endif
 #include "direct.h"
+#include "mounts.h"
 #include "stage.h"
 #include "weightfs.h"
 
@@ -99,66 +100,6 @@ size_t wfs_cache_set_objects(const struct wfs_cache_set *set)
 }
 
 /* ---- the mount behind a path -------------------------------------------------------------------- */
-
-/* Undo mountinfo's octal escapes (\040 for a space) in place. */
-static void unescape(char *s)
-{
-	char *w = s;
-
-	for (; *s; s++) {
-		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '7' && s[2] && s[3]) {
-			*w++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
-			s += 3;
-		} else {
-			*w++ = *s;
-		}
-	}
-	*w = '\0';
-}
-
-/*
- * The innermost fuse.weightfs mount holding @real (resolved): its mount point and store (its source,
- * which the daemon sets with fsname=STORE) into @mnt/@store (PATH_MAX each). 0, -EMEDIUMTYPE, -errno.
- */
-static int mount_of(const char *real, char *mnt, char *store)
-{
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	char *line = NULL;
-	size_t cap = 0, best = 0;
-
-	if (!f)
-		return -errno;
-	while (getline(&line, &cap, f) > 0) {
-		char *save = NULL, *tok, *dir = NULL, *type = NULL, *src = NULL;
-		int field = 0;
-		bool after_dash = false;
-		size_t n;
-
-		for (tok = strtok_r(line, " \n", &save); tok; tok = strtok_r(NULL, " \n", &save), field++) {
-			if (field == 4)
-				dir = tok;
-			else if (!after_dash && field > 5 && strcmp(tok, "-") == 0)
-				after_dash = true, field = -1;
-			else if (after_dash && field == 0)
-				type = tok;
-			else if (after_dash && field == 1)
-				src = tok;
-		}
-		if (!dir || !type || !src || strcmp(type, "fuse.weightfs") != 0)
-			continue;
-		unescape(dir);
-		unescape(src);
-		n = strlen(dir);
-		if (n < best || strncmp(real, dir, n) != 0 || (real[n] != '/' && real[n] != '\0' && n > 1))
-			continue;
-		snprintf(mnt, PATH_MAX, "%s", dir);
-		snprintf(store, PATH_MAX, "%s", src);
-		best = n;
-	}
-	free(line);
-	fclose(f);
-	return best ? 0 : -EMEDIUMTYPE;
-}
 
 /* Does the daemon serving @mnt read through passthrough (the mount root's user.weightfs.stats)? */
 static bool mount_passthrough(const char *mnt)
@@ -405,7 +346,17 @@ int wfs_cache_set_add(struct wfs_cache_set *set, const char *path, char *err, si
 		snprintf(err, errlen, "%s: %s", path, strerror(-ret));
 		return ret;
 	}
-	ret = mount_of(real, mnt, store);
+	ret = wfs_mounts_holding(real, mnt, store);
+	if (ret == -ENOENT)
+		ret = -EMEDIUMTYPE;
+	if (ret == 0 && wfs_mounts_store_visible(mnt, store) == WFS_MOUNTS_EHIDDEN) {
+		char why[PATH_MAX + 256];
+
+		snprintf(err, errlen, "%s: %s", path,
+			 wfs_mounts_hidden_message(store, "acting on the page cache of its objects", why,
+						   sizeof(why)));
+		return WFS_MOUNTS_EHIDDEN;
+	}
 	if (ret) {
 		snprintf(err, errlen, "%s: %s", path,
 			 ret == -EMEDIUMTYPE ? "not on a weightfs mount" : strerror(-ret));

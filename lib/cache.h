@@ -5,8 +5,8 @@
  * Why object files. Under FUSE passthrough the pages of a mounted file belong to its backing file,
  * the object STORE/objects/ab/<30 hex> named by the file's digest (user.weightfs.digest): the mounted
  * inode has no page cache of its own, so posix_fadvise(DONTNEED) on it frees nothing. This module
- * finds each name's object (the digest, and the store: the mount's source in /proc/self/mountinfo)
- * and acts on the object file. Every name with that content shares those pages: dropping one drops
+ * finds each name's object (the digest, and the store: the mount's source, lib/mounts.h) and acts on
+ * the object file. Every name with that content shares those pages: dropping one drops
  * them for all, and residency is counted once per object.
  *
  * Identifiers. A set (struct wfs_cache_set) holds groups, one per path added (a file, a directory or
@@ -76,7 +76,8 @@ void wfs_cache_set_free(struct wfs_cache_set *set);
  * unreadable_dirs), and so are damaged files (EIO on their digest: the group's damaged), not errors. On failure nothing is added and @err (@errlen bytes) names the path
  * and the reason. Returns 0, or:
  * -ENOENT and other -errno of lstat/opendir/getxattr (-EACCES: @path is a directory the caller
- * cannot list or search); -EMEDIUMTYPE (not on a weightfs mount);
+ * cannot list or search); -EMEDIUMTYPE (not on a weightfs mount); WFS_MOUNTS_EHIDDEN (-EREMOTE: the
+ * mount's store is not visible from this mount namespace, wfs_mounts_store_visible());
  * WFS_CACHE_ESTORE (object files not readable by this user: the store is private to its owner);
  * -ENOMEM.
  */

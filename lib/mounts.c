@@ -15,6 +15,11 @@
 #include <paths.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/xattr.h>
+
+#include <jansson.h>
+
+#include "weightfs.h"
 
 /* One line of the table: mount point, source, type and options, each up to a path long. */
 #define LINE_BYTES (4 * PATH_MAX)
@@ -147,6 +152,46 @@ int wfs_mounts_holding(const char *path, char *dir, char *store)
 		return 0;
 	}
 	return ret == -ENOENT ? wfs_mounts_below(path, dir, store) : ret;
+}
+
+/* The unsigned integer of top-level key @key in the JSON object @json, into *@out. 0 or -ENOENT. */
+static int json_u64(json_t *json, const char *key, unsigned long long *out)
+{
+	json_t *v = json_object_get(json, key);
+
+	if (!json_is_integer(v) || json_integer_value(v) < 0)
+		return -ENOENT;
+	*out = (unsigned long long)json_integer_value(v);
+	return 0;
+}
+
+int wfs_mounts_store_visible(const char *dir, const char *store)
+{
+	unsigned long long dev, ino;
+	char buf[16384];
+	struct stat st;
+	json_t *stats = NULL;
+	ssize_t n;
+	int ret = 0;
+
+	if (stat(store, &st) < 0)
+		return errno == ENOENT || errno == ENOTDIR ? WFS_MOUNTS_EHIDDEN : 0;
+	n = getxattr(dir, WFS_XATTR_STATS, buf, sizeof(buf));
+	if (n > 0)
+		stats = json_loadb(buf, (size_t)n, 0, NULL);
+	if (stats && json_u64(stats, "store_dev", &dev) == 0 && json_u64(stats, "store_ino", &ino) == 0 &&
+	    ((unsigned long long)st.st_dev != dev || (unsigned long long)st.st_ino != ino))
+		ret = WFS_MOUNTS_EHIDDEN;
+	json_decref(stats);
+	return ret;
+}
+
+const char *wfs_mounts_hidden_message(const char *store, const char *needs, char *out, size_t out_bytes)
+{
+	snprintf(out, out_bytes, "the store %s is not visible from this mount namespace (a container that sees "
+		 "the mount only): %s needs the store's directory; bind-mount it into the container at the "
+		 "same path, or run this on the host", store, needs);
+	return out;
 }
 
 int wfs_mounts_device(const char *dir, char dev[WFS_MOUNT_DEV_BYTES])

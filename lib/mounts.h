@@ -10,13 +10,19 @@
  * bind mount or a symlink elsewhere is the same store. Entries come in mount order; of mounts stacked
  * on one directory the last is on top, the one a path lookup reaches.
  *
+ * The entry's source is the daemon's path: in another mount namespace (a container given the mount
+ * but not the store) that path may name nothing, or another directory. wfs_mounts_store_visible()
+ * tells, by the store identity the daemon reports in its user.weightfs.stats.
+ *
  * Each call reads the table afresh: a mount or unmount between two calls shows in the second.
  * Thread-safety: every function may be called from any thread.
  */
 #ifndef WFS_MOUNTS_H
 #define WFS_MOUNTS_H
 
+#include <errno.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 #define WFS_MOUNT_TYPE "fuse.weightfs" /* the filesystem type of a weightfs mount */
 
@@ -83,6 +89,28 @@ int wfs_mounts_holding(const char *path, char *dir, char *store);
  * -errno of reading the fstab.
  */
 int wfs_mounts_fstab_absent(const char *path, char *dir, char *source);
+
+/* wfs_mounts_store_visible(): the daemon's store is not the directory its path names here. */
+#define WFS_MOUNTS_EHIDDEN (-EREMOTE)
+
+/*
+ * Is the store that the daemon of the weightfs mount at @dir serves reachable here at @store, its path
+ * (the mount's source)? A process in another mount namespace may find nothing there, or another
+ * directory (a container that was given the mount only; a tmpfs over the path). Compares @store's
+ * st_dev and st_ino here with the "store_dev" and "store_ino" the daemon reports in the mount root's
+ * user.weightfs.stats. A daemon that reports neither (older, dead, or not answering) cannot tell: then
+ * only a missing @store (ENOENT, ENOTDIR) is hidden. One getxattr(2) of the stats: the daemon
+ * totals its catalog for it (about 15 ms for 20,000 names), and a hung daemon blocks this call.
+ * Returns 0 (visible, or it cannot be told), or WFS_MOUNTS_EHIDDEN.
+ */
+int wfs_mounts_store_visible(const char *dir, const char *store);
+
+/*
+ * The message for WFS_MOUNTS_EHIDDEN, one line into @out (@out_bytes bytes): "the store STORE is not
+ * visible from this mount namespace (a container that sees the mount only): @needs needs the store's
+ * directory; bind-mount it into the container at the same path, or run this on the host". Returns @out.
+ */
+const char *wfs_mounts_hidden_message(const char *store, const char *needs, char *out, size_t out_bytes);
 
 #define WFS_MOUNT_DEV_BYTES 32 /* "MAJ:MIN" and its NUL */
 

@@ -516,6 +516,11 @@ const char *wfs_store_path(const struct wfs_store *s)
 	return s->path;
 }
 
+int wfs_store_stat(const struct wfs_store *s, struct stat *st)
+{
+	return fstat(s->dir_fd, st) < 0 ? -errno : 0;
+}
+
 static int tmp_create_named(struct wfs_store *s, struct wfs_tmpfile *t);
 
 int wfs_store_tmp_create(struct wfs_store *s, struct wfs_tmpfile *t)

@@ -153,6 +153,12 @@ void wfs_store_unmake(const char *path);
 
 /* The path given to wfs_store_open(); owned by the store. */
 const char *wfs_store_path(const struct wfs_store *s);
+/*
+ * fstat(2) of the store directory as it was opened (a path mounted over since does not change it)
+ * into *@st: its st_dev and st_ino identify the store to processes that reach it by another path or
+ * from another mount namespace (lib/mounts.h). Returns 0 or -errno of fstat.
+ */
+int wfs_store_stat(const struct wfs_store *s, struct stat *st);
 
 /* A file being written; becomes an object through wfs_store_publish(). */
 struct wfs_tmpfile {

@@ -249,9 +249,20 @@ static void settle(const char *store)
 	}
 }
 
+/* What wfs_ctl_store_error() says for WFS_MOUNTS_EHIDDEN: set by the wfs_ctl_resolve_store() that
+ * returned it, which knows the store. */
+static char hidden_message[PATH_MAX + 256];
+
+/* Store @store (a daemon's path of it) is not that daemon's here: say so, for wfs_ctl_store_error(). */
+static int hidden(const char *store)
+{
+	wfs_mounts_hidden_message(store, "this command", hidden_message, sizeof(hidden_message));
+	return WFS_MOUNTS_EHIDDEN;
+}
+
 int wfs_ctl_resolve_store(const char *path, char *out)
 {
-	char real[PATH_MAX], probe[PATH_MAX + 32];
+	char real[PATH_MAX], probe[PATH_MAX + 32], mnt[PATH_MAX];
 	int ret;
 
 	if (!realpath(path, real))
@@ -271,6 +282,15 @@ int wfs_ctl_resolve_store(const char *path, char *out)
 		return -EACCES; /* a store this user may not read (mode 0700), not "no store" */
 	} else {
 		ret = wfs_mounts_on(real, out);
+		/* A mount point, or the daemon's path of a store it serves, seen from a mount namespace
+		 * where that path names another directory (or none): every command would misread it. */
+		if (ret == 0 && wfs_mounts_store_visible(real, out) == WFS_MOUNTS_EHIDDEN)
+			return hidden(out);
+		if (ret == -ENOENT && wfs_mounts_of(real, true, mnt) == 0 &&
+		    wfs_mounts_store_visible(mnt, real) == WFS_MOUNTS_EHIDDEN) {
+			snprintf(out, PATH_MAX, "%s", real);
+			return hidden(out);
+		}
 		if (ret)
 			return ret == -ENOENT ? -EMEDIUMTYPE : ret;
 	}
@@ -293,6 +313,8 @@ const char *wfs_ctl_store_error(int err)
 	if (err == -EACCES) /* the store is private to its owner (mode 0700), mounted allow_other or not */
 		return "Permission denied: the store belongs to another user (run as root or as the store's "
 		       "owner)";
+	if (err == WFS_MOUNTS_EHIDDEN && hidden_message[0])
+		return hidden_message;
 	return strerror(-err);
 }
 
@@ -301,6 +323,8 @@ const char *wfs_ctl_catalog_error(const char *store, int err, char *out, size_t 
 	char db[PATH_MAX + 32], backup[PATH_MAX + 32], why[256];
 	bool has_backup;
 
+	if (err == WFS_MOUNTS_EHIDDEN)
+		return NULL; /* nothing is missing: the store is elsewhere (wfs_ctl_store_error) */
 	snprintf(db, sizeof(db), "%s/" WFS_STORE_CATALOG, store);
 	snprintf(backup, sizeof(backup), "%s/" WFS_STORE_CATALOG_BACKUP, store);
 	has_backup = access(backup, F_OK) == 0;

@@ -140,14 +140,18 @@ int wfs_ctl_json_print(json_t *v, size_t flags);
  * weightfs mount at @path (the daemon mounts with fsname=STORE). Writes an absolute path into @out
  * (PATH_MAX bytes). When the store is mounted, its daemon is first asked (fsync of the mount point)
  * to commit its batch of changes, so that catalog.db shows all of them. Returns 0, -EMEDIUMTYPE
- * (@path exists but is neither), -EACCES (a store this user may not read: mode 0700), or -errno
- * from realpath (-ENOENT: no such path) or reading the mount table (lib/mounts.h).
+ * (@path exists but is neither), -EACCES (a store this user may not read: mode 0700),
+ * WFS_MOUNTS_EHIDDEN (@path is a mount point, or the path its daemon has of its store, and the store
+ * that daemon serves is not the directory that path names here: another mount namespace, as a
+ * container given the mount only; @out still gets the daemon's path of the store, for its stats),
+ * or -errno from realpath (-ENOENT: no such path) or reading the mount table (lib/mounts.h).
  */
 int wfs_ctl_resolve_store(const char *path, char *out);
 /*
  * What to print for wfs_ctl_resolve_store()'s error @err (-errno), or for that of a lib/ call given
  * the store it found: "not a weightfs store ..." for -EMEDIUMTYPE, "Permission denied: the store
- * belongs to another user (run as root or as the store's owner)" for -EACCES, strerror otherwise.
+ * belongs to another user (run as root or as the store's owner)" for -EACCES, for WFS_MOUNTS_EHIDDEN
+ * that the store is not visible here and what to do (wfs_mounts_hidden_message()), strerror otherwise.
  * A static string.
  */
 const char *wfs_ctl_store_error(int err);
@@ -156,7 +160,7 @@ const char *wfs_ctl_store_error(int err);
  * (-errno): "catalog.db is missing" or "the catalog is damaged (SQLite: ...)", each with what to
  * run (fsck --repair restores or rebuilds it from catalog.db.backup, or fsck says what to do), written
  * into @out (@out_bytes bytes). Returns @out, or NULL when the catalog is there and intact (the error
- * is another: print strerror). Reads the catalog read-only (wfs_catalog_diagnose) only after -EIO.
+ * is another: print wfs_ctl_store_error()), and for WFS_MOUNTS_EHIDDEN (the store is elsewhere). Reads the catalog read-only (wfs_catalog_diagnose) only after -EIO.
  */
 const char *wfs_ctl_catalog_error(const char *store, int err, char *out, size_t out_bytes);
 /*

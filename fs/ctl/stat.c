@@ -568,7 +568,7 @@ static bool quarantine_on_disk(const char *store, uint64_t *files, uint64_t *byt
 
 int wfs_ctl_stat(int argc, char **argv)
 {
-	bool json = false, prometheus = false, from_daemon = false, catalog_lost = false;
+	bool json = false, prometheus = false, from_daemon = false, catalog_lost = false, hidden;
 	const struct wfs_ctl_opt opts[] = {
 		WFS_CTL_OPT_FLAG("json", 'j', &json),
 		WFS_CTL_OPT_FLAG("prometheus", 0, &prometheus),
@@ -602,20 +602,28 @@ int wfs_ctl_stat(int argc, char **argv)
 			return 1;
 		}
 	}
-	if (ret) {
+	/* A mount whose store this mount namespace does not see: the daemon's totals are all there is. */
+	hidden = ret == WFS_MOUNTS_EHIDDEN;
+	if (ret && !hidden) {
 		fprintf(stderr, "weightfsctl stat: %s: %s\n", argv[optind], wfs_ctl_store_error(ret));
 		return 1;
 	}
 	snprintf(db, sizeof(db), "%s/" WFS_STORE_CATALOG, store);
-	ret = wfs_catalog_open(db, WFS_CATALOG_READONLY, 0, 0, &c);
-	if (ret == 0)
-		ret = wfs_catalog_stats(c, &st);
-	if (ret == 0)
-		ret = wfs_catalog_retain_get(c, &retain);
-	wfs_catalog_close(c);
-	if (ret && access(db, R_OK) < 0)
-		ret = -errno; /* SQLite says only "cannot open" for a store this user cannot enter */
+	if (!hidden) {
+		ret = wfs_catalog_open(db, WFS_CATALOG_READONLY, 0, 0, &c);
+		if (ret == 0)
+			ret = wfs_catalog_stats(c, &st);
+		if (ret == 0)
+			ret = wfs_catalog_retain_get(c, &retain);
+		wfs_catalog_close(c);
+		if (ret && access(db, R_OK) < 0)
+			ret = -errno; /* SQLite says only "cannot open" for a store this user cannot enter */
+	}
 	daemon = daemon_stats(store);
+	if (hidden && !daemon) {
+		fprintf(stderr, "weightfsctl stat: %s: %s\n", argv[optind], wfs_ctl_store_error(ret));
+		return 1;
+	}
 	if (!daemon) {
 		char mnt[PATH_MAX];
 
@@ -660,10 +668,10 @@ int wfs_ctl_stat(int argc, char **argv)
 	/* The disk use of objects/, or WFS_CACHE_UNKNOWN: never 0 for what this user cannot measure
 	 * (another user of a private store, whose totals come from the daemon). */
 	snprintf(db, sizeof(db), "%s/objects", store);
-	fd = open(db, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	fd = hidden ? -1 : open(db, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd >= 0)
 		du = disk_usage(fd);
-	else if (errno == ENOENT)
+	else if (!hidden && errno == ENOENT)
 		du = 0; /* no objects/: nothing on disk (fsck says it is missing) */
 	ratio = st.object_bytes ? (double)st.logical_bytes / (double)st.object_bytes : 1.0;
 	if (prometheus) {
@@ -671,25 +679,31 @@ int wfs_ctl_stat(int argc, char **argv)
 		json_decref(daemon);
 		return ret ? ret : catalog_lost;
 	}
-	if (json)
-		return catalog_lost | wfs_ctl_json_print(
-			json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, "
-				  "s:o?}",
-				  "store", wfs_ctl_json_string(store), "names", (json_int_t)st.names,
-				  "directories", (json_int_t)st.directories, "symlinks", (json_int_t)st.symlinks,
-				  "logical_bytes", (json_int_t)st.logical_bytes, "objects", (json_int_t)st.objects,
-				  "object_bytes", (json_int_t)st.object_bytes, "objects_disk_bytes",
-				  du == WFS_CACHE_UNKNOWN ? json_null() : json_integer((json_int_t)du),
-				  "unreferenced_objects", (json_int_t)st.unreferenced_objects,
-				  "unreferenced_bytes", (json_int_t)st.unreferenced_bytes,
-				  "retain_bytes", (json_int_t)retain, "quarantined_objects", (json_int_t)st.quarantined_objects,
-				  "quarantine_files", (json_int_t)qfiles, "quarantine_bytes", (json_int_t)qbytes,
-				  "unsealed_files", (json_int_t)st.unsealed_files,
-				  "special_files", (json_int_t)st.special_files,
-				  "dedup_ratio", wfs_ctl_json_fixed(ratio, 4), "daemon", daemon),
-			0);
+	if (json) {
+		json_t *o = json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, "
+				      "s:o?}",
+				      "store", wfs_ctl_json_string(store), "names", (json_int_t)st.names,
+				      "directories", (json_int_t)st.directories, "symlinks", (json_int_t)st.symlinks,
+				      "logical_bytes", (json_int_t)st.logical_bytes, "objects", (json_int_t)st.objects,
+				      "object_bytes", (json_int_t)st.object_bytes, "objects_disk_bytes",
+				      du == WFS_CACHE_UNKNOWN ? json_null() : json_integer((json_int_t)du),
+				      "unreferenced_objects", (json_int_t)st.unreferenced_objects,
+				      "unreferenced_bytes", (json_int_t)st.unreferenced_bytes,
+				      "retain_bytes", (json_int_t)retain, "quarantined_objects", (json_int_t)st.quarantined_objects,
+				      "quarantine_files", (json_int_t)qfiles, "quarantine_bytes", (json_int_t)qbytes,
+				      "unsealed_files", (json_int_t)st.unsealed_files,
+				      "special_files", (json_int_t)st.special_files,
+				      "dedup_ratio", wfs_ctl_json_fixed(ratio, 4), "daemon", daemon);
+
+		/* false: the totals are the daemon's, its store not being visible here */
+		if (o)
+			json_object_set_new(o, "store_visible", json_boolean(!hidden));
+		return catalog_lost | wfs_ctl_json_print(o, 0);
+	}
 	printf("store:              %s%s\n", store,
-	       catalog_lost ? " (" WFS_STORE_CATALOG " missing: totals from the daemon)"
+	       hidden ? " (not visible from this mount namespace: totals from the daemon; bind-mount the "
+			"store into the container at the same path to read it here)"
+	       : catalog_lost ? " (" WFS_STORE_CATALOG " missing: totals from the daemon)"
 	       : from_daemon ? " (private to the mounting user: totals from the daemon)" : "");
 	printf("names:              %llu\n", (unsigned long long)st.names);
 	printf("directories:        %llu\n", (unsigned long long)st.directories);

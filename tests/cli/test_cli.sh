@@ -170,6 +170,51 @@ mkdir -p "$work/plain-dir"
 run "$CTL" stat "$work/plain-dir"
 expect "stat of a directory that is no store: exit 1" 1 "" "plain-dir: not a weightfs store"
 
+# ---- a container that sees the mount but not the store ------------------------------------------
+# A private mount namespace with a tmpfs over STORE: the mount is there, the store's path names an
+# empty directory. stat said "catalog.db is missing" (data loss, it seemed), cache and fsck named a
+# missing object or store, weightfs.evict raised FileNotFoundError (found by a new user). Each now
+# says the store is not visible from there, and what to do; stat prints the daemon's totals.
+# in_container CMD...: CMD in a new mount namespace where STORE is hidden under a tmpfs.
+in_container() {
+	# shellcheck disable=SC2016 # expanded by the inner bash, from its own arguments
+	unshare -m --propagation private bash -c 'mount -t tmpfs none "$1" && shift && exec "$@"' bash "$STORE" "$@"
+}
+hidden_re="the store $STORE is not visible from this mount namespace \(a container that sees the mount only\): [a-z ]+ needs the store's directory; bind-mount it into the container at the same path, or run this on the host\$"
+if in_container true 2>/dev/null; then
+	run in_container "$CTL" stat "$MNT"
+	expect "container without the store: stat prints the daemon's totals, says the store is not visible" 0 \
+		"^store: +$STORE \(not visible from this mount namespace: totals from the daemon"
+	grep -Eq "^names: +$names\$" <<<"$out" && grep -q "^server: " <<<"$out" &&
+		! grep -q "catalog.db is missing\|catalog.db missing" <<<"$out$err"
+	verdict "container without the store: stat's totals are the daemon's, no catalog.db is missing" $? \
+		"stdout: $out" "stderr: $err"
+	run in_container "$CTL" stat --json "$MNT"
+	expect "container without the store: stat --json says store_visible false" 0 '"store_visible": false'
+	run "$CTL" stat --json "$MNT"
+	expect "stat --json on the host: store_visible true" 0 '"store_visible": true'
+	for args in "cache status $MNT/a" "cache drop $MNT/a" "fsck $MNT" "gc $MNT"; do
+		# shellcheck disable=SC2086 # $args: a subcommand and its operands, split on purpose
+		run in_container "$CTL" $args
+		expect "container without the store: weightfsctl $args: exit 1, says so" 1 "" "$hidden_re"
+	done
+	if [ -f "$B/libweightfs.so" ]; then
+		run in_container env PYTHONPATH="$(dirname "$0")/../../lib/python" WEIGHTFS_LIB="$B/libweightfs.so" \
+			python3 -c 'import errno, sys, weightfs
+try:
+    weightfs.evict([sys.argv[1]])
+except OSError as e:
+    print(type(e).__name__, errno.errorcode.get(e.errno), e)
+    sys.exit(3)' "$MNT/a"
+		expect "container without the store: weightfs.evict raises OSError EREMOTE that says so" 3 \
+			"^OSError EREMOTE .*$hidden_re"
+	else
+		fail "container without the store: weightfs.evict" "$B/libweightfs.so is missing (run make all)"
+	fi
+else
+	skip "container without the store: unshare -m cannot make a mount namespace here"
+fi
+
 # Mounting the store a second time: refused at once (a daemon that serves a mount does not let go
 # of its store: no wait for it), naming the daemon that has it and where.
 mkdir -p "$work/mnt2"

@@ -107,7 +107,8 @@ def residency(paths: Union[PathLike, Iterable[PathLike]]) -> Dict[str, Any]:
     write them again: skipped), "objects", "bytes", "resident_bytes", "node_resident_bytes":
     {node: bytes}, ...} per path], "total": {... over distinct objects: shared content counts once}}.
     Raises OSError (PermissionError when the store is not readable by this user, or when its objects
-    cannot be measured by this user: the kernel reports another user's files as all resident)."""
+    cannot be measured by this user: the kernel reports another user's files as all resident; EREMOTE
+    when the mount's store is not visible from this mount namespace, as evict() says)."""
     s = _Set(paths)
     try:
         out: List[Dict[str, Any]] = []
@@ -142,7 +143,9 @@ def evict(paths: Union[PathLike, Iterable[PathLike]]) -> EvictResult:
     """Free the page cache of every object below paths (files or directories on a weightfs mount):
     posix_fadvise(DONTNEED) on the object files. Mapped pages stay (resident_bytes_after counts them);
     other names of the same content lose their cached copy too. Raises OSError (PermissionError: the
-    store is private to the mounting user; ENOENT; EMEDIUMTYPE: not on a weightfs mount)."""
+    store is private to the mounting user; ENOENT; EMEDIUMTYPE: not on a weightfs mount; EREMOTE: the
+    mount's store is not visible from this mount namespace, as in a container given the mount only:
+    bind-mount the store into it at the same path)."""
     s = _Set(paths)
     try:
         before, after = ctypes.c_uint64(), ctypes.c_uint64()
