@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <fuse_opt.h>
 #include <limits.h>
 #include <signal.h>
@@ -401,6 +402,41 @@ static int check_paths(const char *store, const char *mountpoint)
 		return -1;
 	}
 	return 0;
+}
+
+/*
+ * Can this process open /dev/fuse, as libfuse does first to mount? Root can; another user needs read
+ * and write permission on it, which some systems do not give (mode 0600): libfuse's own line was a
+ * bare "fuse: failed to open /dev/fuse: Permission denied", after the store had been made. Says
+ * what a mount by a user other than root needs, in one line, before anything is touched. A mount
+ * point of /dev/fd/N (a connection a mount helper already made) opens nothing. Other errors
+ * (no device: the fuse module) are left to libfuse, which names them. Returns 0 or -1.
+ */
+static int check_fuse_device(const char *mountpoint)
+{
+	struct stat st;
+	char mode[64] = "";
+	int fd, err;
+
+	if (strncmp(mountpoint, "/dev/fd/", 8) == 0)
+		return 0;
+	fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+	if (fd >= 0) {
+		close(fd);
+		return 0;
+	}
+	err = errno;
+	if (err != EACCES && err != EPERM)
+		return 0;
+	if (stat("/dev/fuse", &st) == 0)
+		snprintf(mode, sizeof(mode), " (mode %04o, owner uid %u, group gid %u)",
+			 (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid, (unsigned)st.st_gid);
+	fprintf(stderr, "weightfs: cannot open /dev/fuse%s: %s: a mount by a user other than root needs "
+		"read and write access to /dev/fuse (mode 0666, as most distributions set it; or a group of "
+		"the user's) and fusermount3 installed set-user-ID root; passthrough needs CAP_SYS_ADMIN, so "
+		"such a mount serves reads and writes from the daemon (weightfs(8), MOUNTING AS A USER)\n",
+		mode, strerror(err));
+	return -1;
 }
 
 /* Print why the store at @store could not be opened (wfs_store_open's @err): one line. */
@@ -804,7 +840,8 @@ int main(int argc, char *argv[])
 	}
 	free(fs.opt.mountpoint);
 	fs.opt.mountpoint = strdup(cmd.mountpoint); /* resolved by fuse_parse_cmdline */
-	if (!fs.opt.mountpoint || (!upgrade_server && check_paths(fs.opt.store, cmd.mountpoint))) {
+	if (!fs.opt.mountpoint || (!upgrade_server && (check_paths(fs.opt.store, cmd.mountpoint) ||
+						       check_fuse_device(cmd.mountpoint)))) {
 		ret = 1;
 		goto out;
 	}

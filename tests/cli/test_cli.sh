@@ -939,5 +939,38 @@ expect "weightfs MNT STORE (swapped): exit 1, says the arguments look swapped" 1
 [ -z "$(ls -A "$SM")" ] && ! mountpoint -q "$NS"
 verdict "swapped arguments: nothing mounted, nothing written into MNT" $? "$(ls -A "$SM")"
 
+# ---- a mount by a user other than root -------------------------------------------------------------
+# As nobody, with a /dev/fuse that only root may open (mode 0600, as on the machine of the report):
+# libfuse said only "fuse: failed to open /dev/fuse: Permission denied" (found by a new user), after
+# the store had been made. weightfs says what such a mount needs, before it makes anything. Where
+# nobody may open this machine's /dev/fuse, a 0600 node of the same device is bound over it in a
+# private mount namespace.
+if ! id nobody >/dev/null 2>&1; then
+	skip "mount as nobody: no user nobody"
+else
+	NB=$work/nobody
+	chmod 711 "$work"
+	mkdir -p "$NB/mnt" "$NB/dev" && install -m 755 "$DAEMON" "$NB/weightfs" && chown nobody "$NB" "$NB/mnt"
+	nobody_mount=(runuser -u nobody -- "$NB/weightfs" "$NB/store" "$NB/mnt" -o nosync)
+	if ! runuser -u nobody -- test -r /dev/fuse -a -w /dev/fuse; then
+		run "${nobody_mount[@]}"
+	else
+		fuse_dev="$((16#$(stat -c %t /dev/fuse))) $((16#$(stat -c %T /dev/fuse)))"
+		# shellcheck disable=SC2016 # expanded by the inner bash, from its own arguments
+		run unshare -m --propagation private bash -c 'mount -t tmpfs -o mode=755 none "$1" &&
+			mknod -m 600 "$1/fuse" c $2 && mount --bind "$1/fuse" /dev/fuse || exit 99
+			shift 2; exec "$@"' bash "$NB/dev" "$fuse_dev" "${nobody_mount[@]}"
+	fi
+	if [ "$rc" = 99 ]; then
+		skip "mount as nobody: /dev/fuse lets nobody open it here, and no 0600 one could be bound over it"
+	else
+		expect "mount as nobody, /dev/fuse 0600: exit 1, says what a mount by a user needs" 1 "" \
+			"^weightfs: cannot open /dev/fuse \(mode 0600, owner uid 0, group gid [0-9]+\): Permission denied: a mount by a user other than root needs read and write access to /dev/fuse .* and fusermount3 installed set-user-ID root; passthrough needs CAP_SYS_ADMIN, so such a mount serves reads and writes from the daemon"
+		[ "$(wc -l <<<"$err")" -eq 1 ] && [ ! -e "$NB/store" ] && ! mountpoint -q "$NB/mnt"
+		verdict "mount as nobody, /dev/fuse 0600: one line, no store made, nothing mounted" $? "stderr: $err" \
+			"$(ls -la "$NB")"
+	fi
+fi
+
 echo "cli: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
