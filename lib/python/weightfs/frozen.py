@@ -136,6 +136,8 @@ def _labels_match(path, dname, shape):
 
 class FrozenOffload:
     """One rank's frozen parameters under ROOT/rank{rank}/ (created). Reads the manifest if present.
+    Parameters are torch tensors only: offload() raises TypeError for a numpy array (weightfs.offload
+    takes one, a file at a time).
 
     root: a directory, normally on a weightfs mount; None means $SKYRL_FROZEN_OFFLOAD_DIR. It works on
     any filesystem (no dedup there). rank: this process's rank (an int). fsync: fdatasync each
@@ -250,8 +252,9 @@ class FrozenOffload:
 
     def offload(self, params: Any, *, free: bool = False, claim: bool = True) -> OffloadSummary:
         """Offload frozen parameters: params is an nn.Module (its parameters with requires_grad False),
-        a mapping name -> tensor, or an iterable of (name, tensor); tensors on the CPU or a CUDA
-        device, any dtype (see weightfs.offload).
+        a mapping name -> tensor, or an iterable of (name, tensor); torch tensors on the CPU or a CUDA
+        device, any dtype (see weightfs.offload). Torch tensors only: a numpy array (anything without
+        .detach()) raises TypeError before anything is written; weightfs.offload takes numpy arrays.
 
         Per parameter: digest on the host; skip when its file already holds that digest; else
         weightfs.offload (claim, write on a miss). On weightfs the parameters whose files do not exist

@@ -248,7 +248,10 @@ def offload(data: Any, path: PathLike, *, claim: bool = True, xattrs: bool = Tru
     change meanwhile makes the file fail with EIO from then on, found by that check, not by this
     call (FrozenOffload.offload waits for those checks at its end and raises).
 
-    Returns OffloadResult(path, digest, bytes, claimed). On any error the temporary file is removed and
+    It never skips: a path that already holds these bytes gets a new file, claimed or written, all
+    the same (FrozenOffload.offload is what skips by digest).
+
+    Returns OffloadResult(path, digest, bytes, claimed; skipped is always False). On any error the temporary file is removed and
     path is left as it was. Raises OSError (ENOSPC, EIO, EACCES, ... with the path and what failed),
     WeightfsError(EIO) when a claim reported success but the file does not hold the claimed bytes,
     TypeError/ValueError for data that cannot be offloaded. Thread-safe for distinct paths."""
