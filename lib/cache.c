@@ -53,6 +53,10 @@ struct wfs_cache_set {
 	size_t ngroups, gcap;
 	char **names; /* mounted names, for mounts without passthrough (their own page cache) */
 	size_t nnames, ncap;
+	/* The mount the last added path was on, and what its daemon said (mount_facts()): a set of
+	 * many paths on one mount asks the daemon once. */
+	char last_mnt[PATH_MAX];
+	bool last_passthrough, last_hidden;
 };
 
 int wfs_cache_set_new(struct wfs_cache_set **out)
@@ -111,6 +115,20 @@ static bool mount_passthrough(const char *mnt)
 		return true;
 	buf[n] = '\0';
 	return !strstr(buf, "\"passthrough\": false") && !strstr(buf, "\"passthrough\":false");
+}
+
+/* For the mount at @mnt serving @store: does its daemon read through passthrough, and is its store
+ * hidden from here (wfs_mounts_store_visible())? Asked of the daemon once per mount in a row. */
+static void mount_facts(struct wfs_cache_set *set, const char *mnt, const char *store, bool *passthrough,
+			bool *hidden)
+{
+	if (strcmp(set->last_mnt, mnt) != 0) {
+		set->last_hidden = wfs_mounts_store_visible(mnt, store) == WFS_MOUNTS_EHIDDEN;
+		set->last_passthrough = !set->last_hidden && mount_passthrough(mnt);
+		snprintf(set->last_mnt, sizeof(set->last_mnt), "%s", mnt);
+	}
+	*passthrough = set->last_passthrough;
+	*hidden = set->last_hidden;
 }
 
 /* ---- building a set ------------------------------------------------------------------------------ */
@@ -337,6 +355,7 @@ int wfs_cache_set_add(struct wfs_cache_set *set, const char *path, char *err, si
 	char real[PATH_MAX], mnt[PATH_MAX], store[PATH_MAX];
 	size_t nobjs = set->nobjs, nnames = set->nnames;
 	struct walk w = {.set = set, .err = err, .errlen = errlen};
+	bool passthrough = true, hidden = false;
 	struct group *g;
 	size_t k = 0;
 	int ret;
@@ -349,7 +368,9 @@ int wfs_cache_set_add(struct wfs_cache_set *set, const char *path, char *err, si
 	ret = wfs_mounts_holding(real, mnt, store);
 	if (ret == -ENOENT)
 		ret = -EMEDIUMTYPE;
-	if (ret == 0 && wfs_mounts_store_visible(mnt, store) == WFS_MOUNTS_EHIDDEN) {
+	if (ret == 0)
+		mount_facts(set, mnt, store, &passthrough, &hidden);
+	if (ret == 0 && hidden) {
 		char why[PATH_MAX + 256];
 
 		snprintf(err, errlen, "%s: %s", path,
@@ -371,7 +392,7 @@ int wfs_cache_set_add(struct wfs_cache_set *set, const char *path, char *err, si
 		return -ENOMEM;
 	w.g = g;
 	w.store = store;
-	w.names = !mount_passthrough(mnt);
+	w.names = !passthrough;
 	ret = walk(&w, real, true);
 	if (ret) {
 		/* Undo: close what this walk opened and forget its hash entries. */
