@@ -227,7 +227,7 @@ static void stat_usage(FILE *out)
 		     "STORE/objects) and the dedup ratio (logical / physical bytes).\n"
 		     "Reads the catalog only: safe next to a running daemon. Given a MOUNTPOINT, it also\n"
 		     "shows what the daemon serving it knows (the mount root's user.weightfs.stats\n"
-		     "attribute): objects verified this run, passthrough on/off, claims, bytes written.\n"
+		     "attribute): objects verified this run, passthrough on/off, claims, new object bytes.\n"
 		     "Given a directory (or file) below a mount point, it prints the same totals for that\n"
 		     "subtree, read through the mount (stat and user.weightfs.digest of each name): its\n"
 		     "objects are the distinct contents below it. --prometheus prints a store's totals,\n"
@@ -310,7 +310,7 @@ static void print_daemon_stats(const json_t *d)
 	printf("direct path:        %s\n", json_is_true(json_object_get(d, "direct"))
 						  ? "served (weightfs.open_object: the object file, any kernel)"
 						  : "not served (clients read the mounted files)");
-	printf("since mount:        %llu seals (%llu new objects, %llu bytes written; %llu dedup hits), "
+	printf("since mount:        %llu seals (%llu new objects of %llu bytes; %llu dedup hits), "
 	       "%llu claims sealed, %llu missed\n",
 	       (unsigned long long)json_u64(k, "seals"), (unsigned long long)json_u64(k, "objects_published"),
 	       (unsigned long long)json_u64(k, "bytes_published"), (unsigned long long)json_u64(k, "dedup_hits"),
