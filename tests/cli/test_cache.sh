@@ -255,10 +255,7 @@ fi
 # tests/python/test_cache.py under pytest on this mount: each of its tests is counted here. A plain
 # python3 cannot load a sanitizer build of the library: use the plain build beside it, as
 # tests/python/test_python.sh does.
-pylib=$B/libweightfs.so
-if nm -D "$pylib" 2>/dev/null | grep ' __asan_init' >/dev/null; then
-	pylib=$here/../../build/libweightfs.so
-fi
+pylib=$(wfs_python_lib "$B")
 pytest_py=
 for cand in ${WFS_PYTHON:-} python3 /usr/bin/python3; do
 	if command -v "$cand" >/dev/null && "$cand" -c 'import pytest' 2>/dev/null; then

@@ -37,6 +37,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 . "$(dirname "$0")/../lib/check.sh" # ok, fail, skip, verdict, run, expect
+. "$(dirname "$0")/../lib/mount.sh" # wfs_python_lib
 
 # json_num KEY: the value of top-level KEY of the JSON in $out (empty when absent, or not JSON).
 json_num() {
@@ -198,8 +199,9 @@ if in_container true 2>/dev/null; then
 		run in_container "$CTL" $args
 		expect "container without the store: weightfsctl $args: exit 1, says so" 1 "" "$hidden_re"
 	done
-	if [ -f "$B/libweightfs.so" ]; then
-		run in_container env PYTHONPATH="$(dirname "$0")/../../lib/python" WEIGHTFS_LIB="$B/libweightfs.so" \
+	pylib=$(wfs_python_lib "$B")
+	if [ -f "$pylib" ]; then
+		run in_container env PYTHONPATH="$(dirname "$0")/../../lib/python" WEIGHTFS_LIB="$pylib" \
 			python3 -c 'import errno, sys, weightfs
 try:
     weightfs.evict([sys.argv[1]])
@@ -209,7 +211,7 @@ except OSError as e:
 		expect "container without the store: weightfs.evict raises OSError EREMOTE that says so" 3 \
 			"^OSError EREMOTE .*$hidden_re"
 	else
-		fail "container without the store: weightfs.evict" "$B/libweightfs.so is missing (run make all)"
+		fail "container without the store: weightfs.evict" "$pylib is missing (run make all)"
 	fi
 else
 	skip "container without the store: unshare -m cannot make a mount namespace here"

@@ -144,3 +144,14 @@ wfs_umount() {
 	fi
 	return "$rc"
 }
+
+# The libweightfs.so a plain python3 can load for BUILD: BUILD's own, unless it is a sanitizer build
+# (make asan: python would need the sanitizer's runtime loaded first), then build/'s beside it.
+wfs_python_lib() {
+	local lib=$1/libweightfs.so
+	# not grep -q: nm would die of SIGPIPE under pipefail
+	if nm -D "$lib" 2>/dev/null | grep ' __asan_init' >/dev/null; then
+		lib=$(dirname "${BASH_SOURCE[0]}")/../../build/libweightfs.so
+	fi
+	printf '%s\n' "$lib"
+}

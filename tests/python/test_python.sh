@@ -96,10 +96,7 @@ if [ -z "$py" ]; then
 	fail "python: no python3 with torch, numpy and pytest (install python3-torch python3-numpy python3-pytest: .ci/setup-debian)"
 	finish
 fi
-lib=$build/libweightfs.so
-if nm -D "$lib" 2>/dev/null | grep ' __asan_init' >/dev/null; then # not -q: nm would die of SIGPIPE under pipefail
-	lib=$repo/build/libweightfs.so
-fi
+lib=$(wfs_python_lib "$build")
 if [ ! -f "$lib" ]; then
 	fail "python: $lib is missing (make all)"
 	finish
